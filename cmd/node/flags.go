@@ -1,0 +1,103 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/node"
+)
+
+// options are the settings main needs beyond node.Config.
+type options struct {
+	node            node.Config
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+	logFormat       string
+}
+
+// parseFlags reads args, then fills every flag not given on the command line
+// from its PEERLIMIT_* environment twin (--grpc-addr ↔ PEERLIMIT_GRPC_ADDR).
+// A flag beats the environment, which beats the default.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	o := options{node: node.DefaultConfig(), shutdownTimeout: 30 * time.Second, logFormat: "text"}
+	c := &o.node
+	fs := flag.NewFlagSet("peerlimit-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: peerlimit-node [flags]\n\nEvery flag can also be set by its environment variable PEERLIMIT_<NAME>, e.g.\n--grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the environment.\n\n")
+		fs.PrintDefaults()
+	}
+
+	fs.StringVar(&c.ID, "id", c.ID, "node id, unique in the cluster (default: host name)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip listen address (clustering)")
+	join := fs.String("join", "", "comma-separated gossip addresses of seed nodes (clustering)")
+
+	lc := &c.Limiter
+	fs.IntVar(&lc.Shards, "shards", lc.Shards, "independently locked shards of the store (= ring partitions)")
+	fs.IntVar(&lc.MaxKeys, "max-keys", lc.MaxKeys, "cap on keys held by this node")
+	overflow := fs.String("overflow", lc.Overflow.String(), "when the key cap is reached: evict (the soonest-expiring sampled key) or reject (the new key)")
+	fs.IntVar(&lc.MaxKeyBytes, "max-key-bytes", lc.MaxKeyBytes, "longest key accepted, in bytes")
+	fs.DurationVar(&lc.MaxWindow, "max-window", lc.MaxWindow, "longest window accepted")
+	fs.Int64Var(&lc.MaxLogLimit, "max-log-limit", lc.MaxLogLimit, "highest limit accepted for SLIDING_WINDOW_LOG")
+
+	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most checks in one batch call")
+	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
+
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return o, envErr
+	}
+
+	var err error
+	if lc.Overflow, err = limiter.ParseOverflowPolicy(*overflow); err != nil {
+		return o, fmt.Errorf("--overflow: %w", err)
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return o, fmt.Errorf("--log-level: %w", err)
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return o, fmt.Errorf("--log-format: want text or json, got %q", o.logFormat)
+	}
+	c.Join = nil
+	for _, s := range strings.Split(*join, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.Join = append(c.Join, s)
+		}
+	}
+	return o, nil
+}
+
+func envName(flagName string) string {
+	return "PEERLIMIT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}

@@ -1,0 +1,24 @@
+package httpapi
+
+import (
+	"strings"
+
+	"google.golang.org/grpc/codes"
+)
+
+// codeName spells a gRPC code as google.rpc.Code does (INVALID_ARGUMENT),
+// which is what HTTP/JSON clients of gRPC-style APIs expect.
+func codeName(c codes.Code) string {
+	s := c.String() // "InvalidArgument"
+	var b strings.Builder
+	prevLower := false
+	for _, r := range s {
+		upper := r >= 'A' && r <= 'Z'
+		if upper && prevLower {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+		prevLower = !upper
+	}
+	return strings.ToUpper(b.String())
+}

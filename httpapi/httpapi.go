@@ -1,0 +1,306 @@
+// Package httpapi serves the public API as JSON over HTTP: POST /v1/check and
+// POST /v1/check:batch with the proto field names, GET /healthz and
+// GET /metrics. It decides through the same rpc.Service as the gRPC API.
+//
+// int64 fields are plain JSON numbers (not the strings of the proto3 JSON
+// mapping), so that curl users read "limit": 5. A denied check is a normal
+// 200 answer with "allowed": false; bad input is 400 with a JSON error that
+// names the field.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/rpc"
+)
+
+// Checker decides checks; *rpc.Service is one.
+type Checker interface {
+	Check(ctx context.Context, req limiter.Request) rpc.Result
+	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]rpc.Result, error)
+	MaxBatch() int
+}
+
+// Config holds the handler's settings.
+type Config struct {
+	// MaxBodyBytes caps a request body; a larger one is 413. Default 1 MiB.
+	MaxBodyBytes int64
+	// Healthy reports whether the node serves; /healthz answers 503 when it
+	// returns false (e.g. while shutting down). Default: always healthy.
+	Healthy func() bool
+	// Metrics serves GET /metrics; nil leaves it out.
+	Metrics http.Handler
+}
+
+// CheckRequest is the JSON form of peerlimit.v1.CheckRequest.
+type CheckRequest struct {
+	Key       string `json:"key"`
+	Limit     int64  `json:"limit"`
+	WindowMS  int64  `json:"window_ms"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Hits      *int64 `json:"hits,omitempty"`
+}
+
+// CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
+type CheckResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	CurrentCount int64  `json:"current_count"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	Owner        string `json:"owner"`
+}
+
+// CheckBatchRequest is the JSON form of peerlimit.v1.CheckBatchRequest.
+type CheckBatchRequest struct {
+	Checks []CheckRequest `json:"checks"`
+}
+
+// CheckBatchResponse is the JSON form of peerlimit.v1.CheckBatchResponse.
+type CheckBatchResponse struct {
+	Results []CheckResult `json:"results"`
+}
+
+// CheckResult holds exactly one of Response and Error.
+type CheckResult struct {
+	Response *CheckResponse `json:"response,omitempty"`
+	Error    *Error         `json:"error,omitempty"`
+}
+
+// Error is the JSON error of a failed request or batch item. Code is the
+// gRPC code's name (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, …).
+type Error struct {
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+type errorBody struct {
+	Error Error `json:"error"`
+}
+
+// NewHandler returns the node's HTTP API.
+func NewHandler(c Checker, cfg Config) http.Handler {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Healthy == nil {
+		cfg.Healthy = func() bool { return true }
+	}
+	h := &handler{c: c, cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", h.check)
+	mux.HandleFunc("POST /v1/check:batch", h.checkBatch)
+	mux.HandleFunc("GET /healthz", h.healthz)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	return mux
+}
+
+type handler struct {
+	c   Checker
+	cfg Config
+}
+
+func (h *handler) check(w http.ResponseWriter, r *http.Request) {
+	var in CheckRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	req, err := in.toLimiter()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res := h.c.Check(r.Context(), req)
+	if res.Err != nil {
+		writeError(w, res.Err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(res))
+}
+
+func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
+	var in CheckBatchRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	if n := len(in.Checks); n > h.c.MaxBatch() {
+		writeError(w, fmt.Errorf("checks: %d items; the maximum is %d: %w", n, h.c.MaxBatch(), rpc.ErrBatchTooLarge))
+		return
+	}
+	out := CheckBatchResponse{Results: make([]CheckResult, len(in.Checks))}
+	reqs := make([]limiter.Request, 0, len(in.Checks))
+	idx := make([]int, 0, len(in.Checks))
+	for i, c := range in.Checks {
+		req, err := c.toLimiter()
+		if err != nil {
+			out.Results[i].Error = errorOf(err)
+			continue
+		}
+		reqs = append(reqs, req)
+		idx = append(idx, i)
+	}
+	results, err := h.c.CheckBatch(r.Context(), reqs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for j, res := range results {
+		if res.Err != nil {
+			out.Results[idx[j]].Error = errorOf(res.Err)
+		} else {
+			resp := toJSON(res)
+			out.Results[idx[j]].Response = &resp
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	if !h.cfg.Healthy() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "NOT_SERVING"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "SERVING"})
+}
+
+// decode reads one JSON value into v, strictly: unknown fields, trailing
+// data, wrong types and oversize bodies are all answered here, with the
+// field named where there is one. It reports whether v is usable.
+func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error{Code: "RESOURCE_EXHAUSTED",
+				Message: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}})
+			return false
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error{Code: "INVALID_ARGUMENT", Message: "reading body: " + err.Error()}})
+		return false
+	}
+	if err := Decode(body, v); err != nil {
+		writeError(w, err)
+		return false
+	}
+	return true
+}
+
+// Decode parses body into v with the API's strict rules. Errors are
+// *limiter.ArgumentError naming the field when one is at fault.
+func Decode(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return &limiter.ArgumentError{Field: "body", Reason: "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+// jsonError turns encoding/json's errors into ones that name the field.
+func jsonError(err error) error {
+	var (
+		typeErr *json.UnmarshalTypeError
+		synErr  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return &limiter.ArgumentError{Field: field, Reason: fmt.Sprintf("must be %s, got JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
+	case errors.As(err, &synErr):
+		return &limiter.ArgumentError{Field: "body", Reason: fmt.Sprintf("malformed JSON at byte %d: %v", synErr.Offset, err)}
+	case errors.Is(err, io.EOF):
+		return &limiter.ArgumentError{Field: "body", Reason: "empty; want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &limiter.ArgumentError{Field: "body", Reason: "truncated JSON"}
+	}
+	// DisallowUnknownFields reports `json: unknown field "x"`.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &limiter.ArgumentError{Field: strings.Trim(name, `"`), Reason: "unknown field"}
+	}
+	return &limiter.ArgumentError{Field: "body", Reason: err.Error()}
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int64":
+		return "an integer"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "struct", "ptr":
+		return "an object"
+	}
+	return k
+}
+
+func (c CheckRequest) toLimiter() (limiter.Request, error) {
+	algo, err := limiter.ParseAlgorithm(c.Algorithm)
+	if err != nil {
+		return limiter.Request{}, err
+	}
+	return rpc.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
+}
+
+func toJSON(r rpc.Result) CheckResponse {
+	d := r.Decision
+	return CheckResponse{
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		CurrentCount: d.CurrentCount,
+		RetryAfterMS: d.RetryAfter.Milliseconds(),
+		ResetAfterMS: d.ResetAfter.Milliseconds(),
+		Owner:        r.Owner,
+	}
+}
+
+func errorOf(err error) *Error {
+	return &Error{Code: codeName(rpc.Code(err)), Field: rpc.Field(err), Message: err.Error()}
+}
+
+// writeError answers a failed request with the status its gRPC code maps to.
+func writeError(w http.ResponseWriter, err error) {
+	e := errorOf(err)
+	status := http.StatusInternalServerError
+	switch e.Code {
+	case "INVALID_ARGUMENT":
+		status = http.StatusBadRequest
+	case "RESOURCE_EXHAUSTED":
+		status = http.StatusTooManyRequests
+		if errors.Is(err, rpc.ErrBatchTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+	case "DEADLINE_EXCEEDED":
+		status = http.StatusGatewayTimeout
+	case "UNAVAILABLE":
+		status = http.StatusServiceUnavailable
+	case "CANCELED":
+		status = 499 // client closed request, as nginx and grpc-gateway say
+	}
+	writeJSON(w, status, errorBody{*e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+}

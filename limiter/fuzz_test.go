@@ -1,0 +1,94 @@
+package limiter
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// FuzzCheck feeds arbitrary field values to one store and checks that every
+// answer is either an *ArgumentError or a decision that keeps the contract.
+func FuzzCheck(f *testing.F) {
+	f.Add("k", int64(5), int64(60_000), uint8(0), int64(1), int64(1745000145000))
+	f.Add("k", int64(5), int64(60_000), uint8(1), int64(0), int64(0))
+	f.Add("", int64(-1), int64(0), uint8(9), int64(-3), int64(-1))
+	f.Add("k", int64(1<<62), int64(31_622_400_000), uint8(0), int64(1<<61), int64(1<<60))
+	s, err := New(Config{Shards: 7, MaxKeys: 64})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, key string, limit, windowMS int64, algo uint8, hits, nowMS int64) {
+		req := Request{Key: key, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Algorithm: Algorithm(algo), Hits: hits}
+		if windowMS > int64(1<<63-1)/int64(time.Millisecond) || windowMS < -int64(1<<63-1)/int64(time.Millisecond) {
+			req.Window = -1 // the Duration would overflow; still must be rejected cleanly
+		}
+		d, err := s.Check(time.UnixMilli(nowMS), req)
+		if err != nil {
+			var ae *ArgumentError
+			if !errors.As(err, &ae) && !errors.Is(err, ErrCapacity) {
+				t.Fatalf("unexpected error type %T: %v", err, err)
+			}
+			return
+		}
+		checkDecisionContract(t, req, d)
+	})
+}
+
+func checkDecisionContract(t *testing.T, req Request, d Decision) {
+	t.Helper()
+	switch {
+	case d.Limit != req.Limit:
+		t.Fatalf("limit %d, want %d", d.Limit, req.Limit)
+	case d.Remaining < 0 || d.Remaining > req.Limit:
+		t.Fatalf("remaining %d outside [0, %d]", d.Remaining, req.Limit)
+	case d.CurrentCount < 0:
+		t.Fatalf("negative current count %d", d.CurrentCount)
+	case d.Allowed && d.RetryAfter != 0:
+		t.Fatalf("allowed with retry after %s", d.RetryAfter)
+	case !d.Allowed && d.RetryAfter <= 0:
+		t.Fatalf("denied with retry after %s", d.RetryAfter)
+	case d.RetryAfter > 2*req.Window || d.ResetAfter > 2*req.Window || d.ResetAfter < 0:
+		t.Fatalf("retry %s / reset %s beyond two windows of %s", d.RetryAfter, d.ResetAfter, req.Window)
+	case d.Allowed && req.Hits > 0 && d.ResetAfter <= 0:
+		t.Fatalf("consumed hits but reset after %s", d.ResetAfter)
+	}
+}
+
+// FuzzTrafficMatchesModel interprets the input as a traffic script (each
+// 4-byte op: key, time step, hits, limit change) and replays it against the
+// store and the brute-force reference model.
+func FuzzTrafficMatchesModel(f *testing.F) {
+	f.Add(uint8(0), uint8(10), []byte{0, 1, 1, 0, 1, 0, 1, 0, 0, 200, 2, 1})
+	f.Add(uint8(1), uint8(7), []byte{0, 0, 3, 0, 0, 0, 3, 0, 2, 9, 1, 1})
+	f.Fuzz(func(t *testing.T, algo uint8, window uint8, script []byte) {
+		a := Algorithm(algo % 2)
+		w := int64(window%64) + 1
+		s, err := New(Config{Shards: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := [3]*refModel{newRef(a, w), newRef(a, w), newRef(a, w)}
+		keys := [3]string{"x", "y", "z"}
+		now := int64(1_000_000)
+		limit := int64(4)
+		for i := 0; i+4 <= len(script) && i < 4*200; i += 4 {
+			k := int(script[i]) % 3
+			now += int64(script[i+1]) % (3 * w)
+			if script[i+3]%4 == 0 { // occasionally change the limit
+				limit = int64(script[i+3]%13) + 1
+			}
+			hits := int64(script[i+2]) % (limit + 1)
+			req := Request{Key: keys[k], Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: a, Hits: hits}
+			d, err := s.Check(time.UnixMilli(now), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDecisionContract(t, req, d)
+			allowed, count, retry, reset := refs[k].check(now, limit, hits)
+			if d.Allowed != allowed || d.CurrentCount != count || d.RetryAfter.Milliseconds() != retry || d.ResetAfter.Milliseconds() != reset {
+				t.Fatalf("op %d (%s w=%d limit=%d hits=%d t=%d): store %+v, model allowed=%v count=%d retry=%d reset=%d",
+					i/4, a, w, limit, hits, now, d, allowed, count, retry, reset)
+			}
+		}
+	})
+}

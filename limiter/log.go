@@ -1,0 +1,130 @@
+package limiter
+
+import "math"
+
+// logState is the sliding window log of one key: the timestamps of allowed
+// hits, oldest first, in a ring buffer. A timestamp is stored as a 32-bit
+// millisecond offset from base, so an entry costs 4 bytes (Redis's sorted set
+// costs ~58). Entries are non-decreasing because time never moves backwards
+// for a key (see decideLog).
+type logState struct {
+	base int64    // ms; entry i is base + ring[i]
+	ring []uint32 // len(ring) is the capacity
+	head int32    // index of the oldest entry
+	n    int32    // number of entries
+}
+
+const minLogCap = 4
+
+// logResult is what a log decision reports, in milliseconds.
+type logResult struct {
+	allowed    bool
+	count      int64 // hits in the window before the request
+	retryAfter int64
+	resetAfter int64
+}
+
+// decideLog decides a request of hits at time now (ms) for window w (ms) and
+// updates s. It requires 0 ≤ hits ≤ limit and 0 < w ≤ math.MaxUint32.
+//
+// If now is older than the newest entry (the clock stepped back), the request
+// is decided at the newest entry's time, so entries stay ordered and a key
+// cannot regain allowance by time travel.
+func decideLog(s *logState, now, w, limit, hits int64) logResult {
+	if s.n > 0 {
+		now = max(now, s.newest())
+	}
+	s.prune(now - w)
+	r := logResult{count: int64(s.n)}
+	r.allowed = r.count <= limit-hits
+	if r.allowed {
+		s.push(now, hits, limit)
+	} else {
+		// The (count+hits−limit)-th oldest entry has to leave the window;
+		// it does so at its time + w, as (T−W, T] excludes T−W.
+		k := r.count + hits - limit // 1 ≤ k ≤ count because hits ≤ limit
+		r.retryAfter = s.at(int32(k-1)) + w - now
+	}
+	if s.n > 0 {
+		r.resetAfter = s.newest() + w - now
+	}
+	return r
+}
+
+// at returns the i-th oldest timestamp.
+func (s *logState) at(i int32) int64 {
+	return s.base + int64(s.ring[(s.head+i)%int32(len(s.ring))])
+}
+
+func (s *logState) newest() int64 { return s.at(s.n - 1) }
+
+// prune drops every entry at or before cutoff, and gives memory back once a
+// burst has drained.
+func (s *logState) prune(cutoff int64) {
+	for s.n > 0 && s.at(0) <= cutoff {
+		s.head = (s.head + 1) % int32(len(s.ring))
+		s.n--
+	}
+	if s.n == 0 {
+		s.head = 0
+	}
+	// Shrinking to twice the live size leaves room to grow by doubling
+	// before the next resize, so a steady key does not oscillate.
+	if len(s.ring) > 4*minLogCap && int(s.n) < len(s.ring)/4 {
+		s.resize(max(2*int(s.n), minLogCap))
+	}
+}
+
+// push appends hits entries at time t (t ≥ newest). The ring grows by
+// doubling but never beyond what the limit can fill, so a key never holds
+// more than max(limit, entries) slots.
+func (s *logState) push(t, hits, limit int64) {
+	if hits == 0 {
+		return
+	}
+	if need := int(s.n) + int(hits); need > len(s.ring) {
+		s.resize(max(need, min(max(2*len(s.ring), minLogCap), int(limit))))
+	}
+	if s.n == 0 {
+		s.base = t
+	} else if t-s.base > math.MaxUint32 {
+		s.rebase()
+	}
+	off := uint32(t - s.base)
+	c := int32(len(s.ring))
+	for i := int64(0); i < hits; i++ {
+		s.ring[(s.head+s.n)%c] = off
+		s.n++
+	}
+}
+
+// rebase moves base up to the oldest entry. Entries span less than the
+// window (≤ MaxUint32 ms) after prune, so every offset fits again; this runs
+// at most once per ~49 days of a key's life.
+func (s *logState) rebase() {
+	oldest := s.at(0)
+	d := uint32(oldest - s.base)
+	c := int32(len(s.ring))
+	for i := int32(0); i < s.n; i++ {
+		s.ring[(s.head+i)%c] -= d
+	}
+	s.base = oldest
+}
+
+// resize copies the entries, oldest first, into a ring of capacity c ≥ n.
+func (s *logState) resize(c int) {
+	ring := make([]uint32, c)
+	old := int32(len(s.ring))
+	for i := int32(0); i < s.n; i++ {
+		ring[i] = s.ring[(s.head+i)%old]
+	}
+	s.ring, s.head = ring, 0
+}
+
+// expiry is the time (ms) from which s holds nothing in window w.
+func (s *logState) expiry(w int64) int64 {
+	if s.n == 0 {
+		return math.MinInt64
+	}
+	return s.newest() + w
+}

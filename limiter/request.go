@@ -1,0 +1,134 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+)
+
+// Algorithm selects how a key's rolling window is counted. The zero value is
+// SlidingWindowCounter, the default of the public API.
+type Algorithm uint8
+
+const (
+	// SlidingWindowCounter approximates the rolling window from two fixed
+	// windows, in constant memory.
+	SlidingWindowCounter Algorithm = iota
+	// SlidingWindowLog counts the rolling window exactly from the timestamps
+	// of the allowed hits; memory grows with the limit.
+	SlidingWindowLog
+)
+
+// String returns the algorithm's name as the public API spells it.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindowCounter:
+		return "SLIDING_WINDOW_COUNTER"
+	case SlidingWindowLog:
+		return "SLIDING_WINDOW_LOG"
+	default:
+		return fmt.Sprintf("Algorithm(%d)", uint8(a))
+	}
+}
+
+// ParseAlgorithm maps an API name to an Algorithm. The empty string is the
+// default, SlidingWindowCounter.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "", "SLIDING_WINDOW_COUNTER":
+		return SlidingWindowCounter, nil
+	case "SLIDING_WINDOW_LOG":
+		return SlidingWindowLog, nil
+	}
+	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)}
+}
+
+// Request asks whether Key may consume Hits more under Limit per Window.
+//
+// A key's state is identified by (Algorithm, Window, Key): the same key under
+// two windows is two independent limits (e.g. 10/s and 1000/h), while a
+// changed Limit applies at once to the state already counted.
+type Request struct {
+	Key       string
+	Limit     int64
+	Window    time.Duration // a positive whole number of milliseconds
+	Algorithm Algorithm
+	// Hits is how much the request consumes. Zero is a peek: the decision
+	// reports the state and consumes nothing, and no state is created.
+	Hits int64
+}
+
+// Decision is the outcome of a Request.
+type Decision struct {
+	Allowed bool
+	Limit   int64
+	// Remaining is what is left under the limit after this request, never
+	// negative.
+	Remaining int64
+	// CurrentCount is the count before this request: the floored estimate
+	// for the counter, the exact number of hits in the window for the log.
+	CurrentCount int64
+	// RetryAfter is zero when allowed. When denied it is the earliest time
+	// after which the same request would be allowed if no other traffic came.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key's state would be empty if no
+	// other traffic came; zero when the key holds nothing.
+	ResetAfter time.Duration
+}
+
+// ArgumentError reports a request field that cannot be served. Field is the
+// public API's name for it (key, limit, window_ms, algorithm, hits).
+type ArgumentError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ArgumentError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
+
+// ErrCapacity is returned, wrapped, when a new key cannot be stored because
+// its shard is at capacity and the overflow policy is OverflowReject.
+var ErrCapacity = errors.New("key capacity reached")
+
+// maxLogWindow bounds the log's window so that an entry fits in a 32-bit
+// millisecond offset from its key's base time.
+const maxLogWindow = time.Duration(math.MaxUint32) * time.Millisecond
+
+// validate checks r against the store's bounds. Field names are the public
+// API's because the error travels to the caller unchanged.
+func (c *Config) validate(r *Request) error {
+	switch {
+	case r.Key == "":
+		return &ArgumentError{"key", "must not be empty"}
+	case len(r.Key) > c.MaxKeyBytes:
+		return &ArgumentError{"key", fmt.Sprintf("is %d bytes; the maximum is %d", len(r.Key), c.MaxKeyBytes)}
+	case !utf8.ValidString(r.Key):
+		return &ArgumentError{"key", "must be valid UTF-8"}
+	case r.Limit <= 0:
+		return &ArgumentError{"limit", fmt.Sprintf("must be positive, got %d", r.Limit)}
+	case r.Window <= 0:
+		return &ArgumentError{"window_ms", fmt.Sprintf("must be positive, got %d", r.Window.Milliseconds())}
+	case r.Window%time.Millisecond != 0:
+		return &ArgumentError{"window_ms", "must be a whole number of milliseconds"}
+	case r.Window > c.MaxWindow:
+		return &ArgumentError{"window_ms", fmt.Sprintf("is %d; the maximum is %d", r.Window.Milliseconds(), c.MaxWindow.Milliseconds())}
+	case r.Hits < 0:
+		return &ArgumentError{"hits", fmt.Sprintf("must not be negative, got %d", r.Hits)}
+	case r.Hits > r.Limit:
+		return &ArgumentError{"hits", fmt.Sprintf("%d exceeds the limit %d, so the request could never be allowed", r.Hits, r.Limit)}
+	}
+	switch r.Algorithm {
+	case SlidingWindowCounter:
+	case SlidingWindowLog:
+		if r.Limit > c.MaxLogLimit {
+			return &ArgumentError{"limit", fmt.Sprintf("%d exceeds the SLIDING_WINDOW_LOG maximum of %d: the log stores every admitted hit, so its memory grows with the limit; use SLIDING_WINDOW_COUNTER for high limits", r.Limit, c.MaxLogLimit)}
+		}
+		if r.Window > maxLogWindow {
+			return &ArgumentError{"window_ms", fmt.Sprintf("is %d; SLIDING_WINDOW_LOG supports at most %d (49.7 days)", r.Window.Milliseconds(), maxLogWindow.Milliseconds())}
+		}
+	default:
+		return &ArgumentError{"algorithm", fmt.Sprintf("unknown value %d", r.Algorithm)}
+	}
+	return nil
+}

@@ -1,0 +1,379 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// OverflowPolicy says what a full shard does with a new key once sampling
+// found no expired key to drop.
+type OverflowPolicy uint8
+
+const (
+	// OverflowEvict drops the sampled key that would expire soonest. That key
+	// loses its count (its next request starts fresh), so the policy trades
+	// some over-admission for availability; Stats.Evictions counts it.
+	OverflowEvict OverflowPolicy = iota
+	// OverflowReject refuses the new key with ErrCapacity and keeps every
+	// existing key exact; Stats.Rejections counts it.
+	OverflowReject
+)
+
+// String returns the policy's flag spelling.
+func (p OverflowPolicy) String() string {
+	if p == OverflowReject {
+		return "reject"
+	}
+	return "evict"
+}
+
+// ParseOverflowPolicy reads "evict" or "reject".
+func ParseOverflowPolicy(s string) (OverflowPolicy, error) {
+	switch s {
+	case "evict":
+		return OverflowEvict, nil
+	case "reject":
+		return OverflowReject, nil
+	}
+	return 0, fmt.Errorf("unknown overflow policy %q; want evict or reject", s)
+}
+
+// Config bounds a Store. Start from DefaultConfig; New fills zero fields with
+// their defaults and rejects invalid values.
+type Config struct {
+	// Shards is the number of independently locked parts of the store. A key
+	// lives in shard xxhash64(key) mod Shards, the same function the ring
+	// uses for partitions, so with Shards equal to the ring's partition count
+	// a shard is exactly a partition: the unit of handoff. Default 271.
+	Shards int
+	// MaxKeys caps the number of keys held, split evenly over the shards, to
+	// bound memory under a flood of unique keys. Default 1,048,576. Memory
+	// per key is ~100 B for the counter plus 4 B per held hit for the log.
+	MaxKeys int
+	// Overflow is what a full shard does with a new key. Default OverflowEvict.
+	Overflow OverflowPolicy
+	// MaxKeyBytes caps the length of a key. Default 1024.
+	MaxKeyBytes int
+	// MaxWindow caps the window of either algorithm. Default 366 days. The
+	// log never accepts more than 2^32−1 ms (49.7 days) because its entries
+	// are 32-bit offsets.
+	MaxWindow time.Duration
+	// MaxLogLimit caps the limit of the log algorithm, whose memory grows
+	// with the limit. Default 10,000; at most 2^30.
+	MaxLogLimit int64
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Shards:      271,
+		MaxKeys:     1 << 20,
+		Overflow:    OverflowEvict,
+		MaxKeyBytes: 1024,
+		MaxWindow:   366 * 24 * time.Hour,
+		MaxLogLimit: 10_000,
+	}
+}
+
+func (c *Config) sanitize() {
+	d := DefaultConfig()
+	if c.Shards == 0 {
+		c.Shards = d.Shards
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = d.MaxKeys
+	}
+	if c.MaxKeyBytes == 0 {
+		c.MaxKeyBytes = d.MaxKeyBytes
+	}
+	if c.MaxWindow == 0 {
+		c.MaxWindow = d.MaxWindow
+	}
+	if c.MaxLogLimit == 0 {
+		c.MaxLogLimit = d.MaxLogLimit
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Shards < 1 {
+		errs = append(errs, fmt.Errorf("Shards must be ≥ 1, got %d", c.Shards))
+	}
+	if c.MaxKeys < c.Shards {
+		errs = append(errs, fmt.Errorf("MaxKeys must be ≥ Shards (%d), got %d", c.Shards, c.MaxKeys))
+	}
+	if c.Overflow > OverflowReject {
+		errs = append(errs, fmt.Errorf("unknown Overflow policy %d", c.Overflow))
+	}
+	if c.MaxKeyBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxKeyBytes must be ≥ 1, got %d", c.MaxKeyBytes))
+	}
+	if c.MaxWindow < time.Millisecond {
+		errs = append(errs, fmt.Errorf("MaxWindow must be ≥ 1ms, got %s", c.MaxWindow))
+	}
+	if c.MaxLogLimit < 1 || c.MaxLogLimit > 1<<30 {
+		errs = append(errs, fmt.Errorf("MaxLogLimit must be in [1, 2^30], got %d", c.MaxLogLimit))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("limiter config: %w", err)
+	}
+	return nil
+}
+
+// Store holds the state of every key this node owns and decides requests
+// against it. It is safe for concurrent use: keys are spread over shards that
+// each have their own mutex, so there is no global lock.
+//
+// Idle keys cost nothing once expired: a decision treats an expired state as
+// empty, and Sweep frees them. The zero Store is not usable; call New.
+type Store struct {
+	cfg      Config
+	perShard int // key cap of one shard
+	shards   []shard
+
+	evictions  atomic.Uint64
+	rejections atomic.Uint64
+	expired    atomic.Uint64
+}
+
+// stateKey identifies one limit: the same key under another window is an
+// independent limit. The algorithm picks the map.
+type stateKey struct {
+	key    string
+	window int64 // ms
+}
+
+type shard struct {
+	mu       sync.Mutex
+	counters map[stateKey]counterState
+	logs     map[stateKey]*logState
+	peak     int      // largest size since the maps were last rebuilt
+	_        [32]byte // keep neighbouring shards' locks off one cache line
+}
+
+func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }
+
+// New returns an empty store.
+func New(cfg Config) (*Store, error) {
+	cfg.sanitize()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards, shards: make([]shard, cfg.Shards)}
+	for i := range s.shards {
+		s.shards[i].counters = make(map[stateKey]counterState)
+		s.shards[i].logs = make(map[stateKey]*logState)
+	}
+	return s, nil
+}
+
+// Config returns the store's effective configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+func (s *Store) shardOf(key string) *shard {
+	return &s.shards[xxhash.Sum64String(key)%uint64(len(s.shards))]
+}
+
+// Check decides r at time now, and consumes r.Hits if allowed. It returns an
+// *ArgumentError for a request it cannot serve, and an error wrapping
+// ErrCapacity when a new key does not fit under OverflowReject.
+func (s *Store) Check(now time.Time, r Request) (Decision, error) {
+	if err := s.cfg.validate(&r); err != nil {
+		return Decision{}, err
+	}
+	ms := max(now.UnixMilli(), 0) // time before the epoch is the epoch
+	w := r.Window.Milliseconds()
+	k := stateKey{r.Key, w}
+	sh := s.shardOf(r.Key)
+
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch r.Algorithm {
+	case SlidingWindowLog:
+		st, ok := sh.logs[k]
+		if !ok {
+			st = new(logState)
+		}
+		res := decideLog(st, ms, w, r.Limit, r.Hits)
+		if !ok && st.n > 0 { // only an allowed, consuming request creates state
+			if err := s.makeRoom(sh, ms); err != nil {
+				return Decision{}, err
+			}
+			k.key = strings.Clone(k.key) // don't pin the caller's buffer
+			sh.logs[k] = st
+			sh.peak = max(sh.peak, sh.len())
+		}
+		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+	default:
+		st, ok := sh.counters[k]
+		res := decideCounter(&st, ms, w, r.Limit, r.Hits)
+		switch {
+		case ok:
+			sh.counters[k] = st
+		case res.allowed && r.Hits > 0:
+			if err := s.makeRoom(sh, ms); err != nil {
+				return Decision{}, err
+			}
+			k.key = strings.Clone(k.key)
+			sh.counters[k] = st
+			sh.peak = max(sh.peak, sh.len())
+		}
+		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+	}
+}
+
+func decision(limit, hits int64, allowed bool, count, retryMS, resetMS int64) Decision {
+	used := count
+	if allowed {
+		used += hits
+	}
+	return Decision{
+		Allowed:      allowed,
+		Limit:        limit,
+		Remaining:    max(limit-used, 0),
+		CurrentCount: count,
+		RetryAfter:   time.Duration(retryMS) * time.Millisecond,
+		ResetAfter:   time.Duration(resetMS) * time.Millisecond,
+	}
+}
+
+// evictionSample is how many keys of each map a full shard looks at, as
+// Redis's approximated LRU does: enough to find an expired or nearly
+// expired key cheaply, without a per-key list.
+const evictionSample = 8
+
+// makeRoom ensures sh can take one more key. Requires sh.mu held.
+func (s *Store) makeRoom(sh *shard, now int64) error {
+	if sh.len() < s.perShard {
+		return nil
+	}
+	// Map iteration starts at a random position, which makes this a sample.
+	var (
+		victimC, victimL *stateKey
+		soonest          = int64(math.MaxInt64)
+		dropped          int
+	)
+	n := 0
+	for k, st := range sh.counters {
+		if n++; n > evictionSample {
+			break
+		}
+		if exp := counterExpiry(&st, k.window); exp <= now {
+			delete(sh.counters, k)
+			dropped++
+		} else if exp < soonest {
+			kk := k
+			victimC, victimL, soonest = &kk, nil, exp
+		}
+	}
+	n = 0
+	for k, st := range sh.logs {
+		if n++; n > evictionSample {
+			break
+		}
+		if exp := st.expiry(k.window); exp <= now {
+			delete(sh.logs, k)
+			dropped++
+		} else if exp < soonest {
+			kk := k
+			victimC, victimL, soonest = nil, &kk, exp
+		}
+	}
+	if dropped > 0 {
+		s.expired.Add(uint64(dropped))
+		return nil
+	}
+	if s.cfg.Overflow == OverflowReject {
+		s.rejections.Add(1)
+		return fmt.Errorf("limiter: shard holds %d keys: %w", sh.len(), ErrCapacity)
+	}
+	switch {
+	case victimC != nil:
+		delete(sh.counters, *victimC)
+	case victimL != nil:
+		delete(sh.logs, *victimL)
+	}
+	s.evictions.Add(1)
+	return nil
+}
+
+// Sweep frees every key whose state is empty at now and returns how many it
+// freed. It locks one shard at a time, so decisions on other shards go on.
+// The node calls it periodically; correctness never depends on it.
+func (s *Store) Sweep(now time.Time) int {
+	ms := max(now.UnixMilli(), 0)
+	freed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, st := range sh.counters {
+			if counterExpiry(&st, k.window) <= ms {
+				delete(sh.counters, k)
+				freed++
+			}
+		}
+		for k, st := range sh.logs {
+			if st.expiry(k.window) <= ms {
+				delete(sh.logs, k)
+				freed++
+			}
+		}
+		sh.compact()
+		sh.mu.Unlock()
+	}
+	s.expired.Add(uint64(freed))
+	return freed
+}
+
+// compact rebuilds the maps once they hold under a quarter of their peak:
+// Go maps never give back the memory of deleted entries, and a flood of
+// unique keys would otherwise pin its peak for the life of the process.
+// Requires sh.mu held.
+func (sh *shard) compact() {
+	if sh.peak < 1024 || sh.len() >= sh.peak/4 {
+		return
+	}
+	counters := make(map[stateKey]counterState, len(sh.counters))
+	for k, v := range sh.counters {
+		counters[k] = v
+	}
+	logs := make(map[stateKey]*logState, len(sh.logs))
+	for k, v := range sh.logs {
+		logs[k] = v
+	}
+	sh.counters, sh.logs, sh.peak = counters, logs, sh.len()
+}
+
+// Stats is a snapshot of the store's bookkeeping.
+type Stats struct {
+	CounterKeys int
+	LogKeys     int
+	LogEntries  int    // hits held by all logs
+	Evictions   uint64 // live keys dropped to make room (OverflowEvict)
+	Rejections  uint64 // new keys refused (OverflowReject)
+	Expired     uint64 // empty keys freed by Sweep or by a full shard
+}
+
+// Stats walks the shards, one lock at a time.
+func (s *Store) Stats() Stats {
+	st := Stats{Evictions: s.evictions.Load(), Rejections: s.rejections.Load(), Expired: s.expired.Load()}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.CounterKeys += len(sh.counters)
+		st.LogKeys += len(sh.logs)
+		for _, l := range sh.logs {
+			st.LogEntries += int(l.n)
+		}
+		sh.mu.Unlock()
+	}
+	return st
+}

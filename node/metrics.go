@@ -1,0 +1,43 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// storeCollector reads the store's bookkeeping at scrape time, so the hot
+// path pays nothing for these metrics.
+type storeCollector struct {
+	store                        *limiter.Store
+	keys, entries                *prometheus.Desc
+	evictions, rejected, expired *prometheus.Desc
+}
+
+func newStoreCollector(s *limiter.Store) *storeCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("peerlimit_"+name, help, labels, nil)
+	}
+	return &storeCollector{
+		store:     s,
+		keys:      d("keys", "Keys held by this node, by algorithm.", "algorithm"),
+		entries:   d("log_entries", "Hits held by all sliding window logs (4 bytes each)."),
+		evictions: d("evictions_total", "Live keys dropped to make room for new ones (overflow policy evict): each such key restarts from zero."),
+		rejected:  d("rejected_keys_total", "New keys refused because the store was full (overflow policy reject)."),
+		expired:   d("expired_keys_total", "Keys freed because their state had expired."),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.store.Stats()
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.CounterKeys), limiter.SlidingWindowCounter.String())
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.LogKeys), limiter.SlidingWindowLog.String())
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.LogEntries))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejections))
+	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
+}

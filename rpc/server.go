@@ -1,0 +1,103 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// Server serves peerlimit.v1.RateLimiter over a Service.
+type Server struct {
+	pb.UnimplementedRateLimiterServer
+	svc *Service
+}
+
+var _ pb.RateLimiterServer = (*Server)(nil)
+
+// NewServer adapts svc to the gRPC API.
+func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+
+// Check implements pb.RateLimiterServer.
+func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckResponse, error) {
+	req, err := FromProto(in)
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	res := s.svc.Check(ctx, req)
+	if res.Err != nil {
+		return nil, Status(res.Err).Err()
+	}
+	return ToProto(res), nil
+}
+
+// CheckBatch implements pb.RateLimiterServer: every item gets its own result.
+func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.CheckBatchResponse, error) {
+	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
+		return nil, Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), ErrBatchTooLarge)).Err()
+	}
+	reqs := make([]limiter.Request, 0, len(in.GetChecks()))
+	idx := make([]int, 0, len(in.GetChecks())) // result slot of each valid item
+	out := &pb.CheckBatchResponse{Results: make([]*pb.CheckResult, len(in.GetChecks()))}
+	for i, c := range in.GetChecks() {
+		req, err := FromProto(c)
+		if err != nil {
+			out.Results[i] = errorResult(err)
+			continue
+		}
+		reqs = append(reqs, req)
+		idx = append(idx, i)
+	}
+	results, err := s.svc.CheckBatch(ctx, reqs)
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	for j, r := range results {
+		if r.Err != nil {
+			out.Results[idx[j]] = errorResult(r.Err)
+		} else {
+			out.Results[idx[j]] = &pb.CheckResult{Result: &pb.CheckResult_Response{Response: ToProto(r)}}
+		}
+	}
+	return out, nil
+}
+
+func errorResult(err error) *pb.CheckResult {
+	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: &pb.Error{
+		Code: uint32(Code(err)), Field: Field(err), Message: err.Error(),
+	}}}
+}
+
+// FromProto converts and range-checks the wire request; the store checks the
+// rest.
+func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
+	var algo limiter.Algorithm
+	switch in.GetAlgorithm() {
+	case pb.Algorithm_SLIDING_WINDOW_COUNTER:
+		algo = limiter.SlidingWindowCounter
+	case pb.Algorithm_SLIDING_WINDOW_LOG:
+		algo = limiter.SlidingWindowLog
+	default:
+		return limiter.Request{}, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", in.GetAlgorithm())}
+	}
+	var hits *int64
+	if in.Hits != nil {
+		hits = in.Hits
+	}
+	return NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
+}
+
+// ToProto converts a decided result to the wire response.
+func ToProto(r Result) *pb.CheckResponse {
+	d := r.Decision
+	return &pb.CheckResponse{
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		CurrentCount: d.CurrentCount,
+		RetryAfterMs: d.RetryAfter.Milliseconds(),
+		ResetAfterMs: d.ResetAfter.Milliseconds(),
+		Owner:        r.Owner,
+	}
+}
