@@ -9,6 +9,9 @@ import (
 // codeName spells a gRPC code as google.rpc.Code does (INVALID_ARGUMENT),
 // which is what HTTP/JSON clients of gRPC-style APIs expect.
 func codeName(c codes.Code) string {
+	if c == codes.Canceled {
+		return "CANCELLED" // google.rpc.Code's spelling; grpc-go's is "Canceled"
+	}
 	s := c.String() // "InvalidArgument"
 	var b strings.Builder
 	prevLower := false

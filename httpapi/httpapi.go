@@ -38,6 +38,27 @@ type Config struct {
 	Healthy func() bool
 	// Metrics serves GET /metrics; nil leaves it out.
 	Metrics http.Handler
+	// Members serves GET /v1/members; nil leaves it out.
+	Members func() Members
+}
+
+// Members is the answer of GET /v1/members: the members this node sees and
+// the ring's share of each.
+type Members struct {
+	Self       string       `json:"self"`
+	Partitions int          `json:"partitions"`
+	Members    []MemberInfo `json:"members"`
+}
+
+// MemberInfo is one member. State is alive, failed (declared dead; being
+// reconnected) or left; only alive members own partitions.
+type MemberInfo struct {
+	ID         string  `json:"id"`
+	GRPCAddr   string  `json:"grpc_addr"`
+	GossipAddr string  `json:"gossip_addr"`
+	State      string  `json:"state"`
+	Partitions int     `json:"partitions"`
+	Share      float64 `json:"share"`
 }
 
 // CheckRequest is the JSON form of peerlimit.v1.CheckRequest.
@@ -58,6 +79,7 @@ type CheckResponse struct {
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	Owner        string `json:"owner"`
+	Degraded     bool   `json:"degraded"`
 }
 
 // CheckBatchRequest is the JSON form of peerlimit.v1.CheckBatchRequest.
@@ -103,6 +125,11 @@ func NewHandler(c Checker, cfg Config) http.Handler {
 	mux.HandleFunc("GET /healthz", h.healthz)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Members != nil {
+		mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, cfg.Members())
+		})
 	}
 	return mux
 }
@@ -205,7 +232,9 @@ func Decode(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	// More() is false before a stray '}' or ']', so ask for one more token:
+	// only the end of the input will do.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &limiter.ArgumentError{Field: "body", Reason: "unexpected data after the JSON object"}
 	}
 	return nil
@@ -270,6 +299,7 @@ func toJSON(r rpc.Result) CheckResponse {
 		RetryAfterMS: d.RetryAfter.Milliseconds(),
 		ResetAfterMS: d.ResetAfter.Milliseconds(),
 		Owner:        r.Owner,
+		Degraded:     r.Degraded,
 	}
 }
 
@@ -293,7 +323,7 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusGatewayTimeout
 	case "UNAVAILABLE":
 		status = http.StatusServiceUnavailable
-	case "CANCELED":
+	case "CANCELLED":
 		status = 499 // client closed request, as nginx and grpc-gateway say
 	}
 	writeJSON(w, status, errorBody{*e})

@@ -179,8 +179,11 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) Config() Config { return s.cfg }
 
 func (s *Store) shardOf(key string) *shard {
-	return &s.shards[xxhash.Sum64String(key)%uint64(len(s.shards))]
+	return &s.shards[hashKey(key)%uint64(len(s.shards))]
 }
+
+// hashKey is the key hash shared with the ring (ring.Partition).
+func hashKey(key string) uint64 { return xxhash.Sum64String(key) }
 
 // Check decides r at time now, and consumes r.Hits if allowed. It returns an
 // *ArgumentError for a request it cannot serve, and an error wrapping
@@ -377,3 +380,8 @@ func (s *Store) Stats() Stats {
 	}
 	return st
 }
+
+// Validate reports whether r is a request the store can serve, without
+// deciding it: a node checks requests before forwarding them, so a bad one
+// is refused where it arrived.
+func (s *Store) Validate(r Request) error { return s.cfg.validate(&r) }

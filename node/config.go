@@ -7,7 +7,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/rpc"
 )
 
 // Config is everything a node needs. Start from DefaultConfig (or
@@ -22,9 +25,32 @@ type Config struct {
 	GRPCAddr   string
 	HTTPAddr   string
 	GossipAddr string
-	// Join lists seed nodes' gossip addresses. Clustering is not built yet:
-	// a node with Join set logs that it runs alone.
+	// AdvertiseAddr is the gossip address others should use when it
+	// differs from GossipAddr (NAT, containers). Optional.
+	AdvertiseAddr string
+	// Join lists seeds: gossip addresses of any live members. Unreachable
+	// seeds are retried in the background; empty starts a new cluster.
 	Join []string
+	// GossipKey encrypts gossip (16, 24 or 32 bytes); every member needs
+	// the same. Optional.
+	GossipKey []byte
+	// GossipProfile is memberlist's timing: cluster.ProfileLAN (default)
+	// or cluster.ProfileLocal (tests, one host).
+	GossipProfile cluster.Profile
+
+	// Ring spreads keys over members. Ring.PartitionCount and
+	// Limiter.Shards must be equal (a shard is a partition); use
+	// SetPartitions.
+	Ring ring.Config
+	// Peers tunes forwarding: batching, timeouts.
+	Peers rpc.PeersConfig
+	// Fallback answers checks whose owner is unreachable. Default local.
+	Fallback rpc.FallbackPolicy
+	// HandoffInterval is how often the node looks for state it holds but
+	// does not own (from fallback decisions, or gossip not yet converged)
+	// and sends it to the owner. Membership changes trigger it at once.
+	// Default 5s.
+	HandoffInterval time.Duration
 
 	Limiter limiter.Config
 	// MaxBatch caps the checks in one batch call. Default 1000.
@@ -52,6 +78,11 @@ func DefaultConfig() Config {
 		GRPCAddr:        ":9090",
 		HTTPAddr:        ":8080",
 		GossipAddr:      ":7946",
+		GossipProfile:   cluster.ProfileLAN,
+		Ring:            ring.DefaultConfig(),
+		Peers:           rpc.DefaultPeersConfig(),
+		Fallback:        rpc.FallbackLocal,
+		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
 		MaxBatch:        1000,
 		MaxRecvMsgBytes: 4 << 20,
@@ -68,8 +99,17 @@ func DefaultLocalConfig(id string) Config {
 	c := DefaultConfig()
 	c.ID = id
 	c.GRPCAddr, c.HTTPAddr, c.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	c.GossipProfile = cluster.ProfileLocal
 	c.SweepInterval = time.Second
+	c.HandoffInterval = time.Second
 	return c
+}
+
+// SetPartitions sets the ring's partition count and the store's shard
+// count, which must be equal.
+func (c *Config) SetPartitions(n int) {
+	c.Ring.PartitionCount = n
+	c.Limiter.Shards = n
 }
 
 // Validate reports every unusable field.
@@ -92,6 +132,18 @@ func (c Config) Validate() error {
 	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
+	}
+	if c.HandoffInterval <= 0 {
+		errs = append(errs, fmt.Errorf("HandoffInterval must be positive, got %s", c.HandoffInterval))
+	}
+	if c.GossipAddr == "" {
+		errs = append(errs, errors.New("GossipAddr must be set"))
+	}
+	if c.Ring.PartitionCount != c.Limiter.Shards {
+		errs = append(errs, fmt.Errorf("Ring.PartitionCount (%d) must equal Limiter.Shards (%d): a shard is a partition", c.Ring.PartitionCount, c.Limiter.Shards))
+	}
+	if err := c.Ring.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Logger == nil || c.Now == nil {
 		errs = append(errs, errors.New("Logger and Now must not be nil"))

@@ -41,3 +41,34 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejections))
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
 }
+
+// nodeMetrics are the node's own: ring changes, handoffs, members.
+type nodeMetrics struct {
+	ringChanges prometheus.Counter
+	handoffs    *prometheus.CounterVec // by result: sent, failed
+	handoffKeys *prometheus.CounterVec // by direction: sent, received, refused
+}
+
+func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
+	m := &nodeMetrics{
+		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "peerlimit", Name: "ring_changes_total",
+			Help: "Times this node's ring was rebuilt because membership changed."}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoffs_total",
+			Help: "Handoff calls to new owners, by result (sent, failed: state kept and retried)."}, []string{"result"}),
+		handoffKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoff_keys_total",
+			Help: "Key states moved by handoff: sent (merged by the owner), received, refused (by the owner)."}, []string{"direction"}),
+	}
+	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "members",
+		Help: "Live members in this node's view, itself included."}, func() float64 {
+		if n.members == nil {
+			return 0
+		}
+		return float64(len(n.members.Members()))
+	})
+	for _, c := range []prometheus.Collector{m.ringChanges, m.handoffs, m.handoffKeys, members} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

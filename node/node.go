@@ -1,7 +1,8 @@
-// Package node assembles a peerlimit node: the limiter store, the request
-// path, the gRPC and HTTP APIs, metrics and the expiry sweeper, with one
-// Start and one Shutdown. cmd/node is a thin flag parser around it, and tests
-// start real nodes with it on loopback ports.
+// Package node assembles a peerlimit node: the limiter store, membership,
+// the ring, forwarding and handoff, the gRPC and HTTP APIs, metrics and the
+// expiry sweeper, with one Start and one Shutdown. cmd/node is a thin flag
+// parser around it, tests start real nodes with it on loopback ports, and
+// an application can embed one.
 package node
 
 import (
@@ -26,75 +27,114 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
 // Node is a running peerlimit node. Its methods are safe for concurrent use.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	store  *limiter.Store
-	svc    *rpc.Service
-	health *health.Server
+	cfg     Config
+	log     *slog.Logger
+	store   *limiter.Store
+	svc     *rpc.Service
+	peers   *rpc.Peers
+	members *cluster.Cluster
+	ring    ring.Holder
+	health  *health.Server
+	metrics *nodeMetrics
 
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
 	grpcLn  net.Listener
 	httpLn  net.Listener
 
-	serving  atomic.Bool
-	stop     chan struct{} // closed by Shutdown: stops the sweeper
-	wg       sync.WaitGroup
-	shutOnce sync.Once
-	shutErr  error
+	serving atomic.Bool
+	leaving atomic.Bool   // once set, this node owns nothing
+	ringMu  sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
+	handoff chan struct{} // capacity 1: wakes the handoff loop
+	stop    chan struct{} // closed by Shutdown/Kill: stops the loops
+	wg      sync.WaitGroup
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
-// Start builds a node from cfg, binds its listeners and starts serving. On
-// error nothing is left running.
-func Start(cfg Config) (*Node, error) {
+// Start builds a node from cfg, binds its listeners, joins the cluster
+// and starts serving. On error nothing is left running.
+func Start(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := limiter.New(cfg.Limiter)
-	if err != nil {
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), health: health.NewServer(),
+		handoff: make(chan struct{}, 1), stop: make(chan struct{})}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	if n.store, err = limiter.New(cfg.Limiter); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(store))
-	metrics, err := rpc.NewMetrics(reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
+	if n.metrics, err = newNodeMetrics(reg, n); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	rpcMetrics, err := rpc.NewMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	rcfg := rpc.DefaultConfig()
-	rcfg.NodeID, rcfg.MaxBatch, rcfg.Now = cfg.ID, cfg.MaxBatch, cfg.Now
-	svc, err := rpc.NewService(rcfg, store, metrics)
-	if err != nil {
-		return nil, err
-	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), store: store, svc: svc, health: health.NewServer(), stop: make(chan struct{})}
 
 	if n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	cleanup = append(cleanup, func() { n.grpcLn.Close() })
 	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		n.grpcLn.Close()
 		return nil, fmt.Errorf("http listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	cleanup = append(cleanup, func() { n.httpLn.Close() })
+
+	// Until gossip says otherwise, this node is the whole cluster.
+	self, err := ring.New(cfg.Ring, []ring.Member{{ID: cfg.ID, Addr: n.GRPCAddr()}})
+	if err != nil {
+		return nil, err
+	}
+	n.ring.Store(self)
+
+	pcfg := cfg.Peers
+	pcfg.SelfID = cfg.ID
+	n.peers = rpc.NewPeers(pcfg)
+	cleanup = append(cleanup, n.peers.Close)
+	rcfg := rpc.DefaultConfig()
+	rcfg.NodeID, rcfg.MaxBatch, rcfg.Now = cfg.ID, cfg.MaxBatch, cfg.Now
+	rcfg.Owner, rcfg.Peers, rcfg.Fallback, rcfg.Logger = n.owner, n.peers, cfg.Fallback, n.log
+	if n.svc, err = rpc.NewService(rcfg, n.store, rpcMetrics); err != nil {
+		return nil, err
 	}
 
 	n.grpcSrv = grpc.NewServer(append(rpc.NewStrictCodec().ServerOptions(n.recoverUnary),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes))...)
-	pb.RegisterRateLimiterServer(n.grpcSrv, rpc.NewServer(svc))
+	pb.RegisterRateLimiterServer(n.grpcSrv, rpc.NewServer(n.svc))
+	peerSrv := rpc.NewPeerServer(n.svc)
+	peerSrv.OnHandoff = n.received
+	pb.RegisterPeerServer(n.grpcSrv, peerSrv)
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
 
 	n.httpSrv = &http.Server{
-		Handler: httpapi.NewHandler(svc, httpapi.Config{
+		Handler: httpapi.NewHandler(n.svc, httpapi.Config{
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			Healthy:      n.serving.Load,
 			Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Members:      n.memberInfo,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -103,10 +143,9 @@ func Start(cfg Config) (*Node, error) {
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
 
-	n.serving.Store(true)
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(3)
+	// Serve before joining: the moment others see this node they forward
+	// to it and hand it state.
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		if err := n.grpcSrv.Serve(n.grpcLn); err != nil {
@@ -119,14 +158,23 @@ func Start(cfg Config) (*Node, error) {
 			n.log.Error("http server stopped", "err", err)
 		}
 	}()
-	go func() {
-		defer n.wg.Done()
-		n.sweep()
-	}()
-	if len(cfg.Join) > 0 {
-		n.log.Warn("clustering is not built yet: this node runs alone and ignores --join", "join", cfg.Join)
+	cleanup = append(cleanup, func() { n.grpcSrv.Stop(); n.httpSrv.Close(); n.wg.Wait() })
+
+	if n.members, err = cluster.Start(cluster.Config{
+		ID: cfg.ID, BindAddr: cfg.GossipAddr, AdvertiseAddr: cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
+		Join: cfg.Join, SecretKey: cfg.GossipKey, Profile: cfg.GossipProfile,
+		Logger: n.log, OnChange: n.membershipChanged,
+	}); err != nil {
+		return nil, err
 	}
-	n.log.Info("node started", "grpc", n.GRPCAddr(), "http", n.HTTPAddr())
+
+	n.serving.Store(true)
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.sweepLoop() }()
+	go func() { defer n.wg.Done(); n.handoffLoop() }()
+	n.log.Info("node started", "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", n.members.GossipAddr())
 	return n, nil
 }
 
@@ -136,14 +184,141 @@ func (n *Node) GRPCAddr() string { return n.grpcLn.Addr().String() }
 // HTTPAddr is the bound HTTP address.
 func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
+// GossipAddr is the gossip address other nodes join through.
+func (n *Node) GossipAddr() string { return n.members.GossipAddr() }
+
 // ID is the node's id.
 func (n *Node) ID() string { return n.cfg.ID }
 
 // Store exposes the node's limiter state, for tests and embedding.
 func (n *Node) Store() *limiter.Store { return n.store }
 
-// sweep frees expired keys until Shutdown.
-func (n *Node) sweep() {
+// Ring returns the node's current view of ownership.
+func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
+
+// Members returns the live members this node sees.
+func (n *Node) Members() []cluster.Member { return n.members.Members() }
+
+// owner is the Service's routing: the ring's owner of key. A leaving node
+// owns nothing, so what reaches it goes to the heirs.
+func (n *Node) owner(key string) rpc.Route {
+	m := n.ring.Load().Owner(key)
+	return rpc.Route{ID: m.ID, Addr: m.Addr}
+}
+
+// membershipChanged rebuilds and swaps the ring, updates the peer
+// connections, and wakes the handoff loop. The cluster's notifier calls
+// it, and Shutdown once; ringMu keeps a rebuild that started before the
+// leave from landing after it.
+func (n *Node) membershipChanged(members []cluster.Member) {
+	n.ringMu.Lock()
+	defer n.ringMu.Unlock()
+	var rms []ring.Member
+	var routes []rpc.Route
+	for _, m := range members {
+		if m.GRPCAddr == "" || (m.ID == n.cfg.ID && n.leaving.Load()) {
+			continue
+		}
+		rms = append(rms, ring.Member{ID: m.ID, Addr: m.GRPCAddr})
+		routes = append(routes, rpc.Route{ID: m.ID, Addr: m.GRPCAddr})
+	}
+	if len(rms) == 0 {
+		return // leaving and alone: keep the last ring
+	}
+	r, err := ring.New(n.cfg.Ring, rms)
+	if err != nil {
+		n.log.Error("building the ring", "err", err)
+		return
+	}
+	n.peers.Update(routes)
+	if old := n.ring.Load(); !old.Equal(r) {
+		n.ring.Store(r)
+		n.metrics.ringChanges.Inc()
+		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])
+	}
+	n.wakeHandoff()
+}
+
+func (n *Node) wakeHandoff() {
+	select {
+	case n.handoff <- struct{}{}:
+	default:
+	}
+}
+
+// handoffLoop sends state this node holds but does not own to the owner:
+// after every ring change, and every HandoffInterval for the state made
+// meanwhile (fallback decisions, forwards decided during convergence).
+func (n *Node) handoffLoop() {
+	t := time.NewTicker(n.cfg.HandoffInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.handoff:
+		case <-t.C:
+		}
+		n.handOff(context.Background())
+	}
+}
+
+// handOff moves every partition this node holds but does not own to its
+// owner, and returns how many keys stayed behind because the owner could
+// not take them. A partition is taken out of the store before it is sent
+// and merged back if the send fails, so no admitted hit is lost.
+func (n *Node) handOff(ctx context.Context) (left int) {
+	r := n.ring.Load()
+	byOwner := map[ring.Member][]int{}
+	for p := range n.store.Shards() {
+		if owner := r.PartitionOwner(p); (owner.ID != n.cfg.ID || n.leaving.Load()) && n.store.ShardLen(p) > 0 {
+			byOwner[owner] = append(byOwner[owner], p)
+		}
+	}
+	for owner, parts := range byOwner {
+		if owner.ID == n.cfg.ID {
+			continue // leaving, but the ring has no one else yet
+		}
+		var states []limiter.KeyState
+		for _, p := range parts {
+			states = append(states, n.store.TakeShard(p, n.cfg.Now())...)
+		}
+		if len(states) == 0 {
+			continue
+		}
+		merged, rejected, err := n.peers.Handoff(ctx, rpc.Route{ID: owner.ID, Addr: owner.Addr}, states)
+		if err != nil {
+			// Keep the state (TakeShard emptied the shards; put it back)
+			// and try again on the next round.
+			if _, errs := n.store.Merge(n.cfg.Now(), states); len(errs) > 0 {
+				n.log.Error("handoff failed and state could not be restored", "owner", owner.ID, "lost", len(errs), "err", errors.Join(errs...))
+			}
+			n.metrics.handoffs.WithLabelValues("failed").Inc()
+			n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states), "err", err)
+			left += len(states)
+			continue
+		}
+		n.metrics.handoffs.WithLabelValues("sent").Inc()
+		n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(merged))
+		if len(rejected) > 0 {
+			n.metrics.handoffKeys.WithLabelValues("refused").Add(float64(len(rejected)))
+			n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0])
+		}
+		n.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
+	}
+	return left
+}
+
+// received counts state handed to this node.
+func (n *Node) received(origin string, merged int, rejected []string) {
+	n.metrics.handoffKeys.WithLabelValues("received").Add(float64(merged))
+	if len(rejected) > 0 {
+		n.log.Warn("refused handed-off keys", "from", origin, "refused", len(rejected), "first", rejected[0])
+	}
+}
+
+// sweepLoop frees expired keys until the node stops.
+func (n *Node) sweepLoop() {
 	t := time.NewTicker(n.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -158,18 +333,26 @@ func (n *Node) sweep() {
 	}
 }
 
-// Shutdown stops the node gracefully: health turns NOT_SERVING, in-flight
-// calls finish until ctx ends, then everything is stopped and every
-// goroutine the node started has returned. It is safe to call more than
-// once; later calls return the first result.
+// Shutdown leaves the cluster gracefully: health turns NOT_SERVING, the
+// node gives up ownership (what it receives from now on is forwarded to
+// the heirs), tells the cluster it leaves, hands every key to its new
+// owner, lets in-flight calls finish, hands off what they created, and
+// stops. If ctx ends first, the rest is cut short and the error says so.
+// Safe to call more than once.
 func (n *Node) Shutdown(ctx context.Context) error {
-	n.shutOnce.Do(func() {
-		n.log.Info("shutting down")
+	n.stopOnce.Do(func() {
+		n.log.Info("shutting down: leaving the cluster")
+		var errs []error
 		n.serving.Store(false)
 		n.health.Shutdown()
-		close(n.stop)
-
-		var errs []error
+		n.leaving.Store(true)
+		n.membershipChanged(n.members.Members()) // a ring without this node
+		if err := n.members.Leave(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if left := n.handOff(ctx); left > 0 {
+			errs = append(errs, fmt.Errorf("%d keys could not be handed off", left))
+		}
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 			n.httpSrv.Close()
@@ -183,11 +366,50 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			<-done
 			errs = append(errs, fmt.Errorf("grpc graceful stop: %w", ctx.Err()))
 		}
-		n.wg.Wait()
-		n.shutErr = errors.Join(errs...)
+		// Decisions made by calls that were in flight during the handoff.
+		if left := n.handOff(ctx); left > 0 {
+			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))
+		}
+		n.stopErr = errors.Join(append(errs, n.halt())...)
 		n.log.Info("stopped")
 	})
-	return n.shutErr
+	return n.stopErr
+}
+
+// Kill stops the node at once, as a crash would: no leave, no handoff. Its
+// keys start fresh on their new owners. For tests and chaos experiments.
+func (n *Node) Kill() {
+	n.stopOnce.Do(func() {
+		n.serving.Store(false)
+		n.grpcSrv.Stop()
+		n.httpSrv.Close()
+		n.stopErr = n.halt()
+		n.log.Info("killed")
+	})
+}
+
+// halt stops gossip, peer connections and every goroutine of the node.
+func (n *Node) halt() error {
+	close(n.stop)
+	err := n.members.Shutdown()
+	n.peers.Close()
+	n.grpcSrv.Stop()
+	n.wg.Wait()
+	return err
+}
+
+// memberInfo lists the members for GET /v1/members.
+func (n *Node) memberInfo() httpapi.Members {
+	r := n.ring.Load()
+	parts := r.Partitions()
+	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
+	for _, m := range n.members.View() {
+		out.Members = append(out.Members, httpapi.MemberInfo{
+			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
+			Partitions: parts[m.ID], Share: float64(parts[m.ID]) / float64(r.PartitionCount()),
+		})
+	}
+	return out
 }
 
 // recoverUnary turns a panic in a handler into an Internal error: nothing a

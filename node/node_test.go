@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/testlog"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -46,7 +47,7 @@ func testNode(t *testing.T, edit func(*Config)) (*Node, *fakeClock) {
 	clk := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
 	cfg := DefaultLocalConfig("node-a")
 	cfg.Now = clk.Now
-	cfg.Logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -82,7 +82,7 @@ func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
 		return limiter.Request{}, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", in.GetAlgorithm())}
 	}
 	var hits *int64
-	if in.Hits != nil {
+	if in != nil && in.Hits != nil {
 		hits = in.Hits
 	}
 	return NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
@@ -99,5 +99,6 @@ func ToProto(r Result) *pb.CheckResponse {
 		RetryAfterMs: d.RetryAfter.Milliseconds(),
 		ResetAfterMs: d.ResetAfter.Milliseconds(),
 		Owner:        r.Owner,
+		Degraded:     r.Degraded,
 	}
 }

@@ -1,14 +1,19 @@
-// Package rpc is a node's request path and its gRPC face: a Service stamps
-// each check with the node's clock and decides it, and Server adapts the
-// public gRPC API (peerlimit.v1.RateLimiter) onto it. The HTTP/JSON API
-// (package httpapi) calls the same Service, so both APIs decide alike.
+// Package rpc is a node's request path and its gRPC faces. A Service finds
+// each check's owner and either decides it locally, stamped with this
+// node's clock, or forwards it to the owner through Peers (batched per
+// peer). Server adapts the public gRPC API (peerlimit.v1.RateLimiter) onto
+// the Service, PeerServer the node-to-node API (peerlimit.v1.Peer). The
+// HTTP/JSON API (package httpapi) calls the same Service.
 package rpc
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
@@ -20,14 +25,60 @@ type Config struct {
 	NodeID string
 	// MaxBatch caps the checks of one CheckBatch call. Default 1000.
 	MaxBatch int
-	// Now is the node's clock; it stamps every request once, on arrival.
+	// Now is the node's clock. Only the owner's clock decides: a forwarded
+	// check is decided at the time the owner receives it, so skew between
+	// the nodes that receive requests cannot move a key's windows.
 	// Default time.Now. Tests inject their own.
 	Now func() time.Time
+	// Owner returns the member that owns a key. Nil means this node owns
+	// every key (a node alone).
+	Owner func(key string) Route
+	// Peers reaches the other members. Required when Owner is set.
+	Peers *Peers
+	// Fallback is how a check is answered when its owner cannot be reached.
+	// Default FallbackLocal.
+	Fallback FallbackPolicy
+	// Logger receives the owner-unreachable warnings (at most one a second).
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// FallbackPolicy says how to answer a check whose owner is unreachable.
+// Every such answer is marked Degraded and counted in
+// peerlimit_owner_unreachable_total.
+type FallbackPolicy uint8
+
+const (
+	// FallbackLocal decides on this node's own store, as if it owned the
+	// key. The state it builds is handed to the owner when it is back (or
+	// kept, if this node inherits the key), so admissions made meanwhile
+	// still count: at most one limit per side while the owner is cut off.
+	FallbackLocal FallbackPolicy = iota
+	// FallbackAllow lets the request through (fail open).
+	FallbackAllow
+	// FallbackDeny refuses it (fail closed), with a retry after of one
+	// second.
+	FallbackDeny
+)
+
+// String returns the policy's flag spelling.
+func (f FallbackPolicy) String() string {
+	return [...]string{"local", "allow", "deny"}[min(int(f), 2)]
+}
+
+// ParseFallbackPolicy reads "local", "allow" or "deny".
+func ParseFallbackPolicy(s string) (FallbackPolicy, error) {
+	for p := FallbackLocal; p <= FallbackDeny; p++ {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown fallback policy %q; want local, allow or deny", s)
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 1000, Now: time.Now}
+	return Config{MaxBatch: 1000, Now: time.Now, Fallback: FallbackLocal}
 }
 
 // Validate reports an unusable Config.
@@ -39,6 +90,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rpc config: MaxBatch must be ≥ 1, got %d", c.MaxBatch)
 	case c.Now == nil:
 		return errors.New("rpc config: Now must not be nil")
+	case c.Owner != nil && c.Peers == nil:
+		return errors.New("rpc config: Peers is required with Owner")
+	case c.Fallback > FallbackDeny:
+		return fmt.Errorf("rpc config: unknown Fallback %d", c.Fallback)
 	}
 	return nil
 }
@@ -48,15 +103,20 @@ func (c Config) Validate() error {
 type Result struct {
 	Decision limiter.Decision
 	Owner    string
+	// Degraded marks an answer given by the fallback policy because the
+	// owner could not be reached.
+	Degraded bool
 	Err      error
 }
 
-// Service decides checks against the local store. It is safe for
-// concurrent use.
+// Service routes checks to their owners and decides the ones this node
+// owns. It is safe for concurrent use.
 type Service struct {
 	cfg     Config
 	store   *limiter.Store
 	metrics *Metrics
+	log     *slog.Logger
+	lastLog atomic.Int64 // unix ns of the last owner-unreachable warning
 }
 
 // ErrBatchTooLarge is returned, wrapped, for a batch over Config.MaxBatch.
@@ -70,31 +130,106 @@ func NewService(cfg Config, store *limiter.Store, metrics *Metrics) (*Service, e
 	if store == nil {
 		return nil, errors.New("rpc: nil store")
 	}
-	return &Service{cfg: cfg, store: store, metrics: metrics}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{cfg: cfg, store: store, metrics: metrics, log: log}, nil
 }
 
-// Check decides one request.
+// owner returns key's owner, and whether it is this node.
+func (s *Service) owner(key string) (Route, bool) {
+	if s.cfg.Owner == nil {
+		return Route{ID: s.cfg.NodeID}, true
+	}
+	o := s.cfg.Owner(key)
+	return o, o.ID == s.cfg.NodeID || o.ID == ""
+}
+
+// Check answers one request: decided here if this node owns the key,
+// else forwarded to the owner.
 func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
-	return s.decide(s.cfg.Now(), req)
+	if err := s.store.Validate(req); err != nil {
+		s.metrics.observe(req.Algorithm, false, err)
+		return Result{Err: err}
+	}
+	owner, local := s.owner(req.Key)
+	if local {
+		return s.decide(s.cfg.Now(), req)
+	}
+	res, err := s.cfg.Peers.Forward(ctx, owner, req)
+	if err != nil {
+		return s.fallback(ctx, owner, req, err)
+	}
+	s.metrics.forwarded(true)
+	return res
 }
 
-// CheckBatch decides every request, each on its own, all stamped with the
-// same arrival time. The error is for the batch as a whole (too large);
-// per-item failures are in the results.
+// CheckBatch answers every request, each on its own and in order. Checks
+// this node owns are decided together, stamped with one arrival time; the
+// others go to their owners, one call per owner, all at once. The error is
+// for the batch as a whole (too large); per-item failures are in the
+// results.
 func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Result, error) {
 	if len(reqs) > s.cfg.MaxBatch {
 		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
 	}
+	out := make([]Result, len(reqs))
+	remote := map[Route][]int{} // owner → indexes of its checks
+	now := s.cfg.Now()
+	for i, r := range reqs {
+		if err := s.store.Validate(r); err != nil {
+			s.metrics.observe(r.Algorithm, false, err)
+			out[i] = Result{Err: err}
+			continue
+		}
+		if owner, local := s.owner(r.Key); local {
+			out[i] = s.decide(now, r)
+		} else {
+			remote[owner] = append(remote[owner], i)
+		}
+	}
+	var wg sync.WaitGroup
+	for owner, idx := range remote {
+		wg.Go(func() {
+			sub := make([]limiter.Request, len(idx))
+			for j, i := range idx {
+				sub[j] = reqs[i]
+			}
+			results, err := s.cfg.Peers.ForwardBatch(ctx, owner, sub)
+			for j, i := range idx {
+				if err != nil {
+					out[i] = s.fallback(ctx, owner, reqs[i], err)
+				} else {
+					out[i] = results[j]
+					s.metrics.forwarded(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// DecideLocal decides checks forwarded by another node, here, whatever
+// this node's ring says: a forwarded check is never forwarded again.
+func (s *Service) DecideLocal(reqs []limiter.Request) []Result {
 	now := s.cfg.Now()
 	out := make([]Result, len(reqs))
 	for i, r := range reqs {
 		out[i] = s.decide(now, r)
 	}
-	return out, nil
+	return out
 }
 
 // MaxBatch is the largest batch CheckBatch accepts.
 func (s *Service) MaxBatch() int { return s.cfg.MaxBatch }
+
+// Store is the node's limiter state.
+func (s *Service) Store() *limiter.Store { return s.store }
+
+// NodeID is this node's id.
+func (s *Service) NodeID() string { return s.cfg.NodeID }
 
 func (s *Service) decide(now time.Time, req limiter.Request) Result {
 	d, err := s.store.Check(now, req)
@@ -105,14 +240,44 @@ func (s *Service) decide(now time.Time, req limiter.Request) Result {
 	return Result{Decision: d, Owner: s.cfg.NodeID}
 }
 
-// NewRequest builds a limiter request from the public API's fields, which
-// both the gRPC and the JSON API share. hits nil means 1; window_ms too
-// large for a time.Duration is an *limiter.ArgumentError like any other bad
-// field (the store checks the rest).
-func NewRequest(key string, limit, windowMS int64, algo limiter.Algorithm, hits *int64) (limiter.Request, error) {
-	if windowMS > math.MaxInt64/int64(time.Millisecond) {
-		return limiter.Request{}, &limiter.ArgumentError{Field: "window_ms", Reason: fmt.Sprintf("%d is too large", windowMS)}
+// fallback answers a check whose owner could not be asked. A caller that
+// gave up is told so; anything else is the owner's unavailability, which
+// the policy answers, marked Degraded. AP: the caller always gets an
+// answer, never a silent one.
+func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) Result {
+	if ctx.Err() != nil {
+		return Result{Err: ctx.Err()}
 	}
+	s.metrics.forwarded(false)
+	s.metrics.unreachable(s.cfg.Fallback)
+	if now := time.Now().UnixNano(); now-s.lastLog.Load() > int64(time.Second) {
+		s.lastLog.Store(now)
+		s.log.Warn("owner unreachable; answering by fallback policy", "owner", owner.ID, "addr", owner.Addr,
+			"policy", s.cfg.Fallback.String(), "err", cause)
+	}
+	var res Result
+	switch s.cfg.Fallback {
+	case FallbackAllow:
+		res = Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.cfg.NodeID}
+	case FallbackDeny:
+		res = Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.cfg.NodeID}
+	default:
+		res = s.decide(s.cfg.Now(), req)
+	}
+	res.Degraded = res.Err == nil
+	return res
+}
+
+// NewRequest builds a limiter request from the public API's fields, which
+// both the gRPC and the JSON API share; hits nil means 1. The store
+// validates every field, in its order, so the first bad field is named
+// whichever API it came through.
+func NewRequest(key string, limit, windowMS int64, algo limiter.Algorithm, hits *int64) (limiter.Request, error) {
+	// Clamp before converting: the multiplication would wrap, and a
+	// negative window could wrap into a valid positive one. A clamped
+	// window is still out of range, so the store rejects it.
+	const maxMS = math.MaxInt64 / int64(time.Millisecond)
+	windowMS = min(max(windowMS, -maxMS), maxMS)
 	r := limiter.Request{Key: key, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Algorithm: algo, Hits: 1}
 	if hits != nil {
 		r.Hits = *hits

@@ -173,7 +173,12 @@ type CheckResponse struct {
 	// Time until the key's state would be empty if no other traffic came.
 	ResetAfterMs int64 `protobuf:"varint,6,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
 	// The id of the node that decided.
-	Owner         string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	// True when the key's owner could not be reached and the node that
+	// received the request answered by its fallback policy (decide locally,
+	// allow or deny) instead. The answer is then less exact; it is never
+	// silently so.
+	Degraded      bool `protobuf:"varint,8,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -255,6 +260,13 @@ func (x *CheckResponse) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *CheckResponse) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
 }
 
 type CheckBatchRequest struct {
@@ -502,7 +514,7 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x125\n" +
 	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x17\n" +
 	"\x04hits\x18\x05 \x01(\x03H\x00R\x04hits\x88\x01\x01B\a\n" +
-	"\x05_hits\"\xe4\x01\n" +
+	"\x05_hits\"\x80\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -510,7 +522,8 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\rcurrent_count\x18\x04 \x01(\x03R\fcurrentCount\x12$\n" +
 	"\x0eretry_after_ms\x18\x05 \x01(\x03R\fretryAfterMs\x12$\n" +
 	"\x0ereset_after_ms\x18\x06 \x01(\x03R\fresetAfterMs\x12\x14\n" +
-	"\x05owner\x18\a \x01(\tR\x05owner\"G\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\x12\x1a\n" +
+	"\bdegraded\x18\b \x01(\bR\bdegraded\"G\n" +
 	"\x11CheckBatchRequest\x122\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"I\n" +
 	"\x12CheckBatchResponse\x123\n" +

@@ -1,0 +1,419 @@
+// Package cluster is a node's membership: who is in the cluster and where
+// their gRPC APIs listen. It runs hashicorp/memberlist (SWIM gossip) and
+// hides it: no memberlist type leaves this package. Changes reach the
+// caller as full membership snapshots through Config.OnChange.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// State is a member's state as this node sees it.
+type State string
+
+const (
+	StateAlive  State = "alive"  // in the ring (also while merely suspected)
+	StateFailed State = "failed" // declared dead; the reconnector retries it
+	StateLeft   State = "left"   // left gracefully
+)
+
+// Member is one node of the cluster.
+type Member struct {
+	ID         string
+	GossipAddr string
+	GRPCAddr   string
+	State      State
+}
+
+// meta is what a member advertises in memberlist's node metadata.
+type meta struct {
+	GRPC string `json:"grpc"`
+	// Leaving is set just before a graceful leave. memberlist's
+	// NotifyLeave cannot tell a leave from a death (it passes the embedded
+	// Node, whose State field is shadowed by nodeState.State and never
+	// updated), but it does pass current metadata.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// Cluster is this node's membership. Its methods are safe for concurrent
+// use.
+type Cluster struct {
+	cfg Config
+	log *slog.Logger
+	ml  *memberlist.Memberlist
+
+	metaMu sync.Mutex
+	meta   meta
+
+	gossipAddr string // ours, read once: memberlist's LocalNode() is live state
+
+	// Our copy of the membership, kept by the event delegate. memberlist's
+	// Members() returns pointers into its live state, which it mutates
+	// under its own lock: reading them races. Events are called under that
+	// lock, so copying there is safe.
+	mu      sync.Mutex
+	members map[string]Member  // by ID: live members
+	failed  map[string]failure // by ID: members to reconnect to
+	left    map[string]Member  // by ID: members that left gracefully
+
+	kick     chan struct{} // capacity 1: coalesces change notifications
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+}
+
+type failure struct {
+	addr  string
+	since time.Time
+}
+
+// Start creates the member, tries the seeds once, and starts the notifier
+// and the reconnector. Unreachable seeds are logged, not fatal.
+func Start(cfg Config) (*Cluster, error) {
+	cfg.sanitize()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "cluster"),
+		members: map[string]Member{},
+		failed:  map[string]failure{},
+		left:    map[string]Member{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	mlc, err := c.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	// An unspecified gRPC host is only known once memberlist has chosen
+	// its address, after Create; nobody knows this member before it
+	// joins, below, so the corrected metadata is what others see.
+	c.meta = meta{GRPC: cfg.GRPCAddr}
+	if c.ml, err = memberlist.Create(mlc); err != nil {
+		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	local := c.ml.LocalNode() // nothing else touches it before we join
+	c.gossipAddr = local.Address()
+	if host, port, _ := net.SplitHostPort(cfg.GRPCAddr); host == "" || net.ParseIP(host).IsUnspecified() {
+		c.setMeta(func(m *meta) { m.GRPC = net.JoinHostPort(local.Addr.String(), port) })
+		if err := c.ml.UpdateNode(time.Second); err != nil {
+			c.log.Warn("advertising the gRPC address", "err", err)
+		}
+	}
+	c.wg.Add(2)
+	go c.notify()
+	go c.reconnect()
+	c.kickChange()
+	if len(cfg.Join) > 0 {
+		if n, err := c.ml.Join(cfg.Join); err != nil {
+			c.log.Warn("no seed reachable yet; retrying in the background", "seeds", cfg.Join, "err", err)
+		} else {
+			c.log.Info("joined", "contacted", n)
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
+	var mlc *memberlist.Config
+	if c.cfg.Profile == ProfileLocal {
+		mlc = memberlist.DefaultLocalConfig()
+		mlc.ProbeInterval = 200 * time.Millisecond
+		mlc.ProbeTimeout = 100 * time.Millisecond
+		mlc.GossipInterval = 50 * time.Millisecond
+		mlc.SuspicionMult = 2
+		mlc.TCPTimeout = 500 * time.Millisecond
+		mlc.PushPullInterval = 2 * time.Second
+		mlc.GossipToTheDeadTime = 5 * time.Second
+		mlc.DeadNodeReclaimTime = time.Second
+	} else {
+		mlc = memberlist.DefaultLANConfig()
+		mlc.ProbeInterval = 500 * time.Millisecond
+		mlc.ProbeTimeout = 250 * time.Millisecond
+		mlc.GossipInterval = 100 * time.Millisecond
+		mlc.TCPTimeout = 2 * time.Second
+		mlc.PushPullInterval = 15 * time.Second
+		mlc.DeadNodeReclaimTime = 10 * time.Second
+	}
+	mlc.Name = c.cfg.ID
+	host, port, err := splitHostPort(c.cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: BindAddr: %w", err)
+	}
+	mlc.BindAddr, mlc.BindPort = host, port
+	mlc.AdvertisePort = port
+	if c.cfg.AdvertiseAddr != "" {
+		if mlc.AdvertiseAddr, mlc.AdvertisePort, err = splitHostPort(c.cfg.AdvertiseAddr); err != nil {
+			return nil, fmt.Errorf("cluster: AdvertiseAddr: %w", err)
+		}
+	}
+	if len(c.cfg.SecretKey) > 0 {
+		mlc.SecretKey = c.cfg.SecretKey
+	}
+	mlc.Events = &events{c}
+	mlc.Delegate = &delegate{c}
+	mlc.Logger = nil
+	mlc.LogOutput = &logBridge{log: c.log}
+	return mlc, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return host, port, nil
+}
+
+// LocalID is this member's ID.
+func (c *Cluster) LocalID() string { return c.cfg.ID }
+
+// GossipAddr is the gossip address this member advertises.
+func (c *Cluster) GossipAddr() string { return c.gossipAddr }
+
+// Members returns the live members, sorted by ID: the set the ring is
+// built from. A suspect member stays in until it is declared dead, so a
+// brief hiccup does not move ownership.
+func (c *Cluster) Members() []Member {
+	c.mu.Lock()
+	out := make([]Member, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, m)
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// View returns every member this node knows of: live ones, failed ones it
+// is still trying to reconnect to, and ones that left. For operators.
+func (c *Cluster) View() []Member {
+	out := c.Members()
+	seen := map[string]bool{}
+	for _, m := range out {
+		seen[m.ID] = true
+	}
+	c.mu.Lock()
+	for id, f := range c.failed {
+		if !seen[id] {
+			out = append(out, Member{ID: id, GossipAddr: f.addr, State: StateFailed})
+			seen[id] = true
+		}
+	}
+	for id, m := range c.left {
+		if !seen[id] {
+			out = append(out, m)
+		}
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (c *Cluster) setMeta(edit func(*meta)) {
+	c.metaMu.Lock()
+	edit(&c.meta)
+	c.metaMu.Unlock()
+}
+
+func parseMeta(b []byte) meta {
+	var md meta
+	_ = json.Unmarshal(b, &md) // a member with garbage metadata has no gRPC address
+	return md
+}
+
+// aliveMember copies a node; call only from the event delegate.
+func aliveMember(n *memberlist.Node) Member {
+	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: parseMeta(n.Meta).GRPC, State: StateAlive}
+}
+
+func (c *Cluster) kickChange() {
+	select {
+	case c.kick <- struct{}{}:
+	default: // a notification is already pending; it will see this change
+	}
+}
+
+// notify delivers membership snapshots to OnChange, one at a time.
+func (c *Cluster) notify() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+			if c.cfg.OnChange != nil {
+				c.cfg.OnChange(c.Members())
+			}
+		}
+	}
+}
+
+// reconnect periodically rejoins failed members and, while this member is
+// alone, the seeds. memberlist stops gossiping to a dead member after
+// GossipToTheDeadTime, so without this a partition that lasts longer never
+// heals.
+func (c *Cluster) reconnect() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		targets := c.reconnectTargets(time.Now())
+		if len(targets) == 0 {
+			continue
+		}
+		// One Join per target, in parallel: a target behind a DROP rule
+		// takes a full TCP timeout, and must not delay the others.
+		var wg sync.WaitGroup
+		for _, addr := range targets {
+			wg.Go(func() {
+				if _, err := c.ml.Join([]string{addr}); err == nil {
+					c.log.Info("reconnected", "addr", addr)
+				} else {
+					c.log.Debug("reconnect failed", "addr", addr, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+func (c *Cluster) reconnectTargets(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	alone := len(c.members) <= 1
+	var out []string
+	for id, f := range c.failed {
+		if now.Sub(f.since) > c.cfg.ReconnectTimeout {
+			delete(c.failed, id)
+			c.log.Info("giving up on failed member", "member", id, "after", c.cfg.ReconnectTimeout)
+			continue
+		}
+		out = append(out, f.addr)
+	}
+	if alone {
+		out = append(out, c.cfg.Join...)
+	}
+	return out
+}
+
+// Leave tells the cluster this member is going away, waiting until the
+// message has spread or ctx ends. The member keeps running until Shutdown.
+func (c *Cluster) Leave(ctx context.Context) error {
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	// First say we are leaving, so the others do not take the leave for a
+	// failure and try to reconnect to us.
+	c.setMeta(func(m *meta) { m.Leaving = true })
+	if err := c.ml.UpdateNode(timeout / 2); err != nil {
+		c.log.Warn("announcing the leave", "err", err)
+	}
+	if err := c.ml.Leave(timeout / 2); err != nil {
+		return fmt.Errorf("cluster: leave: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops gossip and every goroutine of the member, without telling
+// the others (they will detect the failure). Call Leave first for a
+// graceful exit. Safe to call more than once.
+func (c *Cluster) Shutdown() error {
+	var err error
+	c.shutOnce.Do(func() {
+		close(c.stop)
+		err = c.ml.Shutdown()
+		c.wg.Wait()
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: shutdown: %w", err)
+	}
+	return nil
+}
+
+// events receives memberlist's membership events. memberlist never calls
+// it concurrently, and it must not block: it records what the reconnector
+// needs and kicks the notifier.
+type events struct{ c *Cluster }
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.c.mu.Lock()
+	e.c.members[n.Name] = aliveMember(n)
+	delete(e.c.failed, n.Name)
+	delete(e.c.left, n.Name)
+	e.c.mu.Unlock()
+	e.c.log.Info("member joined", "member", n.Name, "addr", n.Address())
+	e.c.kickChange()
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	md := parseMeta(n.Meta)
+	m := Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateFailed}
+	e.c.mu.Lock()
+	delete(e.c.members, n.Name)
+	switch {
+	case md.Leaving:
+		m.State = StateLeft
+		e.c.left[n.Name] = m
+	case n.Name != e.c.cfg.ID:
+		e.c.failed[n.Name] = failure{addr: n.Address(), since: time.Now()}
+	}
+	e.c.mu.Unlock()
+	e.c.log.Info("member gone", "member", n.Name, "state", m.State)
+	e.c.kickChange()
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.c.mu.Lock()
+	e.c.members[n.Name] = aliveMember(n)
+	e.c.mu.Unlock()
+	e.c.log.Debug("member updated", "member", n.Name)
+	e.c.kickChange()
+}
+
+// delegate serves our metadata; the rest of memberlist.Delegate is unused.
+type delegate struct{ c *Cluster }
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.c.metaMu.Lock()
+	b, _ := json.Marshal(d.c.meta)
+	d.c.metaMu.Unlock()
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+var (
+	_ memberlist.EventDelegate = (*events)(nil)
+	_ memberlist.Delegate      = (*delegate)(nil)
+)

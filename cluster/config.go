@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Profile picks memberlist's timing.
+type Profile string
+
+const (
+	// ProfileLAN detects a failed node in ~1–3 s on a LAN: memberlist's LAN
+	// defaults with a faster probe and gossip, and short TCP timeouts so a
+	// silent peer (a DROP rule, a paused process) does not stall joins.
+	ProfileLAN Profile = "lan"
+	// ProfileLocal is faster still, for tests and single-host clusters:
+	// failures in well under a second, dead members forgotten after 5 s.
+	ProfileLocal Profile = "local"
+)
+
+// Config holds a member's settings. Start from DefaultConfig.
+type Config struct {
+	// ID is the member's unique name. A node that restarts with the same ID
+	// takes its old place.
+	ID string
+	// BindAddr is the gossip listen address, host:port (TCP and UDP). Port
+	// 0 picks a free port.
+	BindAddr string
+	// AdvertiseAddr is the gossip address others should use, if it differs
+	// from BindAddr (NAT, containers). Optional.
+	AdvertiseAddr string
+	// GRPCAddr is this node's gRPC address, advertised to the others in the
+	// member's metadata. An unspecified host (":9090", "0.0.0.0:9090") is
+	// replaced by the gossip address's host.
+	GRPCAddr string
+	// Join lists seeds: gossip addresses of any live members. Unreachable
+	// seeds are not an error: the reconnector keeps trying them while this
+	// member is alone.
+	Join []string
+	// SecretKey, when set, encrypts gossip with AES (16, 24 or 32 bytes).
+	// Every member must have the same key.
+	SecretKey []byte
+	// Profile selects memberlist's timing. Default ProfileLAN.
+	Profile Profile
+	// ReconnectInterval is how often the reconnector tries to rejoin
+	// members that failed and, while alone, the seeds. This is what heals
+	// a partition that outlasted memberlist's GossipToTheDeadTime, as
+	// Serf's reconnector does. Default 2 s (LAN), 500 ms (local).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is retried. Default 24 h.
+	ReconnectTimeout time.Duration
+	// Logger receives membership events and memberlist's own logs.
+	Logger *slog.Logger
+	// OnChange receives the live membership after every change. It is
+	// called from one goroutine, never concurrently, with the full set
+	// (changes that arrive together are coalesced into one call), so it
+	// may take its time; it must not call Leave or Shutdown.
+	OnChange func([]Member)
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{BindAddr: ":7946", Profile: ProfileLAN, ReconnectTimeout: 24 * time.Hour, Logger: slog.Default()}
+}
+
+func (c *Config) sanitize() {
+	if c.Profile == "" {
+		c.Profile = ProfileLAN
+	}
+	if c.ReconnectInterval == 0 {
+		c.ReconnectInterval = 2 * time.Second
+		if c.Profile == ProfileLocal {
+			c.ReconnectInterval = 500 * time.Millisecond
+		}
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every unusable field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("ID must not be empty"))
+	}
+	if c.BindAddr == "" {
+		errs = append(errs, errors.New("BindAddr must be set"))
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("GRPCAddr must be set"))
+	}
+	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		errs = append(errs, fmt.Errorf("SecretKey must be 16, 24 or 32 bytes, got %d", n))
+	}
+	if c.Profile != ProfileLAN && c.Profile != ProfileLocal {
+		errs = append(errs, fmt.Errorf("unknown Profile %q; want lan or local", c.Profile))
+	}
+	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 {
+		errs = append(errs, errors.New("ReconnectInterval and ReconnectTimeout must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cluster config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+// Package testcluster starts real peerlimit nodes in-process on loopback
+// free ports (real memberlist gossip, real gRPC) for tests. A Cluster is a
+// value: nothing global, every node stopped through t.Cleanup, logs through
+// t.Log, and convergence awaited by polling a condition with a deadline.
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/node"
+)
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     testing.TB
+	edit  func(*node.Config)
+	logs  *testlog.Writer
+	mu    sync.Mutex
+	nodes []*node.Node // index = node number; stopped ones stay, see live
+	live  []bool
+}
+
+// New starts n nodes that join through the first and waits until they
+// agree on membership and ring. edit, if not nil, adjusts every node's
+// config (after the harness's own settings).
+func New(t testing.TB, n int, edit func(*node.Config)) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, edit: edit, logs: testlog.New(t)}
+	t.Cleanup(c.stopAll) // runs before the log writer's cleanup: LIFO
+	for range n {
+		c.Add()
+	}
+	c.WaitConverged()
+	return c
+}
+
+// Add starts one more node, joined through a live one, without waiting
+// for convergence.
+func (c *Cluster) Add() *node.Node {
+	c.t.Helper()
+	c.mu.Lock()
+	i := len(c.nodes)
+	var seeds []string
+	for j, n := range c.nodes {
+		if c.live[j] {
+			seeds = append(seeds, n.GossipAddr())
+			break
+		}
+	}
+	c.mu.Unlock()
+
+	cfg := node.DefaultLocalConfig(fmt.Sprintf("node-%d", i))
+	cfg.Join = seeds
+	cfg.Logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", cfg.ID)
+	if c.edit != nil {
+		c.edit(&cfg)
+	}
+	n, err := node.Start(cfg)
+	if err != nil {
+		c.t.Fatalf("testcluster: start %s: %v", cfg.ID, err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.live = append(c.live, true)
+	c.mu.Unlock()
+	return n
+}
+
+// Node returns node i, live or not.
+func (c *Cluster) Node(i int) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Live returns the nodes that have not been stopped.
+func (c *Cluster) Live() []*node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*node.Node
+	for i, n := range c.nodes {
+		if c.live[i] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Leave stops node i gracefully: it leaves and hands its keys off.
+func (c *Cluster) Leave(i int) {
+	c.t.Helper()
+	n := c.markStopped(i)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		c.t.Errorf("testcluster: graceful leave of %s: %v", n.ID(), err)
+	}
+}
+
+// Kill stops node i at once, as a crash would.
+func (c *Cluster) Kill(i int) { c.markStopped(i).Kill() }
+
+func (c *Cluster) markStopped(i int) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live[i] = false
+	return c.nodes[i]
+}
+
+// WaitConverged waits until every live node sees exactly the live nodes
+// as members and all hold the same ring over them.
+func (c *Cluster) WaitConverged() {
+	c.t.Helper()
+	c.Eventually(15*time.Second, func() (bool, string) {
+		live := c.Live()
+		want := make([]string, len(live))
+		for i, n := range live {
+			want[i] = n.ID()
+		}
+		slices.Sort(want)
+		for _, n := range live {
+			var got []string
+			for _, m := range n.Members() {
+				got = append(got, m.ID)
+			}
+			if !slices.Equal(got, want) {
+				return false, fmt.Sprintf("%s sees members %v, want %v", n.ID(), got, want)
+			}
+			var ringIDs []string
+			for _, m := range n.Ring().Members() {
+				ringIDs = append(ringIDs, m.ID)
+			}
+			if !slices.Equal(ringIDs, want) {
+				return false, fmt.Sprintf("%s's ring has %v, want %v", n.ID(), ringIDs, want)
+			}
+			if !n.Ring().Equal(live[0].Ring()) {
+				return false, fmt.Sprintf("%s and %s disagree on owners", n.ID(), live[0].ID())
+			}
+		}
+		return true, ""
+	})
+}
+
+// Eventually polls cond every 20ms until it holds, failing the test with
+// cond's last explanation after within.
+func (c *Cluster) Eventually(within time.Duration, cond func() (bool, string)) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("testcluster: not within %s: %s", within, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) stopAll() {
+	for i, n := range c.nodes {
+		if c.live[i] {
+			c.live[i] = false
+			n.Kill() // fast: graceful leave is what Leave tests
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package limiter
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// KeyState is the portable state of one key, moved between nodes when a
+// partition changes owner. It carries absolute times (window ids, log
+// timestamps), so clock skew between the old and new owner shifts windows by
+// at most that skew.
+type KeyState struct {
+	Key       string
+	Window    time.Duration
+	Algorithm Algorithm
+
+	// Counter state: the current window's id and the two counts.
+	WindowID, Prev, Curr int64
+	// Log state: timestamps (Unix ms) of the held hits, oldest first.
+	Log []int64
+}
+
+// Shards returns the number of shards; shard i holds ring partition i.
+func (s *Store) Shards() int { return len(s.shards) }
+
+// ShardOf returns key's shard: xxhash64(key) mod Shards, the ring's
+// partition function.
+func (s *Store) ShardOf(key string) int { return int(hashKey(key) % uint64(len(s.shards))) }
+
+// ShardLen returns the number of keys shard i holds.
+func (s *Store) ShardLen(i int) int {
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.len()
+}
+
+// TakeShard removes every key of shard i and returns the states that are
+// not yet expired at now. Decisions made on the shard's keys after it
+// returns start a new state, which a later TakeShard collects: so a caller
+// that hands the result to the new owner, and merges it back with Merge if
+// that fails, loses nothing.
+func (s *Store) TakeShard(i int, now time.Time) []KeyState {
+	ms := max(now.UnixMilli(), 0)
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	counters, logs := sh.counters, sh.logs
+	sh.counters, sh.logs, sh.peak = make(map[stateKey]counterState), make(map[stateKey]*logState), 0
+	sh.mu.Unlock()
+
+	out := make([]KeyState, 0, len(counters)+len(logs))
+	for k, st := range counters {
+		if counterExpiry(&st, k.window) > ms {
+			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
+				Algorithm: SlidingWindowCounter, WindowID: st.window, Prev: st.prev, Curr: st.curr})
+		}
+	}
+	for k, st := range logs {
+		st.prune(ms - k.window)
+		if st.n == 0 {
+			continue
+		}
+		log := make([]int64, st.n)
+		for j := range log {
+			log[j] = st.at(int32(j))
+		}
+		out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
+			Algorithm: SlidingWindowLog, Log: log})
+	}
+	return out
+}
+
+// Merge adds states into the store, combining each with what the store
+// already holds for the same key: counter counts are summed per window
+// (after rolling both to the later window), log entries are united. Both
+// sides may have served the key (a partition, a handoff in flight), and
+// every hit either side admitted still counts.
+//
+// Invalid states are skipped with an error each; a state that does not fit
+// (OverflowReject at capacity) is skipped too. Merge returns how many it
+// merged and the errors of the others, so the caller can report them.
+func (s *Store) Merge(now time.Time, states []KeyState) (merged int, errs []error) {
+	ms := max(now.UnixMilli(), 0)
+	for _, ks := range states {
+		if err := s.mergeOne(ms, ks); err != nil {
+			errs = append(errs, fmt.Errorf("merge %q: %w", ks.Key, err))
+			continue
+		}
+		merged++
+	}
+	return merged, errs
+}
+
+func (s *Store) mergeOne(now int64, ks KeyState) error {
+	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm}
+	if ks.Algorithm == SlidingWindowLog {
+		probe.Limit = min(int64(len(ks.Log)), s.cfg.MaxLogLimit)
+	}
+	probe.Limit = max(probe.Limit, 1)
+	if err := s.cfg.validate(&probe); err != nil {
+		return err
+	}
+	if ks.Prev < 0 || ks.Curr < 0 {
+		return &ArgumentError{"state", "negative count"}
+	}
+	w := ks.Window.Milliseconds()
+	k := stateKey{ks.Key, w}
+	sh := s.shardOf(ks.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	if ks.Algorithm == SlidingWindowCounter {
+		in := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
+		// A sender whose clock runs ahead would drag the key into a future
+		// window and, since time never runs backwards for a key, freeze it
+		// there: count its hits in our current window instead.
+		in.window = min(in.window, floorDiv(now, w))
+		if counterExpiry(&in, w) <= now {
+			return nil // nothing left to count
+		}
+		cur, ok := sh.counters[k]
+		if !ok {
+			if err := s.makeRoom(sh, now); err != nil {
+				return err
+			}
+			k.key = strings.Clone(k.key)
+			sh.counters[k] = in
+			sh.peak = max(sh.peak, sh.len())
+			return nil
+		}
+		id := max(cur.window, in.window)
+		cur.roll(id)
+		in.roll(id)
+		cur.prev, cur.curr = satAdd(cur.prev, in.prev), satAdd(cur.curr, in.curr)
+		sh.counters[k] = cur
+		return nil
+	}
+
+	// Log: drop what has left the window, unite, keep the newest
+	// MaxLogLimit (no log ever needs more to decide).
+	entries := slices.Clone(ks.Log)
+	for j, t := range entries {
+		entries[j] = min(t, now) // a sender ahead of us must not freeze the key
+	}
+	slices.Sort(entries)
+	entries = slices.DeleteFunc(entries, func(t int64) bool { return t <= now-w })
+	cur, ok := sh.logs[k]
+	if ok {
+		cur.prune(now - w)
+		for j := int32(0); j < cur.n; j++ {
+			entries = append(entries, cur.at(j))
+		}
+		slices.Sort(entries)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if over := len(entries) - int(s.cfg.MaxLogLimit); over > 0 {
+		entries = entries[over:]
+	}
+	if !ok {
+		if err := s.makeRoom(sh, now); err != nil {
+			return err
+		}
+		cur = new(logState)
+		k.key = strings.Clone(k.key)
+		sh.logs[k] = cur
+		sh.peak = max(sh.peak, sh.len())
+	}
+	*cur = logState{}
+	for _, t := range entries {
+		cur.push(t, 1, int64(len(entries)))
+	}
+	return nil
+}

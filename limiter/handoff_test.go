@@ -1,0 +1,155 @@
+package limiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Moving a shard to another store keeps every decision as it was.
+func TestTakeShardAndMergeKeepDecisions(t *testing.T) {
+	a, b := newStore(t, DefaultConfig()), newStore(t, DefaultConfig())
+	t0 := sec(1_000_020)
+	reqs := []Request{
+		{Key: "user:1", Limit: 3, Window: time.Minute, Hits: 1},
+		{Key: "user:1", Limit: 3, Window: time.Minute, Algorithm: SlidingWindowLog, Hits: 1},
+	}
+	for _, r := range reqs {
+		for range 3 {
+			_, err := a.Check(t0, r)
+			require.NoError(t, err)
+		}
+	}
+	shard := a.ShardOf("user:1")
+	states := a.TakeShard(shard, t0)
+	require.Len(t, states, 2)
+	assert.Zero(t, a.ShardLen(shard))
+
+	merged, errs := b.Merge(t0, states)
+	require.Empty(t, errs)
+	assert.Equal(t, 2, merged)
+	for _, r := range reqs {
+		d, err := b.Check(t0.Add(time.Second), r)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "%s: the moved count still blocks", r.Algorithm)
+		assert.EqualValues(t, 3, d.CurrentCount)
+	}
+}
+
+// Both sides served the key (a partition): every admitted hit counts.
+func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
+	a, b := newStore(t, DefaultConfig()), newStore(t, DefaultConfig())
+	w := 10 * time.Second
+	t0 := sec(1_000_000) // a window start
+	check := func(s *Store, at time.Time, r Request) {
+		_, err := s.Check(at, r)
+		require.NoError(t, err)
+	}
+	counter := Request{Key: "k", Limit: 100, Window: w, Hits: 2}
+	log := Request{Key: "k", Limit: 100, Window: w, Algorithm: SlidingWindowLog, Hits: 1}
+	check(a, t0, counter)                     // a: window 100000, curr 2
+	check(b, t0.Add(-5*time.Second), counter) // b: window 99999, curr 2
+	check(b, t0.Add(1*time.Second), counter)  // b: rolls: prev 2, curr 2
+	check(a, t0.Add(1*time.Second), log)      // a: log [t0+1s]
+	check(b, t0.Add(2*time.Second), log)      // b: log [t0+2s]
+	_, errs := b.Merge(t0.Add(3*time.Second), a.TakeShard(a.ShardOf("k"), t0.Add(3*time.Second)))
+	require.Empty(t, errs)
+
+	d, err := b.Check(t0.Add(3*time.Second), withHits(counter, 0))
+	require.NoError(t, err)
+	// prev 2 × 7/10 = 1.4, curr 2 + 2 = 4 → floor(5.4) = 5
+	assert.EqualValues(t, 5, d.CurrentCount)
+	d, err = b.Check(t0.Add(3*time.Second), withHits(log, 0))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, d.CurrentCount, "a's entry joins b's")
+}
+
+func TestMergeDropsExpiredAndClampsFutureState(t *testing.T) {
+	s := newStore(t, DefaultConfig())
+	now := sec(1_000_000)
+	w := 10 * time.Second
+	nowMS := now.UnixMilli()
+	_, errs := s.Merge(now, []KeyState{
+		{Key: "old-counter", Window: w, WindowID: nowMS/10_000 - 2, Curr: 5},
+		{Key: "old-log", Window: w, Algorithm: SlidingWindowLog, Log: []int64{nowMS - 10_000}},
+		{Key: "future-counter", Window: w, WindowID: nowMS/10_000 + 50, Curr: 3},
+		{Key: "future-log", Window: w, Algorithm: SlidingWindowLog, Log: []int64{nowMS + 1e9}},
+	})
+	require.Empty(t, errs)
+	st := s.Stats()
+	assert.Equal(t, 1, st.CounterKeys, "the expired counter is not stored")
+	assert.Equal(t, 1, st.LogKeys)
+
+	d, err := s.Check(now, Request{Key: "future-counter", Limit: 3, Window: w, Hits: 1})
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.LessOrEqual(t, d.RetryAfter, 2*w, "the key is not frozen in the future")
+	d, err = s.Check(now.Add(w), Request{Key: "future-log", Limit: 1, Window: w, Algorithm: SlidingWindowLog, Hits: 1})
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a future entry counts as now, and leaves a window later")
+}
+
+func TestMergeRejectsInvalidStates(t *testing.T) {
+	s := newStore(t, DefaultConfig())
+	merged, errs := s.Merge(sec(100), []KeyState{
+		{Key: "", Window: time.Second},
+		{Key: "k", Window: 0},
+		{Key: "k", Window: time.Second, Algorithm: 7},
+		{Key: "k", Window: time.Second, Curr: -1, WindowID: 100},
+		{Key: "ok", Window: time.Second, WindowID: 100, Curr: 1},
+	})
+	assert.Equal(t, 1, merged)
+	assert.Len(t, errs, 4)
+}
+
+func TestMergeCapsLogAtMaxLogLimit(t *testing.T) {
+	s := newStore(t, Config{MaxLogLimit: 5})
+	now := sec(1000)
+	log := make([]int64, 12)
+	for i := range log {
+		log[i] = now.UnixMilli() - int64(12-i)
+	}
+	_, errs := s.Merge(now, []KeyState{{Key: "k", Window: time.Second, Algorithm: SlidingWindowLog, Log: log}})
+	require.Empty(t, errs)
+	assert.Equal(t, 5, s.Stats().LogEntries)
+}
+
+// Checks racing a handoff: whatever the store admitted is either in what
+// TakeShard returned or still in the store. Nothing is lost.
+func TestTakeShardDuringTrafficLosesNothing(t *testing.T) {
+	src, dst := newStore(t, Config{Shards: 1}), newStore(t, Config{Shards: 1})
+	now := sec(1_000_000)
+	req := Request{Key: "hot", Limit: 1 << 40, Window: time.Hour, Algorithm: SlidingWindowCounter, Hits: 1}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if d, err := src.Check(now, req); err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	for range 50 {
+		_, errs := dst.Merge(now, src.TakeShard(0, now))
+		require.Empty(t, errs)
+	}
+	close(stop)
+	wg.Wait()
+	_, errs := dst.Merge(now, src.TakeShard(0, now))
+	require.Empty(t, errs)
+	d, err := dst.Check(now, withHits(req, 0))
+	require.NoError(t, err)
+	assert.Equal(t, admitted.Load(), d.CurrentCount)
+}

@@ -1,0 +1,160 @@
+// Package ring maps keys to their owner node with consistent hashing with
+// bounded loads (github.com/buraksezer/consistent). A Ring is an immutable
+// snapshot of one membership; a Holder swaps in a new one when membership
+// changes, so lookups never take a lock.
+//
+// A key's partition is xxhash64(key) mod PartitionCount: the same function
+// the limiter store uses to pick a shard, so with equal counts a store shard
+// is a ring partition, and ownership moves partition by partition.
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+
+	"github.com/buraksezer/consistent"
+	"github.com/cespare/xxhash/v2"
+)
+
+// Member is a node that can own partitions.
+type Member struct {
+	ID   string // unique node id
+	Addr string // where its gRPC API listens
+}
+
+// Config holds the ring's settings; see consistent.Config.
+type Config struct {
+	// PartitionCount is the number of partitions keys are hashed into.
+	// It must equal the limiter store's shard count. Default 271.
+	PartitionCount int
+	// ReplicationFactor is the number of virtual points per member on the
+	// hash circle; more points spread partitions more evenly. Default 20.
+	ReplicationFactor int
+	// Load bounds a member's partitions to Load × the average. Default 1.25.
+	Load float64
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{PartitionCount: 271, ReplicationFactor: 20, Load: 1.25}
+}
+
+// Validate reports an unusable Config.
+func (c Config) Validate() error {
+	switch {
+	case c.PartitionCount < 1:
+		return fmt.Errorf("ring config: PartitionCount must be ≥ 1, got %d", c.PartitionCount)
+	case c.ReplicationFactor < 1:
+		return fmt.Errorf("ring config: ReplicationFactor must be ≥ 1, got %d", c.ReplicationFactor)
+	case c.Load < 1:
+		return fmt.Errorf("ring config: Load must be ≥ 1, got %g", c.Load)
+	}
+	return nil
+}
+
+// Ring is one membership's assignment of partitions to members. It is
+// immutable and safe for concurrent use.
+type Ring struct {
+	cfg     Config
+	members []Member // sorted by ID
+	owners  []int    // partition → index in members
+}
+
+type hasher struct{}
+
+func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
+
+type cmember string
+
+func (m cmember) String() string { return string(m) }
+
+// New assigns the partitions to members. Members are identified by ID; the
+// result depends only on the set, not the order, so every node that sees the
+// same membership computes the same owners.
+func New(cfg Config, members []Member) (*Ring, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(members) == 0 {
+		return nil, errors.New("ring: no members")
+	}
+	ms := append([]Member(nil), members...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].ID < ms[j].ID })
+	index := make(map[string]int, len(ms))
+	cms := make([]consistent.Member, len(ms))
+	for i, m := range ms {
+		if m.ID == "" {
+			return nil, errors.New("ring: member with empty ID")
+		}
+		if _, dup := index[m.ID]; dup {
+			return nil, fmt.Errorf("ring: duplicate member %q", m.ID)
+		}
+		index[m.ID] = i
+		cms[i] = cmember(m.ID)
+	}
+	c := consistent.New(cms, consistent.Config{
+		PartitionCount:    cfg.PartitionCount,
+		ReplicationFactor: cfg.ReplicationFactor,
+		Load:              cfg.Load,
+		Hasher:            hasher{},
+	})
+	// Resolve every partition once: lookups then index a slice, with none
+	// of consistent's locking on the hot path.
+	r := &Ring{cfg: cfg, members: ms, owners: make([]int, cfg.PartitionCount)}
+	for p := range r.owners {
+		r.owners[p] = index[c.GetPartitionOwner(p).String()]
+	}
+	return r, nil
+}
+
+// Partition returns key's partition.
+func (r *Ring) Partition(key string) int {
+	return int(xxhash.Sum64String(key) % uint64(r.cfg.PartitionCount))
+}
+
+// Owner returns the member that owns key.
+func (r *Ring) Owner(key string) Member { return r.members[r.owners[r.Partition(key)]] }
+
+// PartitionOwner returns the member that owns partition p.
+func (r *Ring) PartitionOwner(p int) Member { return r.members[r.owners[p]] }
+
+// PartitionCount is the number of partitions.
+func (r *Ring) PartitionCount() int { return r.cfg.PartitionCount }
+
+// Members returns the members, sorted by ID.
+func (r *Ring) Members() []Member { return append([]Member(nil), r.members...) }
+
+// Partitions returns how many partitions each member owns, by ID.
+func (r *Ring) Partitions() map[string]int {
+	out := make(map[string]int, len(r.members))
+	for _, i := range r.owners {
+		out[r.members[i].ID]++
+	}
+	return out
+}
+
+// Equal reports whether two rings assign every partition to the same
+// member at the same address.
+func (r *Ring) Equal(o *Ring) bool {
+	if r == nil || o == nil || len(r.owners) != len(o.owners) {
+		return r == o
+	}
+	for p := range r.owners {
+		if r.PartitionOwner(p) != o.PartitionOwner(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// Holder holds the current Ring. Load is lock-free; Store swaps atomically.
+// The zero Holder holds nil.
+type Holder struct{ p atomic.Pointer[Ring] }
+
+// Load returns the current ring, or nil before the first Store.
+func (h *Holder) Load() *Ring { return h.p.Load() }
+
+// Store makes r current.
+func (h *Holder) Store(r *Ring) { h.p.Store(r) }

@@ -1,0 +1,82 @@
+package rpc
+
+import (
+	"math"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// ToProtoRequest converts a validated limiter request for the wire.
+func ToProtoRequest(r limiter.Request) *pb.CheckRequest {
+	hits := r.Hits
+	return &pb.CheckRequest{Key: r.Key, Limit: r.Limit, WindowMs: r.Window.Milliseconds(),
+		Algorithm: pb.Algorithm(r.Algorithm), Hits: &hits}
+}
+
+// FromProtoResult converts an owner's answer. A per-check error keeps its
+// code and, for invalid input, its field.
+func FromProtoResult(r *pb.CheckResult) Result {
+	if e := r.GetError(); e != nil {
+		if e.GetField() != "" && codes.Code(e.GetCode()) == codes.InvalidArgument {
+			return Result{Err: &limiter.ArgumentError{Field: e.GetField(), Reason: strings.TrimPrefix(e.GetMessage(), "invalid "+e.GetField()+": ")}}
+		}
+		return Result{Err: status.Error(codes.Code(e.GetCode()), e.GetMessage())}
+	}
+	resp := r.GetResponse()
+	return Result{
+		Decision: limiter.Decision{
+			Allowed:      resp.GetAllowed(),
+			Limit:        resp.GetLimit(),
+			Remaining:    resp.GetRemaining(),
+			CurrentCount: resp.GetCurrentCount(),
+			RetryAfter:   time.Duration(resp.GetRetryAfterMs()) * time.Millisecond,
+			ResetAfter:   time.Duration(resp.GetResetAfterMs()) * time.Millisecond,
+		},
+		Owner:    resp.GetOwner(),
+		Degraded: resp.GetDegraded(),
+	}
+}
+
+// ToProtoResult converts a Result for the wire.
+func ToProtoResult(r Result) *pb.CheckResult {
+	if r.Err != nil {
+		return errorResult(r.Err)
+	}
+	return &pb.CheckResult{Result: &pb.CheckResult_Response{Response: ToProto(r)}}
+}
+
+// ToProtoKeyState converts a key's state for handoff.
+func ToProtoKeyState(s limiter.KeyState) *pb.KeyState {
+	out := &pb.KeyState{Key: s.Key, WindowMs: s.Window.Milliseconds(), Algorithm: pb.Algorithm(s.Algorithm),
+		WindowId: s.WindowID, Prev: s.Prev, Curr: s.Curr}
+	if len(s.Log) > 0 {
+		out.LogBaseMs = s.Log[0]
+		out.LogOffsetsMs = make([]uint32, len(s.Log))
+		for i, t := range s.Log {
+			out.LogOffsetsMs[i] = uint32(min(t-s.Log[0], math.MaxUint32))
+		}
+	}
+	return out
+}
+
+// FromProtoKeyState converts a received key state; the store validates it.
+func FromProtoKeyState(s *pb.KeyState) limiter.KeyState {
+	out := limiter.KeyState{Key: s.GetKey(), Algorithm: limiter.Algorithm(min(max(s.GetAlgorithm(), 0), 255)),
+		WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr()}
+	if ms := s.GetWindowMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+		out.Window = time.Duration(ms) * time.Millisecond
+	}
+	if offs := s.GetLogOffsetsMs(); len(offs) > 0 {
+		out.Log = make([]int64, len(offs))
+		for i, o := range offs {
+			out.Log[i] = s.GetLogBaseMs() + int64(o)
+		}
+	}
+	return out
+}

@@ -1,0 +1,239 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// Route names a member and where its gRPC API listens.
+type Route struct {
+	ID   string
+	Addr string
+}
+
+// PeersConfig holds the settings of the calls to other members.
+type PeersConfig struct {
+	// SelfID is this node's id, sent as the origin of every call.
+	SelfID string
+	// BatchLimit is the most checks one Forward call carries. 1 turns
+	// batching off: every check is its own call. Default 128.
+	BatchLimit int
+	// BatchWait is how long a check waits for others to share its call
+	// while calls to the same peer are in flight. Default 200µs.
+	BatchWait time.Duration
+	// MaxInflight caps concurrent batched calls per peer. Default 4.
+	MaxInflight int
+	// Timeout bounds every call to a peer. Past it the owner counts as
+	// unreachable and the fallback policy answers. Default 500ms.
+	Timeout time.Duration
+	// DialOptions are added to every peer connection (e.g. TLS).
+	// Default: plaintext.
+	DialOptions []grpc.DialOption
+}
+
+// DefaultPeersConfig returns the defaults documented on PeersConfig.
+func DefaultPeersConfig() PeersConfig {
+	return PeersConfig{BatchLimit: 128, BatchWait: 200 * time.Microsecond, MaxInflight: 4, Timeout: 500 * time.Millisecond}
+}
+
+// Peers holds one long-lived connection per member, created when the
+// member appears and closed when it goes. Safe for concurrent use.
+type Peers struct {
+	cfg    PeersConfig
+	mu     sync.Mutex
+	peers  map[string]*peer // by member ID
+	closed bool
+}
+
+type peer struct {
+	route   Route
+	conn    *grpc.ClientConn
+	client  pb.PeerClient
+	batcher *batcher // nil when batching is off
+}
+
+// NewPeers returns an empty peer set.
+func NewPeers(cfg PeersConfig) *Peers {
+	d := DefaultPeersConfig()
+	if cfg.BatchLimit <= 0 {
+		cfg.BatchLimit = d.BatchLimit
+	}
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = d.BatchWait
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = d.MaxInflight
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = d.Timeout
+	}
+	return &Peers{cfg: cfg, peers: map[string]*peer{}}
+}
+
+// Update makes the set match members (this node excluded): connections to
+// new members are opened, those of departed or moved members closed.
+func (p *Peers) Update(members []Route) {
+	want := make(map[string]Route, len(members))
+	for _, m := range members {
+		if m.ID != p.cfg.SelfID {
+			want[m.ID] = m
+		}
+	}
+	var stale []*peer
+	p.mu.Lock()
+	for id, pr := range p.peers {
+		if r, ok := want[id]; !ok || r != pr.route {
+			stale = append(stale, pr)
+			delete(p.peers, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, pr := range stale {
+		pr.close()
+	}
+	for _, r := range want {
+		if _, err := p.get(r); err != nil {
+			continue // get fails only when closed or the address is unusable; calls will say so
+		}
+	}
+}
+
+// get returns the peer for r, connecting if needed: a ring may name an
+// owner before Update has run.
+func (p *Peers) get(r Route) (*peer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPeerClosed
+	}
+	if pr, ok := p.peers[r.ID]; ok && pr.route == r {
+		return pr, nil
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.cfg.DialOptions...)
+	conn, err := grpc.NewClient(r.Addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s at %s: %w", r.ID, r.Addr, err)
+	}
+	conn.Connect() // dial now, not on the first forward
+	pr := &peer{route: r, conn: conn, client: pb.NewPeerClient(conn)}
+	if p.cfg.BatchLimit > 1 {
+		pr.batcher = newBatcher(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+			defer cancel()
+			resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: p.cfg.SelfID, Checks: reqs})
+			return resp.GetResults(), err
+		})
+	}
+	if old, ok := p.peers[r.ID]; ok {
+		go old.close() // its address changed (a restart); don't close under p.mu
+	}
+	p.peers[r.ID] = pr
+	return pr, nil
+}
+
+func (pr *peer) close() {
+	if pr.batcher != nil {
+		pr.batcher.close()
+	}
+	_ = pr.conn.Close()
+}
+
+// Forward sends one check to its owner, batched with others bound there,
+// and returns the owner's answer. The error is for the transport (the
+// owner could not be asked); an answer the owner gave, including a
+// per-check error, is in the Result.
+func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Result, error) {
+	pr, err := p.get(to)
+	if err != nil {
+		return Result{}, err
+	}
+	preq := ToProtoRequest(req)
+	var res *pb.CheckResult
+	if pr.batcher != nil {
+		res, err = pr.batcher.do(ctx, preq)
+	} else {
+		var results []*pb.CheckResult
+		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq})
+		if err == nil {
+			res = results[0]
+		}
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("forward to %s: %w", to.ID, err)
+	}
+	return FromProtoResult(res), nil
+}
+
+// ForwardBatch sends checks to their owner in one call (they are already a
+// batch) and returns one Result per check.
+func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, error) {
+	pr, err := p.get(to)
+	if err != nil {
+		return nil, err
+	}
+	preqs := make([]*pb.CheckRequest, len(reqs))
+	for i, r := range reqs {
+		preqs[i] = ToProtoRequest(r)
+	}
+	results, err := pr.forward(ctx, p.cfg, preqs)
+	if err != nil {
+		return nil, fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)
+	}
+	out := make([]Result, len(results))
+	for i, r := range results {
+		out[i] = FromProtoResult(r)
+	}
+	return out, nil
+}
+
+func (pr *peer) forward(ctx context.Context, cfg PeersConfig, reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: cfg.SelfID, Checks: reqs})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetResults()) != len(reqs) {
+		return nil, fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	}
+	return resp.GetResults(), nil
+}
+
+// Handoff sends key states to their new owner and returns how many it
+// merged and why it refused the others.
+func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState) (int, []string, error) {
+	pr, err := p.get(to)
+	if err != nil {
+		return 0, nil, err
+	}
+	req := &pb.HandoffRequest{Origin: p.cfg.SelfID, States: make([]*pb.KeyState, len(states))}
+	for i, s := range states {
+		req.States[i] = ToProtoKeyState(s)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*p.cfg.Timeout) // a partition's state is bigger than a check
+	defer cancel()
+	resp, err := pr.client.Handoff(ctx, req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("hand off %d keys to %s: %w", len(states), to.ID, err)
+	}
+	return int(resp.GetMerged()), resp.GetRejected(), nil
+}
+
+// Close closes every connection; later calls fail.
+func (p *Peers) Close() {
+	p.mu.Lock()
+	all := p.peers
+	p.peers, p.closed = map[string]*peer{}, true
+	p.mu.Unlock()
+	for _, pr := range all {
+		pr.close()
+	}
+}
