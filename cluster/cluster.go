@@ -321,20 +321,26 @@ func (c *Cluster) reconnectTargets(now time.Time) []string {
 	return out
 }
 
+// leaveStepTimeout bounds each of Leave's two broadcasts.
+const leaveStepTimeout = time.Second
+
 // Leave tells the cluster this member is going away, waiting until the
 // message has spread or ctx ends. The member keeps running until Shutdown.
 func (c *Cluster) Leave(ctx context.Context) error {
-	timeout := 5 * time.Second
+	// memberlist blocks until a broadcast reaches some member, up to the
+	// timeout. Gossip takes tens of milliseconds; when every peer is
+	// leaving too nobody takes it, so a long timeout would only stall.
+	timeout := leaveStepTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		timeout = min(timeout, time.Until(dl)/2)
 	}
 	// First say we are leaving, so the others do not take the leave for a
 	// failure and try to reconnect to us.
 	c.setMeta(func(m *meta) { m.Leaving = true })
-	if err := c.ml.UpdateNode(timeout / 2); err != nil {
+	if err := c.ml.UpdateNode(timeout); err != nil {
 		c.log.Warn("announcing the leave", "err", err)
 	}
-	if err := c.ml.Leave(timeout / 2); err != nil {
+	if err := c.ml.Leave(timeout); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
 	return nil

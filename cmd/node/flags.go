@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
+	"github.com/peerlimit/peerlimit/rpc"
 )
 
 // options are the settings main needs beyond node.Config.
@@ -36,11 +39,20 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&c.ID, "id", c.ID, "node id, unique in the cluster (default: host name)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip listen address (clustering)")
-	join := fs.String("join", "", "comma-separated gossip addresses of seed nodes (clustering)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip listen address (TCP and UDP)")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gossip address other nodes should use, if not --gossip-addr (NAT, containers)")
+	join := fs.String("join", "", "comma-separated gossip addresses of any live members; empty starts a new cluster")
+	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; the same on every node")
+	profile := fs.String("gossip-profile", string(c.GossipProfile), "gossip timing: lan, or local (one host, tests)")
+	partitions := fs.Int("partitions", c.Ring.PartitionCount, "ring partitions = store shards; the same on every node")
+	fs.IntVar(&c.Peers.BatchLimit, "batch-limit", c.Peers.BatchLimit, "most forwarded checks per peer call; 1 turns batching off")
+	fs.DurationVar(&c.Peers.BatchWait, "batch-wait", c.Peers.BatchWait, "how long a forwarded check waits to share a call while others to the same peer are in flight")
+	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "concurrent batched calls per peer")
+	fs.DurationVar(&c.Peers.Timeout, "forward-timeout", c.Peers.Timeout, "deadline of a call to a peer; past it the owner counts as unreachable")
+	fallback := fs.String("fallback", c.Fallback.String(), "when a key's owner is unreachable: local (decide here), allow or deny; answers are marked degraded")
+	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
 
 	lc := &c.Limiter
-	fs.IntVar(&lc.Shards, "shards", lc.Shards, "independently locked shards of the store (= ring partitions)")
 	fs.IntVar(&lc.MaxKeys, "max-keys", lc.MaxKeys, "cap on keys held by this node")
 	overflow := fs.String("overflow", lc.Overflow.String(), "when the key cap is reached: evict (the soonest-expiring sampled key) or reject (the new key)")
 	fs.IntVar(&lc.MaxKeyBytes, "max-key-bytes", lc.MaxKeyBytes, "longest key accepted, in bytes")
@@ -83,6 +95,24 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if lc.Overflow, err = limiter.ParseOverflowPolicy(*overflow); err != nil {
 		return o, fmt.Errorf("--overflow: %w", err)
 	}
+	if c.Fallback, err = rpc.ParseFallbackPolicy(*fallback); err != nil {
+		return o, fmt.Errorf("--fallback: %w", err)
+	}
+	switch p := cluster.Profile(*profile); p {
+	case cluster.ProfileLAN, cluster.ProfileLocal:
+		c.GossipProfile = p
+	default:
+		return o, fmt.Errorf("--gossip-profile: want lan or local, got %q", *profile)
+	}
+	if *gossipKey != "" {
+		if c.GossipKey, err = base64.StdEncoding.DecodeString(*gossipKey); err != nil {
+			return o, fmt.Errorf("--gossip-key: not base64: %w", err)
+		}
+		if n := len(c.GossipKey); n != 16 && n != 24 && n != 32 {
+			return o, fmt.Errorf("--gossip-key: decodes to %d bytes; want 16, 24 or 32", n)
+		}
+	}
+	c.SetPartitions(*partitions)
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level: %w", err)
 	}

@@ -33,12 +33,15 @@ func TestMain(m *testing.M) {
 
 func TestFlagsEnvironmentAndPrecedence(t *testing.T) {
 	env := map[string]string{
-		"PEERLIMIT_ID":        "from-env",
-		"PEERLIMIT_HTTP_ADDR": "127.0.0.1:1111",
-		"PEERLIMIT_GRPC_ADDR": "127.0.0.1:2222",
-		"PEERLIMIT_MAX_KEYS":  "5000",
-		"PEERLIMIT_OVERFLOW":  "reject",
-		"PEERLIMIT_JOIN":      "a:7946, b:7946,",
+		"PEERLIMIT_ID":         "from-env",
+		"PEERLIMIT_HTTP_ADDR":  "127.0.0.1:1111",
+		"PEERLIMIT_GRPC_ADDR":  "127.0.0.1:2222",
+		"PEERLIMIT_MAX_KEYS":   "5000",
+		"PEERLIMIT_OVERFLOW":   "reject",
+		"PEERLIMIT_JOIN":       "a:7946, b:7946,",
+		"PEERLIMIT_FALLBACK":   "deny",
+		"PEERLIMIT_GOSSIP_KEY": "MDEyMzQ1Njc4OWFiY2RlZg==",
+		"PEERLIMIT_PARTITIONS": "101",
 	}
 	o, err := parseFlags([]string{"--http-addr", "127.0.0.1:3333"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
@@ -48,6 +51,10 @@ func TestFlagsEnvironmentAndPrecedence(t *testing.T) {
 	assert.Equal(t, 5000, o.node.Limiter.MaxKeys)
 	assert.Equal(t, "reject", o.node.Limiter.Overflow.String())
 	assert.Equal(t, []string{"a:7946", "b:7946"}, o.node.Join)
+	assert.Equal(t, "deny", o.node.Fallback.String())
+	assert.Equal(t, []byte("0123456789abcdef"), o.node.GossipKey)
+	assert.Equal(t, 101, o.node.Ring.PartitionCount)
+	assert.Equal(t, 101, o.node.Limiter.Shards, "one setting for both: a shard is a partition")
 }
 
 func TestFlagErrorsAreClear(t *testing.T) {
@@ -57,6 +64,9 @@ func TestFlagErrorsAreClear(t *testing.T) {
 		want string
 	}{
 		{args: []string{"--overflow", "drop"}, want: "unknown overflow policy"},
+		{args: []string{"--fallback", "maybe"}, want: "unknown fallback policy"},
+		{args: []string{"--gossip-key", "c2hvcnQ="}, want: "want 16, 24 or 32"},
+		{args: []string{"--gossip-profile", "wan"}, want: "--gossip-profile"},
 		{args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{args: []string{"stray"}, want: "unexpected arguments"},
 		{env: map[string]string{"PEERLIMIT_MAX_KEYS": "many"}, want: "PEERLIMIT_MAX_KEYS"},
@@ -76,23 +86,8 @@ func TestFlagErrorsAreClear(t *testing.T) {
 // the way an orchestrator does.
 func TestProcessAnswersREADMECurlAndStopsOnSIGTERM(t *testing.T) {
 	path, body := readmeCurl(t)
-
-	cmd := exec.Command(os.Args[0], "--id", "proc-node", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	lines := make(chan string, 100)
-	go func() { // ends when the process closes stderr
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	httpAddr := waitForLog(t, lines, "node started")["http"].(string)
+	p := startProcess(t, "proc-node")
+	httpAddr, lines, cmd := p.http, p.lines, p.cmd
 
 	for i := range 6 {
 		resp, err := http.Post("http://"+httpAddr+path, "application/x-www-form-urlencoded", strings.NewReader(body)) // what curl -d sends
@@ -117,6 +112,122 @@ func TestProcessAnswersREADMECurlAndStopsOnSIGTERM(t *testing.T) {
 		require.NoError(t, err, "exit status after SIGTERM")
 	case <-time.After(10 * time.Second):
 		t.Fatal("node did not exit within 10s of SIGTERM")
+	}
+}
+
+// process is a node running as a child process.
+type process struct {
+	cmd          *exec.Cmd
+	lines        chan string
+	http, gossip string
+}
+
+// startProcess runs the node binary (this test binary in main mode) on
+// loopback free ports and waits for it to report its addresses.
+func startProcess(t *testing.T, id string, extra ...string) *process {
+	t.Helper()
+	args := append([]string{"--id", id, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local", "--log-format", "json"}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &process{cmd: cmd, lines: make(chan string, 1000)}
+	go func() { // ends when the process closes stderr
+		defer close(p.lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody reads any more; keep draining
+			}
+		}
+	}()
+	rec := waitForLog(t, p.lines, "node started")
+	p.http, p.gossip = rec["http"].(string), rec["gossip"].(string)
+	return p
+}
+
+// TestKill9KeepsTheClusterAnswering runs three real node processes, kills
+// one with SIGKILL, and requires every request to the survivors to be
+// answered, degraded while the failure is being detected and exact after.
+func TestKill9KeepsTheClusterAnswering(t *testing.T) {
+	a := startProcess(t, "proc-a")
+	b := startProcess(t, "proc-b", "--join", a.gossip)
+	c := startProcess(t, "proc-c", "--join", a.gossip)
+	waitMembers(t, a.http, map[string]string{"proc-a": "alive", "proc-b": "alive", "proc-c": "alive"})
+	waitMembers(t, b.http, map[string]string{"proc-a": "alive", "proc-b": "alive", "proc-c": "alive"})
+
+	// Keys owned by the victim, as the owners' answers say.
+	var victimKeys []string
+	for i := 0; len(victimKeys) < 5 && i < 1000; i++ {
+		key := fmt.Sprintf("k%d", i)
+		if out := check(t, a.http, key); out["owner"] == "proc-c" {
+			victimKeys = append(victimKeys, key)
+		}
+	}
+	require.Len(t, victimKeys, 5)
+
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	degraded, total := 0, 0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		healed := true
+		for _, node := range []*process{a, b} {
+			for _, key := range victimKeys {
+				out := check(t, node.http, key) // fails the test on anything but a 200
+				total++
+				if out["degraded"] == true {
+					degraded++
+					healed = false
+				}
+				assert.NotEqual(t, "proc-c", out["owner"], "a dead node decided")
+			}
+		}
+		if healed {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "still degraded 20s after the kill")
+	}
+	t.Logf("%d answers after kill -9, %d degraded while the failure was detected, none failed", total, degraded)
+	waitMembers(t, a.http, map[string]string{"proc-a": "alive", "proc-b": "alive", "proc-c": "failed"})
+}
+
+func check(t *testing.T, httpAddr, key string) map[string]any {
+	t.Helper()
+	resp, err := http.Post("http://"+httpAddr+"/v1/check", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"key":%q,"limit":1000000,"window_ms":60000}`, key)))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
+// waitMembers polls GET /v1/members until it lists exactly want (id → state).
+func waitMembers(t *testing.T, httpAddr string, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := map[string]string{}
+		if resp, err := http.Get("http://" + httpAddr + "/v1/members"); err == nil {
+			var m struct {
+				Members []struct{ ID, State string } `json:"members"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&m)
+			resp.Body.Close()
+			for _, mm := range m.Members {
+				got[mm.ID] = mm.State
+			}
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "members at %s: %v, want %v", httpAddr, got, want)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
