@@ -17,6 +17,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -222,4 +223,32 @@ func TestMembersEndpoint(t *testing.T) {
 	}
 	assert.Equal(t, 271, total)
 	assert.InDelta(t, 1.0, share, 1e-9)
+}
+
+// A node holding far more state than fits in one gRPC message still hands
+// it all off: handoff goes in chunks.
+func TestHandoffOfManyKeysIsChunked(t *testing.T) {
+	c := testcluster.New(t, 2, nil)
+	leaver := c.Node(1)
+	now := time.Now()
+	var keys []string
+	for i := range 60_000 { // ~60k × (48 + 32 B) ≈ 5 MB of state, over the 4 MiB limit
+		k := fmt.Sprintf("bulk:tenant-%03d:user-%08d", i%500, i)
+		if leaver.Ring().Owner(k).ID != leaver.ID() {
+			continue
+		}
+		_, err := leaver.Store().Check(now, limiter.Request{Key: k, Limit: 10, Window: time.Hour, Hits: 3})
+		require.NoError(t, err)
+		keys = append(keys, k)
+	}
+	require.Greater(t, len(keys), 20_000)
+	c.Leave(1)
+	c.WaitConverged()
+	heir := c.Node(0).Store()
+	assert.Equal(t, len(keys), heir.Stats().CounterKeys, "every key arrived")
+	for _, k := range keys[:100] {
+		d, err := heir.Check(now, limiter.Request{Key: k, Limit: 10, Window: time.Hour})
+		require.NoError(t, err)
+		require.EqualValues(t, 3, d.CurrentCount, k)
+	}
 }

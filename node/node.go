@@ -56,8 +56,9 @@ type Node struct {
 	leaving atomic.Bool   // once set, this node owns nothing
 	ringMu  sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
 	handoff chan struct{} // capacity 1: wakes the handoff loop
-	stop    chan struct{} // closed by Shutdown/Kill: stops the loops
-	wg      sync.WaitGroup
+	stop    chan struct{} // closed by stopLoops: stops the sweeper and the handoff loop
+	loops   sync.WaitGroup
+	wg      sync.WaitGroup // the servers
 
 	stopOnce sync.Once
 	stopErr  error
@@ -171,9 +172,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	n.wg.Add(2)
-	go func() { defer n.wg.Done(); n.sweepLoop() }()
-	go func() { defer n.wg.Done(); n.handoffLoop() }()
+	n.loops.Add(2)
+	go func() { defer n.loops.Done(); n.sweepLoop() }()
+	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	n.log.Info("node started", "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", n.members.GossipAddr())
 	return n, nil
 }
@@ -283,30 +284,53 @@ func (n *Node) handOff(ctx context.Context) (left int) {
 		for _, p := range parts {
 			states = append(states, n.store.TakeShard(p, n.cfg.Now())...)
 		}
-		if len(states) == 0 {
-			continue
-		}
-		merged, rejected, err := n.peers.Handoff(ctx, rpc.Route{ID: owner.ID, Addr: owner.Addr}, states)
-		if err != nil {
-			// Keep the state (TakeShard emptied the shards; put it back)
-			// and try again on the next round.
-			if _, errs := n.store.Merge(n.cfg.Now(), states); len(errs) > 0 {
-				n.log.Error("handoff failed and state could not be restored", "owner", owner.ID, "lost", len(errs), "err", errors.Join(errs...))
+		sent, merged := 0, 0
+		for sent < len(states) {
+			chunk := states[sent : sent+handoffChunk(states[sent:])]
+			m, rejected, err := n.peers.Handoff(ctx, rpc.Route{ID: owner.ID, Addr: owner.Addr}, chunk)
+			if err != nil {
+				// Keep what was not delivered (TakeShard emptied the shards;
+				// put it back) and try again on the next round.
+				rest := states[sent:]
+				if _, errs := n.store.Merge(n.cfg.Now(), rest); len(errs) > 0 {
+					n.log.Error("handoff failed and state could not be restored", "owner", owner.ID, "lost", len(errs), "err", errors.Join(errs...))
+				}
+				n.metrics.handoffs.WithLabelValues("failed").Inc()
+				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(rest), "err", err)
+				left += len(rest)
+				break
 			}
-			n.metrics.handoffs.WithLabelValues("failed").Inc()
-			n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states), "err", err)
-			left += len(states)
-			continue
+			n.metrics.handoffs.WithLabelValues("sent").Inc()
+			n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(m))
+			if len(rejected) > 0 {
+				n.metrics.handoffKeys.WithLabelValues("refused").Add(float64(len(rejected)))
+				n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0])
+			}
+			sent += len(chunk)
+			merged += m
 		}
-		n.metrics.handoffs.WithLabelValues("sent").Inc()
-		n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(merged))
-		if len(rejected) > 0 {
-			n.metrics.handoffKeys.WithLabelValues("refused").Add(float64(len(rejected)))
-			n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0])
+		if merged > 0 {
+			n.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
 		}
-		n.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
 	}
 	return left
+}
+
+// handoffChunkBytes bounds one Handoff call, well under the receiver's
+// gRPC message limit (4 MiB by default): a node may hold millions of keys.
+const handoffChunkBytes = 1 << 20
+
+// handoffChunk returns how many of states fit in one Handoff call (at
+// least one: a single log key of 10,000 entries is ~40 KB).
+func handoffChunk(states []limiter.KeyState) int {
+	size := 0
+	for i, s := range states {
+		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if size > handoffChunkBytes && i > 0 {
+			return i
+		}
+	}
+	return len(states)
 }
 
 // received counts state handed to this node.
@@ -345,6 +369,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		var errs []error
 		n.serving.Store(false)
 		n.health.Shutdown()
+		// From here on only this goroutine hands off: a background round
+		// racing the final one could be cut short by halt and put its
+		// state back into a store about to vanish.
+		n.stopLoops()
 		n.leaving.Store(true)
 		n.membershipChanged(n.members.Members()) // a ring without this node
 		if err := n.members.Leave(ctx); err != nil {
@@ -381,6 +409,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) Kill() {
 	n.stopOnce.Do(func() {
 		n.serving.Store(false)
+		n.stopLoops()
 		n.grpcSrv.Stop()
 		n.httpSrv.Close()
 		n.stopErr = n.halt()
@@ -388,9 +417,14 @@ func (n *Node) Kill() {
 	})
 }
 
+// stopLoops stops the sweeper and the handoff loop and waits for them.
+func (n *Node) stopLoops() {
+	close(n.stop)
+	n.loops.Wait()
+}
+
 // halt stops gossip, peer connections and every goroutine of the node.
 func (n *Node) halt() error {
-	close(n.stop)
 	err := n.members.Shutdown()
 	n.peers.Close()
 	n.grpcSrv.Stop()
