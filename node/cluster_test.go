@@ -252,3 +252,30 @@ func TestHandoffOfManyKeysIsChunked(t *testing.T) {
 		require.EqualValues(t, 3, d.CurrentCount, k)
 	}
 }
+
+// A node that crashed and comes back with the same id, on new ports, takes
+// its old place: the others replace its address and forward to the new one.
+func TestRestartWithSameIDRejoins(t *testing.T) {
+	c := testcluster.New(t, 3, nil)
+	oldAddr := c.Node(2).GRPCAddr()
+	c.Kill(2)
+	c.WaitConverged()
+	restarted := c.Restart(2)
+	require.NotEqual(t, oldAddr, restarted.GRPCAddr())
+	c.WaitConverged()
+	for _, m := range c.Node(0).Members() {
+		if m.ID == restarted.ID() {
+			assert.Equal(t, restarted.GRPCAddr(), m.GRPCAddr)
+		}
+	}
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("r%d", i); c.Node(0).Ring().Owner(k).ID == restarted.ID() {
+			key = k
+		}
+	}
+	resp, err := client(t, c.Node(0)).Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 60_000})
+	require.NoError(t, err)
+	assert.Equal(t, restarted.ID(), resp.Owner)
+	assert.False(t, resp.Degraded)
+}

@@ -47,6 +47,36 @@ func (c *Cluster) Add() *node.Node {
 	c.t.Helper()
 	c.mu.Lock()
 	i := len(c.nodes)
+	c.mu.Unlock()
+	n := c.start(fmt.Sprintf("node-%d", i))
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.live = append(c.live, true)
+	c.mu.Unlock()
+	return n
+}
+
+// Restart starts a new process of stopped node i: same id, new ports,
+// joined through a live node, as a restarted container would be.
+func (c *Cluster) Restart(i int) *node.Node {
+	c.t.Helper()
+	c.mu.Lock()
+	if c.live[i] {
+		c.mu.Unlock()
+		c.t.Fatalf("testcluster: node %d is running", i)
+	}
+	id := c.nodes[i].ID()
+	c.mu.Unlock()
+	n := c.start(id)
+	c.mu.Lock()
+	c.nodes[i], c.live[i] = n, true
+	c.mu.Unlock()
+	return n
+}
+
+func (c *Cluster) start(id string) *node.Node {
+	c.t.Helper()
+	c.mu.Lock()
 	var seeds []string
 	for j, n := range c.nodes {
 		if c.live[j] {
@@ -56,7 +86,7 @@ func (c *Cluster) Add() *node.Node {
 	}
 	c.mu.Unlock()
 
-	cfg := node.DefaultLocalConfig(fmt.Sprintf("node-%d", i))
+	cfg := node.DefaultLocalConfig(id)
 	cfg.Join = seeds
 	cfg.Logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", cfg.ID)
 	if c.edit != nil {
@@ -66,10 +96,6 @@ func (c *Cluster) Add() *node.Node {
 	if err != nil {
 		c.t.Fatalf("testcluster: start %s: %v", cfg.ID, err)
 	}
-	c.mu.Lock()
-	c.nodes = append(c.nodes, n)
-	c.live = append(c.live, true)
-	c.mu.Unlock()
 	return n
 }
 
