@@ -37,37 +37,89 @@ func (s *Store) ShardLen(i int) int {
 	return sh.len()
 }
 
-// TakeShard removes every key of shard i and returns the states that are
-// not yet expired at now. Decisions made on the shard's keys after it
-// returns start a new state, which a later TakeShard collects: so a caller
-// that hands the result to the new owner, and merges it back with Merge if
-// that fails, loses nothing.
-func (s *Store) TakeShard(i int, now time.Time) []KeyState {
+// SnapshotShard returns copies of the states of shard i that are not yet
+// expired at now, and leaves them in place: the shard keeps deciding while
+// its copy travels to the new owner. Once delivered, Forget removes exactly
+// what was sent, so hits admitted meanwhile stay and travel in the next
+// round. (Taking the state out for the journey would let a slow or dead
+// receiver hold it hostage while this node, deciding from an empty state,
+// admitted a second limit.)
+func (s *Store) SnapshotShard(i int, now time.Time) []KeyState {
 	ms := max(now.UnixMilli(), 0)
 	sh := &s.shards[i]
 	sh.mu.Lock()
-	counters, logs := sh.counters, sh.logs
-	sh.counters, sh.logs, sh.peak = make(map[stateKey]counterState), make(map[stateKey]*logState), 0
-	sh.mu.Unlock()
-
-	out := make([]KeyState, 0, len(counters)+len(logs))
-	for k, st := range counters {
+	defer sh.mu.Unlock()
+	out := make([]KeyState, 0, sh.len())
+	for k, st := range sh.counters {
 		if counterExpiry(&st, k.window) > ms {
 			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
 				Algorithm: SlidingWindowCounter, WindowID: st.window, Prev: st.prev, Curr: st.curr})
 		}
 	}
-	for k, st := range logs {
-		st.prune(ms - k.window)
-		if st.n == 0 {
+	for k, st := range sh.logs {
+		log := st.live(ms - k.window)
+		if len(log) > 0 {
+			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
+				Algorithm: SlidingWindowLog, Log: log})
+		}
+	}
+	return out
+}
+
+// Forget removes from the store what states describe, after they were
+// handed to another node: counter counts are subtracted per window, log
+// entries removed one for one. What was admitted since the snapshot stays;
+// a key left with nothing is deleted.
+func (s *Store) Forget(now time.Time, states []KeyState) {
+	ms := max(now.UnixMilli(), 0)
+	for _, ks := range states {
+		k := stateKey{ks.Key, ks.Window.Milliseconds()}
+		if k.window <= 0 {
 			continue
 		}
-		log := make([]int64, st.n)
-		for j := range log {
-			log[j] = st.at(int32(j))
+		sh := s.shardOf(ks.Key)
+		sh.mu.Lock()
+		if ks.Algorithm == SlidingWindowLog {
+			if st, ok := sh.logs[k]; ok {
+				rest := subtractSorted(st.live(ms-k.window), ks.Log)
+				if len(rest) == 0 {
+					delete(sh.logs, k)
+				} else {
+					*st = logState{}
+					for _, t := range rest {
+						st.push(t, 1, int64(len(rest)))
+					}
+				}
+			}
+		} else if st, ok := sh.counters[k]; ok {
+			sent := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
+			id := max(st.window, sent.window)
+			st.roll(id)
+			sent.roll(id)
+			st.prev, st.curr = max(st.prev-sent.prev, 0), max(st.curr-sent.curr, 0)
+			if st.prev == 0 && st.curr == 0 {
+				delete(sh.counters, k)
+			} else {
+				sh.counters[k] = st
+			}
 		}
-		out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
-			Algorithm: SlidingWindowLog, Log: log})
+		sh.mu.Unlock()
+	}
+}
+
+// subtractSorted returns a minus b as multisets; both sorted ascending.
+func subtractSorted(a, b []int64) []int64 {
+	out := a[:0:0]
+	j := 0
+	for _, t := range a {
+		for j < len(b) && b[j] < t {
+			j++
+		}
+		if j < len(b) && b[j] == t {
+			j++
+			continue
+		}
+		out = append(out, t)
 	}
 	return out
 }

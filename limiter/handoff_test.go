@@ -11,7 +11,7 @@ import (
 )
 
 // Moving a shard to another store keeps every decision as it was.
-func TestTakeShardAndMergeKeepDecisions(t *testing.T) {
+func TestSnapshotMergeForgetKeepDecisions(t *testing.T) {
 	a, b := newStore(t, DefaultConfig()), newStore(t, DefaultConfig())
 	t0 := sec(1_000_020)
 	reqs := []Request{
@@ -25,9 +25,11 @@ func TestTakeShardAndMergeKeepDecisions(t *testing.T) {
 		}
 	}
 	shard := a.ShardOf("user:1")
-	states := a.TakeShard(shard, t0)
+	states := a.SnapshotShard(shard, t0)
 	require.Len(t, states, 2)
-	assert.Zero(t, a.ShardLen(shard))
+	assert.Equal(t, 2, a.ShardLen(shard), "a snapshot leaves the state in place")
+	a.Forget(t0, states)
+	assert.Zero(t, a.ShardLen(shard), "forgetting what was sent leaves nothing")
 
 	merged, errs := b.Merge(t0, states)
 	require.Empty(t, errs)
@@ -56,7 +58,7 @@ func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
 	check(b, t0.Add(1*time.Second), counter)  // b: rolls: prev 2, curr 2
 	check(a, t0.Add(1*time.Second), log)      // a: log [t0+1s]
 	check(b, t0.Add(2*time.Second), log)      // b: log [t0+2s]
-	_, errs := b.Merge(t0.Add(3*time.Second), a.TakeShard(a.ShardOf("k"), t0.Add(3*time.Second)))
+	_, errs := b.Merge(t0.Add(3*time.Second), a.SnapshotShard(a.ShardOf("k"), t0.Add(3*time.Second)))
 	require.Empty(t, errs)
 
 	d, err := b.Check(t0.Add(3*time.Second), withHits(counter, 0))
@@ -119,8 +121,8 @@ func TestMergeCapsLogAtMaxLogLimit(t *testing.T) {
 }
 
 // Checks racing a handoff: whatever the store admitted is either in what
-// TakeShard returned or still in the store. Nothing is lost.
-func TestTakeShardDuringTrafficLosesNothing(t *testing.T) {
+// was sent or still in the store. Nothing is lost, nothing counted twice.
+func TestSnapshotAndForgetDuringTrafficLoseNothing(t *testing.T) {
 	src, dst := newStore(t, Config{Shards: 1}), newStore(t, Config{Shards: 1})
 	now := sec(1_000_000)
 	req := Request{Key: "hot", Limit: 1 << 40, Window: time.Hour, Algorithm: SlidingWindowCounter, Hits: 1}
@@ -142,14 +144,53 @@ func TestTakeShardDuringTrafficLosesNothing(t *testing.T) {
 		})
 	}
 	for range 50 {
-		_, errs := dst.Merge(now, src.TakeShard(0, now))
+		sent := src.SnapshotShard(0, now)
+		_, errs := dst.Merge(now, sent)
 		require.Empty(t, errs)
+		src.Forget(now, sent)
 	}
 	close(stop)
 	wg.Wait()
-	_, errs := dst.Merge(now, src.TakeShard(0, now))
+	sent := src.SnapshotShard(0, now)
+	_, errs := dst.Merge(now, sent)
 	require.Empty(t, errs)
+	src.Forget(now, sent)
+	assert.Zero(t, src.ShardLen(0))
 	d, err := dst.Check(now, withHits(req, 0))
 	require.NoError(t, err)
 	assert.Equal(t, admitted.Load(), d.CurrentCount)
+}
+
+// While a handoff is in flight the key keeps its count here, so a check
+// decided meanwhile (fallback, or a forward during convergence) is decided
+// against the full state; forgetting what was sent keeps only what came
+// after.
+func TestForgetKeepsWhatWasAdmittedAfterTheSnapshot(t *testing.T) {
+	s := newStore(t, DefaultConfig())
+	now := sec(1_000_000)
+	for _, algo := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
+		req := Request{Key: "k-" + algo.String(), Limit: 3, Window: time.Minute, Algorithm: algo, Hits: 1}
+		for range 2 {
+			_, err := s.Check(now, req)
+			require.NoError(t, err)
+		}
+		sent := s.SnapshotShard(s.ShardOf(req.Key), now)
+		d, err := s.Check(now.Add(time.Second), req)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed)
+		assert.EqualValues(t, 2, d.CurrentCount, "%s: decided against the full state while in flight", algo)
+		d, err = s.Check(now.Add(time.Second), req)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "%s: the limit holds during the handoff", algo)
+
+		s.Forget(now.Add(time.Second), sent)
+		d, err = s.Check(now.Add(time.Second), withHits(req, 0))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, d.CurrentCount, "%s: only the hit admitted after the snapshot stays", algo)
+	}
+}
+
+func TestSubtractSorted(t *testing.T) {
+	assert.Equal(t, []int64{1, 3, 3, 7}, subtractSorted([]int64{1, 2, 3, 3, 3, 5, 7}, []int64{2, 3, 5, 6}))
+	assert.Empty(t, subtractSorted([]int64{4, 4}, []int64{4, 4, 4}))
 }

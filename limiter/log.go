@@ -121,6 +121,18 @@ func (s *logState) resize(c int) {
 	s.ring, s.head = ring, 0
 }
 
+// live returns the timestamps after cutoff, oldest first, without
+// changing s.
+func (s *logState) live(cutoff int64) []int64 {
+	var out []int64
+	for i := int32(0); i < s.n; i++ {
+		if t := s.at(i); t > cutoff {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // expiry is the time (ms) from which s holds nothing in window w.
 func (s *logState) expiry(w int64) int64 {
 	if s.n == 0 {

@@ -266,8 +266,9 @@ func (n *Node) handoffLoop() {
 
 // handOff moves every partition this node holds but does not own to its
 // owner, and returns how many keys stayed behind because the owner could
-// not take them. A partition is taken out of the store before it is sent
-// and merged back if the send fails, so no admitted hit is lost.
+// not be reached. A partition is copied, sent, and only then forgotten
+// (exactly what was sent), so no admitted hit is lost, and checks decided
+// here meanwhile see the full state.
 func (n *Node) handOff(ctx context.Context) (left int) {
 	r := n.ring.Load()
 	byOwner := map[ring.Member][]int{}
@@ -282,24 +283,21 @@ func (n *Node) handOff(ctx context.Context) (left int) {
 		}
 		var states []limiter.KeyState
 		for _, p := range parts {
-			states = append(states, n.store.TakeShard(p, n.cfg.Now())...)
+			states = append(states, n.store.SnapshotShard(p, n.cfg.Now())...)
 		}
 		sent, merged := 0, 0
 		for sent < len(states) {
 			chunk := states[sent : sent+handoffChunk(states[sent:])]
 			m, rejected, err := n.peers.Handoff(ctx, rpc.Route{ID: owner.ID, Addr: owner.Addr}, chunk)
 			if err != nil {
-				// Keep what was not delivered (TakeShard emptied the shards;
-				// put it back) and try again on the next round.
-				rest := states[sent:]
-				if _, errs := n.store.Merge(n.cfg.Now(), rest); len(errs) > 0 {
-					n.log.Error("handoff failed and state could not be restored", "owner", owner.ID, "lost", len(errs), "err", errors.Join(errs...))
-				}
+				// The state never left: try again on the next round.
 				n.metrics.handoffs.WithLabelValues("failed").Inc()
-				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(rest), "err", err)
-				left += len(rest)
+				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err)
+				left += len(states) - sent
 				break
 			}
+			// Delivered: drop exactly that, keep what was admitted since.
+			n.store.Forget(n.cfg.Now(), chunk)
 			n.metrics.handoffs.WithLabelValues("sent").Inc()
 			n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(m))
 			if len(rejected) > 0 {

@@ -58,6 +58,14 @@ func (b *batcher) do(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResult
 	select {
 	case <-c.done:
 		return c.res, c.err
+	case <-b.done:
+		// run has stopped; c may have been answered just before.
+		select {
+		case <-c.done:
+			return c.res, c.err
+		default:
+			return nil, errPeerClosed
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -125,6 +133,8 @@ func (b *batcher) run() {
 				c.err = errPeerClosed
 				close(c.done)
 			}
+			// Calls still queued, or queued by a do racing close, get
+			// errPeerClosed from do once done is closed.
 			wg.Wait()
 			return
 		}

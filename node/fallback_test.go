@@ -1,0 +1,343 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/rpc"
+)
+
+// The fallback tests cut node-b's gRPC off while its gossip lives on: a
+// still sees b as a member and owner of its keys, but cannot ask it. Every
+// check a receives for one of b's keys is then answered by a's fallback
+// policy, deterministically (no race with failure detection: the ring
+// never changes).
+
+// fbNow is the time on both nodes' clocks, which stand still.
+var fbNow = time.UnixMilli(1_700_000_000_000)
+
+// fbEnv is node-a and node-b, converged, with b's gRPC stopped.
+type fbEnv struct {
+	a, b   *Node
+	client pb.RateLimiterClient // a's public gRPC API
+	bKey   string               // owned by b, never asked before b's gRPC stopped
+	aKey   string               // owned by a
+}
+
+// fbStart starts node-a and node-b (joined through a) with the given
+// fallback, waits until both see both and agree on the ring, checks that
+// forwarding to b works, then stops b's gRPC server.
+func fbStart(t *testing.T, policy rpc.FallbackPolicy, edit func(*Config)) *fbEnv {
+	t.Helper()
+	logs := testlog.New(t) // first: its cleanup must run after the nodes'
+	start := func(id string, join []string) *Node {
+		cfg := DefaultLocalConfig(id)
+		cfg.Join = join
+		cfg.Fallback = policy
+		// The tests call handOff themselves. The periodic one would take
+		// b's partition out of a's store (to send it) while a decides on
+		// it, at a moment of its choosing.
+		cfg.HandoffInterval = time.Hour
+		// A stopped clock: no window can roll over between two checks.
+		cfg.Now = func() time.Time { return fbNow }
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
+		if edit != nil {
+			edit(&cfg)
+		}
+		n, err := Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(n.Kill)
+		return n
+	}
+	e := &fbEnv{a: start("node-a", nil)}
+	e.b = start("node-b", []string{e.a.GossipAddr()})
+	fbEventually(t, 15*time.Second, func() (bool, string) {
+		for _, n := range []*Node{e.a, e.b} {
+			if got := n.Members(); len(got) != 2 {
+				return false, fmt.Sprintf("%s sees %d members", n.ID(), len(got))
+			}
+			if got := n.Ring().Members(); len(got) != 2 {
+				return false, fmt.Sprintf("%s's ring has %d members", n.ID(), len(got))
+			}
+		}
+		if !e.a.Ring().Equal(e.b.Ring()) {
+			return false, "the rings differ"
+		}
+		return true, ""
+	})
+
+	conn, err := grpc.NewClient(e.a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	e.client = pb.NewRateLimiterClient(conn)
+
+	probe := fbKeyOwnedBy(t, e.a, "node-b", "probe")
+	e.bKey = fbKeyOwnedBy(t, e.a, "node-b", "fallback")
+	e.aKey = fbKeyOwnedBy(t, e.a, "node-a", "own")
+	resp := e.check(t, probe, 5)
+	require.Equal(t, "node-b", resp.Owner, "forwarding works before the cut")
+	require.False(t, resp.Degraded)
+
+	e.b.grpcSrv.Stop() // b's gRPC is gone; its gossip is not
+	require.Len(t, e.a.Members(), 2, "b is still a member")
+	require.Equal(t, "node-b", e.a.Ring().Owner(e.bKey).ID, "and still owns its keys")
+	return e
+}
+
+// fbKeyOwnedBy returns the first key "<prefix>:<i>" that n's ring gives
+// to owner.
+func fbKeyOwnedBy(t *testing.T, n *Node, owner, prefix string) string {
+	t.Helper()
+	for i := range 10_000 {
+		if k := fmt.Sprintf("%s:%d", prefix, i); n.Ring().Owner(k).ID == owner {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s's", owner)
+	return ""
+}
+
+// check asks a, through its gRPC API, for one hit on key (a 60s counter).
+func (e *fbEnv) check(t *testing.T, key string, limit int64) *pb.CheckResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := e.client.Check(ctx, &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 60_000})
+	require.NoError(t, err)
+	return resp
+}
+
+// checkHTTP asks a the same through its HTTP API.
+func (e *fbEnv) checkHTTP(t *testing.T, key string, limit int64) map[string]any {
+	t.Helper()
+	body := fmt.Sprintf(`{"key":%q,"limit":%d,"window_ms":60000}`, key, limit)
+	resp, err := http.Post("http://"+e.a.HTTPAddr()+"/v1/check", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out), "%s", raw)
+	return out
+}
+
+// fbMetric reads one series (name and labels, as exposed) from n's
+// GET /metrics.
+func fbMetric(t *testing.T, n *Node, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err, line)
+			return f
+		}
+	}
+	t.Fatalf("no series %s in /metrics", series)
+	return 0
+}
+
+func fbEventually(t *testing.T, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertCommon checks what every policy shares: a key a owns is decided
+// by a as usual, and the degraded answers are counted by policy and as
+// failed forwards.
+func (e *fbEnv) assertCommon(t *testing.T, policy rpc.FallbackPolicy, degraded int) {
+	t.Helper()
+	own := e.check(t, e.aKey, 5)
+	assert.False(t, own.Degraded, "a key a owns is never degraded")
+	assert.True(t, own.Allowed)
+	assert.Equal(t, "node-a", own.Owner)
+
+	unreachable := fbMetric(t, e.a, fmt.Sprintf(`peerlimit_owner_unreachable_total{policy=%q}`, policy))
+	failed := fbMetric(t, e.a, `peerlimit_forwards_total{result="failed"}`)
+	assert.GreaterOrEqual(t, unreachable, float64(degraded), "owner_unreachable_total{policy=%q}", policy)
+	assert.GreaterOrEqual(t, failed, float64(degraded), `forwards_total{result="failed"}`)
+	for _, other := range []rpc.FallbackPolicy{rpc.FallbackLocal, rpc.FallbackAllow, rpc.FallbackDeny} {
+		if other != policy {
+			assert.Zero(t, fbMetric(t, e.a, fmt.Sprintf(`peerlimit_owner_unreachable_total{policy=%q}`, other)), other.String())
+		}
+	}
+}
+
+// Local: a decides b's key on its own store, as if it owned it. The limit
+// holds (on a's side), and the state stays on a until b can take it.
+func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
+	e := fbStart(t, rpc.FallbackLocal, nil)
+	require.Zero(t, e.a.Store().Stats().CounterKeys, "a holds nothing before the fallback")
+
+	degraded := 0
+	for i, want := range []bool{true, true, false} {
+		resp := e.check(t, e.bKey, 2)
+		assert.True(t, resp.Degraded, "check %d", i)
+		assert.Equal(t, "node-a", resp.Owner, "check %d", i)
+		assert.Equal(t, want, resp.Allowed, "check %d: a's store counts", i)
+		assert.EqualValues(t, i, resp.CurrentCount, "check %d: hits before it", i)
+		degraded++
+	}
+	out := e.checkHTTP(t, e.bKey, 2)
+	assert.Equal(t, true, out["degraded"])
+	assert.Equal(t, false, out["allowed"])
+	assert.Equal(t, "node-a", out["owner"])
+	degraded++
+
+	assert.Equal(t, 1, e.a.Store().Stats().CounterKeys, "a's store holds b's key")
+	assert.Equal(t, 1, e.a.Store().ShardLen(e.a.Store().ShardOf(e.bKey)))
+	e.assertCommon(t, rpc.FallbackLocal, degraded)
+
+	// Handoff while b is unreachable: the state cannot go, so it is put
+	// back; nothing admitted is forgotten.
+	left := e.a.handOff(context.Background())
+	assert.Positive(t, left, "keys left behind")
+	assert.GreaterOrEqual(t, fbMetric(t, e.a, `peerlimit_handoffs_total{result="failed"}`), 1.0)
+	assert.Equal(t, 1, e.a.Store().ShardLen(e.a.Store().ShardOf(e.bKey)), "a's store still holds b's key")
+	resp := e.check(t, e.bKey, 2)
+	assert.True(t, resp.Degraded)
+	assert.False(t, resp.Allowed, "the count survived the failed handoff")
+	assert.EqualValues(t, 2, resp.CurrentCount)
+}
+
+// Allow: fail open. Every check of b's key passes, past the limit, and
+// a's store is not touched.
+func TestFallbackAllowLetsEverythingThrough(t *testing.T) {
+	e := fbStart(t, rpc.FallbackAllow, nil)
+	degraded := 0
+	for i := range 4 {
+		resp := e.check(t, e.bKey, 2)
+		assert.True(t, resp.Degraded, "check %d", i)
+		assert.True(t, resp.Allowed, "check %d: past the limit too", i)
+		assert.Equal(t, "node-a", resp.Owner, "check %d", i)
+		assert.EqualValues(t, 2, resp.Limit)
+		degraded++
+	}
+	out := e.checkHTTP(t, e.bKey, 2)
+	assert.Equal(t, true, out["degraded"])
+	assert.Equal(t, true, out["allowed"])
+	degraded++
+	assert.Zero(t, e.a.Store().Stats().CounterKeys, "allow decides nothing on a's store")
+	e.assertCommon(t, rpc.FallbackAllow, degraded)
+}
+
+// Deny: fail closed, with a retry after of one second.
+func TestFallbackDenyRefusesEverything(t *testing.T) {
+	e := fbStart(t, rpc.FallbackDeny, nil)
+	degraded := 0
+	for i := range 3 {
+		resp := e.check(t, e.bKey, 2)
+		assert.True(t, resp.Degraded, "check %d", i)
+		assert.False(t, resp.Allowed, "check %d: even the first", i)
+		assert.EqualValues(t, 1000, resp.RetryAfterMs, "check %d", i)
+		assert.Equal(t, "node-a", resp.Owner, "check %d", i)
+		degraded++
+	}
+	out := e.checkHTTP(t, e.bKey, 2)
+	assert.Equal(t, true, out["degraded"])
+	assert.Equal(t, false, out["allowed"])
+	assert.EqualValues(t, 1000, out["retry_after_ms"])
+	degraded++
+	assert.Zero(t, e.a.Store().Stats().CounterKeys, "deny decides nothing on a's store")
+	e.assertCommon(t, rpc.FallbackDeny, degraded)
+}
+
+// Local, with b's gRPC port answering TCP but nothing else (a network
+// that drops packets looks the same): a handoff attempt to b then hangs
+// for its whole timeout, and the partition it took out of a's store must
+// still count for the checks a decides meanwhile. FallbackLocal promises
+// at most one limit per side while the owner is cut off.
+func TestFallbackLocalCountsDuringHandoffAttempt(t *testing.T) {
+	e := fbStart(t, rpc.FallbackLocal, nil)
+	blackhole(t, e.b.GRPCAddr())
+
+	for i, want := range []bool{true, true, false} {
+		resp := e.check(t, e.bKey, 2)
+		require.True(t, resp.Degraded, "check %d", i)
+		require.Equal(t, want, resp.Allowed, "check %d", i)
+	}
+	left := make(chan int, 1)
+	go func() { left <- e.a.handOff(context.Background()) }()
+	// Each check waits Peers.Timeout for b, then falls back: several land
+	// inside the handoff's 4×Peers.Timeout.
+	for i := 0; ; i++ {
+		select {
+		case n := <-left:
+			assert.Positive(t, n, "b could not take the state")
+			require.Positive(t, i, "no check ran during the handoff")
+			resp := e.check(t, e.bKey, 2)
+			assert.False(t, resp.Allowed)
+			assert.EqualValues(t, 2, resp.CurrentCount, "only the hits admitted before the handoff")
+			return
+		default:
+		}
+		resp := e.check(t, e.bKey, 2)
+		assert.True(t, resp.Degraded)
+		assert.False(t, resp.Allowed, "check %d during the handoff: the limit was used up before it (count %d)", i, resp.CurrentCount)
+	}
+}
+
+// blackhole listens on addr (freed by a stopped server) and accepts
+// connections without ever answering, until the test ends.
+func blackhole(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+}
