@@ -130,7 +130,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		// Experimental in grpc-go; when all workers are busy it falls back
 		// to a goroutine per stream, so it cannot stall calls.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
-	pb.RegisterRateLimiterServer(n.grpcSrv, rpc.NewServer(n.svc))
+	api := rpc.NewServer(n.svc)
+	api.MembersFunc = n.membersProto
+	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	peerSrv := rpc.NewPeerServer(n.svc)
 	peerSrv.OnHandoff = n.received
 	pb.RegisterPeerServer(n.grpcSrv, peerSrv)
@@ -447,6 +449,35 @@ func (n *Node) memberInfo() httpapi.Members {
 			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
 			Partitions: parts[m.ID], Share: float64(parts[m.ID]) / float64(r.PartitionCount()),
 		})
+	}
+	return out
+}
+
+// membersProto answers the Members call: the view and the ring, with each
+// partition's owner as an index into the member list.
+func (n *Node) membersProto() *pb.MembersResponse {
+	r := n.ring.Load()
+	out := &pb.MembersResponse{Self: n.cfg.ID, PartitionCount: uint32(r.PartitionCount())}
+	index := map[string]uint32{}
+	add := func(m *pb.Member) {
+		if _, ok := index[m.Id]; !ok {
+			index[m.Id] = uint32(len(out.Members))
+			out.Members = append(out.Members, m)
+		}
+	}
+	for _, m := range r.Members() { // the ring's owners first: they may not be in the view yet
+		add(&pb.Member{Id: m.ID, GrpcAddr: m.Addr, State: string(cluster.StateAlive)})
+	}
+	for _, m := range n.members.View() {
+		if i, ok := index[m.ID]; ok {
+			out.Members[i].GossipAddr, out.Members[i].State = m.GossipAddr, string(m.State)
+		} else {
+			add(&pb.Member{Id: m.ID, GrpcAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State)})
+		}
+	}
+	out.PartitionOwners = make([]uint32, r.PartitionCount())
+	for p := range out.PartitionOwners {
+		out.PartitionOwners[p] = index[r.PartitionOwner(p).ID]
 	}
 	return out
 }

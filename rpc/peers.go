@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peerlimit/peerlimit/internal/batch"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -53,11 +55,14 @@ type Peers struct {
 	closed bool
 }
 
+// errPeerClosed fails calls to a peer that left the membership.
+var errPeerClosed = errors.New("peer connection closed")
+
 type peer struct {
 	route   Route
 	conn    *grpc.ClientConn
 	client  pb.PeerClient
-	batcher *batcher // nil when batching is off
+	batcher *batch.Batcher[*pb.CheckRequest, *pb.CheckResult] // nil when batching is off
 }
 
 // NewPeers returns an empty peer set.
@@ -125,7 +130,7 @@ func (p *Peers) get(r Route) (*peer, error) {
 	conn.Connect() // dial now, not on the first forward
 	pr := &peer{route: r, conn: conn, client: pb.NewPeerClient(conn)}
 	if p.cfg.BatchLimit > 1 {
-		pr.batcher = newBatcher(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
+		pr.batcher = batch.New(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 			defer cancel()
 			resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: p.cfg.SelfID, Checks: reqs})
@@ -141,7 +146,7 @@ func (p *Peers) get(r Route) (*peer, error) {
 
 func (pr *peer) close() {
 	if pr.batcher != nil {
-		pr.batcher.close()
+		pr.batcher.Close()
 	}
 	_ = pr.conn.Close()
 }
@@ -158,7 +163,7 @@ func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Res
 	preq := ToProtoRequest(req)
 	var res *pb.CheckResult
 	if pr.batcher != nil {
-		res, err = pr.batcher.do(ctx, preq)
+		res, err = pr.batcher.Do(ctx, preq)
 	} else {
 		var results []*pb.CheckResult
 		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq})

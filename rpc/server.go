@@ -12,6 +12,8 @@ import (
 type Server struct {
 	pb.UnimplementedRateLimiterServer
 	svc *Service
+	// MembersFunc answers Members; nil leaves it unimplemented.
+	MembersFunc func() *pb.MembersResponse
 }
 
 var _ pb.RateLimiterServer = (*Server)(nil)
@@ -61,6 +63,14 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 		}
 	}
 	return out, nil
+}
+
+// Members implements pb.RateLimiterServer.
+func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
+	if s.MembersFunc == nil {
+		return s.UnimplementedRateLimiterServer.Members(ctx, nil)
+	}
+	return s.MembersFunc(), nil
 }
 
 func errorResult(err error) *pb.CheckResult {

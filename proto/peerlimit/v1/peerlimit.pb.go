@@ -503,6 +503,184 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{6}
+}
+
+type MembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the node that answered.
+	Self    string    `protobuf:"bytes,1,opt,name=self,proto3" json:"self,omitempty"`
+	Members []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// The ring as this node sees it. A key's partition is
+	// XXH64(key's UTF-8 bytes, seed 0) mod partition_count, and partition p
+	// is owned by members[partition_owners[p]].
+	PartitionCount  uint32   `protobuf:"varint,3,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
+	PartitionOwners []uint32 `protobuf:"varint,4,rep,packed,name=partition_owners,json=partitionOwners,proto3" json:"partition_owners,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MembersResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetPartitionCount() uint32 {
+	if x != nil {
+		return x.PartitionCount
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetPartitionOwners() []uint32 {
+	if x != nil {
+		return x.PartitionOwners
+	}
+	return nil
+}
+
+type Member struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GrpcAddr   string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	GossipAddr string                 `protobuf:"bytes,3,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	// alive, failed (declared dead; being reconnected) or left. Only alive
+	// members own partitions.
+	State         string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *Member) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
+func (x *Member) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
@@ -535,14 +713,27 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage*?\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x10\n" +
+	"\x0eMembersRequest\"\xa9\x01\n" +
+	"\x0fMembersResponse\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\tR\x04self\x12.\n" +
+	"\amembers\x18\x02 \x03(\v2\x14.peerlimit.v1.MemberR\amembers\x12'\n" +
+	"\x0fpartition_count\x18\x03 \x01(\rR\x0epartitionCount\x12)\n" +
+	"\x10partition_owners\x18\x04 \x03(\rR\x0fpartitionOwners\"l\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1f\n" +
+	"\vgossip_addr\x18\x03 \x01(\tR\n" +
+	"gossipAddr\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x012\xa0\x01\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x012\xe8\x01\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.peerlimit.v1.CheckRequest\x1a\x1b.peerlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
-	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponse\x12F\n" +
+	"\aMembers\x12\x1c.peerlimit.v1.MembersRequest\x1a\x1d.peerlimit.v1.MembersResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peerlimit_proto_rawDescOnce sync.Once
@@ -557,7 +748,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),             // 0: peerlimit.v1.Algorithm
 	(*CheckRequest)(nil),       // 1: peerlimit.v1.CheckRequest
@@ -566,6 +757,9 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*CheckBatchResponse)(nil), // 4: peerlimit.v1.CheckBatchResponse
 	(*CheckResult)(nil),        // 5: peerlimit.v1.CheckResult
 	(*Error)(nil),              // 6: peerlimit.v1.Error
+	(*MembersRequest)(nil),     // 7: peerlimit.v1.MembersRequest
+	(*MembersResponse)(nil),    // 8: peerlimit.v1.MembersResponse
+	(*Member)(nil),             // 9: peerlimit.v1.Member
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0, // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
@@ -573,15 +767,18 @@ var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	5, // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
 	2, // 3: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
 	6, // 4: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
-	1, // 5: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3, // 6: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	2, // 7: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4, // 8: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	9, // 5: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
+	1, // 6: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3, // 7: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	7, // 8: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	2, // 9: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4, // 10: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	8, // 11: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -600,7 +797,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

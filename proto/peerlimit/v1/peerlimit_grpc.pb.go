@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RateLimiter_Check_FullMethodName      = "/peerlimit.v1.RateLimiter/Check"
 	RateLimiter_CheckBatch_FullMethodName = "/peerlimit.v1.RateLimiter/CheckBatch"
+	RateLimiter_Members_FullMethodName    = "/peerlimit.v1.RateLimiter/Members"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -39,6 +40,10 @@ type RateLimiterClient interface {
 	// own, in order: one bad item is an error in its result, never a failed
 	// call.
 	CheckBatch(ctx context.Context, in *CheckBatchRequest, opts ...grpc.CallOption) (*CheckBatchResponse, error)
+	// Members lists the members this node sees and its ring (which member
+	// owns each partition), so that clients can send checks straight to
+	// their owners.
+	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -69,6 +74,16 @@ func (c *rateLimiterClient) CheckBatch(ctx context.Context, in *CheckBatchReques
 	return out, nil
 }
 
+func (c *rateLimiterClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembersResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -81,6 +96,10 @@ type RateLimiterServer interface {
 	// own, in order: one bad item is an error in its result, never a failed
 	// call.
 	CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error)
+	// Members lists the members this node sees and its ring (which member
+	// owns each partition), so that clients can send checks straight to
+	// their owners.
+	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -96,6 +115,9 @@ func (UnimplementedRateLimiterServer) Check(context.Context, *CheckRequest) (*Ch
 }
 func (UnimplementedRateLimiterServer) CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckBatch not implemented")
+}
+func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -154,6 +176,24 @@ func _RateLimiter_CheckBatch_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Members(ctx, req.(*MembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +208,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckBatch",
 			Handler:    _RateLimiter_CheckBatch_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _RateLimiter_Members_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

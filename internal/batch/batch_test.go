@@ -1,4 +1,4 @@
-package rpc
+package batch
 
 import (
 	"context"
@@ -119,11 +119,11 @@ type btCall struct {
 	done chan struct{}
 }
 
-func btDo(ctx context.Context, b *batcher, key string) *btCall {
+func btDo(ctx context.Context, b *Batcher[*pb.CheckRequest, *pb.CheckResult], key string) *btCall {
 	c := &btCall{key: key, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.res, c.err = b.do(ctx, &pb.CheckRequest{Key: key, Limit: 10, WindowMs: 1000})
+		c.res, c.err = b.Do(ctx, &pb.CheckRequest{Key: key, Limit: 10, WindowMs: 1000})
 	}()
 	return c
 }
@@ -131,7 +131,7 @@ func btDo(ctx context.Context, b *batcher, key string) *btCall {
 // btDoSettled starts a caller and waits (in a bubble) until it and the
 // batcher's loop are blocked again: the call is pending, in flight,
 // queued, or answered, whichever the batcher decided.
-func btDoSettled(ctx context.Context, b *batcher, key string) *btCall {
+func btDoSettled(ctx context.Context, b *Batcher[*pb.CheckRequest, *pb.CheckResult], key string) *btCall {
 	c := btDo(ctx, b, key)
 	synctest.Wait()
 	return c
@@ -174,7 +174,7 @@ func TestBatcherIdleLinkSendsAtOnceAlone(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(8, 4, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](8, 4, time.Hour, p.send)
 		for _, key := range btKeys(0, 2) {
 			start := time.Now()
 			c := btDo(context.Background(), b, key)
@@ -184,7 +184,7 @@ func TestBatcherIdleLinkSendsAtOnceAlone(t *testing.T) {
 			s.echo()
 			c.own(t)
 		}
-		b.close()
+		b.Close()
 	})
 }
 
@@ -193,14 +193,14 @@ func TestBatcherIdleLinkSendsAtOnceAlone(t *testing.T) {
 func TestBatcherIdleLinkSendsAtOnceRealClock(t *testing.T) {
 	btNoLeaks(t)
 	var sizes []int
-	b := newBatcher(8, 4, time.Hour, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
+	b := New[*pb.CheckRequest, *pb.CheckResult](8, 4, time.Hour, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
 		sizes = append(sizes, len(reqs)) // one send at a time: the calls are sequential
 		return btEcho(reqs), nil
 	})
-	defer b.close()
+	defer b.Close()
 	for _, key := range btKeys(0, 4) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := b.do(ctx, &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 1000})
+		res, err := b.Do(ctx, &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 1000})
 		cancel()
 		require.NoError(t, err, "an idle batcher must not wait for BatchWait")
 		assert.Equal(t, key, res.GetResponse().GetOwner())
@@ -215,7 +215,7 @@ func TestBatcherGathersCallsWhileOneIsInFlight(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(4, 1, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
 		start := time.Now()
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
@@ -243,7 +243,7 @@ func TestBatcherGathersCallsWhileOneIsInFlight(t *testing.T) {
 		synctest.Wait()
 		p.none(t)
 		assert.Zero(t, time.Since(start), "no BatchWait timer was involved")
-		b.close()
+		b.Close()
 	})
 }
 
@@ -253,7 +253,7 @@ func TestBatcherSendsFullBatchWithoutWaiting(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(3, 2, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](3, 2, time.Hour, p.send)
 		start := time.Now()
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next() // idle link: alone, at once; one slot of two now taken
@@ -283,7 +283,7 @@ func TestBatcherSendsFullBatchWithoutWaiting(t *testing.T) {
 			c.own(t)
 		}
 		assert.Zero(t, time.Since(start))
-		b.close()
+		b.Close()
 	})
 }
 
@@ -294,7 +294,7 @@ func TestBatcherTimerFlushesPartialBatch(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(4, 2, 5*time.Millisecond, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](4, 2, 5*time.Millisecond, p.send)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
 
@@ -313,7 +313,7 @@ func TestBatcherTimerFlushesPartialBatch(t *testing.T) {
 		c2.own(t)
 		s0.echo()
 		first.own(t)
-		b.close()
+		b.Close()
 	})
 }
 
@@ -322,8 +322,8 @@ func TestBatcherTimerFlushesPartialBatch(t *testing.T) {
 func TestBatcherTimerFlushesPartialBatchRealClock(t *testing.T) {
 	btNoLeaks(t)
 	p := newBTPeer()
-	b := newBatcher(4, 2, 5*time.Millisecond, p.send)
-	defer b.close()
+	b := New[*pb.CheckRequest, *pb.CheckResult](4, 2, 5*time.Millisecond, p.send)
+	defer b.Close()
 	first := btDo(context.Background(), b, "k0")
 	s0 := p.nextWithin(t, 10*time.Second)
 	defer s0.echo() // never leave a send blocked, even on failure
@@ -405,7 +405,7 @@ func TestBatcherResultsReachTheirCallers(t *testing.T) {
 			btNoLeaks(t)
 			synctest.Test(t, func(t *testing.T) {
 				p := newBTPeer()
-				b := newBatcher(3, 2, time.Hour, p.send)
+				b := New[*pb.CheckRequest, *pb.CheckResult](3, 2, time.Hour, p.send)
 				first := btDo(context.Background(), b, "k0")
 				s0 := p.next()
 				var calls []*btCall
@@ -419,7 +419,7 @@ func TestBatcherResultsReachTheirCallers(t *testing.T) {
 				assert.False(t, first.finished(), "another batch is not affected")
 				s0.echo()
 				first.own(t)
-				b.close()
+				b.Close()
 			})
 		})
 	}
@@ -431,7 +431,7 @@ func TestBatcherCallerContextEnds(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(4, 1, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
 
@@ -464,28 +464,28 @@ func TestBatcherCallerContextEnds(t *testing.T) {
 		assert.Contains(t, s1.keys(), "k2")
 		s1.echo()
 		c2.own(t)
-		b.close()
+		b.Close()
 	})
 }
 
-// close fails the checks not yet sent with errPeerClosed, at once, and
+// Close fails the checks not yet sent with ErrClosed, at once, and
 // waits for the ones in flight, which get their answers.
 func TestBatcherCloseFailsPendingAndWaitsForInflight(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(4, 1, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
 		c1 := btDoSettled(context.Background(), b, "k1")
 		c2 := btDoSettled(context.Background(), b, "k2")
 
 		closed := make(chan struct{})
-		go func() { b.close(); close(closed) }()
+		go func() { b.Close(); close(closed) }()
 		synctest.Wait()
 		for _, c := range []*btCall{c1, c2} {
 			require.True(t, c.finished(), c.key)
-			assert.ErrorIs(t, c.err, errPeerClosed, c.key)
+			assert.ErrorIs(t, c.err, ErrClosed, c.key)
 		}
 		select {
 		case <-closed:
@@ -501,28 +501,28 @@ func TestBatcherCloseFailsPendingAndWaitsForInflight(t *testing.T) {
 	})
 }
 
-// After close, do fails with errPeerClosed rather than waiting.
+// After Close, Do fails with ErrClosed rather than waiting.
 func TestBatcherDoAfterCloseFails(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		b := newBatcher(4, 1, time.Hour, newBTPeer().send)
-		b.close()
+		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, newBTPeer().send)
+		b.Close()
 		for i := range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := b.do(ctx, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 1000})
+			_, err := b.Do(ctx, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 1000})
 			cancel()
-			require.ErrorIs(t, err, errPeerClosed, "call %d after close", i)
+			require.ErrorIs(t, err, ErrClosed, "call %d after close", i)
 		}
 	})
 }
 
 // Calls that reached the batcher's queue (b.in) but not its pending list
-// when close ran must fail with errPeerClosed too.
+// when close ran must fail with ErrClosed too.
 func TestBatcherCloseFailsQueuedCalls(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
 		p := newBTPeer()
-		b := newBatcher(2, 1, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](2, 1, time.Hour, p.send)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
 		// k1, k2 pending (= MaxInflight*BatchLimit: the loop stops taking
@@ -535,14 +535,14 @@ func TestBatcherCloseFailsQueuedCalls(t *testing.T) {
 		}
 		require.Len(t, b.in, 2, "k3 and k4 are queued")
 		closed := make(chan struct{})
-		go func() { b.close(); close(closed) }()
+		go func() { b.Close(); close(closed) }()
 		synctest.Wait()
 		s0.echo()
 		<-closed
 		first.own(t)
 		for _, c := range calls {
 			<-c.done
-			assert.ErrorIs(t, c.err, errPeerClosed, c.key)
+			assert.ErrorIs(t, c.err, ErrClosed, c.key)
 		}
 	})
 }
@@ -556,7 +556,7 @@ func TestBatcherBackpressureBoundsWaitingCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit, inflight = 2, 2
 		p := newBTPeer()
-		b := newBatcher(limit, inflight, time.Hour, p.send)
+		b := New[*pb.CheckRequest, *pb.CheckResult](limit, inflight, time.Hour, p.send)
 		var calls []*btCall
 		calls = append(calls, btDoSettled(context.Background(), b, "k0")) // idle: alone
 		calls = append(calls, btDoSettled(context.Background(), b, "k1"))
@@ -607,6 +607,6 @@ func TestBatcherBackpressureBoundsWaitingCalls(t *testing.T) {
 		for _, c := range calls {
 			c.own(t)
 		}
-		b.close()
+		b.Close()
 	})
 }

@@ -1,0 +1,603 @@
+// Package client is the Go client of a peerlimit cluster.
+//
+// A Client talks gRPC to the cluster's nodes. Any node answers for any key,
+// so a Client needs only one reachable endpoint; it learns the rest from the
+// cluster and keeps a connection to each member. By default it also learns
+// the ring and sends each check straight to the key's owner, saving the
+// forwarding hop, and it coalesces concurrent checks bound for the same node
+// into one CheckBatch call. When a node fails or times out, a call moves on
+// to another node, within the caller's context; failed nodes are avoided
+// for a backoff that grows with repeated failures.
+//
+//	c, err := client.New(ctx, client.Config{Endpoints: []string{"10.0.0.1:9090"}})
+//	...
+//	d, err := c.Check(ctx, "user:42", client.Limit{Limit: 100, Window: time.Minute})
+//	if err == nil && !d.Allowed { /* 429, retry after d.RetryAfter */ }
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/internal/batch"
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// Algorithm selects how a limit's rolling window is counted.
+type Algorithm = limiter.Algorithm
+
+const (
+	// SlidingWindowCounter (the default) estimates the rolling window from
+	// two fixed windows, in constant memory per key.
+	SlidingWindowCounter = limiter.SlidingWindowCounter
+	// SlidingWindowLog counts the rolling window exactly; limits are capped
+	// (10,000 by default) because its memory grows with the limit.
+	SlidingWindowLog = limiter.SlidingWindowLog
+)
+
+// Limit is "Limit hits per Window".
+type Limit struct {
+	Limit     int64
+	Window    time.Duration // whole milliseconds
+	Algorithm Algorithm
+}
+
+// Decision is the cluster's answer to a check.
+type Decision struct {
+	Allowed bool
+	Limit   int64
+	// Remaining is what is left under the limit after this check.
+	Remaining int64
+	// CurrentCount is the count before this check.
+	CurrentCount int64
+	// RetryAfter is zero when allowed; when denied, the earliest time after
+	// which the same check would be allowed if no other traffic came.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key's state would be empty.
+	ResetAfter time.Duration
+	// Owner is the node that decided.
+	Owner string
+	// Degraded is true when the key's owner was unreachable and the node
+	// answered by its fallback policy.
+	Degraded bool
+}
+
+// Request is one check of a batch.
+type Request struct {
+	Key   string
+	Limit Limit
+	// Hits is how much the check consumes; 0 means 1. Set Peek to read the
+	// state without consuming anything.
+	Hits int64
+	Peek bool
+}
+
+// Result is the answer to one check of a batch: a Decision, or why there is
+// none.
+type Result struct {
+	Decision
+	Err error
+}
+
+// Config configures a Client. Only Endpoints is required.
+type Config struct {
+	// Endpoints are gRPC addresses of one or more nodes. The Client learns
+	// the other members from them.
+	Endpoints []string
+	// DialOptions are added to every connection (e.g. TLS credentials).
+	// Default: plaintext.
+	DialOptions []grpc.DialOption
+	// AttemptTimeout bounds one try on one node; the call as a whole is
+	// bounded by its context, and moves on to another node when a try fails
+	// or times out. Default 1s.
+	AttemptTimeout time.Duration
+	// DisableOwnerRouting sends checks to any node instead of the key's
+	// owner (the node then forwards them).
+	DisableOwnerRouting bool
+	// RefreshInterval is how often the member list and ring are re-read.
+	// An answer decided by another node than the expected owner triggers a
+	// refresh at once. Default 10s.
+	RefreshInterval time.Duration
+	// DisableCoalescing sends every Check as its own call instead of
+	// gathering concurrent checks bound for one node into CheckBatch calls.
+	DisableCoalescing bool
+	// CoalesceLimit is the most checks in one coalesced call. Default 100.
+	CoalesceLimit int
+	// CoalesceWait is how long a check waits to share a call while others
+	// to the same node are in flight; an idle connection sends at once.
+	// Default 200µs.
+	CoalesceWait time.Duration
+	// MaxInflightBatches caps concurrent coalesced calls per node.
+	// Default 4.
+	MaxInflightBatches int
+	// RetryBackoff is how long a node that failed is avoided, doubling with
+	// each further failure up to MaxRetryBackoff. An avoided node is still
+	// tried when no other answers. Defaults 100ms and 5s.
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// Logger receives membership refreshes and node failures. Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) sanitize() {
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = time.Second
+	}
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = 10 * time.Second
+	}
+	if c.CoalesceLimit <= 0 {
+		c.CoalesceLimit = 100
+	}
+	if c.CoalesceWait <= 0 {
+		c.CoalesceWait = 200 * time.Microsecond
+	}
+	if c.MaxInflightBatches <= 0 {
+		c.MaxInflightBatches = 4
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
+	if c.MaxRetryBackoff < c.RetryBackoff {
+		c.MaxRetryBackoff = max(5*time.Second, c.RetryBackoff)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Client is safe for concurrent use. Close it when done.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	nodes map[string]*node // by gRPC address
+	seeds map[string]bool
+
+	view atomic.Pointer[view]
+
+	refresh chan struct{} // capacity 1: asks the refresher for a refresh now
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+// view is the cluster's ring as one node described it.
+type view struct {
+	owners []member // partition → owner
+}
+
+type member struct{ id, addr string }
+
+// node is a connection to one cluster node.
+type node struct {
+	addr    string
+	conn    *grpc.ClientConn
+	api     pb.RateLimiterClient
+	batcher *batch.Batcher[*pb.CheckRequest, *pb.CheckResult] // nil without coalescing
+
+	failures  atomic.Int32
+	downUntil atomic.Int64 // unix ns
+}
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("peerlimit client closed")
+
+// New returns a Client for the cluster behind cfg.Endpoints. It reads the
+// members and the ring from the first endpoint that answers within ctx;
+// if none does, New still returns a working Client, which keeps trying
+// (calls then go to the endpoints). Only an invalid Config is an error.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("peerlimit client: Config.Endpoints is empty")
+	}
+	cfg.sanitize()
+	c := &Client{cfg: cfg, log: cfg.Logger.With("component", "peerlimit-client"),
+		nodes: map[string]*node{}, seeds: map[string]bool{},
+		refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, ep := range cfg.Endpoints {
+		if _, err := c.node(ep); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.seeds[ep] = true
+	}
+	if err := c.refreshView(ctx); err != nil {
+		c.log.Warn("no endpoint answered yet; will keep trying", "endpoints", cfg.Endpoints, "err", err)
+	}
+	c.wg.Add(1)
+	go c.refresher()
+	return c, nil
+}
+
+// node returns the connection to addr, opening it if needed.
+func (c *Client) node(addr string) (*node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.nodes[addr]; ok {
+		return n, nil
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("peerlimit client: connect to %s: %w", addr, err)
+	}
+	n := &node{addr: addr, conn: conn, api: pb.NewRateLimiterClient(conn)}
+	if !c.cfg.DisableCoalescing {
+		n.batcher = batch.New(c.cfg.CoalesceLimit, c.cfg.MaxInflightBatches, c.cfg.CoalesceWait,
+			func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
+				defer cancel()
+				resp, err := n.api.CheckBatch(ctx, &pb.CheckBatchRequest{Checks: reqs})
+				return resp.GetResults(), err
+			})
+	}
+	c.nodes[addr] = n
+	return n, nil
+}
+
+func (n *node) close() {
+	if n.batcher != nil {
+		n.batcher.Close()
+	}
+	_ = n.conn.Close()
+}
+
+// Check consumes one hit of key under l.
+func (c *Client) Check(ctx context.Context, key string, l Limit) (Decision, error) {
+	return c.CheckN(ctx, key, l, 1)
+}
+
+// CheckN consumes n hits of key under l; n = 0 peeks (reports the state,
+// consumes nothing). A denied check is not an error: see Decision.Allowed.
+// Errors are invalid input (codes.InvalidArgument, not retried), a node's
+// refusal (e.g. codes.ResourceExhausted), or no node answering before ctx
+// ended.
+func (c *Client) CheckN(ctx context.Context, key string, l Limit, n int64) (Decision, error) {
+	if err := l.validate(); err != nil {
+		return Decision{}, err
+	}
+	req := toProto(key, l, n)
+	res, err := c.do(ctx, key, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+		if nd.batcher != nil {
+			return nd.batcher.Do(ctx, req)
+		}
+		resp, err := nd.api.Check(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.CheckResult{Result: &pb.CheckResult_Response{Response: resp}}, nil
+	})
+	if err != nil {
+		return Decision{}, err
+	}
+	return fromProto(res)
+}
+
+// CheckBatch checks many keys in one call per node and answers each on its
+// own, in order. With owner routing the checks are split by owner and the
+// parts sent at once. The error is for the batch as a whole (closed
+// client, a batch over the node's limit); per-check failures are in the
+// results.
+func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	groups := map[string][]int{} // routing key → indexes
+	v := c.view.Load()
+	for i, r := range reqs {
+		g := ""
+		if v != nil && !c.cfg.DisableOwnerRouting {
+			g = v.owner(r.Key).addr
+		}
+		groups[g] = append(groups[g], i)
+	}
+	out := make([]Result, len(reqs))
+	var wg sync.WaitGroup
+	var fatal atomic.Pointer[error]
+	for _, idx := range groups {
+		wg.Go(func() {
+			breq := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, 0, len(idx))}
+			var sent []int // indexes that passed local validation
+			for _, i := range idx {
+				r := reqs[i]
+				if err := r.Limit.validate(); err != nil {
+					out[i].Err = err
+					continue
+				}
+				sent = append(sent, i)
+				hits := max(r.Hits, 1)
+				if r.Peek {
+					hits = 0
+				}
+				breq.Checks = append(breq.Checks, toProto(r.Key, r.Limit, hits))
+			}
+			if idx = sent; len(idx) == 0 {
+				return
+			}
+			var resp *pb.CheckBatchResponse
+			_, err := c.do(ctx, reqs[idx[0]].Key, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+				var err error
+				resp, err = nd.api.CheckBatch(ctx, breq)
+				return nil, err
+			})
+			if err == nil && len(resp.GetResults()) != len(idx) {
+				err = fmt.Errorf("peerlimit client: node answered %d of %d checks", len(resp.GetResults()), len(idx))
+			}
+			if err != nil {
+				if status.Code(err) == codes.ResourceExhausted || errors.Is(err, ErrClosed) {
+					fatal.Store(&err)
+				}
+				for _, i := range idx {
+					out[i].Err = err
+				}
+				return
+			}
+			for j, i := range idx {
+				out[i].Decision, out[i].Err = fromProto(resp.Results[j])
+			}
+		})
+	}
+	wg.Wait()
+	if e := fatal.Load(); e != nil {
+		return nil, *e
+	}
+	return out, nil
+}
+
+// do runs call on the preferred node for key, then on the others until one
+// answers, the error is not the node's fault, or ctx ends.
+func (c *Client) do(ctx context.Context, key string, call func(context.Context, *node) (*pb.CheckResult, error)) (*pb.CheckResult, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	want, candidates := c.candidates(key)
+	var lastErr error
+	for _, nd := range candidates {
+		if ctx.Err() != nil {
+			break
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		res, err := call(actx, nd)
+		cancel()
+		if err == nil {
+			nd.up()
+			if want.id != "" && res != nil && res.GetResponse() != nil && res.GetResponse().GetOwner() != want.id {
+				c.kickRefresh() // our ring is stale
+			}
+			return res, nil
+		}
+		if !retryable(ctx, err) {
+			return nil, err
+		}
+		lastErr = err
+		nd.down(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+		c.log.Debug("node failed; trying another", "node", nd.addr, "err", err)
+		c.kickRefresh()
+	}
+	if err := ctx.Err(); err != nil {
+		if lastErr != nil {
+			return nil, fmt.Errorf("peerlimit client: %w (last node error: %v)", err, lastErr)
+		}
+		return nil, err
+	}
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	return nil, fmt.Errorf("peerlimit client: no node answered: %w", lastErr)
+}
+
+// retryable reports whether another node might answer where this one
+// failed: transport failures and timeouts of the attempt, not of the
+// caller's context, nor the node's verdict on the request.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, batch.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.Unknown:
+		return true
+	}
+	return false
+}
+
+// candidates orders the nodes to try for key: its owner first (with owner
+// routing), then the other healthy nodes in random order, then the ones
+// recently failed, as a last resort.
+func (c *Client) candidates(key string) (member, []*node) {
+	var want member
+	if v := c.view.Load(); v != nil && !c.cfg.DisableOwnerRouting {
+		want = v.owner(key)
+	}
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	healthy := make([]*node, 0, len(c.nodes))
+	var failed []*node
+	var first *node
+	for addr, nd := range c.nodes {
+		switch {
+		case nd.downUntil.Load() > now:
+			failed = append(failed, nd)
+		case addr == want.addr:
+			first = nd
+		default:
+			healthy = append(healthy, nd)
+		}
+	}
+	c.mu.Unlock()
+	rand.Shuffle(len(healthy), func(i, j int) { healthy[i], healthy[j] = healthy[j], healthy[i] })
+	if first != nil {
+		healthy = append([]*node{first}, healthy...)
+	}
+	return want, append(healthy, failed...)
+}
+
+func (n *node) up() {
+	if n.failures.Load() != 0 {
+		n.failures.Store(0)
+		n.downUntil.Store(0)
+	}
+}
+
+func (n *node) down(base, maxBackoff time.Duration) {
+	f := min(n.failures.Add(1), 16)
+	d := min(base<<(f-1), maxBackoff)
+	n.downUntil.Store(time.Now().Add(d).UnixNano())
+}
+
+func (v *view) owner(key string) member {
+	return v.owners[xxhash.Sum64String(key)%uint64(len(v.owners))]
+}
+
+func (c *Client) kickRefresh() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// refresher re-reads the members and the ring periodically and on demand.
+func (c *Client) refresher() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		case <-c.refresh:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
+		if err := c.refreshView(ctx); err != nil {
+			c.log.Debug("refreshing members", "err", err)
+		}
+		cancel()
+	}
+}
+
+// refreshView asks nodes, healthy ones first, for the members and ring,
+// connects to new members and drops those gone (but never the endpoints).
+func (c *Client) refreshView(ctx context.Context) error {
+	_, nodes := c.candidates("")
+	var lastErr error = errors.New("no node known")
+	for _, nd := range nodes {
+		resp, err := nd.api.Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		c.apply(resp)
+		return nil
+	}
+	return lastErr
+}
+
+func (c *Client) apply(resp *pb.MembersResponse) {
+	members := resp.GetMembers()
+	alive := map[string]bool{}
+	for _, m := range members {
+		if m.GetState() == "alive" && m.GetGrpcAddr() != "" {
+			alive[m.GetGrpcAddr()] = true
+			if _, err := c.node(m.GetGrpcAddr()); err != nil {
+				c.log.Warn("connecting to member", "member", m.GetId(), "err", err)
+			}
+		}
+	}
+	c.mu.Lock()
+	var gone []*node
+	for addr, nd := range c.nodes {
+		if !alive[addr] && !c.seeds[addr] {
+			gone = append(gone, nd)
+			delete(c.nodes, addr)
+		}
+	}
+	c.mu.Unlock()
+	for _, nd := range gone {
+		nd.close()
+	}
+	owners := resp.GetPartitionOwners()
+	if resp.GetPartitionCount() == 0 || len(owners) != int(resp.GetPartitionCount()) {
+		return // a node without a ring: route to anyone
+	}
+	v := &view{owners: make([]member, len(owners))}
+	for p, i := range owners {
+		if int(i) >= len(members) {
+			return // malformed; keep the old view
+		}
+		v.owners[p] = member{id: members[i].GetId(), addr: members[i].GetGrpcAddr()}
+	}
+	c.view.Store(v)
+}
+
+// Close stops the refresher and closes every connection. Calls in flight
+// fail with ErrClosed or their context's error.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.stop)
+	c.wg.Wait()
+	c.mu.Lock()
+	nodes := c.nodes
+	c.nodes = map[string]*node{}
+	c.mu.Unlock()
+	for _, nd := range nodes {
+		nd.close()
+	}
+	return nil
+}
+
+// validate refuses what the wire cannot carry exactly; the node checks the
+// rest.
+func (l Limit) validate() error {
+	if l.Window%time.Millisecond != 0 {
+		return status.Errorf(codes.InvalidArgument, "invalid window_ms: %s is not a whole number of milliseconds", l.Window)
+	}
+	return nil
+}
+
+func toProto(key string, l Limit, hits int64) *pb.CheckRequest {
+	return &pb.CheckRequest{Key: key, Limit: l.Limit, WindowMs: l.Window.Milliseconds(),
+		Algorithm: pb.Algorithm(l.Algorithm), Hits: &hits}
+}
+
+func fromProto(r *pb.CheckResult) (Decision, error) {
+	if e := r.GetError(); e != nil {
+		return Decision{}, status.Error(codes.Code(e.GetCode()), e.GetMessage())
+	}
+	resp := r.GetResponse()
+	if resp == nil {
+		return Decision{}, errors.New("peerlimit client: empty result")
+	}
+	return Decision{
+		Allowed:      resp.GetAllowed(),
+		Limit:        resp.GetLimit(),
+		Remaining:    resp.GetRemaining(),
+		CurrentCount: resp.GetCurrentCount(),
+		RetryAfter:   time.Duration(resp.GetRetryAfterMs()) * time.Millisecond,
+		ResetAfter:   time.Duration(resp.GetResetAfterMs()) * time.Millisecond,
+		Owner:        resp.GetOwner(),
+		Degraded:     resp.GetDegraded(),
+	}, nil
+}
