@@ -48,6 +48,10 @@ const (
 	SlidingWindowLog = limiter.SlidingWindowLog
 )
 
+// ParseAlgorithm reads an algorithm's API name (SLIDING_WINDOW_COUNTER,
+// SLIDING_WINDOW_LOG); the empty string is the default, the counter.
+func ParseAlgorithm(s string) (Algorithm, error) { return limiter.ParseAlgorithm(s) }
+
 // Limit is "Limit hits per Window".
 type Limit struct {
 	Limit     int64

@@ -22,7 +22,7 @@ import (
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
-func client(t *testing.T, n *node.Node) pb.RateLimiterClient {
+func apiClient(t *testing.T, n *node.Node) pb.RateLimiterClient {
 	t.Helper()
 	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestLimitIsExactWhenRequestsSpreadOverAllNodes(t *testing.T) {
 	c := testcluster.New(t, 3, nil)
 	clients := []pb.RateLimiterClient{}
 	for _, n := range c.Live() {
-		clients = append(clients, client(t, n))
+		clients = append(clients, apiClient(t, n))
 	}
 	const limit, callers, perCaller = 50, 12, 25
 	want := c.Live()[0].Ring().Owner("api:login:alice").ID
@@ -88,7 +88,7 @@ func TestBatchSpansOwners(t *testing.T) {
 		checks = append(checks, &pb.CheckRequest{Key: fmt.Sprintf("k%d", i), Limit: 1, WindowMs: 60_000})
 	}
 	checks = append(checks, &pb.CheckRequest{Key: "", Limit: 1, WindowMs: 1}) // a bad one
-	resp, err := client(t, n0).CheckBatch(context.Background(), &pb.CheckBatchRequest{Checks: checks})
+	resp, err := apiClient(t, n0).CheckBatch(context.Background(), &pb.CheckBatchRequest{Checks: checks})
 	require.NoError(t, err)
 	require.Len(t, resp.Results, 61)
 	seen := map[string]bool{}
@@ -106,7 +106,7 @@ func TestBatchSpansOwners(t *testing.T) {
 func consume(t *testing.T, nodes []*node.Node, keys []string, limit int64) {
 	t.Helper()
 	for i, k := range keys {
-		cl := client(t, nodes[i%len(nodes)])
+		cl := apiClient(t, nodes[i%len(nodes)])
 		for range limit {
 			resp, err := cl.Check(context.Background(), &pb.CheckRequest{Key: k, Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm(i % 2)})
 			require.NoError(t, err)
@@ -119,7 +119,7 @@ func consume(t *testing.T, nodes []*node.Node, keys []string, limit int64) {
 // with a peek, is exactly limit: nothing lost, nothing counted twice.
 func waitCounts(t *testing.T, c *testcluster.Cluster, via *node.Node, keys []string, limit int64) {
 	t.Helper()
-	cl := client(t, via)
+	cl := apiClient(t, via)
 	zero := int64(0)
 	c.Eventually(10*time.Second, func() (bool, string) {
 		for i, k := range keys {
@@ -182,7 +182,7 @@ func TestGracefulLeaveHandsCountsToHeirs(t *testing.T) {
 // of AP), and the cluster keeps answering throughout.
 func TestKillKeepsTheClusterAnswering(t *testing.T) {
 	c := testcluster.New(t, 3, nil)
-	survivor := client(t, c.Node(0))
+	survivor := apiClient(t, c.Node(0))
 	var victimKey string
 	for i := 0; victimKey == ""; i++ {
 		if k := fmt.Sprintf("victim:%d", i); c.Node(0).Ring().Owner(k).ID == c.Node(2).ID() {
@@ -274,7 +274,7 @@ func TestRestartWithSameIDRejoins(t *testing.T) {
 			key = k
 		}
 	}
-	resp, err := client(t, c.Node(0)).Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 60_000})
+	resp, err := apiClient(t, c.Node(0)).Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 60_000})
 	require.NoError(t, err)
 	assert.Equal(t, restarted.ID(), resp.Owner)
 	assert.False(t, resp.Degraded)
