@@ -24,22 +24,8 @@ func NewPeerServer(svc *Service) *PeerServer { return &PeerServer{svc: svc} }
 
 // Forward implements pb.PeerServer: decide here, never forward again.
 func (s *PeerServer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	out := &pb.ForwardResponse{Results: make([]*pb.CheckResult, len(in.GetChecks()))}
-	reqs := make([]limiter.Request, 0, len(in.GetChecks()))
-	idx := make([]int, 0, len(in.GetChecks()))
-	for i, c := range in.GetChecks() {
-		req, err := FromProto(c)
-		if err != nil {
-			out.Results[i] = errorResult(err)
-			continue
-		}
-		reqs = append(reqs, req)
-		idx = append(idx, i)
-	}
-	for j, r := range s.svc.DecideLocal(reqs) {
-		out.Results[idx[j]] = ToProtoResult(r)
-	}
-	return out, nil
+	b := fromProtoBatch(in.GetChecks())
+	return &pb.ForwardResponse{Results: b.answer(s.svc.DecideLocal(b.reqs))}, nil
 }
 
 // Handoff implements pb.PeerServer: merge the states into the store.

@@ -39,30 +39,44 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
 		return nil, Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), ErrBatchTooLarge)).Err()
 	}
-	reqs := make([]limiter.Request, 0, len(in.GetChecks()))
-	idx := make([]int, 0, len(in.GetChecks())) // result slot of each valid item
-	out := &pb.CheckBatchResponse{Results: make([]*pb.CheckResult, len(in.GetChecks()))}
-	for i, c := range in.GetChecks() {
-		req, err := FromProto(c)
-		if err != nil {
-			out.Results[i] = errorResult(err)
-			continue
-		}
-		reqs = append(reqs, req)
-		idx = append(idx, i)
-	}
-	results, err := s.svc.CheckBatch(ctx, reqs)
+	b := fromProtoBatch(in.GetChecks())
+	results, err := s.svc.CheckBatch(ctx, b.reqs)
 	if err != nil {
 		return nil, Status(err).Err()
 	}
-	for j, r := range results {
-		if r.Err != nil {
-			out.Results[idx[j]] = errorResult(r.Err)
-		} else {
-			out.Results[idx[j]] = &pb.CheckResult{Result: &pb.CheckResult_Response{Response: ToProto(r)}}
+	return &pb.CheckBatchResponse{Results: b.answer(results)}, nil
+}
+
+// protoBatch is a batch of wire checks converted for the Service: the
+// valid ones as requests, the invalid ones already answered.
+type protoBatch struct {
+	reqs    []limiter.Request
+	idx     []int // result slot of each request
+	results []*pb.CheckResult
+}
+
+func fromProtoBatch(checks []*pb.CheckRequest) protoBatch {
+	b := protoBatch{reqs: make([]limiter.Request, 0, len(checks)), idx: make([]int, 0, len(checks)),
+		results: make([]*pb.CheckResult, len(checks))}
+	for i, c := range checks {
+		req, err := FromProto(c)
+		if err != nil {
+			b.results[i] = errorResult(err)
+			continue
 		}
+		b.reqs = append(b.reqs, req)
+		b.idx = append(b.idx, i)
 	}
-	return out, nil
+	return b
+}
+
+// answer fills in the decided requests' results, one per request, and
+// returns every result in the batch's order.
+func (b protoBatch) answer(results []Result) []*pb.CheckResult {
+	for j, r := range results {
+		b.results[b.idx[j]] = ToProtoResult(r)
+	}
+	return b.results
 }
 
 // Members implements pb.RateLimiterServer.
