@@ -46,13 +46,12 @@ proto: tools
 proto-check: proto
 	@git diff --exit-code -- $(PROTO_DIR) || (echo "generated code is stale: run make proto and commit" >&2; exit 1)
 
-# One node in the foreground on loopback; Ctrl-C stops it gracefully.
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# A 3-node cluster on loopback in the foreground; Ctrl-C stops every node.
 run: build
-	@echo 'try: curl -s localhost:8080/v1/check -d '"'"'{"key":"user:42","limit":5,"window_ms":60000}'"'"
-	./$(BIN) --id node1 --http-addr 127.0.0.1:8080 --grpc-addr 127.0.0.1:9090
+	./scripts/run-local.sh $(BIN)
 
 clean:
 	rm -rf bin

@@ -16,6 +16,7 @@ stop() {
 	for pid in "${pids[@]}"; do
 		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 	done
+	exit 0
 }
 trap stop INT TERM EXIT
 
