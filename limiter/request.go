@@ -85,6 +85,7 @@ type ArgumentError struct {
 	Reason string
 }
 
+// Error says which field is wrong and why, e.g. "invalid limit: must be positive, got 0".
 func (e *ArgumentError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
 // ErrCapacity is returned, wrapped, when a new key cannot be stored because

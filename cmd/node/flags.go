@@ -45,6 +45,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; the same on every node")
 	profile := fs.String("gossip-profile", string(c.GossipProfile), "gossip timing: lan, or local (one host, tests)")
 	partitions := fs.Int("partitions", c.Ring.PartitionCount, "ring partitions = store shards; the same on every node")
+	fs.IntVar(&c.Ring.ReplicationFactor, "ring-replication-factor", c.Ring.ReplicationFactor, "virtual points per member on the hash ring (more: evener shares); the same on every node")
+	fs.Float64Var(&c.Ring.Load, "ring-load", c.Ring.Load, "a member owns at most this × the average partitions; the same on every node")
 	fs.IntVar(&c.Peers.BatchLimit, "batch-limit", c.Peers.BatchLimit, "most forwarded checks per peer call; 1 turns batching off")
 	fs.DurationVar(&c.Peers.BatchWait, "batch-wait", c.Peers.BatchWait, "how long a forwarded check waits to share a call while others to the same peer are in flight")
 	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "concurrent batched calls per peer")

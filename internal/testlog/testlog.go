@@ -24,6 +24,7 @@ func New(t testing.TB) *Writer {
 	return w
 }
 
+// Write logs p as one line of the test, or drops it once the test is done.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
