@@ -169,8 +169,11 @@ type Client struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	nodes map[string]*node // by gRPC address
+	nodes map[string]*node // by gRPC address; copied into snap on change
 	seeds map[string]bool
+	// snap is a read-only copy of nodes, so that the hot path finds a
+	// node without taking mu.
+	snap atomic.Pointer[map[string]*node]
 
 	view atomic.Pointer[view]
 
@@ -213,6 +216,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger.With("component", "peerlimit-client"),
 		nodes: map[string]*node{}, seeds: map[string]bool{},
 		refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	c.snap.Store(&map[string]*node{})
 	for _, ep := range cfg.Endpoints {
 		if _, err := c.node(ep); err != nil {
 			c.Close()
@@ -251,7 +255,17 @@ func (c *Client) node(addr string) (*node, error) {
 			})
 	}
 	c.nodes[addr] = n
+	c.publish()
 	return n, nil
+}
+
+// publish copies nodes into snap. Requires c.mu held.
+func (c *Client) publish() {
+	m := make(map[string]*node, len(c.nodes))
+	for a, n := range c.nodes {
+		m[a] = n
+	}
+	c.snap.Store(&m)
 }
 
 func (n *node) close() {
@@ -276,7 +290,7 @@ func (c *Client) CheckN(ctx context.Context, key string, l Limit, n int64) (Deci
 		return Decision{}, err
 	}
 	req := toProto(key, l, n)
-	res, err := c.do(ctx, key, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+	res, err := c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 		if nd.batcher != nil {
 			return nd.batcher.Do(ctx, req)
 		}
@@ -334,7 +348,7 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 				return
 			}
 			var resp *pb.CheckBatchResponse
-			_, err := c.do(ctx, reqs[idx[0]].Key, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+			_, err := c.do(ctx, reqs[idx[0]].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 				var err error
 				resp, err = nd.api.CheckBatch(ctx, breq)
 				return nil, err
@@ -364,34 +378,32 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 }
 
 // do runs call on the preferred node for key, then on the others until one
-// answers, the error is not the node's fault, or ctx ends.
-func (c *Client) do(ctx context.Context, key string, call func(context.Context, *node) (*pb.CheckResult, error)) (*pb.CheckResult, error) {
+// answers, the error is not the node's fault, or ctx ends. coalesced calls
+// go through a node's batcher, whose batch call has its own deadline.
+func (c *Client) do(ctx context.Context, key string, coalesced bool, call func(context.Context, *node) (*pb.CheckResult, error)) (*pb.CheckResult, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	want, candidates := c.candidates(key)
+	// The common case, a healthy preferred node, takes no lock and builds
+	// no list; the ordered list of the others is made only after a failure.
+	want, first := c.preferred(key)
 	var lastErr error
-	for _, nd := range candidates {
+	if first != nil {
+		res, err, next := c.attempt(ctx, first, want, coalesced, call)
+		if !next {
+			return res, err
+		}
+		lastErr = err
+	}
+	for _, nd := range c.others(first) {
 		if ctx.Err() != nil {
 			break
 		}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		res, err := call(actx, nd)
-		cancel()
-		if err == nil {
-			nd.up()
-			if want.id != "" && res != nil && res.GetResponse() != nil && res.GetResponse().GetOwner() != want.id {
-				c.kickRefresh() // our ring is stale
-			}
-			return res, nil
-		}
-		if !retryable(ctx, err) {
-			return nil, err
+		res, err, next := c.attempt(ctx, nd, want, coalesced, call)
+		if !next {
+			return res, err
 		}
 		lastErr = err
-		nd.down(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-		c.log.Debug("node failed; trying another", "node", nd.addr, "err", err)
-		c.kickRefresh()
 	}
 	if err := ctx.Err(); err != nil {
 		if lastErr != nil {
@@ -402,7 +414,36 @@ func (c *Client) do(ctx context.Context, key string, call func(context.Context, 
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	if lastErr == nil {
+		lastErr = errors.New("no node known")
+	}
 	return nil, fmt.Errorf("peerlimit client: no node answered: %w", lastErr)
+}
+
+// attempt tries one node. next says whether to try another: the node
+// failed in a way another might not.
+func (c *Client) attempt(ctx context.Context, nd *node, want member, coalesced bool, call func(context.Context, *node) (*pb.CheckResult, error)) (res *pb.CheckResult, err error, next bool) {
+	actx := ctx
+	if dl, ok := ctx.Deadline(); !coalesced && (!ok || time.Until(dl) > c.cfg.AttemptTimeout) {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		defer cancel()
+	}
+	res, err = call(actx, nd)
+	if err == nil {
+		nd.up()
+		if want.id != "" && res != nil && res.GetResponse() != nil && res.GetResponse().GetOwner() != want.id {
+			c.kickRefresh() // our ring is stale
+		}
+		return res, nil, false
+	}
+	if !retryable(ctx, err) {
+		return nil, err, false
+	}
+	nd.down(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	c.log.Debug("node failed; trying another", "node", nd.addr, "err", err)
+	c.kickRefresh()
+	return nil, err, true
 }
 
 // retryable reports whether another node might answer where this one
@@ -422,35 +463,43 @@ func retryable(ctx context.Context, err error) bool {
 	return false
 }
 
-// candidates orders the nodes to try for key: its owner first (with owner
-// routing), then the other healthy nodes in random order, then the ones
-// recently failed, as a last resort.
-func (c *Client) candidates(key string) (member, []*node) {
+// preferred returns the member that owns key (with owner routing and a
+// known ring) and the node to try first: the owner if it is healthy, else
+// any healthy node (map iteration order is random), else nil.
+func (c *Client) preferred(key string) (member, *node) {
 	var want member
 	if v := c.view.Load(); v != nil && !c.cfg.DisableOwnerRouting {
 		want = v.owner(key)
 	}
+	nodes := *c.snap.Load()
 	now := time.Now().UnixNano()
-	c.mu.Lock()
-	healthy := make([]*node, 0, len(c.nodes))
-	var failed []*node
-	var first *node
-	for addr, nd := range c.nodes {
+	if nd, ok := nodes[want.addr]; ok && nd.downUntil.Load() <= now {
+		return want, nd
+	}
+	for _, nd := range nodes {
+		if nd.downUntil.Load() <= now {
+			return want, nd
+		}
+	}
+	return want, nil
+}
+
+// others orders the nodes other than skip: healthy ones in random order,
+// then the recently failed, as a last resort.
+func (c *Client) others(skip *node) []*node {
+	now := time.Now().UnixNano()
+	var healthy, failed []*node
+	for _, nd := range *c.snap.Load() {
 		switch {
+		case nd == skip:
 		case nd.downUntil.Load() > now:
 			failed = append(failed, nd)
-		case addr == want.addr:
-			first = nd
 		default:
 			healthy = append(healthy, nd)
 		}
 	}
-	c.mu.Unlock()
 	rand.Shuffle(len(healthy), func(i, j int) { healthy[i], healthy[j] = healthy[j], healthy[i] })
-	if first != nil {
-		healthy = append([]*node{first}, healthy...)
-	}
-	return want, append(healthy, failed...)
+	return append(healthy, failed...)
 }
 
 func (n *node) up() {
@@ -500,7 +549,11 @@ func (c *Client) refresher() {
 // refreshView asks nodes, healthy ones first, for the members and ring,
 // connects to new members and drops those gone (but never the endpoints).
 func (c *Client) refreshView(ctx context.Context) error {
-	_, nodes := c.candidates("")
+	_, first := c.preferred("")
+	nodes := c.others(first)
+	if first != nil {
+		nodes = append([]*node{first}, nodes...)
+	}
 	var lastErr error = errors.New("no node known")
 	for _, nd := range nodes {
 		resp, err := nd.api.Members(ctx, &pb.MembersRequest{})
@@ -536,6 +589,9 @@ func (c *Client) apply(resp *pb.MembersResponse) {
 			delete(c.nodes, addr)
 		}
 	}
+	if len(gone) > 0 {
+		c.publish()
+	}
 	c.mu.Unlock()
 	for _, nd := range gone {
 		nd.close()
@@ -565,6 +621,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	nodes := c.nodes
 	c.nodes = map[string]*node{}
+	c.publish()
 	c.mu.Unlock()
 	for _, nd := range nodes {
 		nd.close()

@@ -47,7 +47,8 @@ func newClient(t *testing.T, cfg client.Config) *client.Client {
 // forwards sums peerlimit_forwards_total over the nodes' /metrics.
 func forwards(t *testing.T, nodes ...*node.Node) int {
 	t.Helper()
-	re := regexp.MustCompile(`(?m)^peerlimit_forwards_total\{result="ok"\} (\d+)`)
+	// Prometheus writes large counts as floats (1.234567e+06).
+	re := regexp.MustCompile(`(?m)^peerlimit_forwards_total\{result="ok"\} (\S+)`)
 	total := 0
 	for _, n := range nodes {
 		resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
@@ -55,8 +56,9 @@ func forwards(t *testing.T, nodes ...*node.Node) int {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if m := re.FindSubmatch(body); m != nil {
-			v, _ := strconv.Atoi(string(m[1]))
-			total += v
+			v, err := strconv.ParseFloat(string(m[1]), 64)
+			require.NoError(t, err)
+			total += int(v)
 		}
 	}
 	return total
