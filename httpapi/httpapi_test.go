@@ -695,6 +695,15 @@ var jsonTwins = map[protoreflect.Name]reflect.Type{
 	"Error":              reflect.TypeFor[Error](),
 }
 
+// notInJSON are proto messages the JSON API deliberately serves in
+// another shape, each with why. A new message must be added to jsonTwins or
+// here, so none slips through unnoticed.
+var notInJSON = map[protoreflect.Name]string{
+	"MembersRequest":  "GET /v1/members takes no body",
+	"MembersResponse": "GET /v1/members (httpapi.Members) shows each member's partition count and share for people; the RPC carries the raw partition table for clients",
+	"Member":          "part of MembersResponse; see httpapi.MemberInfo",
+}
+
 // pendingJSONFields are proto fields known to be missing from the JSON API
 // while another change is in flight. Each is reported as a skipped subtest
 // while missing and checked like any other field as soon as it appears.
@@ -709,9 +718,12 @@ var jsonTypeExceptions = map[string]reflect.Kind{
 
 func TestJSONNamesMatchProto(t *testing.T) {
 	msgs := pb.File_peerlimit_v1_peerlimit_proto.Messages()
-	require.Equal(t, len(jsonTwins), msgs.Len(), "every proto message needs a JSON twin")
+	require.Equal(t, len(jsonTwins)+len(notInJSON), msgs.Len(), "every proto message needs a JSON twin or a reason in notInJSON")
 	for i := range msgs.Len() {
 		md := msgs.Get(i)
+		if _, ok := notInJSON[md.Name()]; ok {
+			continue
+		}
 		typ, ok := jsonTwins[md.Name()]
 		if !assert.True(t, ok, "proto message %s has no JSON struct", md.Name()) {
 			continue
