@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +20,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/client"
+	"github.com/peerlimit/peerlimit/internal/latency"
 	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testlog"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -171,7 +172,7 @@ type clientBenchEnv struct {
 	c     *testcluster.Cluster
 	nodes []*node.Node
 	owner []int // owner[k] indexes nodes: the owner of key k
-	warns *benchWarnCounter
+	warns *testlog.WarnCounter
 	http  *http.Client
 	// Client-to-node calls carrying checks (Check, CheckBatch) and the
 	// checks they carried, counted by an interceptor on the client's (and
@@ -186,13 +187,13 @@ type clientBenchEnv struct {
 // benchmark (all its cases) is done.
 func startClientBenchEnv(b *testing.B) *clientBenchEnv {
 	b.Helper()
-	env := &clientBenchEnv{warns: &benchWarnCounter{},
+	env := &clientBenchEnv{warns: testlog.NewWarnCounter(),
 		http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}}
 	// The harness's configuration; only the logger is replaced, by a
 	// counter of warnings (benchmark output shows every b.Log line), and
 	// the peer connections get the Forward-counting interceptor.
 	env.c = testcluster.New(b, 3, func(cfg *node.Config) {
-		cfg.Logger = slog.New(&benchWarnHandler{c: env.warns})
+		cfg.Logger = slog.New(env.warns)
 		cfg.Peers.DialOptions = append(cfg.Peers.DialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
 	})
 	env.nodes = env.c.Live()
@@ -228,7 +229,7 @@ func (env *clientBenchEnv) newClient(b *testing.B, cfg client.Config) *client.Cl
 	for _, n := range env.nodes {
 		cfg.Endpoints = append(cfg.Endpoints, n.GRPCAddr())
 	}
-	cfg.Logger = slog.New(&benchWarnHandler{c: env.warns})
+	cfg.Logger = slog.New(env.warns)
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(env.countRPCs))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -337,7 +338,7 @@ func (env *clientBenchEnv) forwarded(b *testing.B) float64 {
 // measure runs timed (b.RunParallel inside) between the counters'
 // readings, all of them outside the timed region, and reports.
 func (env *clientBenchEnv) measure(b *testing.B, rec *benchRecorder, timed func()) {
-	env.warns.reset()
+	env.warns.Reset()
 	fwdBefore := env.forwarded(b)
 	env.rpcs.Store(0)
 	env.rpcChecks.Store(0)
@@ -367,7 +368,7 @@ func (env *clientBenchEnv) measure(b *testing.B, rec *benchRecorder, timed func(
 	// What went wrong in the timed run is logged, not failed: a warning or
 	// a degraded answer means the run measured something else than the
 	// normal path.
-	if n, first := env.warns.get(); n > 0 {
+	if n, first := env.warns.Count(); n > 0 {
 		b.Logf("%d warnings/errors logged during the run; first: %s", n, first)
 	}
 	if rec.degraded > 0 {
@@ -529,63 +530,7 @@ func (r *benchRecorder) report(b *testing.B, elapsed time.Duration) {
 	b.ReportMetric(float64(r.checks)/elapsed.Seconds(), "checks/s")
 	if len(r.lat) > 0 {
 		slices.Sort(r.lat)
-		b.ReportMetric(float64(benchPercentile(r.lat, 50))/1e3, "p50-µs")
-		b.ReportMetric(float64(benchPercentile(r.lat, 99))/1e3, "p99-µs")
+		b.ReportMetric(float64(latency.Percentile(r.lat, 50))/1e3, "p50-µs")
+		b.ReportMetric(float64(latency.Percentile(r.lat, 99))/1e3, "p99-µs")
 	}
 }
-
-// benchPercentile is the nearest-rank q-th percentile of sorted.
-func benchPercentile(sorted []time.Duration, q int) time.Duration {
-	i := (len(sorted)*q + 99) / 100 // ceil(n·q/100), a rank from 1
-	return sorted[min(max(i, 1), len(sorted))-1]
-}
-
-// benchWarnCounter counts the records at Warn or above and keeps the first.
-type benchWarnCounter struct {
-	mu    sync.Mutex
-	n     int
-	first string
-}
-
-func (c *benchWarnCounter) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n, c.first = 0, ""
-}
-
-func (c *benchWarnCounter) get() (int, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n, c.first
-}
-
-// benchWarnHandler is a slog.Handler that feeds a benchWarnCounter and
-// writes nothing.
-type benchWarnHandler struct {
-	c     *benchWarnCounter
-	attrs string
-}
-
-func (h *benchWarnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (h *benchWarnHandler) Handle(_ context.Context, r slog.Record) error {
-	h.c.mu.Lock()
-	defer h.c.mu.Unlock()
-	if h.c.n++; h.c.n == 1 {
-		var sb strings.Builder
-		fmt.Fprintf(&sb, "%s %s %s", r.Level, r.Message, h.attrs)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s", a); return true })
-		h.c.first = sb.String()
-	}
-	return nil
-}
-
-func (h *benchWarnHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	s := h.attrs
-	for _, a := range as {
-		s += " " + a.String()
-	}
-	return &benchWarnHandler{c: h.c, attrs: s}
-}
-
-func (h *benchWarnHandler) WithGroup(string) slog.Handler { return h }

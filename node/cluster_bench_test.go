@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peerlimit/peerlimit/internal/latency"
 	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testlog"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -84,7 +85,7 @@ type clusterEnv struct {
 	c       *testcluster.Cluster
 	clients []pb.RateLimiterClient
 	ids     []string // ids[i] is the node clients[i] talks to
-	warns   *warnCounter
+	warns   *testlog.WarnCounter
 	// Forward RPCs between nodes and the checks they carried, counted by
 	// a client interceptor on the peer connections.
 	fwdRPCs, fwdChecks atomic.Int64
@@ -95,11 +96,11 @@ type clusterEnv struct {
 // Cleanup kills the nodes; the connections close before that.
 func startClusterEnv(b *testing.B, s clusterSetup) *clusterEnv {
 	b.Helper()
-	env := &clusterEnv{warns: &warnCounter{}}
+	env := &clusterEnv{warns: testlog.NewWarnCounter()}
 	env.c = testcluster.New(b, s.nodes, func(cfg *node.Config) {
 		// Quiet: count warnings and errors instead of logging each one
 		// (benchmark output always shows b.Log lines).
-		cfg.Logger = slog.New(&warnHandler{c: env.warns})
+		cfg.Logger = slog.New(env.warns)
 		if !s.batching {
 			cfg.Peers.BatchLimit = 1
 		}
@@ -125,7 +126,7 @@ func startClusterEnv(b *testing.B, s clusterSetup) *clusterEnv {
 			}
 		}
 	}
-	env.warns.reset() // the joins' warnings, if any, are not the run's
+	env.warns.Reset() // the joins' warnings, if any, are not the run's
 	env.fwdRPCs.Store(0)
 	env.fwdChecks.Store(0)
 	return env
@@ -149,7 +150,7 @@ func (env *clusterEnv) after(b *testing.B, degraded int64) {
 	if n := env.fwdRPCs.Load(); n > 0 {
 		b.ReportMetric(float64(env.fwdChecks.Load())/float64(n), "checks/fwd-rpc")
 	}
-	if n, first := env.warns.get(); n > 0 {
+	if n, first := env.warns.Count(); n > 0 {
 		b.Logf("%d warnings/errors logged during the run; first: %s", n, first)
 	}
 	if degraded > 0 {
@@ -329,65 +330,10 @@ func (r *latencyRecorder) report(b *testing.B, elapsed time.Duration) {
 	b.ReportMetric(float64(r.checks)/elapsed.Seconds(), "checks/s")
 	if len(r.lat) > 0 {
 		slices.Sort(r.lat)
-		b.ReportMetric(float64(percentile(r.lat, 50))/1e3, "p50-µs")
-		b.ReportMetric(float64(percentile(r.lat, 99))/1e3, "p99-µs")
+		b.ReportMetric(float64(latency.Percentile(r.lat, 50))/1e3, "p50-µs")
+		b.ReportMetric(float64(latency.Percentile(r.lat, 99))/1e3, "p99-µs")
 	}
 	if r.checks > 0 {
 		b.ReportMetric(100*float64(r.forwarded)/float64(r.checks), "fwd-%")
 	}
 }
-
-// percentile is the nearest-rank q-th percentile of sorted.
-func percentile(sorted []time.Duration, q int) time.Duration {
-	i := (len(sorted)*q + 99) / 100 // ceil(n·q/100), a rank from 1
-	return sorted[min(max(i, 1), len(sorted))-1]
-}
-
-// warnCounter counts the records at Warn or above and keeps the first.
-type warnCounter struct {
-	mu    sync.Mutex
-	n     int
-	first string
-}
-
-func (c *warnCounter) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n, c.first = 0, ""
-}
-
-func (c *warnCounter) get() (int, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n, c.first
-}
-
-// warnHandler is a slog.Handler that feeds a warnCounter and writes nothing.
-type warnHandler struct {
-	c     *warnCounter
-	attrs string
-}
-
-func (h *warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (h *warnHandler) Handle(_ context.Context, r slog.Record) error {
-	h.c.mu.Lock()
-	defer h.c.mu.Unlock()
-	if h.c.n++; h.c.n == 1 {
-		var sb strings.Builder
-		fmt.Fprintf(&sb, "%s %s %s", r.Level, r.Message, h.attrs)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s", a); return true })
-		h.c.first = sb.String()
-	}
-	return nil
-}
-
-func (h *warnHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	s := h.attrs
-	for _, a := range as {
-		s += " " + a.String()
-	}
-	return &warnHandler{c: h.c, attrs: s}
-}
-
-func (h *warnHandler) WithGroup(string) slog.Handler { return h }

@@ -2,6 +2,9 @@
 package testlog
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -33,3 +36,62 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// WarnCounter is a slog.Handler that writes nothing and counts the records
+// at Warn or above, keeping the first: a benchmark stays quiet but can
+// still say that something went wrong during its timed run.
+type WarnCounter struct {
+	state *warnState
+	attrs string
+}
+
+type warnState struct {
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+// NewWarnCounter returns an empty counter.
+func NewWarnCounter() *WarnCounter { return &WarnCounter{state: &warnState{}} }
+
+// Reset forgets what was counted.
+func (c *WarnCounter) Reset() {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	c.state.n, c.state.first = 0, ""
+}
+
+// Count returns how many records were counted and the first of them.
+func (c *WarnCounter) Count() (int, string) {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	return c.state.n, c.state.first
+}
+
+// Enabled implements slog.Handler.
+func (c *WarnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+// Handle implements slog.Handler.
+func (c *WarnCounter) Handle(_ context.Context, r slog.Record) error {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if c.state.n++; c.state.n == 1 {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "%s %s%s", r.Level, r.Message, c.attrs)
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s", a); return true })
+		c.state.first = sb.String()
+	}
+	return nil
+}
+
+// WithAttrs implements slog.Handler.
+func (c *WarnCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	s := c.attrs
+	for _, a := range as {
+		s += " " + a.String()
+	}
+	return &WarnCounter{state: c.state, attrs: s}
+}
+
+// WithGroup implements slog.Handler.
+func (c *WarnCounter) WithGroup(string) slog.Handler { return c }
