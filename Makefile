@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare
 
 all: build
 
@@ -57,3 +57,9 @@ run: build
 
 clean:
 	rm -rf bin
+
+# A 3-node cluster against Redis + the seeds' Lua scripts on this machine:
+# throughput, latency and memory per key (docs/benchmarks.md). About 7 min;
+# BENCH_REPEATS, BENCH_DURATION and BENCH_OUT tune it.
+bench-compare:
+	GO=$(GO) ./scripts/bench-compare.sh
