@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/peerlimit/peerlimit/internal/latency"
 )
 
 // Bounds of the latency samples kept: a worker keeps every sample up to
@@ -107,12 +109,7 @@ func micros(d time.Duration) float64 { return float64(d) / 1e3 }
 // method: the smallest sample with at least that share of samples at or
 // below it. Zero for no samples.
 func nearestRank(sorted []time.Duration, permille int) time.Duration {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := (n*permille + 999) / 1000 // ceil(n·q), a rank from 1
-	return sorted[min(max(rank, 1), n)-1]
+	return latency.Percentile(sorted, float64(permille)/10)
 }
 
 // weighted is a sample standing for w calls.

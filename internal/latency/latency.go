@@ -3,21 +3,25 @@
 package latency
 
 import (
+	"math"
 	"slices"
 	"time"
 )
 
-// Percentile returns the nearest-rank q-th percentile (0 < q ≤ 100) of
-// samples, which must be sorted ascending; 0 for no samples. Nearest rank
-// means the result is always one of the samples, never an interpolation.
+// Percentile returns the nearest-rank q-th percentile (0 < q ≤ 100, to a
+// tenth) of samples, which must be sorted ascending; 0 for no samples.
+// Nearest rank means the smallest sample with at least q % of the samples
+// at or below it: always one of the samples, never an interpolation.
 func Percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
+	n := len(sorted)
+	if n == 0 {
 		return 0
 	}
-	// ceil(n·q/100) as a rank from 1, computed in integers where possible
-	// so that p50 of 2 samples is the first, not a float artefact.
-	rank := int(float64(len(sorted))*q/100 + 0.999999999)
-	return sorted[min(max(rank, 1), len(sorted))-1]
+	// ceil(n·q/100) in integers (q in permille), so that p50 of 2 samples
+	// is exactly the first, with no float rounding at the boundary.
+	permille := int(math.Round(q * 10))
+	rank := (n*permille + 999) / 1000
+	return sorted[min(max(rank, 1), n)-1]
 }
 
 // Summary holds the usual percentiles of a set of samples.
