@@ -13,6 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/peerlimit/peerlimit/internal/testlog"
+
+	"github.com/peerlimit/peerlimit/internal/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -51,13 +53,17 @@ func start(t *testing.T, id, bind string, join ...string) (*Cluster, *recorder) 
 // guessed sleep.
 func eventually(t *testing.T, within time.Duration, cond func() bool, what string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: "+what, append([]any{within}, args...)...)
+	wait.For(t, within, func() (bool, string) {
+		// Explanations may name functions (current state): call them now.
+		now := make([]any, len(args))
+		for k, a := range args {
+			if f, isFunc := a.(func() string); isFunc {
+				a = f()
+			}
+			now[k] = a
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return cond(), fmt.Sprintf(what, now...)
+	})
 }
 
 func TestMembersConvergeAndCarryGRPCAddr(t *testing.T) {

@@ -22,6 +22,8 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testlog"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/rpc"
+
+	"github.com/peerlimit/peerlimit/internal/wait"
 )
 
 // The fallback tests cut node-b's gRPC off while its gossip lives on: a
@@ -161,17 +163,7 @@ func fbMetric(t *testing.T, n *Node, series string) float64 {
 
 func fbEventually(t *testing.T, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, within, cond)
 }
 
 // assertCommon checks what every policy shares: a key a owns is decided

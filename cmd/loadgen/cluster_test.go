@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,30 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testcluster"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
 )
-
-// testWriter sends what loadgen writes to stderr to the test's log, until
-// the test ends.
-type testWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func newTestWriter(t testing.TB) *testWriter {
-	w := &testWriter{t: t}
-	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
-	return w
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
 
 // TestPeerlimit loads a 3-node in-process cluster through each route.
 func TestPeerlimit(t *testing.T) {
@@ -57,7 +35,7 @@ func TestPeerlimit(t *testing.T) {
 		cfg.Keys = 1000
 		cfg.KeyPrefix = t.Name() + ":" // each subtest its own keys
 		cfg.Progress = false
-		cfg.Stderr = newTestWriter(t)
+		cfg.Stderr = testlog.New(t)
 		return cfg
 	}
 	routes := []string{routeNode, routeRandom, routeOwner}
@@ -114,7 +92,7 @@ func TestPeerlimit(t *testing.T) {
 		var stdout bytes.Buffer
 		code := realMain([]string{"-endpoints", strings.Join(endpoints, ","), "-route", "random",
 			"-workers", "4", "-duration", "300ms", "-progress=false", "-json", "-",
-			"-key-prefix", t.Name() + ":"}, &stdout, newTestWriter(t))
+			"-key-prefix", t.Name() + ":"}, &stdout, testlog.New(t))
 		require.Equal(t, 0, code)
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(stdout.Bytes(), &m), "stdout is the JSON result: %s", stdout.String())
@@ -129,7 +107,7 @@ func TestPeerlimit(t *testing.T) {
 // and the command exits non-zero.
 func TestPeerlimitUnreachable(t *testing.T) {
 	var stdout bytes.Buffer
-	stderr := newTestWriter(t)
+	stderr := testlog.New(t)
 	began := time.Now()
 	code := realMain([]string{"-endpoints", "127.0.0.1:1", "-route", "node", "-workers", "2",
 		"-duration", "200ms", "-progress=false"}, &stdout, stderr)

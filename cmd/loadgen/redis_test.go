@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
 )
 
 // startRedis starts a throw-away redis-server on a free loopback port, with
@@ -83,7 +85,7 @@ func TestRedis(t *testing.T) {
 		cfg.Limit, cfg.Keys, cfg.Window = 5, 3, time.Minute
 		cfg.KeyPrefix = t.Name() + ":"
 		cfg.Progress = false
-		cfg.Stderr = newTestWriter(t)
+		cfg.Stderr = testlog.New(t)
 		return cfg
 	}
 	for _, batch := range []int{1, 10} {

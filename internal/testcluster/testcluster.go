@@ -15,6 +15,8 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/testlog"
 	"github.com/peerlimit/peerlimit/node"
+
+	"github.com/peerlimit/peerlimit/internal/wait"
 )
 
 // Cluster is a set of in-process nodes.
@@ -174,21 +176,11 @@ func (c *Cluster) WaitConverged() {
 	})
 }
 
-// Eventually polls cond every 20ms until it holds, failing the test with
-// cond's last explanation after within.
+// Eventually polls cond until it holds, failing the test with cond's last
+// explanation after within.
 func (c *Cluster) Eventually(within time.Duration, cond func() (bool, string)) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("testcluster: not within %s: %s", within, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(c.t, within, cond)
 }
 
 func (c *Cluster) stopAll() {
