@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,66 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testlog"
+
+	"github.com/peerlimit/peerlimit/internal/redistest"
 )
-
-// startRedis starts a throw-away redis-server on a free loopback port, with
-// persistence off and its files in a temporary directory, and stops it when
-// the test ends. It skips the test when redis-server is not installed.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the Redis tests")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-
-	var out bytes.Buffer
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start(), "starting redis-server")
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
-	defer rdb.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return addr
-		}
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			t.Fatalf("redis-server exited: %v\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s not answering: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestRedis runs both scripts against a real redis-server.
 func TestRedis(t *testing.T) {
-	addr := startRedis(t)
+	addr := redistest.Start(t)
 	config := func(t *testing.T, algorithm string, batch int) Config {
 		cfg := defaultConfig()
 		cfg.Target, cfg.Redis = targetRedis, addr
