@@ -149,13 +149,14 @@ func (s *Service) owner(key string) (Route, bool) {
 // Check answers one request: decided here if this node owns the key,
 // else forwarded to the owner.
 func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
+	owner, local := s.owner(req.Key)
+	if local {
+		return s.decide(s.cfg.Now(), req) // the store validates
+	}
+	// Refuse a bad request where it arrived, not after a hop.
 	if err := s.store.Validate(req); err != nil {
 		s.metrics.observe(req.Algorithm, false, err)
 		return Result{Err: err}
-	}
-	owner, local := s.owner(req.Key)
-	if local {
-		return s.decide(s.cfg.Now(), req)
 	}
 	res, err := s.cfg.Peers.Forward(ctx, owner, req)
 	if err != nil {
@@ -178,16 +179,17 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 	remote := map[Route][]int{} // owner → indexes of its checks
 	now := s.cfg.Now()
 	for i, r := range reqs {
+		owner, local := s.owner(r.Key)
+		if local {
+			out[i] = s.decide(now, r) // the store validates
+			continue
+		}
 		if err := s.store.Validate(r); err != nil {
 			s.metrics.observe(r.Algorithm, false, err)
 			out[i] = Result{Err: err}
 			continue
 		}
-		if owner, local := s.owner(r.Key); local {
-			out[i] = s.decide(now, r)
-		} else {
-			remote[owner] = append(remote[owner], i)
-		}
+		remote[owner] = append(remote[owner], i)
 	}
 	var wg sync.WaitGroup
 	for owner, idx := range remote {
