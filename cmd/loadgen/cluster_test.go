@@ -71,6 +71,9 @@ func TestPeerlimit(t *testing.T) {
 				res, err := run(context.Background(), cfg)
 				require.NoError(t, err)
 				assert.Zero(t, res.Errors, "first errors: %v", res.FirstErrors)
+				// Exactness holds while every owner answers; a degraded
+				// (fallback) answer may admit more, by design.
+				require.Zero(t, res.Degraded, "an owner was unreachable: the limit is not exact then")
 				assert.Greater(t, res.Checks, int64(15))
 				assert.LessOrEqual(t, res.Allowed, int64(5*3))
 				assert.Equal(t, int64(5*3), res.Allowed)

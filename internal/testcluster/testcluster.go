@@ -90,6 +90,12 @@ func (c *Cluster) start(id string) *node.Node {
 
 	cfg := node.DefaultLocalConfig(id)
 	cfg.Join = seeds
+	// Under the race detector on a loaded 2-core machine a forward can
+	// take longer than the default 500ms, and the fallback would then
+	// decide a check away from its owner: exactness tests would fail for
+	// load, not for a bug. Fault tests do not need short deadlines: a
+	// stopped node refuses connections at once.
+	cfg.Peers.Timeout = 5 * time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", cfg.ID)
 	if c.edit != nil {
 		c.edit(&cfg)
