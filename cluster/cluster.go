@@ -102,6 +102,9 @@ func Start(cfg Config) (*Cluster, error) {
 	// joins, below, so the corrected metadata is what others see.
 	c.meta = meta{GRPC: cfg.GRPCAddr}
 	if c.ml, err = memberlist.Create(mlc); err != nil {
+		if mlc.Transport != nil {
+			mlc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	local := c.ml.LocalNode() // nothing else touches it before we join
@@ -148,6 +151,8 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		mlc.DeadNodeReclaimTime = 10 * time.Second
 	}
 	mlc.Name = c.cfg.ID
+	mlc.Logger = nil
+	mlc.LogOutput = &logBridge{log: c.log}
 	host, port, err := splitHostPort(c.cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: BindAddr: %w", err)
@@ -164,8 +169,21 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	}
 	mlc.Events = &events{c}
 	mlc.Delegate = &delegate{c}
-	mlc.Logger = nil
-	mlc.LogOutput = &logBridge{log: c.log}
+	// A node bound to one address also sends from it (boundTransport).
+	// A wildcard bind leaves the choice to memberlist and the kernel.
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		t, bound, err := newBoundTransport(host, port, mlc.LogOutput)
+		if err != nil {
+			return nil, err
+		}
+		mlc.Transport = t
+		if mlc.BindPort == 0 {
+			mlc.BindPort = bound
+			if mlc.AdvertisePort == 0 {
+				mlc.AdvertisePort = bound
+			}
+		}
+	}
 	return mlc, nil
 }
 

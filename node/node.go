@@ -113,6 +113,9 @@ func Start(cfg Config) (_ *Node, err error) {
 
 	pcfg := cfg.Peers
 	pcfg.SelfID = cfg.ID
+	if d := dialFrom(n.grpcLn.Addr()); d != nil {
+		pcfg.DialOptions = append(append([]grpc.DialOption(nil), pcfg.DialOptions...), grpc.WithContextDialer(d))
+	}
 	n.peers = rpc.NewPeers(pcfg)
 	cleanup = append(cleanup, n.peers.Close)
 	rcfg := rpc.DefaultConfig()
@@ -492,4 +495,21 @@ func (n *Node) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 	}()
 	return handler(ctx, req)
+}
+
+// dialFrom returns a dialer whose connections leave from the IP the node's
+// gRPC server is bound to, or nil for a wildcard bind. Calls between peers
+// then carry the addresses the cluster knows them by, as gossip does (see
+// cluster's boundTransport): what separates two nodes by address on a
+// multi-homed host, or on loopback in jepsen-lite, separates all of
+// their traffic.
+func dialFrom(bound net.Addr) func(context.Context, string) (net.Conn, error) {
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return nil
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: tcp.IP}}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", addr)
+	}
 }
