@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare chaos
 
 all: build
 
@@ -63,3 +63,12 @@ clean:
 # BENCH_REPEATS, BENCH_DURATION and BENCH_OUT tune it.
 bench-compare:
 	GO=$(GO) ./scripts/bench-compare.sh
+
+# jepsen-lite: every chaos scenario against real node processes on
+# 127.0.0.11.., with kills, pauses, iptables partitions (needs root;
+# otherwise those are reported as skipped) and scaling. About 4 min;
+# the report, charts, histories and node logs go to CHAOS_OUT.
+CHAOS_PROFILE ?= full
+CHAOS_OUT     ?= out/chaos
+chaos: build
+	$(GO) run ./jepsen-lite/cmd/jepsen-lite -bin $(BIN) -profile $(CHAOS_PROFILE) -out $(CHAOS_OUT)

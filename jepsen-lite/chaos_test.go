@@ -1,0 +1,85 @@
+package jepsenlite_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
+	jepsenlite "github.com/peerlimit/peerlimit/jepsen-lite"
+)
+
+// buildNode builds cmd/node without the race detector: the nodes are the
+// system under test, timed like production; the harness runs under -race.
+func buildNode(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "peerlimit-node")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../cmd/node")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/node: %s", out)
+	return bin
+}
+
+// TestChaosShortProfile runs every scenario of `make chaos` at 40 % of its
+// length against real node processes and asserts the bounds of
+// docs/chaos.md. Partition scenarios need root; without it they are
+// skipped with the reason, never passed.
+func TestChaosShortProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos scenarios take about 90 s; -short skips them")
+	}
+	bin := buildNode(t)
+	out := t.TempDir()
+	cfg := jepsenlite.Config{
+		Bin: bin, OutDir: out, Profile: jepsenlite.ShortProfile(),
+		// Not make chaos's 127.0.0.11: the two may run at once, and
+		// firewall rules are by address.
+		BaseIP: "127.0.0.41", Seed: 1,
+		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil)),
+	}
+	var results []*jepsenlite.Result
+	for _, sc := range jepsenlite.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := jepsenlite.Run(ctx, cfg, sc)
+			require.NoError(t, err)
+			results = append(results, res)
+			if res.Skipped != "" {
+				t.Skip("skipped, not passed: " + res.Skipped)
+			}
+			assert.Empty(t, res.Errors, "every nemesis step must succeed")
+			for _, v := range res.Violations() {
+				t.Errorf("over-admission beyond the bound: %s", v)
+			}
+			for _, ev := range res.Events {
+				assert.GreaterOrEqual(t, ev.ConvergedAfter(), time.Duration(0), "the cluster never converged after %q", ev.Name)
+			}
+			// AP: every node that is up answers, degraded or not.
+			assert.GreaterOrEqual(t, res.Healthy.AnsweredShare(), 0.99, "checks sent to nodes that were up: %+v", res.Healthy)
+			// The checker had something to check.
+			assert.Greater(t, res.Log.Windows, 200)
+			assert.Greater(t, res.CounterFixed.Windows, 20)
+			if sc.Name == "calm" {
+				assert.LessOrEqual(t, res.Log.Worst, 1.0, "no fault: the log never admits more than its limit")
+				assert.LessOrEqual(t, res.CounterFixed.Worst, 1.0, "no fault: the counter never admits more than its limit in its window")
+				assert.LessOrEqual(t, res.CounterSliding.Worst, 2.0)
+				assert.Zero(t, res.Log.ExcessCalm)
+			}
+		})
+	}
+	require.NoError(t, jepsenlite.WriteReport(out, cfg.Profile, results, "go test ./jepsen-lite"))
+	if t.Failed() {
+		report, _ := os.ReadFile(filepath.Join(out, "report.md"))
+		t.Logf("report:\n%s", report)
+	}
+}

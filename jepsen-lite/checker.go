@@ -1,0 +1,457 @@
+package jepsenlite
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// History is everything recorded in one scenario.
+type History struct {
+	Scenario string            `json:"scenario"`
+	About    string            `json:"about"`
+	Start    time.Time         `json:"start"` // offset 0; wall time maps offsets to the nodes' clocks
+	End      time.Duration     `json:"end_ns"`
+	Nodes    []string          `json:"nodes"`
+	Keys     []KeySpec         `json:"keys"`
+	Ops      []Op              `json:"ops"`
+	Views    []View            `json:"views"`
+	Events   []Event           `json:"events"`
+	Up       map[string][]span `json:"up"`
+}
+
+// Phase is a stretch of the run with one admission bound, in deciders per
+// key: calm (1), transient (every node may decide: from a step until the
+// cluster has converged) or steady (after convergence, as the step says).
+type Phase struct {
+	Kind     string        `json:"kind"`
+	From, To time.Duration `json:"-"`
+	Deciders int           `json:"deciders"`
+}
+
+// EventResult is a step and how long the cluster took to converge after it.
+type EventResult struct {
+	Event
+	// Converged is when every answering node's view matched the
+	// expectation (the sample's completion time: an upper bound), or -1.
+	Converged time.Duration `json:"converged_ns"`
+}
+
+// ConvergedAfter is the time from the step's start to convergence, or -1.
+func (e EventResult) ConvergedAfter() time.Duration {
+	if e.Converged < 0 {
+		return -1
+	}
+	return e.Converged - e.Begin
+}
+
+// Availability counts answers.
+type Availability struct {
+	Ops      int `json:"ops"`
+	Answered int `json:"answered"`
+	Fast     int `json:"fast"` // answered within 100 ms
+	Degraded int `json:"degraded"`
+	Timeouts int `json:"timeouts"`
+	Errors   int `json:"errors"`
+}
+
+func (a Availability) AnsweredShare() float64 { return share(a.Answered, a.Ops) }
+func (a Availability) FastShare() float64     { return share(a.Fast, a.Ops) }
+
+func share(n, of int) float64 {
+	if of == 0 {
+		return 1
+	}
+	return float64(n) / float64(of)
+}
+
+// Admission is the over-admission found for one algorithm and one kind of
+// window.
+type Admission struct {
+	// Windows is how many window positions were checked.
+	Windows int `json:"windows"`
+	// Worst is the highest allowed/limit in any window, and where.
+	Worst    float64       `json:"worst"`
+	WorstKey string        `json:"worst_key"`
+	WorstAt  time.Duration `json:"worst_at_ns"`
+	// WorstCalm is the highest allowed/limit in windows entirely inside
+	// calm phases (no fault, converged).
+	WorstCalm float64 `json:"worst_calm"`
+	// Excess estimates admissions beyond what an exact limiter would
+	// have allowed (see the checker's doc).
+	Excess     int `json:"excess"`
+	ExcessCalm int `json:"excess_calm"`
+	// Raised counts windows whose bound fallback decisions raised.
+	Raised     int         `json:"raised"`
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// Violation is a window that admitted more than its bound.
+type Violation struct {
+	Key      string        `json:"key"`
+	From     time.Duration `json:"from_ns"`
+	Allowed  int           `json:"allowed"`
+	Bound    int           `json:"bound"` // in requests
+	Deciders int           `json:"deciders"`
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: %d allowed in the window from %s, bound %d (%d deciders)", v.Key, v.Allowed, v.From.Round(time.Millisecond), v.Bound, v.Deciders)
+}
+
+// Result is the checker's verdict on one scenario.
+type Result struct {
+	Scenario string `json:"scenario"`
+	About    string `json:"about"`
+	// Skipped says why the scenario did not run; nothing else is set.
+	Skipped string `json:"skipped,omitempty"`
+	// Errors are steps that failed: the run does not show what the
+	// scenario meant to show.
+	Errors []string `json:"errors,omitempty"`
+
+	Duration     time.Duration `json:"duration_ns"`
+	All, Healthy Availability
+	Events       []EventResult `json:"events"`
+	Phases       []Phase       `json:"phases"`
+	// Log: sliding windows. CounterFixed: the counter's own fixed
+	// windows, where its bound is exact. CounterSliding: rolling windows,
+	// where the counter's approximation allows up to 2× per decider.
+	Log, CounterFixed, CounterSliding Admission
+	// Series is admitted requests over time relative to the limits'
+	// rate, per algorithm, in Bucket steps: the chart.
+	Bucket                   time.Duration `json:"bucket_ns"`
+	SeriesCounter, SeriesLog []float64
+	History                  History `json:"-"`
+	maxDeciders              int
+}
+
+// Violations lists every violation of every algorithm.
+func (r *Result) Violations() []Violation {
+	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations)
+}
+
+// Analyze checks a history.
+//
+// Timing. Each check is decided at one instant on the owner's clock,
+// somewhere between the client's invoke and completion. A window is
+// charged only with the allowed checks whose whole [invoke, complete]
+// interval lies inside it: those were certainly decided inside. The count
+// is therefore a lower bound of what the window really held, and a count
+// over the bound is a certain violation, never an artefact of timing
+// (Jepsen's rule). Checks that timed out are indeterminate and not
+// charged; the report gives their number.
+//
+// Bounds. The bound of a window is limit × deciders: how many nodes may
+// have decided the key from separate state in it. That is 1 in calm
+// phases, every node in a transient (from a step until the cluster has
+// converged: views disagree, forwards fail over to local decisions), and
+// the step's Steady number after convergence (k for k sides). A node that
+// answered by fallback (degraded) in the window decided from its own
+// state: each such node adds one decider. The counter's rolling windows
+// get twice the bound: its estimate admits up to 2× in a rolling window by
+// design (docs/accuracy.md); its fixed windows get the plain bound.
+//
+// Excess. An estimate, using each check's midpoint as its decision time:
+// for the log, admissions an exact sliding log would have refused; for the
+// counter, admissions beyond the limit in a fixed window.
+func Analyze(h History) *Result {
+	r := &Result{Scenario: h.Scenario, About: h.About, Duration: h.End, History: h, Bucket: 250 * time.Millisecond}
+	r.Events = convergence(h)
+	r.Phases = phases(h.End, r.Events, len(h.Nodes))
+	r.maxDeciders = len(h.Nodes)
+	r.All, r.Healthy = availability(h)
+
+	byKey := map[int][]Op{}
+	for _, op := range h.Ops {
+		if op.Outcome == Allowed {
+			byKey[op.Key] = append(byKey[op.Key], op)
+		}
+	}
+	for k, ks := range h.Keys {
+		ops := byKey[k]
+		sort.Slice(ops, func(i, j int) bool { return ops[i].Invoke < ops[j].Invoke })
+		if ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
+			r.sliding(&r.Log, ks, ops, 1)
+			r.excessLog(&r.Log, ks, ops)
+		} else {
+			r.sliding(&r.CounterSliding, ks, ops, 2)
+			r.fixed(&r.CounterFixed, h.Start, ks, ops)
+		}
+	}
+	r.series(h)
+	return r
+}
+
+// convergence finds, for each event, when the views first matched its
+// expectation before the next event began.
+func convergence(h History) []EventResult {
+	out := make([]EventResult, len(h.Events))
+	for i, ev := range h.Events {
+		out[i] = EventResult{Event: ev, Converged: -1}
+		until := h.End
+		if i+1 < len(h.Events) {
+			until = h.Events[i+1].Begin
+		}
+		latest := map[string]View{}
+		for _, v := range h.Views {
+			if v.Asked < ev.Begin || v.Asked >= until {
+				continue
+			}
+			if _, watched := ev.Expect[v.Node]; !watched {
+				continue
+			}
+			latest[v.Node] = v
+			if matches(ev, latest) {
+				out[i].Converged = v.Got
+				break
+			}
+		}
+	}
+	return out
+}
+
+func matches(ev Event, latest map[string]View) bool {
+	ring := map[int]uint64{}
+	for id, want := range ev.Expect {
+		v, ok := latest[id]
+		if !ok || v.Failed || !slices.Equal(v.Alive, want) {
+			return false
+		}
+		side := ev.Sides[id]
+		if r, seen := ring[side]; seen && r != v.Ring {
+			return false
+		}
+		ring[side] = v.Ring
+	}
+	return true
+}
+
+func phases(end time.Duration, evs []EventResult, nodes int) []Phase {
+	var out []Phase
+	for i, ev := range evs {
+		to := end
+		if i+1 < len(evs) {
+			to = evs[i+1].Begin
+		}
+		if i == 0 { // before any step: the cluster converged before the workload began
+			out = append(out, Phase{Kind: "calm", From: 0, To: to, Deciders: 1})
+			continue
+		}
+		conv := ev.Converged
+		if conv < 0 || conv > to {
+			conv = to
+		}
+		out = append(out, Phase{Kind: "transient", From: ev.Begin, To: conv, Deciders: nodes})
+		if conv < to {
+			kind := "steady"
+			if !ev.Fault && ev.Steady <= 1 {
+				kind = "calm"
+			}
+			out = append(out, Phase{Kind: kind, From: conv, To: to, Deciders: max(ev.Steady, 1)})
+		}
+	}
+	return out
+}
+
+// bound returns the deciders allowed over [from, to) by the phases, and
+// whether every phase it touches is calm.
+func (r *Result) bound(from, to time.Duration) (int, bool) {
+	d, calm := 0, true
+	for _, p := range r.Phases {
+		if p.From < to && from < p.To {
+			d = max(d, p.Deciders)
+			calm = calm && p.Kind == "calm"
+		}
+	}
+	return max(d, 1), calm
+}
+
+func fallbackDeciders(ops []Op) int {
+	var seen []string
+	for _, op := range ops {
+		if op.Degraded && !slices.Contains(seen, op.Owner) {
+			seen = append(seen, op.Owner)
+		}
+	}
+	return len(seen)
+}
+
+// check charges one window and records the worst and any violation.
+func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op, factor int) {
+	a.Windows++
+	d, calm := r.bound(from, to)
+	if fb := fallbackDeciders(in); fb > 0 {
+		if d < r.maxDeciders {
+			a.Raised++
+		}
+		d = min(d+fb, r.maxDeciders)
+	}
+	ratio := float64(len(in)) / float64(ks.Limit)
+	if ratio > a.Worst {
+		a.Worst, a.WorstKey, a.WorstAt = ratio, ks.Name, from
+	}
+	if calm && ratio > a.WorstCalm {
+		a.WorstCalm = ratio
+	}
+	if limit := int(ks.Limit) * d * factor; len(in) > limit {
+		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: limit, Deciders: d})
+	}
+}
+
+// sliding checks the windows that start just before each allowed check.
+// Node timestamps are whole milliseconds, so a window is taken 1 ms short.
+func (r *Result) sliding(a *Admission, ks KeySpec, ops []Op, factor int) {
+	w := ks.Window - time.Millisecond
+	for i := range ops {
+		from := ops[i].Invoke
+		var in []Op
+		for _, op := range ops[i:] {
+			if op.Invoke >= from+w {
+				break
+			}
+			if op.Complete < from+w {
+				in = append(in, op)
+			}
+		}
+		r.check(a, ks, from, from+ks.Window, in, factor)
+	}
+}
+
+// fixed checks the counter's epoch-aligned windows, where it never admits
+// more than the limit per decider.
+func (r *Result) fixed(a *Admission, start time.Time, ks KeySpec, ops []Op) {
+	w := ks.Window.Milliseconds()
+	base := start.UnixMilli()
+	wall := func(d time.Duration) int64 { return base + d.Milliseconds() }
+	byWin := map[int64][]Op{}
+	mid := map[int64]int{}
+	for _, op := range ops {
+		lo, hi := wall(op.Invoke), wall(op.Complete)
+		if lo/w == hi/w {
+			byWin[lo/w] = append(byWin[lo/w], op)
+		}
+		mid[(lo+hi)/2/w]++
+	}
+	wins := make([]int64, 0, len(byWin))
+	for k := range byWin {
+		wins = append(wins, k)
+	}
+	slices.Sort(wins)
+	for _, k := range wins {
+		from := time.Duration(k*w-base) * time.Millisecond
+		r.check(a, ks, from, from+ks.Window, byWin[k], 1)
+	}
+	for k, n := range mid {
+		if n > int(ks.Limit) {
+			a.Excess += n - int(ks.Limit)
+			from := time.Duration(k*w-base) * time.Millisecond
+			if _, calm := r.bound(from, from+ks.Window); calm {
+				a.ExcessCalm += n - int(ks.Limit)
+			}
+		}
+	}
+}
+
+// excessLog replays the allowed checks through an exact sliding log and
+// counts those it would certainly have refused: L already kept checks
+// certainly decided before this one and certainly less than a window
+// before it (invoke and completion times, as for the windows).
+func (r *Result) excessLog(a *Admission, ks KeySpec, ops []Op) {
+	w := ks.Window - time.Millisecond
+	var kept []Op // by invoke time
+	for _, op := range ops {
+		n := 0
+		for _, k := range kept {
+			if k.Complete <= op.Invoke && k.Invoke > op.Complete-w {
+				n++
+			}
+		}
+		if n >= int(ks.Limit) {
+			a.Excess++
+			if _, calm := r.bound(op.Invoke-ks.Window, op.Complete); calm {
+				a.ExcessCalm++
+			}
+			continue
+		}
+		kept = append(kept, op)
+		for len(kept) > 0 && kept[0].Complete < op.Invoke-2*ks.Window {
+			kept = kept[1:]
+		}
+	}
+}
+
+// availability counts answers, for all checks and for the checks sent to
+// a node that was up (running, not paused) for the whole check: what a
+// client that avoids dead nodes would have seen.
+func availability(h History) (all, healthy Availability) {
+	count := func(a *Availability, op Op) {
+		a.Ops++
+		switch op.Outcome {
+		case Allowed, Denied:
+			a.Answered++
+			if op.Latency() <= 100*time.Millisecond {
+				a.Fast++
+			}
+			if op.Degraded {
+				a.Degraded++
+			}
+		case Timeout:
+			a.Timeouts++
+		default:
+			a.Errors++
+		}
+	}
+	for _, op := range h.Ops {
+		count(&all, op)
+		for _, s := range h.Up[op.Node] {
+			if s.From <= op.Invoke && (s.To == 0 || op.Complete <= s.To) {
+				count(&healthy, op)
+				break
+			}
+		}
+	}
+	return all, healthy
+}
+
+// series samples, every Bucket, the checks admitted in the window before
+// (by midpoint) divided by what the limits admit in a window: 1.0 is every
+// key exactly at its limit.
+func (r *Result) series(h History) {
+	n := int(h.End/r.Bucket) + 1
+	cnt, lg := make([]float64, n), make([]float64, n)
+	var capC, capL float64
+	for _, ks := range h.Keys {
+		if ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
+			capL += float64(ks.Limit)
+		} else {
+			capC += float64(ks.Limit)
+		}
+	}
+	for _, op := range h.Ops {
+		if op.Outcome != Allowed {
+			continue
+		}
+		mid := (op.Invoke + op.Complete) / 2
+		w := h.Keys[op.Key].Window
+		s := cnt
+		if h.Keys[op.Key].Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
+			s = lg
+		}
+		// Sample i at time i×Bucket counts mid when mid ∈ (t−W, t].
+		for i := int((mid + r.Bucket - 1) / r.Bucket); i < n && time.Duration(i)*r.Bucket < mid+w; i++ {
+			s[i]++
+		}
+	}
+	for i := range n {
+		if capC > 0 {
+			cnt[i] /= capC
+		}
+		if capL > 0 {
+			lg[i] /= capL
+		}
+	}
+	r.SeriesCounter, r.SeriesLog = cnt, lg
+}

@@ -1,0 +1,312 @@
+package jepsenlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// NodeSpec is where one node process listens. Every node has its own
+// loopback address, so that a firewall rule can single it out.
+type NodeSpec struct {
+	ID         string
+	IP         string
+	GRPCPort   int
+	HTTPPort   int
+	GossipPort int
+}
+
+func (s NodeSpec) GRPCAddr() string   { return net.JoinHostPort(s.IP, strconv.Itoa(s.GRPCPort)) }
+func (s NodeSpec) HTTPAddr() string   { return net.JoinHostPort(s.IP, strconv.Itoa(s.HTTPPort)) }
+func (s NodeSpec) GossipAddr() string { return net.JoinHostPort(s.IP, strconv.Itoa(s.GossipPort)) }
+
+// ProcState is what the harness last did to a node process.
+type ProcState int
+
+const (
+	Stopped ProcState = iota // never started, exited, killed or left
+	Running
+	Paused
+)
+
+// Procs runs peerlimit node processes from one binary. Every process it
+// starts, it stops: Close kills whatever is still running, and each child
+// also dies with the harness (Pdeathsig) if the harness is killed first.
+type Procs struct {
+	bin     string
+	dir     string   // one log file per node, appended across restarts
+	args    []string // extra node flags, the same for every node
+	timeout time.Duration
+
+	mu    sync.Mutex
+	specs map[string]NodeSpec
+	procs map[string]*proc
+}
+
+type proc struct {
+	cmd   *exec.Cmd
+	state ProcState
+	done  chan struct{} // closed when the process has exited and been reaped
+	log   *os.File
+}
+
+// NewProcs prepares to run bin; logs go to dir. args are added to every
+// node's command line (timings, fallback policy).
+func NewProcs(bin, dir string, args []string) (*Procs, error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("node binary: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	return &Procs{bin: bin, dir: dir, args: args, timeout: 15 * time.Second,
+		specs: map[string]NodeSpec{}, procs: map[string]*proc{}}, nil
+}
+
+// Define registers a node's addresses (ports chosen free on its IP) so that
+// other nodes can be given it as a seed before it starts.
+func (p *Procs) Define(id, ip string) (NodeSpec, error) {
+	s := NodeSpec{ID: id, IP: ip}
+	var err error
+	if s.GRPCPort, err = freePort(ip, false); err != nil {
+		return s, err
+	}
+	if s.HTTPPort, err = freePort(ip, false); err != nil {
+		return s, err
+	}
+	if s.GossipPort, err = freePort(ip, true); err != nil {
+		return s, err
+	}
+	p.mu.Lock()
+	p.specs[id] = s
+	p.mu.Unlock()
+	return s, nil
+}
+
+// Spec returns a defined node's addresses.
+func (p *Procs) Spec(id string) NodeSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.specs[id]
+}
+
+// State reports what the harness last did to the node.
+func (p *Procs) State(id string) ProcState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr := p.procs[id]; pr != nil {
+		return pr.state
+	}
+	return Stopped
+}
+
+// Start starts the node, joining through seeds (gossip addresses), and
+// waits until its HTTP API reports healthy.
+func (p *Procs) Start(ctx context.Context, id string, seeds []string) error {
+	p.mu.Lock()
+	s, ok := p.specs[id]
+	if !ok {
+		p.mu.Unlock()
+		return fmt.Errorf("node %s is not defined", id)
+	}
+	if pr := p.procs[id]; pr != nil && pr.state != Stopped {
+		p.mu.Unlock()
+		return fmt.Errorf("node %s is already running", id)
+	}
+	p.mu.Unlock()
+
+	logf, err := os.OpenFile(filepath.Join(p.dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--id", id,
+		"--grpc-addr", s.GRPCAddr(),
+		"--http-addr", s.HTTPAddr(),
+		"--gossip-addr", s.GossipAddr(),
+		"--log-format", "json",
+	}, p.args...)
+	if len(seeds) > 0 {
+		args = append(args, "--join", strings.Join(seeds, ","))
+	}
+	cmd := exec.Command(p.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so that a terminal's Ctrl-C reaches the
+	// harness, which then stops the nodes in order; and death with the
+	// harness, so that a killed harness leaves nothing behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	pr := &proc{cmd: cmd, state: Running, done: make(chan struct{}), log: logf}
+	go func() { // owned by the process: ends when it exits
+		_ = cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		pr.state = Stopped
+		p.mu.Unlock()
+		close(pr.done)
+	}()
+	p.mu.Lock()
+	p.procs[id] = pr
+	p.mu.Unlock()
+
+	if err := waitHealthy(ctx, "http://"+s.HTTPAddr()+"/healthz", pr.done, p.timeout); err != nil {
+		p.signal(id, syscall.SIGKILL)
+		<-pr.done
+		return fmt.Errorf("node %s did not become healthy (log: %s): %w", id, logf.Name(), err)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (p *Procs) Kill(id string) error { return p.stopWith(id, syscall.SIGKILL, p.timeout) }
+
+// Leave sends SIGTERM (graceful leave with handoff) and waits for the
+// process to exit; past timeout it is killed.
+func (p *Procs) Leave(id string, timeout time.Duration) error {
+	err := p.stopWith(id, syscall.SIGTERM, timeout)
+	if err != nil {
+		_ = p.Kill(id)
+	}
+	return err
+}
+
+// Pause stops the process (SIGSTOP): it keeps its sockets and state but
+// answers nothing, like a long GC pause or a frozen VM.
+func (p *Procs) Pause(id string) error {
+	if err := p.signal(id, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.setState(id, Paused)
+	return nil
+}
+
+// Resume continues a paused process (SIGCONT).
+func (p *Procs) Resume(id string) error {
+	if err := p.signal(id, syscall.SIGCONT); err != nil {
+		return err
+	}
+	p.setState(id, Running)
+	return nil
+}
+
+// Close kills every process still running and waits for them.
+func (p *Procs) Close() {
+	p.mu.Lock()
+	ids := make([]string, 0, len(p.procs))
+	for id := range p.procs {
+		ids = append(ids, id)
+	}
+	p.mu.Unlock()
+	for _, id := range ids {
+		_ = p.Kill(id)
+	}
+}
+
+func (p *Procs) stopWith(id string, sig syscall.Signal, timeout time.Duration) error {
+	p.mu.Lock()
+	pr := p.procs[id]
+	p.mu.Unlock()
+	if pr == nil {
+		return nil
+	}
+	select {
+	case <-pr.done:
+		return nil
+	default:
+	}
+	if err := pr.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %s to %s: %w", sig, id, err)
+	}
+	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		_ = pr.cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot act on SIGTERM
+	}
+	select {
+	case <-pr.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%s did not exit within %s of %s", id, timeout, sig)
+	}
+}
+
+func (p *Procs) signal(id string, sig syscall.Signal) error {
+	p.mu.Lock()
+	pr := p.procs[id]
+	p.mu.Unlock()
+	if pr == nil {
+		return fmt.Errorf("node %s was never started", id)
+	}
+	if err := pr.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s to %s: %w", sig, id, err)
+	}
+	return nil
+}
+
+func (p *Procs) setState(id string, st ProcState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr := p.procs[id]; pr != nil && pr.state != Stopped {
+		pr.state = st
+	}
+}
+
+func waitHealthy(ctx context.Context, url string, exited <-chan struct{}, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	c := &http.Client{Timeout: 500 * time.Millisecond}
+	t := time.NewTicker(25 * time.Millisecond)
+	defer t.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("the process exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// freePort finds a port free on ip for TCP (and UDP too when both is set:
+// gossip uses the same port for both). Another process may take it before
+// the node binds it; on loopback addresses of its own, the harness is the
+// only likely taker.
+func freePort(ip string, both bool) (int, error) {
+	for range 20 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("free port on %s: %w", ip, err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		if !both {
+			ln.Close()
+			return port, nil
+		}
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no port free for both TCP and UDP on %s", ip)
+}

@@ -1,0 +1,99 @@
+package jepsenlite
+
+import (
+	"context"
+	"time"
+)
+
+// FullProfile is `make chaos`: 12 saturated keys, 2.5× their limits.
+func FullProfile() Profile {
+	return Profile{
+		Name:             "full",
+		KeysPerAlgorithm: 6,
+		Limit:            10,
+		Window:           time.Second,
+		Load:             2.5,
+		Workers:          16,
+		ClientTimeout:    time.Second,
+		NodeArgs:         NodeArgs(),
+		Scale:            1,
+	}
+}
+
+// ShortProfile is the same scenarios at 40 % of the time, for the test
+// command.
+func ShortProfile() Profile {
+	p := FullProfile()
+	p.Name, p.Scale = "short", 0.4
+	return p
+}
+
+// NodeArgs are the node settings of every scenario: gossip timed for one
+// host, a forward deadline well under the client's, handoff every second.
+func NodeArgs() []string {
+	return []string{
+		"--gossip-profile", "local",
+		"--forward-timeout", "250ms",
+		"--handoff-interval", "1s",
+		"--shutdown-timeout", "10s",
+		"--fallback", "local",
+		"--log-level", "info",
+	}
+}
+
+// Scenarios lists every scenario, in the order they run. Offsets are for
+// Scale 1.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{
+			Name: "calm", About: "no fault: the baseline every bound is measured against",
+			Nodes: 3, Duration: 20 * time.Second,
+		},
+		{
+			Name: "kill", About: "kill -9 a node, restart it 10 s later with the same id (its state is lost)",
+			Nodes: 3, Duration: 35 * time.Second,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
+				{At: 20 * time.Second, Name: "restart n2", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Start(ctx, e.ID(1)) }},
+			},
+		},
+		{
+			Name: "pause", About: "SIGSTOP a node for 8 s, then SIGCONT: it comes back with its old state",
+			Nodes: 3, Duration: 32 * time.Second,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "pause n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Pause(ctx, e.ID(2)) }},
+				{At: 18 * time.Second, Name: "resume n3", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Resume(ctx, e.ID(2)) }},
+			},
+		},
+		{
+			Name: "partition", About: "cut n1 off from n2 and n3 (2|1) for 12 s, then heal",
+			Nodes: 3, Duration: 38 * time.Second, NeedsFirewall: true,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "partition n1 | n2 n3", Steady: 2, Fault: true, Do: func(ctx context.Context, e *Env) error {
+					return e.Partition([]string{e.ID(0)}, []string{e.ID(1), e.ID(2)})
+				}},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal() }},
+			},
+		},
+		{
+			Name: "bridge", About: "cut n1 from n3 only; n2 still reaches both (a bridge), for 12 s",
+			Nodes: 3, Duration: 35 * time.Second, NeedsFirewall: true,
+			Steps: []Step{
+				// Gossip probes n1↔n3 indirectly through n2, so nobody
+				// is declared dead and the ring stays; but forwards
+				// between n1 and n3 fail, and each decides the other's
+				// keys by fallback: degraded answers, one more decider.
+				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(e.ID(0), e.ID(2)) }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal() }},
+			},
+		},
+		{
+			Name: "scale", About: "add n4 under load, then gracefully remove n1 (SIGTERM: leave and hand off)",
+			Nodes: 3, Extra: 1, Duration: 32 * time.Second,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "add n4", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Start(ctx, e.ID(3)) }},
+				{At: 20 * time.Second, Name: "remove n1", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Leave(ctx, e.ID(0)) }},
+			},
+		},
+	}
+}
