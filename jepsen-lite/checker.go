@@ -80,8 +80,8 @@ type Admission struct {
 	// WorstCalm is the highest allowed/limit in windows entirely inside
 	// calm phases (no fault, converged).
 	WorstCalm float64 `json:"worst_calm"`
-	// Excess estimates admissions beyond what an exact limiter would
-	// have allowed (see the checker's doc).
+	// Excess counts admissions an exact limiter would certainly have
+	// refused (see Analyze).
 	Excess     int `json:"excess"`
 	ExcessCalm int `json:"excess_calm"`
 	// Raised counts windows whose bound fallback decisions raised.
@@ -154,9 +154,10 @@ func (r *Result) Violations() []Violation {
 // get twice the bound: its estimate admits up to 2× in a rolling window by
 // design (docs/accuracy.md); its fixed windows get the plain bound.
 //
-// Excess. An estimate, using each check's midpoint as its decision time:
-// for the log, admissions an exact sliding log would have refused; for the
-// counter, admissions beyond the limit in a fixed window.
+// Excess counts, with the same certainty, admissions an exact limiter
+// would have refused: for the log, those an exact sliding log replaying
+// the admitted checks refuses; for the counter, those beyond the limit in
+// one of its fixed windows.
 func Analyze(h History) *Result {
 	r := &Result{Scenario: h.Scenario, About: h.About, Duration: h.End, History: h, Bucket: 250 * time.Millisecond}
 	r.Events = convergence(h)
@@ -327,13 +328,10 @@ func (r *Result) fixed(a *Admission, start time.Time, ks KeySpec, ops []Op) {
 	base := start.UnixMilli()
 	wall := func(d time.Duration) int64 { return base + d.Milliseconds() }
 	byWin := map[int64][]Op{}
-	mid := map[int64]int{}
 	for _, op := range ops {
-		lo, hi := wall(op.Invoke), wall(op.Complete)
-		if lo/w == hi/w {
+		if lo, hi := wall(op.Invoke), wall(op.Complete); lo/w == hi/w {
 			byWin[lo/w] = append(byWin[lo/w], op)
 		}
-		mid[(lo+hi)/2/w]++
 	}
 	wins := make([]int64, 0, len(byWin))
 	for k := range byWin {
@@ -343,11 +341,8 @@ func (r *Result) fixed(a *Admission, start time.Time, ks KeySpec, ops []Op) {
 	for _, k := range wins {
 		from := time.Duration(k*w-base) * time.Millisecond
 		r.check(a, ks, from, from+ks.Window, byWin[k], 1)
-	}
-	for k, n := range mid {
-		if n > int(ks.Limit) {
+		if n := len(byWin[k]); n > int(ks.Limit) {
 			a.Excess += n - int(ks.Limit)
-			from := time.Duration(k*w-base) * time.Millisecond
 			if _, calm := r.bound(from, from+ks.Window); calm {
 				a.ExcessCalm += n - int(ks.Limit)
 			}

@@ -43,7 +43,7 @@ func WriteReport(dir string, p Profile, results []*Result, command string) error
 		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n![admitted rate over time](%s.svg)\n\n", r.Scenario, r.About, r.Scenario)
 		b.WriteString("| step | at | took | converged after |\n|---|---|---|---|\n")
 		for _, ev := range r.Events {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ev.Name, fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(ev.Name), fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
 		}
 		fmt.Fprintf(&b, "\nAll checks: %d, answered %s (%s within 100 ms), %d timeouts, %d errors, %d degraded answers. "+
 			"To nodes that were up: %d, answered %s (%s within 100 ms).\n\n",
@@ -107,6 +107,9 @@ func convergedText(ev EventResult) string {
 	}
 	return "not converged"
 }
+
+// cell escapes a table cell's pipes.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 func pct(f float64) string { return fmt.Sprintf("%.2f %%", 100*f) }
 
