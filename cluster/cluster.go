@@ -68,6 +68,8 @@ type Cluster struct {
 
 	kick     chan struct{} // capacity 1: coalesces change notifications
 	stop     chan struct{}
+	ctx      context.Context // canceled by Shutdown: ends seed lookups
+	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 }
@@ -93,6 +95,7 @@ func Start(cfg Config) (*Cluster, error) {
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	mlc, err := c.memberlistConfig()
 	if err != nil {
 		return nil, err
@@ -102,6 +105,7 @@ func Start(cfg Config) (*Cluster, error) {
 	// joins, below, so the corrected metadata is what others see.
 	c.meta = meta{GRPC: cfg.GRPCAddr}
 	if c.ml, err = memberlist.Create(mlc); err != nil {
+		c.cancel()
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	local := c.ml.LocalNode() // nothing else touches it before we join
@@ -117,11 +121,7 @@ func Start(cfg Config) (*Cluster, error) {
 	go c.reconnect()
 	c.kickChange()
 	if len(cfg.Join) > 0 {
-		if n, err := c.ml.Join(cfg.Join); err != nil {
-			c.log.Warn("no seed reachable yet; retrying in the background", "seeds", cfg.Join, "err", err)
-		} else {
-			c.log.Info("joined", "contacted", n)
-		}
+		c.joinSeeds(cfg.Join)
 	}
 	return c, nil
 }
@@ -268,8 +268,27 @@ func (c *Cluster) notify() {
 	}
 }
 
+// joinSeeds is the first join: every address of every seed, in turn.
+func (c *Cluster) joinSeeds(seeds []string) {
+	addrs, rerr := c.resolveSeeds(c.ctx, seeds)
+	if rerr != nil {
+		c.log.Warn("resolving seeds; retrying in the background", "err", rerr)
+	}
+	if len(addrs) == 0 {
+		// Normal for the first member behind a DNS name: the name lists
+		// only itself, or nothing yet.
+		c.log.Info("no other seed address yet; retrying in the background", "seeds", seeds)
+		return
+	}
+	if n, err := c.ml.Join(addrs); err != nil {
+		c.log.Warn("no seed reachable yet; retrying in the background", "seeds", seeds, "addrs", addrs, "err", err)
+	} else {
+		c.log.Info("joined", "contacted", n, "of", addrs)
+	}
+}
+
 // reconnect periodically rejoins failed members and, while this member is
-// alone, the seeds. memberlist stops gossiping to a dead member after
+// alone, the seeds (resolving their names anew each time). memberlist stops gossiping to a dead member after
 // GossipToTheDeadTime, so without this a partition that lasts longer never
 // heals.
 func (c *Cluster) reconnect() {
@@ -285,6 +304,12 @@ func (c *Cluster) reconnect() {
 		targets := c.reconnectTargets(time.Now())
 		if len(targets) == 0 {
 			continue
+		}
+		// Seed names are resolved again each round: the addresses behind
+		// them change as pods restart and services scale.
+		targets, err := c.resolveSeeds(c.ctx, targets)
+		if err != nil {
+			c.log.Debug("resolving seeds", "err", err)
 		}
 		// One Join per target, in parallel: a target behind a DROP rule
 		// takes a full TCP timeout, and must not delay the others.
@@ -352,6 +377,7 @@ func (c *Cluster) Leave(ctx context.Context) error {
 func (c *Cluster) Shutdown() error {
 	var err error
 	c.shutOnce.Do(func() {
+		c.cancel()
 		close(c.stop)
 		err = c.ml.Shutdown()
 		c.wg.Wait()

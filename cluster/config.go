@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -35,10 +37,18 @@ type Config struct {
 	// member's metadata. An unspecified host (":9090", "0.0.0.0:9090") is
 	// replaced by the gossip address's host.
 	GRPCAddr string
-	// Join lists seeds: gossip addresses of any live members. Unreachable
+	// Join lists seeds: gossip addresses of any live members, host:port
+	// (a missing port means this member's own gossip port). A host name
+	// may resolve to several addresses (a compose service scaled to N, a
+	// Kubernetes headless Service): every address is tried, except this
+	// member's own, and the name is resolved again on every retry, since a
+	// restarted pod comes back with a new IP. Unreachable or unresolvable
 	// seeds are not an error: the reconnector keeps trying them while this
 	// member is alone.
 	Join []string
+	// Resolver turns seed host names into addresses. Default
+	// net.DefaultResolver; tests map names to loopback addresses.
+	Resolver Resolver
 	// SecretKey, when set, encrypts gossip with AES (16, 24 or 32 bytes).
 	// Every member must have the same key.
 	SecretKey []byte
@@ -60,9 +70,18 @@ type Config struct {
 	OnChange func([]Member)
 }
 
+// Resolver looks up a host's addresses; *net.Resolver is one. It must be
+// safe for concurrent use.
+type Resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+}
+
+var _ Resolver = (*net.Resolver)(nil)
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{BindAddr: ":7946", Profile: ProfileLAN, ReconnectTimeout: 24 * time.Hour, Logger: slog.Default()}
+	return Config{BindAddr: ":7946", Profile: ProfileLAN, ReconnectTimeout: 24 * time.Hour, Logger: slog.Default(),
+		Resolver: net.DefaultResolver}
 }
 
 func (c *Config) sanitize() {
@@ -80,6 +99,9 @@ func (c *Config) sanitize() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
 	}
 }
 
@@ -100,6 +122,11 @@ func (c Config) Validate() error {
 	}
 	if c.Profile != ProfileLAN && c.Profile != ProfileLocal {
 		errs = append(errs, fmt.Errorf("unknown Profile %q; want lan or local", c.Profile))
+	}
+	for _, seed := range c.Join {
+		if _, _, err := splitSeed(seed); err != nil {
+			errs = append(errs, fmt.Errorf("Join: %w", err))
+		}
 	}
 	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 {
 		errs = append(errs, errors.New("ReconnectInterval and ReconnectTimeout must be positive"))
