@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare image compose-test
 
 all: build
 
@@ -63,3 +63,15 @@ clean:
 # BENCH_REPEATS, BENCH_DURATION and BENCH_OUT tune it.
 bench-compare:
 	GO=$(GO) ./scripts/bench-compare.sh
+
+# The container image: the static binary on an empty base (Dockerfile), so
+# the build needs no image pull. IMAGE names it.
+IMAGE ?= peerlimit:dev
+image: build
+	docker build -q -t $(IMAGE) --label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
+
+# docker-compose.yml's 3-node cluster: up, converge, smoke test, kill a
+# node, always torn down (scripts/compose-test.sh). Needs a Docker engine
+# and docker compose or docker-compose.
+compose-test: image
+	IMAGE=$(IMAGE) ./scripts/compose-test.sh
