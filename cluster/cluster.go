@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -288,28 +289,44 @@ func (c *Cluster) joinSeeds(seeds []string) {
 }
 
 // reconnect periodically rejoins failed members and, while this member is
-// alone, the seeds (resolving their names anew each time). memberlist stops gossiping to a dead member after
+// alone, the seeds (resolving their names anew each time); and, every
+// SeedRefreshInterval, addresses behind seed names that it does not know. memberlist stops gossiping to a dead member after
 // GossipToTheDeadTime, so without this a partition that lasts longer never
 // heals.
 func (c *Cluster) reconnect() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.ReconnectInterval)
 	defer t.Stop()
+	lastRefresh := time.Now()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		targets := c.reconnectTargets(time.Now())
-		if len(targets) == 0 {
-			continue
-		}
+		now := time.Now()
+		targets := c.reconnectTargets(now)
 		// Seed names are resolved again each round: the addresses behind
 		// them change as pods restart and services scale.
 		targets, err := c.resolveSeeds(c.ctx, targets)
 		if err != nil {
 			c.log.Debug("resolving seeds", "err", err)
+		}
+		if now.Sub(lastRefresh) >= c.cfg.SeedRefreshInterval {
+			lastRefresh = now
+			fresh, err := c.unknownSeedAddrs()
+			if err != nil {
+				c.log.Debug("refreshing seed names", "err", err)
+			}
+			for _, a := range fresh {
+				if !slices.Contains(targets, a) {
+					c.log.Info("seed name lists an unknown member; joining it", "addr", a)
+					targets = append(targets, a)
+				}
+			}
+		}
+		if len(targets) == 0 {
+			continue
 		}
 		// One Join per target, in parallel: a target behind a DROP rule
 		// takes a full TCP timeout, and must not delay the others.
@@ -344,6 +361,45 @@ func (c *Cluster) reconnectTargets(now time.Time) []string {
 		out = append(out, c.cfg.Join...)
 	}
 	return out
+}
+
+// unknownSeedAddrs resolves the seeds that are host names and returns
+// the addresses that are neither a member, nor failed (the reconnector
+// retries those anyway), nor left. Empty while this member is alone: the
+// seeds are all retried then.
+func (c *Cluster) unknownSeedAddrs() ([]string, error) {
+	var names []string
+	for _, s := range c.cfg.Join {
+		if host, _, err := splitSeed(s); err == nil && net.ParseIP(host) == nil {
+			names = append(names, s)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	addrs, err := c.resolveSeeds(c.ctx, names)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.members) <= 1 {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, m := range c.members {
+		known[m.GossipAddr] = true
+	}
+	for _, f := range c.failed {
+		known[f.addr] = true
+	}
+	for _, m := range c.left {
+		known[m.GossipAddr] = true
+	}
+	var out []string
+	for _, a := range addrs {
+		if !known[a] {
+			out = append(out, a)
+		}
+	}
+	return out, err
 }
 
 // leaveStepTimeout bounds each of Leave's two broadcasts.

@@ -61,6 +61,13 @@ type Config struct {
 	ReconnectInterval time.Duration
 	// ReconnectTimeout is how long a failed member is retried. Default 24 h.
 	ReconnectTimeout time.Duration
+	// SeedRefreshInterval is how often a member that is not alone resolves
+	// its seed host names again and joins the addresses it does not know
+	// (neither a member, nor failed, nor left). This merges groups that
+	// formed apart while the names' answers were incomplete (members
+	// starting together, cached DNS answers); seeds given as IPs are
+	// retried only while alone. Default 30 s (LAN), 5 s (local).
+	SeedRefreshInterval time.Duration
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the live membership after every change. It is
@@ -97,6 +104,12 @@ func (c *Config) sanitize() {
 	if c.ReconnectTimeout == 0 {
 		c.ReconnectTimeout = 24 * time.Hour
 	}
+	if c.SeedRefreshInterval == 0 {
+		c.SeedRefreshInterval = 30 * time.Second
+		if c.Profile == ProfileLocal {
+			c.SeedRefreshInterval = 5 * time.Second
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -128,8 +141,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("Join: %w", err))
 		}
 	}
-	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 {
-		errs = append(errs, errors.New("ReconnectInterval and ReconnectTimeout must be positive"))
+	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 || c.SeedRefreshInterval <= 0 {
+		errs = append(errs, errors.New("ReconnectInterval, ReconnectTimeout and SeedRefreshInterval must be positive"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster config: %w", err)

@@ -148,6 +148,90 @@ func TestSeedNameIsResolvedAgainOnEveryRetry(t *testing.T) {
 	assert.GreaterOrEqual(t, dns.count("seed.test"), 3, "resolved again on each retry")
 }
 
+// Two pairs formed apart at bootstrap (each pair's first answer listed
+// only itself, as cached or incomplete DNS answers can) are not alone, so
+// they no longer retry their seeds; the periodic refresh of the seed name
+// finds the other pair's addresses and merges the groups.
+func TestSeedRefreshMergesGroupsThatFormedApart(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		partial = true
+	)
+	dns := &fakeDNS{answer: func(host string, _ int) ([]net.IPAddr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if partial {
+			return nil, errNoSuchHost
+		}
+		return ips("127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"), nil
+	}}
+	port := freePort(t, "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64")
+	p := strconv.Itoa(port)
+	var recs []*recorder
+	pair := func(a, b string, idA, idB string) {
+		ca, ra := startRefreshing(t, idA, a, port, dns, "peers.test:"+p)
+		_, rb := startRefreshing(t, idB, b, port, dns, "peers.test:"+p, ca.GossipAddr())
+		recs = append(recs, ra, rb)
+	}
+	pair("127.0.0.61", "127.0.0.62", "node-a1", "node-a2")
+	pair("127.0.0.63", "127.0.0.64", "node-b1", "node-b2")
+	eventually(t, 5*time.Second, func() bool { return recs[0].ids() == "node-a1,node-a2" && recs[2].ids() == "node-b1,node-b2" },
+		"pairs formed: %s and %s", recs[0].ids, recs[2].ids)
+
+	mu.Lock()
+	partial = false // the name now lists all four
+	mu.Unlock()
+	for _, r := range recs {
+		eventually(t, 10*time.Second, func() bool { return r.ids() == "node-a1,node-a2,node-b1,node-b2" }, "members: %s", r.ids)
+	}
+}
+
+// freePort finds a port free for TCP and UDP on every one of ipList.
+func freePort(t *testing.T, ipList ...string) int {
+	t.Helper()
+	for attempt := 0; attempt < 20; attempt++ {
+		ln, err := net.Listen("tcp", ipList[0]+":0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		free := true
+		for _, ip := range ipList {
+			a := net.JoinHostPort(ip, strconv.Itoa(port))
+			tl, err := net.Listen("tcp", a)
+			if err != nil {
+				free = false
+				break
+			}
+			ul, err := net.ListenPacket("udp", a)
+			tl.Close()
+			if err != nil {
+				free = false
+				break
+			}
+			ul.Close()
+		}
+		if free {
+			return port
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// startRefreshing starts a member that refreshes its seed names every 300 ms.
+func startRefreshing(t *testing.T, id, ip string, port int, dns Resolver, join ...string) (*Cluster, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	c, err := Start(Config{
+		ID: id, BindAddr: net.JoinHostPort(ip, strconv.Itoa(port)), GRPCAddr: ip + ":1", Join: join,
+		Resolver: dns, Profile: ProfileLocal, OnChange: rec.onChange, SeedRefreshInterval: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown() })
+	return c, rec
+}
+
 // A member behind a name that lists it is not its own seed: it stays alone,
 // says so, and keeps resolving until another address appears.
 func TestResolveSeedsSkipsSelfAndDuplicates(t *testing.T) {
