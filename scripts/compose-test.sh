@@ -4,8 +4,9 @@
 #   1. every container turns healthy (the image's HEALTHCHECK) and every node
 #      sees 3 alive members (they joined through the DNS alias);
 #   2. a log-algorithm key with limit 5, checked 10 times spread over the
-#      three nodes' published HTTP ports, is allowed exactly 5 times, and
-#      each node's published gRPC port answers the gRPC health check;
+#      three nodes' published HTTP ports, is allowed exactly 5 times, the
+#      README's curl answers, and each node's published gRPC port answers
+#      the gRPC health check;
 #   3. (hook) the owner's jepsen-lite short profile, once it has a docker mode;
 #   4. after `docker kill` of one node the other two keep answering, drop it,
 #      and are exact again; restarted, it rejoins by itself (new IP, same name).
@@ -167,6 +168,14 @@ read -r allowed degraded <<<"$res"
 [ "$allowed" -eq 5 ] || fail "limit 5, 10 checks over 3 nodes: $allowed allowed, want exactly 5"
 [ "$degraded" -eq 0 ] || fail "$degraded answers degraded in a healthy cluster"
 step "limit 5, 10 checks spread over the 3 nodes: exactly 5 allowed, none degraded"
+# The README's "Run in containers" curl, sent where n1 is published here.
+readme_curl=$(grep -o "curl -s localhost:18080/v1/check -d '[^']*'" README.md | head -n1)
+[ -n "$readme_curl" ] || fail "README has no 'curl -s localhost:18080/v1/check -d ...' example"
+body=${readme_curl#*-d \'}
+body=${body%\'}
+answer=$(curl -s -m 5 "http://$h1/v1/check" -d "$body")
+case $answer in *'"allowed":true'*) ;; *) fail "the README's curl: $answer" ;; esac
+step "the README's curl answers: $answer"
 for g in "$g1" "$g2" "$g3"; do grpc_serving "$g"; done
 step "gRPC health: SERVING on every published gRPC port"
 
