@@ -4,6 +4,7 @@
 # shell, no /etc/passwd, no CA certificates, no /tmp (none is needed: the
 # node writes no files and speaks plain gRPC/HTTP).
 FROM scratch
+LABEL org.opencontainers.image.title=peerlimit-node
 COPY bin/peerlimit-node /peerlimit-node
 # Numeric, because there is no /etc/passwd to look a name up in.
 USER 65532:65532

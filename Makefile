@@ -67,8 +67,10 @@ bench-compare:
 # The container image: the static binary on an empty base (Dockerfile), so
 # the build needs no image pull. IMAGE names it.
 IMAGE ?= peerlimit:dev
+# Each rebuild untags the previous image; only those (dangling, our label) are pruned.
 image: build
 	docker build -q -t $(IMAGE) --label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
+	@docker image prune -f --filter label=org.opencontainers.image.title=peerlimit-node >/dev/null
 
 # docker-compose.yml's 3-node cluster: up, converge, smoke test, kill a
 # node, always torn down (scripts/compose-test.sh). Needs a Docker engine
