@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare chaos
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare chaos image compose-test
 
 all: build
 
@@ -72,3 +72,17 @@ CHAOS_PROFILE ?= full
 CHAOS_OUT     ?= out/chaos
 chaos: build
 	$(GO) run ./jepsen-lite/cmd/jepsen-lite -bin $(BIN) -profile $(CHAOS_PROFILE) -out $(CHAOS_OUT)
+
+# The container image: the static binary on an empty base (Dockerfile), so
+# the build needs no image pull. IMAGE names it.
+IMAGE ?= peerlimit:dev
+# Each rebuild untags the previous image; only those (dangling, our label) are pruned.
+image: build
+	docker build -q -t $(IMAGE) --label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
+	@docker image prune -f --filter label=org.opencontainers.image.title=peerlimit-node >/dev/null
+
+# docker-compose.yml's 3-node cluster: up, converge, smoke test, kill a
+# node, always torn down (scripts/compose-test.sh). Needs a Docker engine
+# and docker compose or docker-compose.
+compose-test: image
+	IMAGE=$(IMAGE) ./scripts/compose-test.sh

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -68,6 +69,8 @@ type Cluster struct {
 
 	kick     chan struct{} // capacity 1: coalesces change notifications
 	stop     chan struct{}
+	ctx      context.Context // canceled by Shutdown: ends seed lookups
+	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 }
@@ -93,6 +96,7 @@ func Start(cfg Config) (*Cluster, error) {
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	mlc, err := c.memberlistConfig()
 	if err != nil {
 		return nil, err
@@ -102,6 +106,7 @@ func Start(cfg Config) (*Cluster, error) {
 	// joins, below, so the corrected metadata is what others see.
 	c.meta = meta{GRPC: cfg.GRPCAddr}
 	if c.ml, err = memberlist.Create(mlc); err != nil {
+		c.cancel()
 		if mlc.Transport != nil {
 			mlc.Transport.Shutdown()
 		}
@@ -120,11 +125,7 @@ func Start(cfg Config) (*Cluster, error) {
 	go c.reconnect()
 	c.kickChange()
 	if len(cfg.Join) > 0 {
-		if n, err := c.ml.Join(cfg.Join); err != nil {
-			c.log.Warn("no seed reachable yet; retrying in the background", "seeds", cfg.Join, "err", err)
-		} else {
-			c.log.Info("joined", "contacted", n)
-		}
+		c.joinSeeds(cfg.Join)
 	}
 	return c, nil
 }
@@ -286,21 +287,62 @@ func (c *Cluster) notify() {
 	}
 }
 
+// joinSeeds is the first join: every address of every seed, in turn.
+func (c *Cluster) joinSeeds(seeds []string) {
+	addrs, rerr := c.resolveSeeds(c.ctx, seeds)
+	if rerr != nil {
+		c.log.Warn("resolving seeds; retrying in the background", "err", rerr)
+	}
+	if len(addrs) == 0 {
+		// Normal for the first member behind a DNS name: the name lists
+		// only itself, or nothing yet.
+		c.log.Info("no other seed address yet; retrying in the background", "seeds", seeds)
+		return
+	}
+	if n, err := c.ml.Join(addrs); err != nil {
+		c.log.Warn("no seed reachable yet; retrying in the background", "seeds", seeds, "addrs", addrs, "err", err)
+	} else {
+		c.log.Info("joined", "contacted", n, "of", addrs)
+	}
+}
+
 // reconnect periodically rejoins failed members and, while this member is
-// alone, the seeds. memberlist stops gossiping to a dead member after
+// alone, the seeds (resolving their names anew each time); and, every
+// SeedRefreshInterval, addresses behind seed names that it does not know. memberlist stops gossiping to a dead member after
 // GossipToTheDeadTime, so without this a partition that lasts longer never
 // heals.
 func (c *Cluster) reconnect() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.ReconnectInterval)
 	defer t.Stop()
+	lastRefresh := time.Now()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		targets := c.reconnectTargets(time.Now())
+		now := time.Now()
+		targets := c.reconnectTargets(now)
+		// Seed names are resolved again each round: the addresses behind
+		// them change as pods restart and services scale.
+		targets, err := c.resolveSeeds(c.ctx, targets)
+		if err != nil {
+			c.log.Debug("resolving seeds", "err", err)
+		}
+		if now.Sub(lastRefresh) >= c.cfg.SeedRefreshInterval {
+			lastRefresh = now
+			fresh, err := c.unknownSeedAddrs()
+			if err != nil {
+				c.log.Debug("refreshing seed names", "err", err)
+			}
+			for _, a := range fresh {
+				if !slices.Contains(targets, a) {
+					c.log.Info("seed name lists an unknown member; joining it", "addr", a)
+					targets = append(targets, a)
+				}
+			}
+		}
 		if len(targets) == 0 {
 			continue
 		}
@@ -339,6 +381,45 @@ func (c *Cluster) reconnectTargets(now time.Time) []string {
 	return out
 }
 
+// unknownSeedAddrs resolves the seeds that are host names and returns
+// the addresses that are neither a member, nor failed (the reconnector
+// retries those anyway), nor left. Empty while this member is alone: the
+// seeds are all retried then.
+func (c *Cluster) unknownSeedAddrs() ([]string, error) {
+	var names []string
+	for _, s := range c.cfg.Join {
+		if host, _, err := splitSeed(s); err == nil && net.ParseIP(host) == nil {
+			names = append(names, s)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	addrs, err := c.resolveSeeds(c.ctx, names)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.members) <= 1 {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, m := range c.members {
+		known[m.GossipAddr] = true
+	}
+	for _, f := range c.failed {
+		known[f.addr] = true
+	}
+	for _, m := range c.left {
+		known[m.GossipAddr] = true
+	}
+	var out []string
+	for _, a := range addrs {
+		if !known[a] {
+			out = append(out, a)
+		}
+	}
+	return out, err
+}
+
 // leaveStepTimeout bounds each of Leave's two broadcasts.
 const leaveStepTimeout = time.Second
 
@@ -370,6 +451,7 @@ func (c *Cluster) Leave(ctx context.Context) error {
 func (c *Cluster) Shutdown() error {
 	var err error
 	c.shutOnce.Do(func() {
+		c.cancel()
 		close(c.stop)
 		err = c.ml.Shutdown()
 		c.wg.Wait()

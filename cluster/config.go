@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -35,10 +37,18 @@ type Config struct {
 	// member's metadata. An unspecified host (":9090", "0.0.0.0:9090") is
 	// replaced by the gossip address's host.
 	GRPCAddr string
-	// Join lists seeds: gossip addresses of any live members. Unreachable
+	// Join lists seeds: gossip addresses of any live members, host:port
+	// (a missing port means this member's own gossip port). A host name
+	// may resolve to several addresses (a compose service scaled to N, a
+	// Kubernetes headless Service): every address is tried, except this
+	// member's own, and the name is resolved again on every retry, since a
+	// restarted pod comes back with a new IP. Unreachable or unresolvable
 	// seeds are not an error: the reconnector keeps trying them while this
 	// member is alone.
 	Join []string
+	// Resolver turns seed host names into addresses. Default
+	// net.DefaultResolver; tests map names to loopback addresses.
+	Resolver Resolver
 	// SecretKey, when set, encrypts gossip with AES (16, 24 or 32 bytes).
 	// Every member must have the same key.
 	SecretKey []byte
@@ -51,6 +61,13 @@ type Config struct {
 	ReconnectInterval time.Duration
 	// ReconnectTimeout is how long a failed member is retried. Default 24 h.
 	ReconnectTimeout time.Duration
+	// SeedRefreshInterval is how often a member that is not alone resolves
+	// its seed host names again and joins the addresses it does not know
+	// (neither a member, nor failed, nor left). This merges groups that
+	// formed apart while the names' answers were incomplete (members
+	// starting together, cached DNS answers); seeds given as IPs are
+	// retried only while alone. Default 30 s (LAN), 5 s (local).
+	SeedRefreshInterval time.Duration
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the live membership after every change. It is
@@ -60,9 +77,18 @@ type Config struct {
 	OnChange func([]Member)
 }
 
+// Resolver looks up a host's addresses; *net.Resolver is one. It must be
+// safe for concurrent use.
+type Resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+}
+
+var _ Resolver = (*net.Resolver)(nil)
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{BindAddr: ":7946", Profile: ProfileLAN, ReconnectTimeout: 24 * time.Hour, Logger: slog.Default()}
+	return Config{BindAddr: ":7946", Profile: ProfileLAN, ReconnectTimeout: 24 * time.Hour, Logger: slog.Default(),
+		Resolver: net.DefaultResolver}
 }
 
 func (c *Config) sanitize() {
@@ -78,8 +104,17 @@ func (c *Config) sanitize() {
 	if c.ReconnectTimeout == 0 {
 		c.ReconnectTimeout = 24 * time.Hour
 	}
+	if c.SeedRefreshInterval == 0 {
+		c.SeedRefreshInterval = 30 * time.Second
+		if c.Profile == ProfileLocal {
+			c.SeedRefreshInterval = 5 * time.Second
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
 	}
 }
 
@@ -101,8 +136,13 @@ func (c Config) Validate() error {
 	if c.Profile != ProfileLAN && c.Profile != ProfileLocal {
 		errs = append(errs, fmt.Errorf("unknown Profile %q; want lan or local", c.Profile))
 	}
-	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 {
-		errs = append(errs, errors.New("ReconnectInterval and ReconnectTimeout must be positive"))
+	for _, seed := range c.Join {
+		if _, _, err := splitSeed(seed); err != nil {
+			errs = append(errs, fmt.Errorf("Join: %w", err))
+		}
+	}
+	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 || c.SeedRefreshInterval <= 0 {
+		errs = append(errs, errors.New("ReconnectInterval, ReconnectTimeout and SeedRefreshInterval must be positive"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster config: %w", err)

@@ -41,7 +41,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gossip address other nodes should use, if not --gossip-addr (NAT, containers)")
-	join := fs.String("join", "", "comma-separated gossip addresses of any live members; empty starts a new cluster")
+	join := fs.String("join", "", "comma-separated gossip addresses (host:port) of any live members; a name resolving to several nodes is joined through all of them; empty starts a new cluster")
 	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; the same on every node")
 	profile := fs.String("gossip-profile", string(c.GossipProfile), "gossip timing: lan, or local (one host, tests)")
 	partitions := fs.Int("partitions", c.Ring.PartitionCount, "ring partitions = store shards; the same on every node")

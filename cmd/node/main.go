@@ -20,6 +20,9 @@ func main() {
 }
 
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return runHealthcheck(args[1:], os.Stdout, stderr)
+	}
 	opts, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -1,0 +1,24 @@
+# peerlimit-node on an empty base: `make image` builds the static binary
+# (CGO_ENABLED=0) on the host and copies it in, so building needs no image
+# pull and no network. The image holds the binary and nothing else: no
+# shell, no /etc/passwd, no CA certificates, no /tmp (none is needed: the
+# node writes no files and speaks plain gRPC/HTTP).
+FROM scratch
+LABEL org.opencontainers.image.title=peerlimit-node
+COPY bin/peerlimit-node /peerlimit-node
+# Numeric, because there is no /etc/passwd to look a name up in.
+USER 65532:65532
+# HTTP API, gRPC API (clients and node-to-node), gossip (TCP and UDP).
+EXPOSE 8080/tcp 9090/tcp 7946/tcp 7946/udp
+# The node's defaults listen on every interface of the container (:8080,
+# :9090, :7946); memberlist then advertises the container's private IP, the
+# one on the interface with the default route (set --advertise-addr when
+# that is not the one the other nodes reach).
+# Exec form calling the binary itself: there is no shell or curl. /healthz
+# answers 503 while the node shuts down, so it turns unhealthy as it leaves.
+HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=3 \
+	CMD ["/peerlimit-node", "healthcheck", "--addr", "http://127.0.0.1:8080"]
+# SIGTERM starts a graceful leave with handoff (--shutdown-timeout, 30 s by
+# default): give the container more than that to stop.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/peerlimit-node"]
