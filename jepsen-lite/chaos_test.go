@@ -39,11 +39,12 @@ func TestChaosShortProfile(t *testing.T) {
 	}
 	bin := buildNode(t)
 	out := t.TempDir()
+	p := jepsenlite.ShortProfile()
 	cfg := jepsenlite.Config{
-		Bin: bin, OutDir: out, Profile: jepsenlite.ShortProfile(),
 		// Not make chaos's 127.0.0.11: the two may run at once, and
 		// firewall rules are by address.
-		BaseIP: "127.0.0.41", Seed: 1,
+		Backend: jepsenlite.Local(bin, "127.0.0.41", p.NodeArgs),
+		OutDir:  out, Profile: p, Seed: 1,
 		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil)),
 	}
 	var results []*jepsenlite.Result

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,9 +25,10 @@ type Scenario struct {
 	Nodes, Extra int
 	Duration     time.Duration
 	Steps        []Step
-	// NeedsFirewall: the scenario partitions the network. Without root
-	// and iptables it is skipped, and reported as skipped.
-	NeedsFirewall bool
+	// Needs is the kind of network fault the scenario makes. A backend
+	// that cannot make it (no root for iptables; docker cannot cut one
+	// link) skips the scenario, and the report says so.
+	Needs Need
 }
 
 // Step is one nemesis action.
@@ -61,91 +61,62 @@ type Event struct {
 	Sides map[string]int `json:"sides"`
 }
 
-// Env is what a step acts on: the node processes, the firewall, the
-// clients, and the topology the harness has made, from which the expected
-// membership views follow.
+// Env is what a step acts on: the backend's nodes, the clients, and the
+// topology the harness has made, from which the expected membership views
+// follow.
 type Env struct {
-	procs   *Procs
-	fw      *Firewall // nil: no partitions here
+	b       Backend
 	clients *Clients
 	start   time.Time
-	ids     []string // every defined node, in order
+	ids     []string // every slot, in order
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	cut     map[[2]string]bool // node ids whose link is cut
-	left    map[string]bool    // gracefully removed
-	started map[string]bool    // ever started
-	up      map[string][]span  // when each node was running and answering
+	mu   sync.Mutex
+	cut  map[[2]string]bool // node ids whose link is cut
+	up   map[string][]span  // when each node was answering
+	seen map[string]bool    // answering after the last step
 }
 
 type span struct{ From, To time.Duration } // To 0: still up
 
 func (e *Env) now() time.Duration { return time.Since(e.start) }
 
-// ID returns the i-th defined node (0-based).
+// ID returns the i-th node (0-based).
 func (e *Env) ID(i int) string { return e.ids[i] }
 
 // Kill kill -9s a node.
-func (e *Env) Kill(ctx context.Context, id string) error {
-	e.markDown(id)
-	return e.procs.Kill(id)
-}
+func (e *Env) Kill(ctx context.Context, id string) error { return e.b.Kill(ctx, id) }
 
-// Start starts (or restarts, with the same id and addresses) a node and
-// makes it a target of the workload.
+// Start starts (or restarts, with the same id) a node and makes it a
+// target of the workload.
 func (e *Env) Start(ctx context.Context, id string) error {
-	if err := e.procs.Start(ctx, id, e.seeds(id)); err != nil {
+	if err := e.b.Start(ctx, id); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.started[id] = true
-	delete(e.left, id)
-	e.mu.Unlock()
-	if err := e.clients.Add(id, e.procs.Spec(id).GRPCAddr()); err != nil {
-		return err
-	}
-	e.markUp(id)
-	return nil
+	return e.clients.Add(id, e.b.GRPCAddr(id))
 }
 
-// Pause SIGSTOPs a node.
-func (e *Env) Pause(ctx context.Context, id string) error {
-	e.markDown(id)
-	return e.procs.Pause(id)
-}
+// Pause freezes a node.
+func (e *Env) Pause(ctx context.Context, id string) error { return e.b.Pause(ctx, id) }
 
-// Resume SIGCONTs a paused node.
-func (e *Env) Resume(ctx context.Context, id string) error {
-	if err := e.procs.Resume(id); err != nil {
-		return err
-	}
-	e.markUp(id)
-	return nil
-}
+// Resume unfreezes a paused node.
+func (e *Env) Resume(ctx context.Context, id string) error { return e.b.Resume(ctx, id) }
 
 // Leave removes a node gracefully (SIGTERM: leave, hand off, drain), as an
 // operator scaling down would, after draining clients from it.
 func (e *Env) Leave(ctx context.Context, id string) error {
 	e.clients.Retire(id)
-	e.markDown(id)
-	e.mu.Lock()
-	e.left[id] = true
-	e.mu.Unlock()
-	return e.procs.Leave(id, 15*time.Second)
+	return e.b.Leave(ctx, id)
 }
 
 // Partition splits the nodes into groups that cannot reach each other.
-func (e *Env) Partition(groups ...[]string) error {
-	if e.fw == nil {
-		return ErrNoFirewall
+func (e *Env) Partition(ctx context.Context, groups ...[]string) error {
+	if err := e.b.Partition(ctx, groups); err != nil {
+		return err
 	}
-	ips := make([][]string, len(groups))
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	for i, g := range groups {
-		for _, id := range g {
-			ips[i] = append(ips[i], e.procs.Spec(id).IP)
-		}
 		for _, h := range groups[i+1:] {
 			for _, a := range g {
 				for _, b := range h {
@@ -154,30 +125,29 @@ func (e *Env) Partition(groups ...[]string) error {
 			}
 		}
 	}
-	e.mu.Unlock()
-	return e.fw.Partition(ips)
+	return nil
 }
 
 // Cut cuts the link between two nodes only.
-func (e *Env) Cut(a, b string) error {
-	if e.fw == nil {
-		return ErrNoFirewall
+func (e *Env) Cut(ctx context.Context, a, b string) error {
+	if err := e.b.Cut(ctx, a, b); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	e.cut[pair(a, b)] = true
 	e.mu.Unlock()
-	return e.fw.Cut(e.procs.Spec(a).IP, e.procs.Spec(b).IP)
+	return nil
 }
 
 // Heal removes every cut.
-func (e *Env) Heal() error {
-	if e.fw == nil {
-		return ErrNoFirewall
+func (e *Env) Heal(ctx context.Context) error {
+	if err := e.b.Heal(ctx); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	clear(e.cut)
 	e.mu.Unlock()
-	return e.fw.Heal()
+	return nil
 }
 
 func pair(a, b string) [2]string {
@@ -187,37 +157,33 @@ func pair(a, b string) [2]string {
 	return [2]string{a, b}
 }
 
-func (e *Env) seeds(self string) []string {
+// track records who answers after a step: a node that stopped answering
+// went down when the step began, one that started answering came up when
+// the step ended (a restart is up once healthy).
+func (e *Env) track(begin, end time.Duration) {
+	obs := e.observable()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []string
-	for _, id := range e.ids {
-		if id != self && !e.left[id] {
-			out = append(out, e.procs.Spec(id).GossipAddr())
+	now := map[string]bool{}
+	for _, id := range obs {
+		now[id] = true
+		if !e.seen[id] {
+			e.up[id] = append(e.up[id], span{From: end})
 		}
 	}
-	return out
-}
-
-func (e *Env) markDown(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if s := e.up[id]; len(s) > 0 && s[len(s)-1].To == 0 {
-		s[len(s)-1].To = e.now()
+	for id := range e.seen {
+		if s := e.up[id]; !now[id] && len(s) > 0 && s[len(s)-1].To == 0 {
+			s[len(s)-1].To = begin
+		}
 	}
+	e.seen = now
 }
 
-func (e *Env) markUp(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.up[id] = append(e.up[id], span{From: e.now()})
-}
-
-// observable lists the nodes that run and answer (not paused, not gone).
+// observable lists the nodes that answer.
 func (e *Env) observable() []string {
 	var out []string
 	for _, id := range e.ids {
-		if e.procs.State(id) == Running {
+		if e.b.Answering(id) {
 			out = append(out, id)
 		}
 	}
@@ -286,33 +252,21 @@ type Profile struct {
 	Scale float64
 }
 
-// Config is a run: which binary, where to write, which addresses.
+// Config is a run: where the nodes come from, where to write.
 type Config struct {
-	Bin     string
+	// Backend makes each scenario's nodes: Local (processes on loopback
+	// addresses) or Docker (a compose project).
+	Backend BackendFactory
 	OutDir  string
 	Profile Profile
-	// BaseIP is the first node's loopback address; the others follow
-	// (127.0.0.11, .12, ...). Runs that may overlap need distinct bases:
-	// firewall rules are by address.
-	BaseIP string
-	Seed   uint64
-	Logger *slog.Logger
-}
-
-func (c Config) nodeIP(i int) (string, error) {
-	var a, b, cc, d int
-	if _, err := fmt.Sscanf(c.BaseIP, "%d.%d.%d.%d", &a, &b, &cc, &d); err != nil || a != 127 {
-		return "", fmt.Errorf("BaseIP must be a 127.x.y.z loopback address, got %q", c.BaseIP)
-	}
-	if d+i > 254 {
-		return "", fmt.Errorf("BaseIP %s leaves no room for %d nodes", c.BaseIP, i+1)
-	}
-	return fmt.Sprintf("%d.%d.%d.%d", a, b, cc, d+i), nil
+	Seed    uint64
+	Logger  *slog.Logger
 }
 
 // Run runs one scenario from a fresh cluster to teardown and returns its
-// history, analysed. Every process it started is stopped and every
-// firewall rule it added removed before it returns, whatever happened.
+// history, analysed. The backend undoes what it did (processes stopped,
+// firewall rules removed, containers reconnected) before Run returns,
+// whatever happened.
 func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) {
 	p := cfg.Profile
 	dir := filepath.Join(cfg.OutDir, sc.Name)
@@ -321,45 +275,29 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	}
 	log := cfg.Logger.With("scenario", sc.Name)
 
-	var fw *Firewall
-	if sc.NeedsFirewall {
-		if fw, err = NewFirewall("PLJEPSEN-" + strings.ReplaceAll(cfg.BaseIP, ".", "-")[len("127-"):]); err != nil {
-			return &Result{Scenario: sc.Name, About: sc.About, Skipped: err.Error()}, nil
-		}
-		defer func() {
-			if cerr := fw.Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}()
-	}
-	procs, err := NewProcs(cfg.Bin, dir, p.NodeArgs)
+	b, err := cfg.Backend(ctx, sc, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer procs.Close()
+	defer func() {
+		if cerr := b.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
+		}
+	}()
+	if err := b.Supports(sc.Needs); err != nil {
+		return &Result{Scenario: sc.Name, About: sc.About, Skipped: err.Error()}, nil
+	}
 	clients := NewClients()
 	defer clients.Close()
 
-	env := &Env{procs: procs, fw: fw, clients: clients, log: log,
-		cut: map[[2]string]bool{}, left: map[string]bool{}, started: map[string]bool{}, up: map[string][]span{}}
-	for i := range sc.Nodes + sc.Extra {
-		ip, err := cfg.nodeIP(i)
-		if err != nil {
-			return nil, err
-		}
-		id := fmt.Sprintf("n%d", i+1)
-		if _, err := procs.Define(id, ip); err != nil {
-			return nil, err
-		}
-		env.ids = append(env.ids, id)
-	}
-	env.start = time.Now()
+	env := &Env{b: b, clients: clients, log: log, ids: b.Nodes(),
+		cut: map[[2]string]bool{}, up: map[string][]span{}, seen: map[string]bool{}}
 	for _, id := range env.ids[:sc.Nodes] {
 		if err := env.Start(ctx, id); err != nil {
 			return nil, err
 		}
 	}
-	if err := waitConverged(ctx, env, 20*time.Second); err != nil {
+	if err := waitConverged(ctx, env, 30*time.Second); err != nil {
 		return nil, err
 	}
 	log.Info("cluster up", "nodes", sc.Nodes)
@@ -373,19 +311,10 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	wl := Workload{Keys: keys, Workers: p.Workers, Timeout: p.ClientTimeout,
 		Rate: p.Load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
 
-	// The run's clock starts with the workload; the cluster's startup is
-	// before zero.
+	// The run's clock starts with the workload.
 	start := time.Now()
-	shift := start.Sub(env.start)
-	env.mu.Lock()
-	for id, spans := range env.up {
-		for i := range spans {
-			spans[i].From -= shift
-		}
-		env.up[id] = spans
-	}
 	env.start = start
-	env.mu.Unlock()
+	env.track(0, 0)
 
 	expect, sides := env.expectation()
 	events := []Event{{Name: "start", Steady: 1, Expect: expect, Sides: sides}}
@@ -415,6 +344,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 			stepErr = errors.Join(stepErr, fmt.Errorf("step %q: %w", st.Name, err))
 		}
 		ev.End = time.Since(start)
+		env.track(ev.Begin, ev.End)
 		ev.Expect, ev.Sides = env.expectation()
 		events = append(events, ev)
 		log.Info("nemesis", "step", st.Name, "at", ev.Begin.Round(time.Millisecond), "took", (ev.End - ev.Begin).Round(time.Millisecond))

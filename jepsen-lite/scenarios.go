@@ -67,24 +67,24 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "partition", About: "cut n1 off from n2 and n3 (2|1) for 12 s, then heal",
-			Nodes: 3, Duration: 38 * time.Second, NeedsFirewall: true,
+			Nodes: 3, Duration: 38 * time.Second, Needs: NeedPartition,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "partition n1 | n2 n3", Steady: 2, Fault: true, Do: func(ctx context.Context, e *Env) error {
-					return e.Partition([]string{e.ID(0)}, []string{e.ID(1), e.ID(2)})
+					return e.Partition(ctx, []string{e.ID(0)}, []string{e.ID(1), e.ID(2)})
 				}},
-				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal() }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
 			},
 		},
 		{
 			Name: "bridge", About: "cut n1 from n3 only; n2 still reaches both (a bridge), for 12 s",
-			Nodes: 3, Duration: 35 * time.Second, NeedsFirewall: true,
+			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut,
 			Steps: []Step{
 				// Gossip probes n1↔n3 indirectly through n2, so nobody
 				// is declared dead and the ring stays; but forwards
 				// between n1 and n3 fail, and each decides the other's
 				// keys by fallback: degraded answers, one more decider.
-				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(e.ID(0), e.ID(2)) }},
-				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal() }},
+				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
 			},
 		},
 		{

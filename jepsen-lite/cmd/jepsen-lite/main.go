@@ -3,6 +3,9 @@
 //
 //	jepsen-lite -bin bin/peerlimit-node -profile full -out out/chaos
 //
+// With -docker-project it runs against a compose cluster instead
+// (scripts/compose-test.sh), with docker's faults.
+//
 // It exits 1 when a scenario violated a bound or a step failed, 2 on bad
 // usage. Partition scenarios need root (iptables); without it they are
 // reported as skipped, never as passed.
@@ -37,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "out/chaos", "where the report, charts, histories and node logs go")
 	only := fs.String("scenarios", "", "comma-separated scenario names; empty runs all")
 	baseIP := fs.String("base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
+	project := fs.String("docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
+	compose := fs.String("compose", "", "docker mode: the compose command with its -p and -f options, for graceful leaves (compose stop)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "workload randomness")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -73,7 +78,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := jepsenlite.Config{Bin: absBin, OutDir: *out, Profile: p, BaseIP: *baseIP, Seed: *seed, Logger: log}
+	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, *baseIP, p.NodeArgs), OutDir: *out, Profile: p, Seed: *seed, Logger: log}
+	mode := "processes on " + *baseIP + "…"
+	if *project != "" {
+		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: *project, Compose: strings.Fields(*compose)})
+		mode = "compose project " + *project
+	}
 
 	var results []*jepsenlite.Result
 	failed := false
@@ -81,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			break
 		}
-		log.Info("scenario", "name", sc.Name, "about", sc.About)
+		log.Info("scenario", "name", sc.Name, "about", sc.About, "nodes", mode)
 		res, err := jepsenlite.Run(ctx, cfg, sc)
 		if err != nil {
 			fmt.Fprintf(stderr, "jepsen-lite: %s: %v\n", sc.Name, err)
@@ -103,6 +113,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	command := fmt.Sprintf("make chaos CHAOS_PROFILE=%s", p.Name)
+	if *project != "" {
+		command = "make compose-test"
+	}
 	if err := jepsenlite.WriteReport(*out, p, results, command); err != nil {
 		fmt.Fprintln(stderr, "jepsen-lite: report:", err)
 		return 1

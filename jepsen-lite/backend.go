@@ -1,0 +1,56 @@
+package jepsenlite
+
+import (
+	"context"
+	"errors"
+)
+
+// Backend runs the nodes of one scenario and applies faults to them: node
+// processes on loopback addresses (Local), or the containers of a compose
+// project (Docker). Node ids are the harness's slots, n1, n2, …; each is
+// also the node's --id.
+type Backend interface {
+	// Nodes lists every slot, in order: the scenario's nodes, then its
+	// extras (for steps that add nodes).
+	Nodes() []string
+	// Supports says whether the backend can apply a scenario's faults,
+	// with the reason when not.
+	Supports(n Need) error
+	// Start starts a node, or restarts it with the same id, and waits
+	// until it is healthy. Starting a node that runs is a no-op.
+	Start(ctx context.Context, id string) error
+	Kill(ctx context.Context, id string) error   // SIGKILL: no leave, state lost
+	Pause(ctx context.Context, id string) error  // frozen: sockets open, no answers
+	Resume(ctx context.Context, id string) error // unfrozen, state intact
+	Leave(ctx context.Context, id string) error  // SIGTERM: leave, hand off, exit
+	// Partition cuts every link between nodes of different groups.
+	Partition(ctx context.Context, groups [][]string) error
+	// Cut cuts the link between two nodes only.
+	Cut(ctx context.Context, a, b string) error
+	// Heal restores every link.
+	Heal(ctx context.Context) error
+	// Answering reports whether the harness can reach the node: it runs,
+	// is not paused, and its published API is reachable.
+	Answering(id string) bool
+	// GRPCAddr is where the harness's clients reach the node.
+	GRPCAddr(id string) string
+	// Close stops what the backend started for the scenario and undoes
+	// every fault, whatever happened.
+	Close() error
+}
+
+// Need is a kind of fault a scenario cannot do without.
+type Need int
+
+const (
+	NeedNothing   Need = iota
+	NeedPartition      // cut a group of nodes off from the rest
+	NeedLinkCut        // cut one link, the others intact
+)
+
+// BackendFactory makes a scenario's backend; dir is the scenario's output
+// directory (logs).
+type BackendFactory func(ctx context.Context, sc Scenario, dir string) (Backend, error)
+
+// ErrUnsupported is returned by faults a backend cannot apply.
+var ErrUnsupported = errors.New("not supported by this backend")

@@ -1,0 +1,377 @@
+package jepsenlite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DockerConfig names a running compose project of docker-compose.yml: its
+// services n1, n2, n3 are the scenario's nodes.
+type DockerConfig struct {
+	// Project is the compose project name (-p).
+	Project string
+	// Compose is the compose command with its project and file options,
+	// e.g. ["docker-compose", "-p", "x", "-f", "docker-compose.yml"]: a
+	// graceful leave is `compose stop`, as an operator would do it.
+	Compose []string
+}
+
+// Docker returns the backend of a compose cluster. Faults are what an
+// operator of containers has: docker kill, docker pause / unpause,
+// docker network disconnect / connect, compose stop (graceful leave), and
+// docker run of one more container on the project's network for a node
+// added under load. Each scenario starts from the three services running,
+// unpaused and connected, and extras removed.
+//
+// A disconnected container is cut off from every peer and from its
+// published ports, so partitions are limited to isolating single nodes
+// (n1 | n2 n3), and the isolated side answers no clients; single links
+// cannot be cut. Reconnecting keeps the container's address (--ip), which
+// needs a network with a configured subnet (compose-test's override).
+func Docker(cfg DockerConfig) BackendFactory {
+	return func(ctx context.Context, sc Scenario, dir string) (Backend, error) {
+		if sc.Nodes > 3 {
+			return nil, fmt.Errorf("docker mode has 3 nodes, the scenario wants %d", sc.Nodes)
+		}
+		b := &dockerBackend{cfg: cfg, ids: []string{"n1", "n2", "n3"}[:sc.Nodes], ctr: map[string]string{},
+			addr: map[string]netAddr{}, isolated: map[string]bool{}, extras: map[string]bool{}}
+		for i := range sc.Extra {
+			id := fmt.Sprintf("n%d", sc.Nodes+i+1)
+			b.ids = append(b.ids, id)
+			b.extras[id] = true
+		}
+		if err := b.reset(ctx); err != nil {
+			return nil, fmt.Errorf("docker mode: %w", err)
+		}
+		return b, nil
+	}
+}
+
+type netAddr struct {
+	IP      string
+	Aliases []string
+}
+
+type dockerBackend struct {
+	cfg     DockerConfig
+	ids     []string
+	extras  map[string]bool
+	network string
+	subnet  bool // the network has a configured subnet: --ip works
+
+	mu       sync.Mutex
+	ctr      map[string]string  // id → container id
+	addr     map[string]netAddr // id → address on the network, taken at reset
+	isolated map[string]bool
+	grpc     map[string]string
+}
+
+// reset brings n1..n3 back to running, unpaused and connected, removes
+// extras left by an earlier scenario, and learns addresses and ports.
+func (b *dockerBackend) reset(ctx context.Context) error {
+	_, _ = docker(ctx, "rm", "-f", b.extraName("n4")) // a previous scenario's extra, if any
+	b.grpc = map[string]string{}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		ctr, err := docker(ctx, "ps", "-aq", "--filter", "label=com.docker.compose.project="+b.cfg.Project,
+			"--filter", "label=com.docker.compose.service="+id)
+		if err != nil || ctr == "" {
+			return fmt.Errorf("no container for service %s in project %s: %v", id, b.cfg.Project, err)
+		}
+		b.ctr[id] = strings.Fields(ctr)[0]
+		st, err := b.inspect(ctx, id)
+		if err != nil {
+			return err
+		}
+		if b.network == "" {
+			for name, n := range st.NetworkSettings.Networks {
+				b.network = name
+				b.addr[id] = netAddr{IP: n.IPAddress, Aliases: n.Aliases}
+			}
+			if b.network == "" {
+				return fmt.Errorf("%s is on no network (disconnected by a crashed run?)", id)
+			}
+			var nets []struct {
+				IPAM struct{ Config []struct{ Subnet string } }
+			}
+			out, err := docker(ctx, "network", "inspect", b.network)
+			if err == nil && json.Unmarshal([]byte(out), &nets) == nil && len(nets) == 1 {
+				b.subnet = len(nets[0].IPAM.Config) > 0 && nets[0].IPAM.Config[0].Subnet != ""
+			}
+		}
+		n, connected := st.NetworkSettings.Networks[b.network]
+		switch {
+		case !connected:
+			// Left disconnected by an interrupted run: reconnect with
+			// whatever address Docker gives.
+			if _, err := docker(ctx, "network", "connect", "--alias", "peerlimit", "--alias", id, b.network, b.ctr[id]); err != nil {
+				return err
+			}
+		default:
+			b.addr[id] = netAddr{IP: n.IPAddress, Aliases: n.Aliases}
+		}
+		if st.State.Paused {
+			if _, err := docker(ctx, "unpause", b.ctr[id]); err != nil {
+				return err
+			}
+		}
+		if err := b.Start(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type containerState struct {
+	State struct {
+		Running, Paused bool
+	}
+	NetworkSettings struct {
+		Networks map[string]struct {
+			IPAddress string
+			Aliases   []string
+		}
+		Ports map[string][]struct{ HostIP, HostPort string }
+	}
+	Config struct {
+		Image string
+		Env   []string
+	}
+}
+
+func (b *dockerBackend) inspect(ctx context.Context, id string) (containerState, error) {
+	var st []containerState
+	out, err := docker(ctx, "inspect", b.container(id))
+	if err != nil {
+		return containerState{}, err
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 {
+		return containerState{}, fmt.Errorf("docker inspect %s: %v", id, err)
+	}
+	return st[0], nil
+}
+
+func (b *dockerBackend) container(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.ctr[id]; ok {
+		return c
+	}
+	return b.extraName(id)
+}
+
+func (b *dockerBackend) extraName(id string) string { return b.cfg.Project + "-jepsen-" + id }
+
+func (b *dockerBackend) Nodes() []string { return b.ids }
+
+func (b *dockerBackend) Supports(n Need) error {
+	switch {
+	case n == NeedLinkCut:
+		return fmt.Errorf("%w: docker network disconnect cuts a container off from every peer; one link cannot be cut", ErrUnsupported)
+	case n == NeedPartition && !b.subnet:
+		return fmt.Errorf("%w: network %s has no configured subnet, so a disconnected container cannot get its address back", ErrUnsupported, b.network)
+	}
+	return nil
+}
+
+func (b *dockerBackend) Start(ctx context.Context, id string) error {
+	if b.extras[id] {
+		if err := b.runExtra(ctx, id); err != nil {
+			return err
+		}
+	} else if st, err := b.inspect(ctx, id); err != nil {
+		return err
+	} else if !st.State.Running {
+		if _, err := docker(ctx, "start", b.container(id)); err != nil {
+			return err
+		}
+	}
+	// Docker may publish on a new host port after a restart.
+	st, err := b.inspect(ctx, id)
+	if err != nil {
+		return err
+	}
+	http, grpc := published(st, "8080/tcp"), published(st, "9090/tcp")
+	if http == "" || grpc == "" {
+		return fmt.Errorf("%s publishes no HTTP or gRPC port", id)
+	}
+	b.mu.Lock()
+	b.grpc[id] = grpc
+	b.mu.Unlock()
+	return waitHealthy(ctx, "http://"+http+"/healthz", nil, 30*time.Second)
+}
+
+// runExtra starts one more node as a plain container on the project's
+// network, configured like the services (image, environment, alias), with
+// its own id.
+func (b *dockerBackend) runExtra(ctx context.Context, id string) error {
+	tmpl, err := b.inspect(ctx, "n1")
+	if err != nil {
+		return err
+	}
+	args := []string{"run", "-d", "--name", b.extraName(id), "--hostname", id,
+		"--network", b.network, "--network-alias", "peerlimit",
+		"--label", "peerlimit.jepsen=" + b.cfg.Project,
+		"-p", "127.0.0.1::8080", "-p", "127.0.0.1::9090",
+		"--read-only", "--cap-drop", "ALL", "--stop-timeout", "40"}
+	for _, e := range tmpl.Config.Env {
+		if strings.HasPrefix(e, "PEERLIMIT_") {
+			args = append(args, "-e", e)
+		}
+	}
+	args = append(args, tmpl.Config.Image, "--id="+id)
+	_, err = docker(ctx, args...)
+	return err
+}
+
+func published(st containerState, port string) string {
+	for _, p := range st.NetworkSettings.Ports[port] {
+		ip := p.HostIP
+		if ip == "" || ip == "0.0.0.0" {
+			ip = "127.0.0.1"
+		}
+		if !strings.Contains(ip, ":") {
+			return ip + ":" + p.HostPort
+		}
+	}
+	return ""
+}
+
+func (b *dockerBackend) Kill(ctx context.Context, id string) error {
+	_, err := docker(ctx, "kill", b.container(id))
+	return err
+}
+
+func (b *dockerBackend) Pause(ctx context.Context, id string) error {
+	_, err := docker(ctx, "pause", b.container(id))
+	return err
+}
+
+func (b *dockerBackend) Resume(ctx context.Context, id string) error {
+	_, err := docker(ctx, "unpause", b.container(id))
+	return err
+}
+
+func (b *dockerBackend) Leave(ctx context.Context, id string) error {
+	if b.extras[id] || len(b.cfg.Compose) == 0 {
+		_, err := docker(ctx, "stop", "-t", "40", b.container(id))
+		return err
+	}
+	args := append(slices.Clone(b.cfg.Compose[1:]), "stop", "-t", "40", id)
+	out, err := exec.CommandContext(ctx, b.cfg.Compose[0], args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", b.cfg.Compose[0], strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Partition isolates every node outside the largest group.
+func (b *dockerBackend) Partition(ctx context.Context, groups [][]string) error {
+	if err := b.Supports(NeedPartition); err != nil {
+		return err
+	}
+	largest := 0
+	for i, g := range groups {
+		if len(g) > len(groups[largest]) {
+			largest = i
+		}
+	}
+	for i, g := range groups {
+		if i == largest {
+			continue
+		}
+		if len(g) != 1 {
+			return fmt.Errorf("%w: only single nodes can be cut off (disconnected), not the group %v", ErrUnsupported, g)
+		}
+		if _, err := docker(ctx, "network", "disconnect", b.network, b.container(g[0])); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.isolated[g[0]] = true
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func (b *dockerBackend) Cut(context.Context, string, string) error {
+	return b.Supports(NeedLinkCut)
+}
+
+// Heal reconnects every isolated node with its address and aliases.
+func (b *dockerBackend) Heal(ctx context.Context) error {
+	b.mu.Lock()
+	var ids []string
+	for id := range b.isolated {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		a := b.addr[id]
+		args := []string{"network", "connect", "--ip", a.IP}
+		for _, al := range a.Aliases {
+			if !strings.HasPrefix(b.ctr[id], al) { // Docker adds the short container id itself
+				args = append(args, "--alias", al)
+			}
+		}
+		if _, err := docker(ctx, append(args, b.network, b.container(id))...); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b.mu.Lock()
+		delete(b.isolated, id)
+		b.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func (b *dockerBackend) Answering(id string) bool {
+	b.mu.Lock()
+	iso := b.isolated[id]
+	b.mu.Unlock()
+	if iso {
+		return false
+	}
+	st, err := b.inspect(context.Background(), id)
+	return err == nil && st.State.Running && !st.State.Paused
+}
+
+func (b *dockerBackend) GRPCAddr(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.grpc[id]
+}
+
+// Close undoes the faults that outlive a scenario here: isolation and
+// pauses, and the extra containers. Killed and stopped services are
+// started by the next scenario's reset (or torn down with the project).
+func (b *dockerBackend) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := []error{b.Heal(ctx)}
+	for _, id := range b.ids {
+		if b.extras[id] {
+			_, _ = docker(ctx, "rm", "-f", b.extraName(id))
+			continue
+		}
+		if st, err := b.inspect(ctx, id); err == nil && st.State.Paused {
+			_, err := docker(ctx, "unpause", b.container(id))
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func docker(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
