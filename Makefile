@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./rpc -run '^$$' -fuzz '^FuzzUnmarshalCheckBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policy -run '^$$' -fuzz '^FuzzParsePolicies$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.
