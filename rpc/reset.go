@@ -152,9 +152,12 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 	}
 	wg.Wait()
 	// An operator's action: leave a trace of every one.
-	s.log.Info("key reset", "key", r.Key, "window", r.Window, "algorithm", r.Algorithm.String(), "all_windows", r.AllWindows,
-		"owner", res.Owner, "cleared", res.Cleared, "copies_cleared", res.CopiesCleared,
-		"members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked)
+	which := []any{"all_windows", true}
+	if !r.AllWindows {
+		which = []any{"window", r.Window, "algorithm", r.Algorithm.String()}
+	}
+	s.log.Info("key reset", append(append([]any{"key", r.Key}, which...), "owner", res.Owner, "cleared", res.Cleared,
+		"copies_cleared", res.CopiesCleared, "members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked)...)
 	return res, nil
 }
 

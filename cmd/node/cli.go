@@ -399,8 +399,11 @@ func cmdReset(args []string, stdout, stderr io.Writer) int {
 	if resp.Existed {
 		what = fmt.Sprintf("cleared %d state(s)", resp.Cleared)
 	}
-	fmt.Fprintf(stdout, "reset %s on %s: %s; %d of %d other members answered, %d copies dropped\n",
-		req.Key, resp.Owner, what, resp.MembersAcknowledged, resp.MembersAsked, resp.CopiesCleared)
+	others := "no other member to ask"
+	if resp.MembersAsked > 0 {
+		others = fmt.Sprintf("%d of %d other members answered", resp.MembersAcknowledged, resp.MembersAsked)
+	}
+	fmt.Fprintf(stdout, "reset %s on %s: %s; %s; %d copies dropped elsewhere\n", req.Key, resp.Owner, what, others, resp.CopiesCleared)
 	if resp.MembersAcknowledged < resp.MembersAsked {
 		fmt.Fprintln(stdout, "warning: a member that did not answer may still hold a copy, which its next handoff gives back to the owner; reset again later if the key stays blocked")
 	}

@@ -134,7 +134,7 @@ func TestCLIReset(t *testing.T) {
 
 	code, out, errOut := cli(t, "reset", "--addr", addr, "--policy", "login", key)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Equal(t, "reset "+key+" on node-2: cleared 1 state(s); 1 of 1 other members answered, 0 copies dropped\n", out)
+	assert.Equal(t, "reset "+key+" on node-2: cleared 1 state(s); 1 of 1 other members answered; 0 copies dropped elsewhere\n", out)
 	code, _, _ = cli(t, "check", "--addr", addr, "--policy", "login", key)
 	assert.Equal(t, exitOK, code, "the block is lifted")
 
