@@ -17,10 +17,10 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
-# Go benchmarks: the limiter, the ring, a node and a 3-node cluster over
+# Go benchmarks: the limiter, the ring, the API conversion, a node and a 3-node cluster over
 # loopback, and the client. Compare results within one run only.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./limiter/... ./ring/... ./node/... ./client/...
+	$(GO) test -run '^$$' -bench . -benchmem ./limiter/... ./ring/... ./rpc/... ./node/... ./client/...
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
 FUZZTIME ?= 30s
@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./rpc -run '^$$' -fuzz '^FuzzUnmarshalCheckBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policy -run '^$$' -fuzz '^FuzzParsePolicies$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.

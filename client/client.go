@@ -83,6 +83,10 @@ type Decision struct {
 type Request struct {
 	Key   string
 	Limit Limit
+	// Policy, if set, names a policy of the cluster's policy file, which
+	// gives the limit, window and algorithm instead of Limit (leave Limit
+	// zero).
+	Policy string
 	// Hits is how much the check consumes; 0 means 1. Set Peek to read the
 	// state without consuming anything.
 	Hits int64
@@ -289,7 +293,26 @@ func (c *Client) CheckN(ctx context.Context, key string, l Limit, n int64) (Deci
 	if err := l.validate(); err != nil {
 		return Decision{}, err
 	}
-	req := toProto(key, l, n)
+	return c.check(ctx, key, toProto(key, l, n))
+}
+
+// CheckPolicy consumes one hit of key under the named policy: the limit,
+// window and algorithm the cluster's policy file (--policies) gives it.
+// The node that receives the check resolves the name; an unknown one is
+// codes.InvalidArgument naming the field policy.
+func (c *Client) CheckPolicy(ctx context.Context, key, policy string) (Decision, error) {
+	return c.CheckPolicyN(ctx, key, policy, 1)
+}
+
+// CheckPolicyN consumes n hits of key under the named policy; n = 0 peeks.
+func (c *Client) CheckPolicyN(ctx context.Context, key, policy string, n int64) (Decision, error) {
+	if policy == "" {
+		return Decision{}, status.Error(codes.InvalidArgument, "invalid policy: must not be empty")
+	}
+	return c.check(ctx, key, &pb.CheckRequest{Key: key, Policy: policy, Hits: &n})
+}
+
+func (c *Client) check(ctx context.Context, key string, req *pb.CheckRequest) (Decision, error) {
 	res, err := c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 		if nd.batcher != nil {
 			return nd.batcher.Do(ctx, req)
@@ -342,7 +365,9 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 				if r.Peek {
 					hits = 0
 				}
-				breq.Checks = append(breq.Checks, toProto(r.Key, r.Limit, hits))
+				pr := toProto(r.Key, r.Limit, hits)
+				pr.Policy = r.Policy
+				breq.Checks = append(breq.Checks, pr)
 			}
 			if idx = sent; len(idx) == 0 {
 				return
@@ -516,7 +541,30 @@ func (n *node) down(base, maxBackoff time.Duration) {
 }
 
 func (v *view) owner(key string) member {
-	return v.owners[xxhash.Sum64String(key)%uint64(len(v.owners))]
+	return v.owners[Partition(key, len(v.owners))]
+}
+
+// Partition returns key's ring partition among count: XXH64 of the key's
+// bytes (seed 0) mod count, as the Members RPC documents and the nodes
+// compute it.
+func Partition(key string, count int) int {
+	return int(xxhash.Sum64String(key) % uint64(count))
+}
+
+// OwnerOf returns key's partition and its owner in m, a node's answer to
+// the Members RPC: where a check for key would be decided, as that node
+// sees the ring.
+func OwnerOf(m *pb.MembersResponse, key string) (partition int, owner *pb.Member, err error) {
+	count, owners := int(m.GetPartitionCount()), m.GetPartitionOwners()
+	if count == 0 || len(owners) != count {
+		return 0, nil, fmt.Errorf("peerlimit client: node %q sent no ring (%d partitions, %d owners)", m.GetSelf(), count, len(owners))
+	}
+	p := Partition(key, count)
+	i := int(owners[p])
+	if i >= len(m.GetMembers()) {
+		return p, nil, fmt.Errorf("peerlimit client: partition %d names member %d of %d", p, i, len(m.GetMembers()))
+	}
+	return p, m.GetMembers()[i], nil
 }
 
 func (c *Client) kickRefresh() {

@@ -1,6 +1,8 @@
-// Package httpapi serves the public API as JSON over HTTP: POST /v1/check and
-// POST /v1/check:batch with the proto field names, GET /healthz and
-// GET /metrics. It decides through the same rpc.Service as the gRPC API.
+// Package httpapi serves the public API as JSON over HTTP: POST /v1/check,
+// POST /v1/check:batch and POST /v1/reset with the proto field names,
+// GET /v1/members, GET /v1/policies, GET /healthz, GET /metrics and, when
+// enabled, /debug/pprof/. It decides through the same rpc.Service as the
+// gRPC API.
 //
 // int64 fields are plain JSON numbers (not the strings of the proto3 JSON
 // mapping), so that curl users read "limit": 5. A denied check is a normal
@@ -19,15 +21,21 @@ import (
 	"strings"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/policy"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
-// Checker decides checks; *rpc.Service is one.
+// Checker decides checks and resets; *rpc.Service is one.
 type Checker interface {
 	Check(ctx context.Context, req limiter.Request) rpc.Result
 	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]rpc.Result, error)
 	MaxBatch() int
+	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
+	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (rpc.ResetRequest, error)
+	Reset(ctx context.Context, r rpc.ResetRequest) (rpc.ResetResult, error)
 }
+
+var _ Checker = (*rpc.Service)(nil)
 
 // Config holds the handler's settings.
 type Config struct {
@@ -40,6 +48,12 @@ type Config struct {
 	Metrics http.Handler
 	// Members serves GET /v1/members; nil leaves it out.
 	Members func() Members
+	// Policies serves GET /v1/policies: the policies in force, or nil when
+	// the node has none. Nil leaves the route out.
+	Policies func() *policy.Set
+	// Pprof serves Go's profiles under /debug/pprof/ (see pprof.go). Off
+	// by default: profiles reveal internals and a CPU profile costs CPU.
+	Pprof bool
 }
 
 // Members is the answer of GET /v1/members: the members this node sees and
@@ -68,6 +82,7 @@ type CheckRequest struct {
 	WindowMS  int64  `json:"window_ms"`
 	Algorithm string `json:"algorithm,omitempty"`
 	Hits      *int64 `json:"hits,omitempty"`
+	Policy    string `json:"policy,omitempty"`
 }
 
 // CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
@@ -106,6 +121,44 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// ResetRequest is the JSON form of peerlimit.v1.ResetRequest.
+type ResetRequest struct {
+	Key        string `json:"key"`
+	WindowMS   int64  `json:"window_ms,omitempty"`
+	Algorithm  string `json:"algorithm,omitempty"`
+	Policy     string `json:"policy,omitempty"`
+	AllWindows bool   `json:"all_windows,omitempty"`
+}
+
+// ResetResponse is the JSON form of peerlimit.v1.ResetResponse.
+type ResetResponse struct {
+	Owner               string `json:"owner"`
+	Existed             bool   `json:"existed"`
+	Cleared             uint32 `json:"cleared"`
+	MembersAsked        uint32 `json:"members_asked"`
+	MembersAcknowledged uint32 `json:"members_acknowledged"`
+	CopiesCleared       uint32 `json:"copies_cleared"`
+}
+
+// Policies is the answer of GET /v1/policies: the node's policy file and
+// what it defines. Digest is the file's SHA-256: nodes showing the same
+// digest resolve every policy alike.
+type Policies struct {
+	File     string       `json:"file"`
+	Digest   string       `json:"digest"`
+	Policies []PolicyInfo `json:"policies"`
+}
+
+// PolicyInfo is one policy. Window is WindowMS as a Go duration, for
+// people.
+type PolicyInfo struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	WindowMS  int64  `json:"window_ms"`
+	Window    string `json:"window"`
+}
+
 type errorBody struct {
 	Error Error `json:"error"`
 }
@@ -122,6 +175,7 @@ func NewHandler(c Checker, cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", h.check)
 	mux.HandleFunc("POST /v1/check:batch", h.checkBatch)
+	mux.HandleFunc("POST /v1/reset", h.reset)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
@@ -130,6 +184,14 @@ func NewHandler(c Checker, cfg Config) http.Handler {
 		mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, cfg.Members())
 		})
+	}
+	if cfg.Policies != nil {
+		mux.HandleFunc("GET /v1/policies", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, policiesJSON(cfg.Policies()))
+		})
+	}
+	if cfg.Pprof {
+		registerPprof(mux)
 	}
 	return mux
 }
@@ -144,7 +206,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	req, err := in.toLimiter()
+	req, err := h.request(in)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -170,7 +232,7 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 	reqs := make([]limiter.Request, 0, len(in.Checks))
 	idx := make([]int, 0, len(in.Checks))
 	for i, c := range in.Checks {
-		req, err := c.toLimiter()
+		req, err := h.request(c)
 		if err != nil {
 			out.Results[i].Error = errorOf(err)
 			continue
@@ -192,6 +254,44 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
+	var in ResetRequest
+	if !h.decode(w, r, &in) {
+		return
+	}
+	algo, err := limiter.ParseAlgorithm(in.Algorithm)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := h.c.NewResetRequest(in.Key, in.WindowMS, algo, in.Algorithm != "", in.Policy, in.AllWindows)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := h.c.Reset(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ResetResponse{Owner: res.Owner, Existed: res.Existed(), Cleared: uint32(res.Cleared),
+		MembersAsked: uint32(res.MembersAsked), MembersAcknowledged: uint32(res.MembersAcknowledged),
+		CopiesCleared: uint32(res.CopiesCleared)})
+}
+
+func policiesJSON(set *policy.Set) Policies {
+	out := Policies{Policies: []PolicyInfo{}}
+	if set == nil {
+		return out
+	}
+	out.File, out.Digest = set.File, set.Digest
+	for _, p := range set.All() {
+		out.Policies = append(out.Policies, PolicyInfo{Name: p.Name, Algorithm: p.Algorithm.String(),
+			Limit: p.Limit, WindowMS: p.Window.Milliseconds(), Window: p.Window.String()})
+	}
+	return out
 }
 
 func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -281,10 +381,16 @@ func jsonKind(k string) string {
 	return k
 }
 
-func (c CheckRequest) toLimiter() (limiter.Request, error) {
+// request converts a JSON check. Any algorithm given counts as given: in
+// JSON, unlike proto3, an explicit SLIDING_WINDOW_COUNTER is visible, so
+// it cannot be sent with a policy either.
+func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 	algo, err := limiter.ParseAlgorithm(c.Algorithm)
 	if err != nil {
 		return limiter.Request{}, err
+	}
+	if c.Policy != "" {
+		return h.c.PolicyRequest(c.Policy, c.Key, c.Hits, rpc.InlineField(c.Limit, c.WindowMS, c.Algorithm != ""))
 	}
 	return rpc.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
 }

@@ -693,6 +693,8 @@ var jsonTwins = map[protoreflect.Name]reflect.Type{
 	"CheckBatchResponse": reflect.TypeFor[CheckBatchResponse](),
 	"CheckResult":        reflect.TypeFor[CheckResult](),
 	"Error":              reflect.TypeFor[Error](),
+	"ResetRequest":       reflect.TypeFor[ResetRequest](),
+	"ResetResponse":      reflect.TypeFor[ResetResponse](),
 }
 
 // notInJSON are proto messages the JSON API deliberately serves in
@@ -713,6 +715,7 @@ var pendingJSONFields = map[string]string{}
 // the proto's: enums and codes travel as their names.
 var jsonTypeExceptions = map[string]reflect.Kind{
 	"CheckRequest.algorithm": reflect.String, // enum value name
+	"ResetRequest.algorithm": reflect.String, // enum value name
 	"Error.code":             reflect.String, // google.rpc.Code name, not its number
 }
 
@@ -779,6 +782,8 @@ func assertKindsMatch(t *testing.T, where string, fd protoreflect.FieldDescripto
 		assert.Equal(t, reflect.Int64, typ.Kind(), where)
 	case protoreflect.BoolKind:
 		assert.Equal(t, reflect.Bool, typ.Kind(), where)
+	case protoreflect.Uint32Kind:
+		assert.Equal(t, reflect.Uint32, typ.Kind(), where)
 	case protoreflect.StringKind:
 		assert.Equal(t, reflect.String, typ.Kind(), where)
 	case protoreflect.MessageKind:

@@ -64,6 +64,16 @@ type Config struct {
 	// Default 10s.
 	SweepInterval time.Duration
 
+	// PoliciesFile is a YAML or JSON file of named policies (package
+	// policy) that requests may name instead of giving limit, window and
+	// algorithm. Read at Start, where an invalid file is an error naming
+	// the line, and again by ReloadPolicies. Every node should read the
+	// same file. Optional.
+	PoliciesFile string
+	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
+	// Default off: they reveal internals, and a CPU profile costs CPU.
+	Pprof bool
+
 	// Logger receives the node's structured logs. Default: text to stderr.
 	Logger *slog.Logger
 	// Now is the node's clock. Default time.Now.

@@ -47,6 +47,9 @@ type nodeMetrics struct {
 	ringChanges prometheus.Counter
 	handoffs    *prometheus.CounterVec // by result: sent, failed
 	handoffKeys *prometheus.CounterVec // by direction: sent, received, refused
+	// policyReloads counts ReloadPolicies by result: ok, error (the
+	// policies in force were kept).
+	policyReloads *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
@@ -58,6 +61,17 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		handoffKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoff_keys_total",
 			Help: "Key states moved by handoff: sent (merged by the owner), received, refused (by the owner)."}, []string{"direction"}),
 	}
+	m.policyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "policy_reloads_total",
+		Help: "Reloads of the policy file (SIGHUP), by result: ok, or error (the policies in force were kept)."}, []string{"result"})
+	m.policyReloads.WithLabelValues("ok")
+	m.policyReloads.WithLabelValues("error")
+	policies := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "policies",
+		Help: "Named policies in force (0 without a policy file)."}, func() float64 {
+		if set := n.policySet(); set != nil {
+			return float64(set.Len())
+		}
+		return 0
+	})
 	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "members",
 		Help: "Live members in this node's view, itself included."}, func() float64 {
 		if n.members == nil {
@@ -65,7 +79,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		}
 		return float64(len(n.members.Members()))
 	})
-	for _, c := range []prometheus.Collector{m.ringChanges, m.handoffs, m.handoffKeys, members} {
+	for _, c := range []prometheus.Collector{m.ringChanges, m.handoffs, m.handoffKeys, members, m.policyReloads, policies} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -47,6 +48,8 @@ type Node struct {
 	ring    ring.Holder
 	health  *health.Server
 	metrics *nodeMetrics
+	// policies is nil without Config.PoliciesFile.
+	policies *policy.Registry
 
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
@@ -85,6 +88,13 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.store, err = limiter.New(cfg.Limiter); err != nil {
 		return nil, err
 	}
+	if cfg.PoliciesFile != "" {
+		// Checked against this store's caps, so a policy no request could
+		// use is refused now rather than on every request.
+		if n.policies, err = policy.Load(cfg.PoliciesFile, n.store.Validate); err != nil {
+			return nil, err
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
 	if n.metrics, err = newNodeMetrics(reg, n); err != nil {
@@ -121,6 +131,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	rcfg := rpc.DefaultConfig()
 	rcfg.NodeID, rcfg.MaxBatch, rcfg.Now = cfg.ID, cfg.MaxBatch, cfg.Now
 	rcfg.Owner, rcfg.Peers, rcfg.Fallback, rcfg.Logger = n.owner, n.peers, cfg.Fallback, n.log
+	rcfg.Members = n.memberRoutes
+	if n.policies != nil { // a nil *Registry in the interface would not be nil
+		rcfg.Policies = n.policies
+	}
 	if n.svc, err = rpc.NewService(rcfg, n.store, rpcMetrics); err != nil {
 		return nil, err
 	}
@@ -148,6 +162,8 @@ func Start(cfg Config) (_ *Node, err error) {
 			Healthy:      n.serving.Load,
 			Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			Members:      n.memberInfo,
+			Policies:     n.policySet,
+			Pprof:        cfg.Pprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

@@ -19,6 +19,8 @@ func Code(err error) codes.Code {
 		return codes.OK
 	case errors.As(err, &ae):
 		return codes.InvalidArgument
+	case errors.Is(err, ErrOwnerUnreachable):
+		return codes.Unavailable
 	case errors.Is(err, limiter.ErrCapacity), errors.Is(err, ErrBatchTooLarge):
 		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):

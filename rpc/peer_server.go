@@ -24,7 +24,7 @@ func NewPeerServer(svc *Service) *PeerServer { return &PeerServer{svc: svc} }
 
 // Forward implements pb.PeerServer: decide here, never forward again.
 func (s *PeerServer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	b := fromProtoBatch(in.GetChecks())
+	b := fromProtoBatch(in.GetChecks(), FromProto)
 	return &pb.ForwardResponse{Results: b.answer(s.svc.DecideLocal(b.reqs))}, nil
 }
 
@@ -43,4 +43,19 @@ func (s *PeerServer) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.Ha
 		s.OnHandoff(in.GetOrigin(), merged, resp.Rejected)
 	}
 	return resp, nil
+}
+
+// Reset implements pb.PeerServer: drop this node's state for the key, here,
+// never forwarded again. The node that received the public call resolved
+// any policy; this one checks the numbers by its own store's rules.
+func (s *PeerServer) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.PeerResetResponse, error) {
+	algo, err := algorithmFromProto(in.GetAlgorithm())
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	r, err := s.svc.NewResetRequest(in.GetKey(), in.GetWindowMs(), algo, false, "", in.GetAllWindows())
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	return &pb.PeerResetResponse{Cleared: uint32(s.svc.ResetLocal(r))}, nil
 }

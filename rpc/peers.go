@@ -232,6 +232,24 @@ func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState
 	return int(resp.GetMerged()), resp.GetRejected(), nil
 }
 
+// Reset asks member to to drop its state for r (never forwarding it
+// further) and returns how many states that still counted something it
+// dropped.
+func (p *Peers) Reset(ctx context.Context, to Route, r ResetRequest) (int, error) {
+	pr, err := p.get(to)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	resp, err := pr.client.Reset(ctx, &pb.PeerResetRequest{Origin: p.cfg.SelfID, Key: r.Key,
+		WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm), AllWindows: r.AllWindows})
+	if err != nil {
+		return 0, fmt.Errorf("reset on %s: %w", to.ID, err)
+	}
+	return int(resp.GetCleared()), nil
+}
+
 // Close closes every connection; later calls fail.
 func (p *Peers) Close() {
 	p.mu.Lock()

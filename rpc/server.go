@@ -23,7 +23,7 @@ func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
 // Check implements pb.RateLimiterServer.
 func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckResponse, error) {
-	req, err := FromProto(in)
+	req, err := s.request(in)
 	if err != nil {
 		return nil, Status(err).Err()
 	}
@@ -39,7 +39,7 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
 		return nil, Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), ErrBatchTooLarge)).Err()
 	}
-	b := fromProtoBatch(in.GetChecks())
+	b := fromProtoBatch(in.GetChecks(), s.request)
 	results, err := s.svc.CheckBatch(ctx, b.reqs)
 	if err != nil {
 		return nil, Status(err).Err()
@@ -55,11 +55,13 @@ type protoBatch struct {
 	results []*pb.CheckResult
 }
 
-func fromProtoBatch(checks []*pb.CheckRequest) protoBatch {
+// fromProtoBatch converts checks with conv: the public API resolves
+// policies, the forwarding API takes numbers only.
+func fromProtoBatch(checks []*pb.CheckRequest, conv func(*pb.CheckRequest) (limiter.Request, error)) protoBatch {
 	b := protoBatch{reqs: make([]limiter.Request, 0, len(checks)), idx: make([]int, 0, len(checks)),
 		results: make([]*pb.CheckResult, len(checks))}
 	for i, c := range checks {
-		req, err := FromProto(c)
+		req, err := conv(c)
 		if err != nil {
 			b.results[i] = errorResult(err)
 			continue
@@ -87,29 +89,74 @@ func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Members
 	return s.MembersFunc(), nil
 }
 
+// Reset implements pb.RateLimiterServer.
+func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetResponse, error) {
+	algo, err := algorithmFromProto(in.GetAlgorithm())
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	r, err := s.svc.NewResetRequest(in.GetKey(), in.GetWindowMs(), algo, in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER,
+		in.GetPolicy(), in.GetAllWindows())
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	res, err := s.svc.Reset(ctx, r)
+	if err != nil {
+		return nil, Status(err).Err()
+	}
+	return &pb.ResetResponse{Owner: res.Owner, Existed: res.Existed(), Cleared: uint32(res.Cleared),
+		MembersAsked: uint32(res.MembersAsked), MembersAcknowledged: uint32(res.MembersAcknowledged),
+		CopiesCleared: uint32(res.CopiesCleared)}, nil
+}
+
+// request converts a public API check: a policy name is resolved here, on
+// the node that received it; anything else is FromProto's. A check without
+// a policy pays one string-length test for the feature.
+func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
+	if in.GetPolicy() == "" {
+		return FromProto(in)
+	}
+	if _, err := algorithmFromProto(in.GetAlgorithm()); err != nil {
+		return limiter.Request{}, err
+	}
+	given := InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
+	return s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
+}
+
 func errorResult(err error) *pb.CheckResult {
 	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: &pb.Error{
 		Code: uint32(Code(err)), Field: Field(err), Message: err.Error(),
 	}}}
 }
 
-// FromProto converts and range-checks the wire request; the store checks the
-// rest.
+// FromProto converts and range-checks a wire request that carries its
+// numbers; the store checks the rest. A policy name is refused: only the
+// public API's Server resolves policies (on the node that received the
+// request), and a forwarded check always carries numbers.
 func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
-	var algo limiter.Algorithm
-	switch in.GetAlgorithm() {
-	case pb.Algorithm_SLIDING_WINDOW_COUNTER:
-		algo = limiter.SlidingWindowCounter
-	case pb.Algorithm_SLIDING_WINDOW_LOG:
-		algo = limiter.SlidingWindowLog
-	default:
-		return limiter.Request{}, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", in.GetAlgorithm())}
+	algo, err := algorithmFromProto(in.GetAlgorithm())
+	if err != nil {
+		return limiter.Request{}, err
+	}
+	if in.GetPolicy() != "" {
+		return limiter.Request{}, &limiter.ArgumentError{Field: "policy",
+			Reason: "not accepted on this path: a forwarded check carries limit, window_ms and algorithm, resolved by the node that received it"}
 	}
 	var hits *int64
 	if in != nil && in.Hits != nil {
 		hits = in.Hits
 	}
 	return NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
+}
+
+func algorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
+	switch a {
+	case pb.Algorithm_SLIDING_WINDOW_COUNTER:
+		return limiter.SlidingWindowCounter, nil
+	case pb.Algorithm_SLIDING_WINDOW_LOG:
+		return limiter.SlidingWindowLog, nil
+	}
+	return 0, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", a)}
 }
 
 // ToProto converts a decided result to the wire response.

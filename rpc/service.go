@@ -41,6 +41,14 @@ type Config struct {
 	// Logger receives the owner-unreachable warnings (at most one a second).
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// Policies resolves the policy names requests may give instead of
+	// numbers. Nil: this node has none, and a request naming one is
+	// refused.
+	Policies PolicyLookup
+	// Members returns every live member's route (this node may be among
+	// them), for the calls that go to all of them: Reset asks each to drop
+	// its copy of a key's state. Nil: this node knows no others.
+	Members func() []Route
 }
 
 // FallbackPolicy says how to answer a check whose owner is unreachable.
@@ -90,8 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rpc config: MaxBatch must be ≥ 1, got %d", c.MaxBatch)
 	case c.Now == nil:
 		return errors.New("rpc config: Now must not be nil")
-	case c.Owner != nil && c.Peers == nil:
-		return errors.New("rpc config: Peers is required with Owner")
+	case (c.Owner != nil || c.Members != nil) && c.Peers == nil:
+		return errors.New("rpc config: Peers is required with Owner or Members")
 	case c.Fallback > FallbackDeny:
 		return fmt.Errorf("rpc config: unknown Fallback %d", c.Fallback)
 	}

@@ -100,7 +100,7 @@ func TestDockerfileHealthcheckHitsTheNodesHTTPPort(t *testing.T) {
 	defer srv.Close()
 	args = slices.Clone(args)
 	args[i+1] = srv.URL
-	assert.Equal(t, 0, runHealthcheck(args, io.Discard, io.Discard))
+	assert.Equal(t, 0, dispatch(append([]string{"healthcheck"}, args...), func(string) string { return "" }, io.Discard, io.Discard))
 }
 
 func port(t *testing.T, addr string) string {

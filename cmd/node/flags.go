@@ -32,8 +32,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs := flag.NewFlagSet("peerlimit-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: peerlimit-node [flags]\n\nEvery flag can also be set by its environment variable PEERLIMIT_<NAME>, e.g.\n--grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the environment.\n\n")
+		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies.\n\n")
 		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, members, ring, reset, healthcheck.\n")
 	}
 
 	fs.StringVar(&c.ID, "id", c.ID, "node id, unique in the cluster (default: host name)")
@@ -65,6 +66,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
+	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")

@@ -16,13 +16,11 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+	os.Exit(dispatch(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
+// run serves a node until SIGTERM or SIGINT; SIGHUP reloads.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "healthcheck" {
-		return runHealthcheck(args[1:], os.Stdout, stderr)
-	}
 	opts, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -40,12 +38,23 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Caught from the start: SIGHUP's default action would kill the node.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	n, err := node.Start(opts.node)
 	if err != nil {
 		opts.node.Logger.Error("start failed", "err", err)
 		return 1
 	}
-	<-ctx.Done()
+	for serving := true; serving; {
+		select {
+		case <-ctx.Done():
+			serving = false
+		case <-hup:
+			reloadPolicies(n)
+		}
+	}
 	stop() // a second signal now kills the process at once
 	opts.node.Logger.Info("signal received, shutting down", "timeout", opts.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
@@ -56,3 +65,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// reloadPolicies is the SIGHUP hook of --policies. The node logs the
+// outcome (on error, the file's bad line, keeping the policies in force)
+// and counts it in peerlimit_policy_reloads_total; other reloadable
+// settings add their own hook next to this one.
+func reloadPolicies(n *node.Node) { _ = n.ReloadPolicies() }

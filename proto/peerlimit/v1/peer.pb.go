@@ -334,6 +334,129 @@ func (x *HandoffResponse) GetRejected() []string {
 	return nil
 }
 
+// PeerResetRequest is a public ResetRequest with its policy resolved to
+// numbers by the node that received it.
+type PeerResetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	WindowMs      int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Algorithm     Algorithm              `protobuf:"varint,4,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	AllWindows    bool                   `protobuf:"varint,5,opt,name=all_windows,json=allWindows,proto3" json:"all_windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResetRequest) Reset() {
+	*x = PeerResetRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResetRequest) ProtoMessage() {}
+
+func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
+func (*PeerResetRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PeerResetRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *PeerResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerResetRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *PeerResetRequest) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_SLIDING_WINDOW_COUNTER
+}
+
+func (x *PeerResetRequest) GetAllWindows() bool {
+	if x != nil {
+		return x.AllWindows
+	}
+	return false
+}
+
+type PeerResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// States dropped that still counted something.
+	Cleared       uint32 `protobuf:"varint,1,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResetResponse) Reset() {
+	*x = PeerResetResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResetResponse) ProtoMessage() {}
+
+func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
+func (*PeerResetResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PeerResetResponse) GetCleared() uint32 {
+	if x != nil {
+		return x.Cleared
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
@@ -358,10 +481,20 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x0elog_offsets_ms\x18\b \x03(\rR\flogOffsetsMs\"E\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x12\x1a\n" +
-	"\brejected\x18\x02 \x03(\tR\brejected2\x96\x01\n" +
+	"\brejected\x18\x02 \x03(\tR\brejected\"\xb1\x01\n" +
+	"\x10PeerResetRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
+	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x125\n" +
+	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1f\n" +
+	"\vall_windows\x18\x05 \x01(\bR\n" +
+	"allWindows\"-\n" +
+	"\x11PeerResetResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x01(\rR\acleared2\xe0\x01\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12F\n" +
-	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12H\n" +
+	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peer_proto_rawDescOnce sync.Once
@@ -375,31 +508,36 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
-	(*ForwardRequest)(nil),  // 0: peerlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil), // 1: peerlimit.v1.ForwardResponse
-	(*HandoffRequest)(nil),  // 2: peerlimit.v1.HandoffRequest
-	(*KeyState)(nil),        // 3: peerlimit.v1.KeyState
-	(*HandoffResponse)(nil), // 4: peerlimit.v1.HandoffResponse
-	(*CheckRequest)(nil),    // 5: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),     // 6: peerlimit.v1.CheckResult
-	(Algorithm)(0),          // 7: peerlimit.v1.Algorithm
+	(*ForwardRequest)(nil),    // 0: peerlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 1: peerlimit.v1.ForwardResponse
+	(*HandoffRequest)(nil),    // 2: peerlimit.v1.HandoffRequest
+	(*KeyState)(nil),          // 3: peerlimit.v1.KeyState
+	(*HandoffResponse)(nil),   // 4: peerlimit.v1.HandoffResponse
+	(*PeerResetRequest)(nil),  // 5: peerlimit.v1.PeerResetRequest
+	(*PeerResetResponse)(nil), // 6: peerlimit.v1.PeerResetResponse
+	(*CheckRequest)(nil),      // 7: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),       // 8: peerlimit.v1.CheckResult
+	(Algorithm)(0),            // 9: peerlimit.v1.Algorithm
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	5, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	6, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	7, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	8, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
 	3, // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	7, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	0, // 4: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	2, // 5: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	1, // 6: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	4, // 7: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	9, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	0, // 5: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	2, // 6: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	5, // 7: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	1, // 8: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	4, // 9: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6, // 10: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }
@@ -414,7 +552,7 @@ func file_peerlimit_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

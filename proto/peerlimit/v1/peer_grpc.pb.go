@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Peer_Forward_FullMethodName = "/peerlimit.v1.Peer/Forward"
 	Peer_Handoff_FullMethodName = "/peerlimit.v1.Peer/Handoff"
+	Peer_Reset_FullMethodName   = "/peerlimit.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -40,6 +41,11 @@ type PeerClient interface {
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
 	Handoff(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error)
+	// Reset drops this node's state for a key, whatever its ring says: the
+	// node that received the public Reset asks the owner first, then every
+	// other member, since any of them may hold a fallback copy. Never
+	// forwarded again.
+	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
 }
 
 type peerClient struct {
@@ -70,6 +76,16 @@ func (c *peerClient) Handoff(ctx context.Context, in *HandoffRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerResetResponse)
+	err := c.cc.Invoke(ctx, Peer_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -83,6 +99,11 @@ type PeerServer interface {
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
 	Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error)
+	// Reset drops this node's state for a key, whatever its ring says: the
+	// node that received the public Reset asks the owner first, then every
+	// other member, since any of them may hold a fallback copy. Never
+	// forwarded again.
+	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -98,6 +119,9 @@ func (UnimplementedPeerServer) Forward(context.Context, *ForwardRequest) (*Forwa
 }
 func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Handoff not implemented")
+}
+func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -156,6 +180,24 @@ func _Peer_Handoff_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Reset(ctx, req.(*PeerResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,6 +212,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Handoff",
 			Handler:    _Peer_Handoff_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _Peer_Reset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

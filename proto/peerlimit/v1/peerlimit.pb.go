@@ -88,7 +88,13 @@ type CheckRequest struct {
 	Algorithm Algorithm `protobuf:"varint,4,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// How many hits this request consumes, 0 ≤ hits ≤ limit. Absent means 1;
 	// 0 is a peek that reports the state and consumes nothing.
-	Hits          *int64 `protobuf:"varint,5,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
+	Hits *int64 `protobuf:"varint,5,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
+	// A policy named in the operator's policy file (--policies), instead of
+	// limit, window_ms and algorithm: giving both is INVALID_ARGUMENT naming
+	// the extra field, and an unknown policy is INVALID_ARGUMENT naming
+	// policy. The node that receives the request resolves the name, so the
+	// key's state is the same as for the policy's numbers given inline.
+	Policy        string `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +162,13 @@ func (x *CheckRequest) GetHits() int64 {
 		return *x.Hits
 	}
 	return 0
+}
+
+func (x *CheckRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -681,17 +694,192 @@ func (x *Member) GetState() string {
 	return ""
 }
 
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key whose state is cleared.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Which of the key's limits: window_ms and algorithm, as in a check...
+	WindowMs  int64     `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Algorithm Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	// ...or a named policy instead of them.
+	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Every window and algorithm of the key at once; window_ms, algorithm
+	// and policy must then be unset.
+	AllWindows    bool `protobuf:"varint,5,opt,name=all_windows,json=allWindows,proto3" json:"all_windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResetRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *ResetRequest) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_SLIDING_WINDOW_COUNTER
+}
+
+func (x *ResetRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetAllWindows() bool {
+	if x != nil {
+		return x.AllWindows
+	}
+	return false
+}
+
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the node that cleared the key's state: its owner.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Whether the owner held state for the selection that still counted
+	// anything (expired state is cleared too, but not reported).
+	Existed bool `protobuf:"varint,2,opt,name=existed,proto3" json:"existed,omitempty"`
+	// How many states the owner cleared: at most one, unless all_windows.
+	Cleared uint32 `protobuf:"varint,3,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// Members other than the owner asked to drop their copies of the state,
+	// and how many of them answered. A member that did not answer may still
+	// hold a copy, which its next handoff gives back to the owner.
+	MembersAsked        uint32 `protobuf:"varint,4,opt,name=members_asked,json=membersAsked,proto3" json:"members_asked,omitempty"`
+	MembersAcknowledged uint32 `protobuf:"varint,5,opt,name=members_acknowledged,json=membersAcknowledged,proto3" json:"members_acknowledged,omitempty"`
+	// Copies that still counted something, dropped by those members
+	// (including the node that received the call).
+	CopiesCleared uint32 `protobuf:"varint,6,opt,name=copies_cleared,json=copiesCleared,proto3" json:"copies_cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResetResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ResetResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+func (x *ResetResponse) GetCleared() uint32 {
+	if x != nil {
+		return x.Cleared
+	}
+	return 0
+}
+
+func (x *ResetResponse) GetMembersAsked() uint32 {
+	if x != nil {
+		return x.MembersAsked
+	}
+	return 0
+}
+
+func (x *ResetResponse) GetMembersAcknowledged() uint32 {
+	if x != nil {
+		return x.MembersAcknowledged
+	}
+	return 0
+}
+
+func (x *ResetResponse) GetCopiesCleared() uint32 {
+	if x != nil {
+		return x.CopiesCleared
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\xac\x01\n" +
+	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\xc4\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x125\n" +
 	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x17\n" +
-	"\x04hits\x18\x05 \x01(\x03H\x00R\x04hits\x88\x01\x01B\a\n" +
+	"\x04hits\x18\x05 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
+	"\x06policy\x18\x06 \x01(\tR\x06policyB\a\n" +
 	"\x05_hits\"\x80\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
@@ -725,15 +913,30 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1f\n" +
 	"\vgossip_addr\x18\x03 \x01(\tR\n" +
 	"gossipAddr\x12\x14\n" +
-	"\x05state\x18\x04 \x01(\tR\x05state*?\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\"\xad\x01\n" +
+	"\fResetRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\x12\x1f\n" +
+	"\vall_windows\x18\x05 \x01(\bR\n" +
+	"allWindows\"\xd8\x01\n" +
+	"\rResetResponse\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
+	"\aexisted\x18\x02 \x01(\bR\aexisted\x12\x18\n" +
+	"\acleared\x18\x03 \x01(\rR\acleared\x12#\n" +
+	"\rmembers_asked\x18\x04 \x01(\rR\fmembersAsked\x121\n" +
+	"\x14members_acknowledged\x18\x05 \x01(\rR\x13membersAcknowledged\x12%\n" +
+	"\x0ecopies_cleared\x18\x06 \x01(\rR\rcopiesCleared*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x012\xe8\x01\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x012\xaa\x02\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.peerlimit.v1.CheckRequest\x1a\x1b.peerlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponse\x12F\n" +
-	"\aMembers\x12\x1c.peerlimit.v1.MembersRequest\x1a\x1d.peerlimit.v1.MembersResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\aMembers\x12\x1c.peerlimit.v1.MembersRequest\x1a\x1d.peerlimit.v1.MembersResponse\x12@\n" +
+	"\x05Reset\x12\x1a.peerlimit.v1.ResetRequest\x1a\x1b.peerlimit.v1.ResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peerlimit_proto_rawDescOnce sync.Once
@@ -748,7 +951,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),             // 0: peerlimit.v1.Algorithm
 	(*CheckRequest)(nil),       // 1: peerlimit.v1.CheckRequest
@@ -760,25 +963,30 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*MembersRequest)(nil),     // 7: peerlimit.v1.MembersRequest
 	(*MembersResponse)(nil),    // 8: peerlimit.v1.MembersResponse
 	(*Member)(nil),             // 9: peerlimit.v1.Member
+	(*ResetRequest)(nil),       // 10: peerlimit.v1.ResetRequest
+	(*ResetResponse)(nil),      // 11: peerlimit.v1.ResetResponse
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
-	0, // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	1, // 1: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	5, // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
-	2, // 3: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
-	6, // 4: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
-	9, // 5: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	1, // 6: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3, // 7: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	7, // 8: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	2, // 9: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4, // 10: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	8, // 11: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 1: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	5,  // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
+	2,  // 3: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
+	6,  // 4: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
+	9,  // 5: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
+	0,  // 6: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 7: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3,  // 8: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	7,  // 9: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	10, // 10: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	2,  // 11: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4,  // 12: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	8,  // 13: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	11, // 14: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -797,7 +1005,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	RateLimiter_Check_FullMethodName      = "/peerlimit.v1.RateLimiter/Check"
 	RateLimiter_CheckBatch_FullMethodName = "/peerlimit.v1.RateLimiter/CheckBatch"
 	RateLimiter_Members_FullMethodName    = "/peerlimit.v1.RateLimiter/Members"
+	RateLimiter_Reset_FullMethodName      = "/peerlimit.v1.RateLimiter/Reset"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -44,6 +45,13 @@ type RateLimiterClient interface {
 	// owns each partition), so that clients can send checks straight to
 	// their owners.
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
+	// Reset clears a key's state on its owner, for support staff who lift a
+	// block by hand. It is routed like a check; when the owner cannot be
+	// reached it fails with UNAVAILABLE, never a silent success. The other
+	// members are then asked, best effort, to drop any copy of the state
+	// they hold (from the fallback policy, or gossip not yet converged),
+	// which would otherwise be handed back to the owner later.
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -84,6 +92,16 @@ func (c *rateLimiterClient) Members(ctx context.Context, in *MembersRequest, opt
 	return out, nil
 }
 
+func (c *rateLimiterClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -100,6 +118,13 @@ type RateLimiterServer interface {
 	// owns each partition), so that clients can send checks straight to
 	// their owners.
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
+	// Reset clears a key's state on its owner, for support staff who lift a
+	// block by hand. It is routed like a check; when the owner cannot be
+	// reached it fails with UNAVAILABLE, never a silent success. The other
+	// members are then asked, best effort, to drop any copy of the state
+	// they hold (from the fallback policy, or gossip not yet converged),
+	// which would otherwise be handed back to the owner later.
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -118,6 +143,9 @@ func (UnimplementedRateLimiterServer) CheckBatch(context.Context, *CheckBatchReq
 }
 func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
+}
+func (UnimplementedRateLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -194,6 +222,24 @@ func _RateLimiter_Members_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +258,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Members",
 			Handler:    _RateLimiter_Members_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _RateLimiter_Reset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

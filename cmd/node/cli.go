@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/client"
+	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// Exit codes of every command.
+const (
+	exitOK     = 0
+	exitError  = 1 // the call failed: unreachable, refused, invalid
+	exitUsage  = 2 // the command line is wrong
+	exitDenied = 3 // check: the cluster answered, and said no
+)
+
+const usageText = `Usage: peerlimit-node <command> [flags] [args]
+
+Commands:
+  serve          run a node (the default: "peerlimit-node --flags" is "serve --flags")
+  check KEY      ask a node for a decision: --policy NAME, or --limit N --window D [--algorithm A]; --hits N (0 peeks)
+  members        the members a node sees and their share of the ring
+  ring KEY...    which member owns each key (its partition and owner, as the node sees the ring)
+  reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A], or --all-windows
+  healthcheck    GET /healthz of a node's HTTP API; exit 0 serving, 1 not (for Docker HEALTHCHECK)
+  help           this text
+
+check, members, ring and reset talk gRPC to --addr (default 127.0.0.1:9090) and
+print for people, or JSON with --json. healthcheck takes the HTTP address
+(--addr, default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>).
+
+Exit codes: 0 ok (check: allowed), 1 error, 2 usage, 3 check denied.
+
+Load testing is cmd/loadgen's job: go run ./cmd/loadgen --help.
+`
+
+// dispatch runs the command args name; flags without a command serve, so
+// "peerlimit-node --id a ..." is what it always was.
+func dispatch(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return run(args, getenv, stderr)
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return run(rest, getenv, stderr)
+	case "check":
+		return cmdCheck(rest, stdout, stderr)
+	case "members":
+		return cmdMembers(rest, stdout, stderr)
+	case "ring":
+		return cmdRing(rest, stdout, stderr)
+	case "reset":
+		return cmdReset(rest, stdout, stderr)
+	case "healthcheck":
+		return cmdHealthcheck(rest, getenv, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "peerlimit-node: unknown command %q\n\n%s", cmd, usageText)
+	return exitUsage
+}
+
+// command is one subcommand's flag set and the settings all the gRPC
+// commands share.
+type command struct {
+	name    string
+	fs      *flag.FlagSet
+	stdout  io.Writer
+	stderr  io.Writer
+	addr    string
+	timeout time.Duration
+	json    bool
+}
+
+func newCommand(name, args string, stdout, stderr io.Writer) *command {
+	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError), stdout: stdout, stderr: stderr}
+	c.fs.SetOutput(stderr)
+	c.fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: peerlimit-node %s [flags] %s\n\n", name, args)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+func (c *command) grpcFlags() {
+	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "gRPC address of any node")
+	c.fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
+	c.fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+}
+
+// parse reads flags and arguments in any order ("check key --hits 2" and
+// "check --hits 2 key" alike); after "--" everything is an argument.
+// It returns the arguments, or an exit code when there is nothing to run.
+func (c *command) parse(args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := c.fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+func (c *command) usageError(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "peerlimit-node %s: %s\n", c.name, fmt.Sprintf(format, a...))
+	c.fs.Usage()
+	return exitUsage
+}
+
+// fail reports a failed call; a gRPC status prints as its code and message.
+func (c *command) fail(err error) int {
+	if st, ok := status.FromError(err); ok {
+		fmt.Fprintf(c.stderr, "peerlimit-node %s: %s: %s\n", c.name, st.Code(), st.Message())
+	} else {
+		fmt.Fprintf(c.stderr, "peerlimit-node %s: %v\n", c.name, err)
+	}
+	return exitError
+}
+
+// api connects to --addr. The call's deadline is --timeout.
+func (c *command) api() (pb.RateLimiterClient, context.Context, func(), error) {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.addr, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	return pb.NewRateLimiterClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
+}
+
+func (c *command) printJSON(v any) {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// limitFlags are how check and reset select a limit of a key.
+type limitFlags struct {
+	policy    string
+	window    time.Duration
+	algorithm string
+}
+
+func (l *limitFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.policy, "policy", "", "a policy of the node's --policies file, instead of --window and --algorithm")
+	fs.DurationVar(&l.window, "window", 0, "the rolling window, e.g. 1m or 500ms")
+	fs.StringVar(&l.algorithm, "algorithm", "", "SLIDING_WINDOW_COUNTER (the default) or SLIDING_WINDOW_LOG")
+}
+
+// inline reports whether a limit is given by numbers (else by policy), and
+// the algorithm; an error is a usage error.
+func (l *limitFlags) inline() (bool, pb.Algorithm, error) {
+	a, err := limiter.ParseAlgorithm(strings.ToUpper(l.algorithm))
+	if err != nil {
+		return false, 0, errors.New("--algorithm: want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+	}
+	if l.policy != "" {
+		if l.window != 0 || l.algorithm != "" {
+			return false, 0, errors.New("give --policy or --window/--algorithm, not both")
+		}
+		return false, 0, nil
+	}
+	if l.window%time.Millisecond != 0 {
+		return false, 0, fmt.Errorf("--window %s is not a whole number of milliseconds", l.window)
+	}
+	return true, pb.Algorithm(a), nil
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("check", "KEY", stdout, stderr)
+	c.grpcFlags()
+	var lf limitFlags
+	lf.register(c.fs)
+	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window)")
+	hits := c.fs.Int64("hits", 1, "hits this check consumes; 0 peeks")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("want one KEY, got %d arguments", len(pos))
+	}
+	inline, algo, err := lf.inline()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	req := &pb.CheckRequest{Key: pos[0], Hits: hits}
+	switch {
+	case !inline && *limit != 0:
+		return c.usageError("give --policy or --limit/--window, not both")
+	case !inline:
+		req.Policy = lf.policy
+	case *limit == 0 || lf.window == 0:
+		return c.usageError("give --policy NAME, or --limit N and --window D")
+	default:
+		req.Limit, req.WindowMs, req.Algorithm = *limit, lf.window.Milliseconds(), algo
+	}
+
+	api, ctx, done, err := c.api()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	resp, err := api.Check(ctx, req)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(httpapi.CheckResponse{Allowed: resp.Allowed, Limit: resp.Limit, Remaining: resp.Remaining,
+			CurrentCount: resp.CurrentCount, RetryAfterMS: resp.RetryAfterMs, ResetAfterMS: resp.ResetAfterMs,
+			Owner: resp.Owner, Degraded: resp.Degraded})
+	} else {
+		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+		if resp.Allowed {
+			fmt.Fprintf(stdout, "allowed: %d of %d remaining, resets in %s; decided by %s", resp.Remaining, resp.Limit, ms(resp.ResetAfterMs), resp.Owner)
+		} else {
+			fmt.Fprintf(stdout, "denied: retry after %s (count %d of %d); decided by %s", ms(resp.RetryAfterMs), resp.CurrentCount, resp.Limit, resp.Owner)
+		}
+		if resp.Degraded {
+			fmt.Fprint(stdout, " (degraded: the owner was unreachable, the fallback answered)")
+		}
+		fmt.Fprintln(stdout)
+	}
+	if !resp.Allowed {
+		return exitDenied
+	}
+	return exitOK
+}
+
+func cmdMembers(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("members", "", stdout, stderr)
+	c.grpcFlags()
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments")
+	}
+	api, ctx, done, err := c.api()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	m, err := api.Members(ctx, &pb.MembersRequest{})
+	if err != nil {
+		return c.fail(err)
+	}
+	// The shape of GET /v1/members: one JSON for both APIs.
+	parts := make([]int, len(m.Members))
+	for _, i := range m.PartitionOwners {
+		if int(i) < len(parts) {
+			parts[i]++
+		}
+	}
+	out := httpapi.Members{Self: m.Self, Partitions: int(m.PartitionCount), Members: []httpapi.MemberInfo{}}
+	for i, mm := range m.Members {
+		info := httpapi.MemberInfo{ID: mm.Id, GRPCAddr: mm.GrpcAddr, GossipAddr: mm.GossipAddr, State: mm.State, Partitions: parts[i]}
+		if m.PartitionCount > 0 {
+			info.Share = float64(parts[i]) / float64(m.PartitionCount)
+		}
+		out.Members = append(out.Members, info)
+	}
+	if c.json {
+		c.printJSON(out)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "as seen by %s (%d partitions)\n", out.Self, out.Partitions)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tGRPC\tGOSSIP\tPARTITIONS")
+	for _, mm := range out.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d (%.0f%%)\n", mm.ID, mm.State, mm.GRPCAddr, mm.GossipAddr, mm.Partitions, 100*mm.Share)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+// ringEntry is one key's place in the ring, as `ring --json` prints it.
+type ringEntry struct {
+	Key       string `json:"key"`
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"`
+	GRPCAddr  string `json:"grpc_addr"`
+}
+
+func cmdRing(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("ring", "KEY...", stdout, stderr)
+	c.grpcFlags()
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return c.usageError("want at least one KEY")
+	}
+	api, ctx, done, err := c.api()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	m, err := api.Members(ctx, &pb.MembersRequest{})
+	if err != nil {
+		return c.fail(err)
+	}
+	out := make([]ringEntry, 0, len(pos))
+	for _, key := range pos {
+		p, owner, err := client.OwnerOf(m, key) // the client's own routing
+		if err != nil {
+			return c.fail(err)
+		}
+		out = append(out, ringEntry{Key: key, Partition: p, Owner: owner.Id, GRPCAddr: owner.GrpcAddr})
+	}
+	if c.json {
+		c.printJSON(out)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tPARTITION\tOWNER\tGRPC")
+	for _, e := range out {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", e.Key, e.Partition, e.Owner, e.GRPCAddr)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func cmdReset(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("reset", "KEY", stdout, stderr)
+	c.grpcFlags()
+	var lf limitFlags
+	lf.register(c.fs)
+	all := c.fs.Bool("all-windows", false, "clear every window and algorithm of the key")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("want one KEY, got %d arguments", len(pos))
+	}
+	inline, algo, err := lf.inline()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	req := &pb.ResetRequest{Key: pos[0], AllWindows: *all}
+	switch {
+	case *all && (lf.policy != "" || lf.window != 0 || lf.algorithm != ""):
+		return c.usageError("--all-windows clears every limit of the key: give no --policy, --window or --algorithm")
+	case *all:
+	case !inline:
+		req.Policy = lf.policy
+	case lf.window == 0:
+		return c.usageError("give --policy NAME, --window D [--algorithm A], or --all-windows")
+	default:
+		req.WindowMs, req.Algorithm = lf.window.Milliseconds(), algo
+	}
+
+	api, ctx, done, err := c.api()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	resp, err := api.Reset(ctx, req)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(httpapi.ResetResponse{Owner: resp.Owner, Existed: resp.Existed, Cleared: resp.Cleared,
+			MembersAsked: resp.MembersAsked, MembersAcknowledged: resp.MembersAcknowledged, CopiesCleared: resp.CopiesCleared})
+		return exitOK
+	}
+	what := "nothing to clear"
+	if resp.Existed {
+		what = fmt.Sprintf("cleared %d state(s)", resp.Cleared)
+	}
+	others := "no other member to ask"
+	if resp.MembersAsked > 0 {
+		others = fmt.Sprintf("%d of %d other members answered", resp.MembersAcknowledged, resp.MembersAsked)
+	}
+	fmt.Fprintf(stdout, "reset %s on %s: %s; %s; %d copies dropped elsewhere\n", req.Key, resp.Owner, what, others, resp.CopiesCleared)
+	if resp.MembersAcknowledged < resp.MembersAsked {
+		fmt.Fprintln(stdout, "warning: a member that did not answer may still hold a copy, which its next handoff gives back to the owner; reset again later if the key stays blocked")
+	}
+	return exitOK
+}
+
+// healthURL is the default of healthcheck --addr: this host, on the port
+// of PEERLIMIT_HTTP_ADDR (what a container running the node has set), else
+// 8080.
+func healthURL(getenv func(string) string) string {
+	port := "8080"
+	if _, p, err := net.SplitHostPort(getenv("PEERLIMIT_HTTP_ADDR")); err == nil && p != "" {
+		port = p
+	}
+	return "http://127.0.0.1:" + port
+}
+
+// cmdHealthcheck asks GET /healthz. A FROM scratch image has no shell or
+// curl, so the node binary itself is the HEALTHCHECK command.
+func cmdHealthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand("healthcheck", "", stdout, stderr)
+	c.fs.StringVar(&c.addr, "addr", healthURL(getenv), "HTTP address of the node (http://host:port, or host:port)")
+	c.fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "deadline of the request")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments")
+	}
+	url := strings.TrimSuffix(c.addr, "/")
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+	if err != nil {
+		return c.usageError("--addr: %v", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "peerlimit-node healthcheck: %s answered %d %s\n", url, resp.StatusCode, body.Status)
+		return exitError
+	}
+	fmt.Fprintln(stdout, body.Status)
+	return exitOK
+}

@@ -1,0 +1,65 @@
+package limiter
+
+import "time"
+
+// Delete removes key's state under window and algorithm a, and reports
+// whether that state still counted anything at now (an expired state is
+// removed too, but reported as absent: it no longer limited anyone). An
+// operator's reset uses it to lift a block by hand.
+//
+// Only that one state is touched: the same key under another window or
+// algorithm is another limit (see Request).
+func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algorithm) bool {
+	ms := max(now.UnixMilli(), 0)
+	k := stateKey{key, window.Milliseconds()}
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if a == SlidingWindowLog {
+		st, ok := sh.logs[k]
+		if !ok {
+			return false
+		}
+		delete(sh.logs, k)
+		return st.expiry(k.window) > ms
+	}
+	st, ok := sh.counters[k]
+	if !ok {
+		return false
+	}
+	delete(sh.counters, k)
+	return counterExpiry(&st, k.window) > ms
+}
+
+// DeleteKey removes key's state under every window and algorithm and
+// returns how many of the removed states still counted anything at now.
+//
+// States are indexed by (key, window), so finding every window of a key
+// means scanning its shard under the shard's lock: about MaxKeys/Shards
+// entries at most (~3,900 with the defaults), tens of microseconds during
+// which that one shard's decisions wait. Fine for an operator's call, not
+// for a request path.
+func (s *Store) DeleteKey(now time.Time, key string) int {
+	ms := max(now.UnixMilli(), 0)
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	live := 0
+	for k, st := range sh.counters {
+		if k.key == key {
+			if counterExpiry(&st, k.window) > ms {
+				live++
+			}
+			delete(sh.counters, k)
+		}
+	}
+	for k, st := range sh.logs {
+		if k.key == key {
+			if st.expiry(k.window) > ms {
+				live++
+			}
+			delete(sh.logs, k)
+		}
+	}
+	return live
+}

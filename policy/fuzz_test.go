@@ -1,0 +1,69 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// FuzzParsePolicies: whatever the file holds, Parse returns, and either
+// every policy it accepts is one the node can serve, or every error is a
+// *Error naming the file.
+func FuzzParsePolicies(f *testing.F) {
+	for _, s := range []string{
+		"login: {algorithm: SLIDING_WINDOW_LOG, limit: 5, window: 1m}\nsearch: {limit: 100, window: 500ms}\n",
+		"{\"login\": {\"algorithm\": \"SLIDING_WINDOW_LOG\", \"limit\": 5, \"window\": \"1m\"}}",
+		"login: &a {limit: 5, window: 1m}\nx: *a\n",
+		"login:\n  limit: 5\n  window: 1m\n  limit: 6\n",
+		"a: {limit: 99999999999999999999, window: 1m}",
+		"a: {limit: 1, window: 1500us}",
+		"<<: {a: {limit: 1, window: 1s}}",
+		"- a\n- b\n",
+		"a: [\n",
+		"a: {limit: 1, window: 1s}\n---\nb: 1\n",
+		"a: {limit: 20000, window: 1m, algorithm: SLIDING_WINDOW_LOG}",
+		"\xff",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	store, err := limiter.New(limiter.DefaultConfig())
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		set, err := Parse("f.yaml", data, store.Validate)
+		if err != nil {
+			require.Nil(t, set)
+			for _, e := range unjoin(err) {
+				var pe *Error
+				require.True(t, errors.As(e, &pe), "not a *policy.Error: %v", e)
+				require.Equal(t, "f.yaml", pe.File)
+				require.True(t, strings.HasPrefix(e.Error(), "f.yaml"), e.Error())
+			}
+			return
+		}
+		require.Positive(t, set.Len(), "an accepted file defines policies")
+		for _, p := range set.All() {
+			require.True(t, validName.MatchString(p.Name), "name %q", p.Name)
+			require.LessOrEqual(t, len(p.Name), MaxNameBytes)
+			require.Positive(t, p.Limit)
+			require.Positive(t, p.Window)
+			require.Zero(t, p.Window%time.Millisecond)
+			require.NoError(t, store.Validate(p.Request("k", 1)), "policy %q", p.Name)
+			got, ok := set.Lookup(p.Name)
+			require.True(t, ok)
+			require.Equal(t, p, got)
+		}
+	})
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -1,0 +1,370 @@
+// Package policy reads named rate-limit policies from an operator's file.
+// Instead of sending its numbers with every request, a client names a
+// policy ("login"), and the node that receives the request fills in the
+// limit, window and algorithm the file gives it:
+//
+//	login:  {algorithm: SLIDING_WINDOW_LOG, limit: 5, window: 1m}
+//	search: {limit: 100, window: 1s}
+//
+// The file is YAML; JSON is YAML too, so {"login": {"limit": 5, ...}} reads
+// the same. Parsing is strict, and every error names the file and line
+// ("policies.yaml:12: policy "login": limit must be positive"), so that a
+// bad file is refused at start and on reload instead of being half-applied.
+//
+// A Registry holds the current Set behind an atomic pointer: lookups take
+// no lock, and Reload swaps in a new Set or, on error, keeps the old one.
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// Policy is one named limit: Limit hits per Window, counted by Algorithm.
+type Policy struct {
+	Name      string
+	Algorithm limiter.Algorithm
+	Limit     int64
+	Window    time.Duration
+	// Line is where the policy is defined in its file, for messages.
+	Line int
+}
+
+// Request returns the limiter request for key under p, consuming hits.
+func (p Policy) Request(key string, hits int64) limiter.Request {
+	return limiter.Request{Key: key, Limit: p.Limit, Window: p.Window, Algorithm: p.Algorithm, Hits: hits}
+}
+
+// Set is the policies of one file, immutable once parsed and so safe for
+// concurrent use.
+type Set struct {
+	// File is the name the Set was parsed under.
+	File string
+	// Digest is "sha256:" and the hex SHA-256 of the file's bytes: nodes
+	// that report the same digest resolve every policy alike.
+	Digest string
+	byName map[string]Policy
+}
+
+// Lookup returns the policy called name.
+func (s *Set) Lookup(name string) (Policy, bool) {
+	p, ok := s.byName[name]
+	return p, ok
+}
+
+// Len is the number of policies.
+func (s *Set) Len() int { return len(s.byName) }
+
+// All returns the policies sorted by name.
+func (s *Set) All() []Policy {
+	out := make([]Policy, 0, len(s.byName))
+	for _, p := range s.byName {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Policy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Error is one problem in a policy file, at a line.
+type Error struct {
+	File   string
+	Line   int    // 1-based; 0 when the problem is the file as a whole
+	Policy string // the policy's name, when the problem is inside one
+	Msg    string
+}
+
+// Error reads like a compiler's: "policies.yaml:12: policy "login": limit
+// must be positive".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Policy != "" {
+		fmt.Fprintf(&b, "policy %q: ", e.Policy)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// maxErrors bounds the errors one parse reports: enough to fix a file in
+// one go, not a wall of text for a file that is not YAML at all.
+const maxErrors = 20
+
+// MaxNameBytes caps a policy's name.
+const MaxNameBytes = 128
+
+// validName is what a policy may be called: names travel in requests and
+// appear in logs and URLs, so no spaces or control characters.
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]*$`)
+
+// Parse reads policies from data, the contents of file (used in messages
+// only). check, if not nil, is asked about each policy as a request would
+// be (the node passes its store's Validate), so that a policy beyond the
+// node's caps (a log limit over --max-log-limit, a window over
+// --max-window) is refused when the file is loaded, not on every request.
+//
+// Every problem found is reported, each as an *Error, joined.
+func Parse(file string, data []byte, check func(limiter.Request) error) (*Set, error) {
+	p := parser{file: file, check: check}
+	set := p.parse(data)
+	if len(p.errs) > 0 {
+		errs := p.errs
+		if len(errs) > maxErrors {
+			errs = append(errs[:maxErrors:maxErrors], &Error{File: file, Msg: fmt.Sprintf("and %d more errors", len(p.errs)-maxErrors)})
+		}
+		return nil, errors.Join(errs...)
+	}
+	sum := sha256.Sum256(data)
+	set.File, set.Digest = file, "sha256:"+hex.EncodeToString(sum[:])
+	return set, nil
+}
+
+type parser struct {
+	file  string
+	check func(limiter.Request) error
+	errs  []error
+}
+
+func (p *parser) fail(line int, policy, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Policy: policy, Msg: fmt.Sprintf(format, args...)})
+}
+
+// yamlLine finds the line in yaml's own messages ("yaml: line 3: could
+// not find expected ':'").
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
+
+func (p *parser) parse(data []byte) *Set {
+	set := &Set{byName: map[string]Policy{}}
+	// yaml.v3 reports bad UTF-8 without a line; find it here.
+	for off := 0; off < len(data); {
+		r, size := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && size == 1 {
+			p.fail(1+bytes.Count(data[:off], []byte("\n")), "", "not UTF-8 text (byte %d)", off)
+			return nil
+		}
+		off += size
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			// An empty file is refused rather than read as "no policies": a
+			// reload that catches the file half-written would otherwise drop
+			// every policy at once.
+			p.fail(0, "", "no policies defined (an empty file is refused, so that a truncated write cannot remove every policy)")
+			return nil
+		}
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			p.fail(line, "", "%s", m[2])
+		} else {
+			// yaml.v3's marks are 0-based and it prints no line for 0: a
+			// syntax error without one is on the first line.
+			p.fail(1, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		return nil
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			line = 0
+		}
+		p.fail(line, "", "more than one YAML document; put every policy in one mapping")
+		return nil
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	root = deref(root)
+	if root.Kind != yaml.MappingNode {
+		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+			p.fail(root.Line, "", "no policies defined (an empty file is refused, so that a truncated write cannot remove every policy)")
+		} else {
+			p.fail(root.Line, "", "want a mapping of policy names to policies, e.g. login: {limit: 5, window: 1m}")
+		}
+		return nil
+	}
+	if len(root.Content) == 0 {
+		p.fail(root.Line, "", "no policies defined (an empty file is refused, so that a truncated write cannot remove every policy)")
+		return nil
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		kn, vn := root.Content[i], deref(root.Content[i+1])
+		name, ok := p.name(kn)
+		if !ok {
+			continue
+		}
+		if prev, dup := set.byName[name]; dup {
+			p.fail(kn.Line, name, "defined twice (first at line %d)", prev.Line)
+			continue
+		}
+		if pol, ok := p.policy(name, kn.Line, vn); ok {
+			set.byName[name] = pol
+		} else {
+			// Remember the name anyway, so a later duplicate is reported.
+			set.byName[name] = Policy{Name: name, Line: kn.Line}
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil
+	}
+	return set
+}
+
+// deref follows an alias (*defaults) to its anchor. Policies are two
+// levels deep, so aliases cannot multiply into a large expansion here.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func (p *parser) name(kn *yaml.Node) (string, bool) {
+	kn = deref(kn)
+	if kn.Kind != yaml.ScalarNode {
+		p.fail(kn.Line, "", "a policy name must be a string")
+		return "", false
+	}
+	name := kn.Value
+	switch {
+	case kn.Value == "<<" && kn.ShortTag() == "!!merge":
+		p.fail(kn.Line, "", "merge keys (<<) are not supported; give each policy its fields")
+		return "", false
+	case len(name) > MaxNameBytes:
+		p.fail(kn.Line, "", "policy name is %d bytes; the maximum is %d", len(name), MaxNameBytes)
+		return "", false
+	case !validName.MatchString(name):
+		p.fail(kn.Line, "", "invalid policy name %q: use letters, digits and _ . : / - (starting with a letter or digit)", name)
+		return "", false
+	}
+	return name, true
+}
+
+func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
+	pol := Policy{Name: name, Line: line}
+	if vn.Kind != yaml.MappingNode {
+		p.fail(vn.Line, name, "want a mapping with limit, window and optionally algorithm, e.g. {limit: 5, window: 1m}")
+		return pol, false
+	}
+	errs := len(p.errs)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(vn.Content); i += 2 {
+		fk, fv := deref(vn.Content[i]), deref(vn.Content[i+1])
+		field := fk.Value
+		if fk.Kind != yaml.ScalarNode {
+			p.fail(fk.Line, name, "field names must be strings")
+			continue
+		}
+		if first, dup := seen[field]; dup {
+			p.fail(fk.Line, name, "%s given twice (first at line %d)", field, first)
+			continue
+		}
+		seen[field] = fk.Line
+		switch field {
+		case "algorithm":
+			if !isString(fv) {
+				p.fail(fv.Line, name, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+				continue
+			}
+			a, err := limiter.ParseAlgorithm(fv.Value)
+			if err != nil || fv.Value == "" {
+				p.fail(fv.Line, name, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", fv.Value)
+				continue
+			}
+			pol.Algorithm = a
+		case "limit":
+			var n int64
+			if fv.Kind != yaml.ScalarNode || fv.ShortTag() != "!!int" || fv.Decode(&n) != nil {
+				if fv.Kind == yaml.ScalarNode && fv.ShortTag() != "!!str" && digits.MatchString(fv.Value) {
+					// YAML reads an integer too big for 64 bits as a float.
+					p.fail(fv.Line, name, "limit %s does not fit in 64 bits", fv.Value)
+				} else {
+					p.fail(fv.Line, name, "limit must be a whole number, got %q", fv.Value)
+				}
+				continue
+			}
+			if n <= 0 {
+				p.fail(fv.Line, name, "limit must be positive, got %d", n)
+				continue
+			}
+			pol.Limit = n
+		case "window":
+			if !isString(fv) {
+				p.fail(fv.Line, name, "window must be a duration with its unit, e.g. \"1m\" or \"500ms\", got %q", fv.Value)
+				continue
+			}
+			w, err := time.ParseDuration(fv.Value)
+			switch {
+			case err != nil:
+				p.fail(fv.Line, name, "window %q is not a duration; write e.g. \"1m\", \"1h30m\" or \"500ms\"", fv.Value)
+				continue
+			case w <= 0:
+				p.fail(fv.Line, name, "window must be positive, got %s", fv.Value)
+				continue
+			case w%time.Millisecond != 0:
+				p.fail(fv.Line, name, "window %s is not a whole number of milliseconds", fv.Value)
+				continue
+			}
+			pol.Window = w
+		default:
+			p.fail(fk.Line, name, "unknown field %q; want limit, window and algorithm", field)
+		}
+	}
+	if _, ok := seen["limit"]; !ok {
+		p.fail(vn.Line, name, "limit is missing")
+	}
+	if _, ok := seen["window"]; !ok {
+		p.fail(vn.Line, name, "window is missing")
+	}
+	if len(p.errs) > errs {
+		return pol, false
+	}
+	if p.check != nil {
+		if err := p.check(pol.Request("policy", 1)); err != nil {
+			line, what := vn.Line, err.Error()
+			var ae *limiter.ArgumentError
+			if errors.As(err, &ae) {
+				what = ae.Reason
+				switch ae.Field {
+				case "limit":
+					line, what = seen["limit"], "limit "+what
+				case "window_ms":
+					line, what = seen["window"], "window (in ms) "+what
+				case "algorithm":
+					line, what = seen["algorithm"], "algorithm "+what
+				}
+			}
+			p.fail(line, name, "beyond this node's limits: %s", what)
+			return pol, false
+		}
+	}
+	return pol, true
+}
+
+// isString reports whether n is a string scalar: a quoted or plain
+// scalar that YAML did not resolve to a number, bool or null.
+func isString(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str"
+}

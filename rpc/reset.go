@@ -1,0 +1,175 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// ResetRequest selects the state Reset clears: one limit of a key (its
+// window and algorithm), or every limit of it.
+type ResetRequest struct {
+	Key        string
+	Window     time.Duration // ignored with AllWindows
+	Algorithm  limiter.Algorithm
+	AllWindows bool
+}
+
+// ResetResult is what a Reset did.
+type ResetResult struct {
+	// Owner is the node that cleared the key's state.
+	Owner string
+	// Cleared is how many states the owner cleared that still counted
+	// something: 0 or 1, or more with AllWindows.
+	Cleared int
+	// MembersAsked is how many other members were asked to drop their
+	// copies, MembersAcknowledged how many answered.
+	MembersAsked, MembersAcknowledged int
+	// CopiesCleared is how many copies that still counted something the
+	// other members (this node included, when it is not the owner) dropped.
+	CopiesCleared int
+}
+
+// Existed reports whether the owner held state that still counted.
+func (r ResetResult) Existed() bool { return r.Cleared > 0 }
+
+// ErrOwnerUnreachable is returned, wrapped, by Reset when the key's owner
+// could not be asked: UNAVAILABLE, never a success that cleared nothing.
+var ErrOwnerUnreachable = errors.New("owner unreachable")
+
+// NewResetRequest builds a ResetRequest from the public API's fields,
+// which the gRPC and the JSON API share, and validates it. A reset names
+// one limit of the key (window_ms and algorithm, or a policy) or all of
+// them (all_windows), never a mix; the extra field is named.
+func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (ResetRequest, error) {
+	r := ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
+	switch {
+	case all:
+		if f := InlineField(0, windowMS, algoSet); f != "" {
+			return r, &limiter.ArgumentError{Field: f, Reason: "must not be given with all_windows, which clears every window and algorithm"}
+		}
+		if policyName != "" {
+			return r, &limiter.ArgumentError{Field: "policy", Reason: "must not be given with all_windows, which clears every window and algorithm"}
+		}
+		r.Algorithm = limiter.SlidingWindowCounter
+	case policyName != "":
+		if f := InlineField(0, windowMS, algoSet); f != "" {
+			return r, &limiter.ArgumentError{Field: f, Reason: fmt.Sprintf("must not be given with policy %q, which sets window_ms and algorithm", policyName)}
+		}
+		p, err := s.Policy(policyName)
+		if err != nil {
+			return r, err
+		}
+		r.Window, r.Algorithm = p.Window, p.Algorithm
+	default:
+		const maxMS = math.MaxInt64 / int64(time.Millisecond) // as NewRequest: no wrapping
+		r.Window = time.Duration(min(max(windowMS, -maxMS), maxMS)) * time.Millisecond
+	}
+	return r, s.validateReset(r)
+}
+
+// validateReset checks the key, and the window and algorithm unless the
+// reset covers them all, by the store's own rules.
+func (s *Service) validateReset(r ResetRequest) error {
+	probe := limiter.Request{Key: r.Key, Limit: 1, Window: r.Window, Algorithm: r.Algorithm}
+	if r.AllWindows {
+		probe.Window, probe.Algorithm = time.Millisecond, limiter.SlidingWindowCounter
+	}
+	return s.store.Validate(probe)
+}
+
+// Reset clears a key's state on its owner, then asks every other member
+// to drop its copy.
+//
+// Copies exist because a node that could not reach the owner may have
+// decided the key itself (FallbackLocal), and a node may decide keys whose
+// partition just moved while gossip converges. Handoff later merges such
+// state into the owner's, which would bring the cleared counts back. The
+// copies are dropped best effort: a member that does not answer is only
+// counted (MembersAsked − MembersAcknowledged), and may still hand its
+// copy back later. A handoff already in flight when the reset arrives can
+// do the same; resetting again clears it.
+//
+// If the owner cannot be asked, nothing is cleared and the error wraps
+// ErrOwnerUnreachable (UNAVAILABLE): the caller must know the block is
+// still there.
+func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error) {
+	if err := s.validateReset(r); err != nil {
+		return ResetResult{}, err
+	}
+	owner, local := s.owner(r.Key)
+	res := ResetResult{Owner: s.cfg.NodeID}
+	if local {
+		res.Cleared = s.ResetLocal(r)
+	} else {
+		n, err := s.cfg.Peers.Reset(ctx, owner, r)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ResetResult{}, ctx.Err()
+			}
+			if Code(err) == codes.InvalidArgument { // the owner refused it: say why
+				return ResetResult{}, err
+			}
+			return ResetResult{}, fmt.Errorf("reset %q: owner %s (%s): %w: %w", r.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
+		}
+		res.Owner, res.Cleared = owner.ID, n
+		res.CopiesCleared = s.ResetLocal(r)
+	}
+
+	var others []Route
+	if s.cfg.Members != nil {
+		for _, m := range s.cfg.Members() {
+			if m.ID != s.cfg.NodeID && m.ID != res.Owner {
+				others = append(others, m)
+			}
+		}
+	}
+	res.MembersAsked = len(others)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, m := range others {
+		wg.Go(func() {
+			n, err := s.cfg.Peers.Reset(ctx, m, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.Warn("reset: a member did not drop its copy; its next handoff may bring the count back",
+					"key", r.Key, "member", m.ID, "err", err)
+				return
+			}
+			res.MembersAcknowledged++
+			res.CopiesCleared += n
+		})
+	}
+	wg.Wait()
+	// An operator's action: leave a trace of every one.
+	which := []any{"all_windows", true}
+	if !r.AllWindows {
+		which = []any{"window", r.Window, "algorithm", r.Algorithm.String()}
+	}
+	s.log.Info("key reset", append(append([]any{"key", r.Key}, which...), "owner", res.Owner, "cleared", res.Cleared,
+		"copies_cleared", res.CopiesCleared, "members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked)...)
+	return res, nil
+}
+
+// ResetLocal drops this node's state for r, whatever the ring says, and
+// returns how many states that still counted something it dropped.
+func (s *Service) ResetLocal(r ResetRequest) int {
+	now := s.cfg.Now()
+	if r.AllWindows {
+		return s.store.DeleteKey(now, r.Key)
+	}
+	if s.store.Delete(now, r.Key, r.Window, r.Algorithm) {
+		return 1
+	}
+	return 0
+}
