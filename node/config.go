@@ -64,6 +64,9 @@ type Config struct {
 	// Default 10s.
 	SweepInterval time.Duration
 
+	// Security is TLS, mutual TLS and authentication; off by default.
+	Security SecurityConfig
+
 	// Logger receives the node's structured logs. Default: text to stderr.
 	Logger *slog.Logger
 	// Now is the node's clock. Default time.Now.
@@ -88,6 +91,7 @@ func DefaultConfig() Config {
 		MaxRecvMsgBytes: 4 << 20,
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
+		Security:        DefaultSecurityConfig(),
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Now:             time.Now,
 	}
@@ -145,6 +149,7 @@ func (c Config) Validate() error {
 	if err := c.Ring.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {
 		errs = append(errs, errors.New("Logger and Now must not be nil"))
 	}
