@@ -45,7 +45,9 @@ func (c *Cluster) SetKeys(keys [][]byte) error {
 			return fmt.Errorf("cluster: use gossip key: %w", err)
 		}
 	}
-	wanted := func(k []byte) bool { return slices.ContainsFunc(keys, func(w []byte) bool { return bytes.Equal(w, k) }) }
+	wanted := func(k []byte) bool {
+		return slices.ContainsFunc(keys, func(w []byte) bool { return bytes.Equal(w, k) })
+	}
 	// memberlist's RemoveKey shifts the keys after the removed one in
 	// place, in the slice its packet handlers are reading without a lock
 	// (a data race) — unless the removed key is the last. So remove only

@@ -143,7 +143,9 @@ func TestGuardPeerServiceAdmitsOnlyMembersWithTheSecret(t *testing.T) {
 		_, err := peer.Forward(ctx, &pb.ForwardRequest{Origin: origin, Checks: []*pb.CheckRequest{{Key: "k", Limit: 10, WindowMs: 1000}}})
 		return err
 	}
-	tok := func(secret []byte, id string) []string { return []string{security.PeerTokenKey, security.PeerToken(secret, id)} }
+	tok := func(secret []byte, id string) []string {
+		return []string{security.PeerTokenKey, security.PeerToken(secret, id)}
+	}
 	count := func() int64 {
 		d, err := g.store.Check(time.UnixMilli(t0), limiter.Request{Key: "k", Limit: 10, Window: time.Second, Hits: 0})
 		require.NoError(t, err)
