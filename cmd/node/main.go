@@ -37,12 +37,28 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Before Start: SIGHUP's default action would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	n, err := node.Start(opts.node)
 	if err != nil {
 		opts.node.Logger.Error("start failed", "err", err)
 		return 1
 	}
-	<-ctx.Done()
+	// SIGHUP runs every reload hook in turn; each logs its own outcome.
+	onHUP := []func(){func() { reloadSecurity(n) }}
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-hup:
+			opts.node.Logger.Info("SIGHUP: reloading")
+			for _, f := range onHUP {
+				f()
+			}
+		}
+	}
 	stop() // a second signal now kills the process at once
 	opts.node.Logger.Info("signal received, shutting down", "timeout", opts.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
@@ -53,3 +69,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// reloadSecurity is the SIGHUP hook of the credentials: the node re-reads
+// its TLS, token, cluster secret and gossip keyring files, logs what it
+// reloaded and what failed, and keeps the old value of anything whose file
+// is unusable.
+func reloadSecurity(n *node.Node) { _ = n.ReloadSecurity() }
