@@ -204,6 +204,10 @@ func newNodeSecurity(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*
 			return nil, fmt.Errorf("--gossip-keyring-file: %w", err)
 		}
 	}
+	if s.peer != nil && len(cfg.GossipKey) == 0 && len(s.gossipKeys) == 0 {
+		log.Warn("peer authentication is on but gossip is not encrypted: whoever reaches the gossip port can join and be routed keys " +
+			"(with TLS its forwards fail, degraded; with a cluster secret alone it answers them and learns the callers' tokens); set --gossip-keyring-file or --gossip-key")
+	}
 	log.Info("security", "tls", s.tls != nil, "client_cert_required", sc.RequireClientCert, "api_tokens", tokens.Len(),
 		"peer_cert_required", sc.PeerCAFile != "", "cluster_secrets", len(secrets), "gossip_keys", len(s.gossipKeys))
 	return s, nil
