@@ -2,7 +2,6 @@ package security
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -136,23 +135,3 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
-
-// BearerCredentials are per-call credentials sending "authorization:
-// Bearer <token>". requireTLS refuses to send the token over a plaintext
-// connection (grpc-go fails the dial instead).
-func BearerCredentials(token string, requireTLS bool) credentials.PerRPCCredentials {
-	return bearer{md: map[string]string{"authorization": "Bearer " + token}, requireTLS: requireTLS}
-}
-
-type bearer struct {
-	md         map[string]string
-	requireTLS bool
-}
-
-// GetRequestMetadata returns a map shared by every call: grpc-go copies
-// it into the call's headers and never writes to it.
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return b.md, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }
