@@ -79,15 +79,27 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 		}
 		ai, p := authInfo(ctx)
 		if r := g.Peer.Check(from, firstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
-			g.Rejections.Reject(security.APIPeer, r, "method", method, "origin", from, "remote", remote(p))
+			// The origin is the caller's text: clipped before it is logged
+			// or echoed, so a huge one costs nothing downstream.
+			shown := clip(from)
+			g.Rejections.Reject(security.APIPeer, r, "method", method, "origin", shown, "remote", remote(p))
 			code := codes.Unauthenticated
 			if r.Authenticated() {
 				code = codes.PermissionDenied
 			}
-			return status.Errorf(code, "peerlimit: %s (origin %q)", r.Message(), from)
+			return status.Errorf(code, "peerlimit: %s (origin %q)", r.Message(), shown)
 		}
 	}
 	return nil
+}
+
+// clip shortens s to at most 64 bytes for logs and messages.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }
 
 func firstValue(ctx context.Context, key string) string {

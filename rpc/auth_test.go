@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,10 @@ func TestGuardPeerServiceAdmitsOnlyMembersWithTheSecret(t *testing.T) {
 	assert.Equal(t, 2.0, g.failures("peer", "bad_peer_token"))
 	assert.Equal(t, 1.0, g.failures("peer", "not_member"))
 	assert.Zero(t, count(), "no refused forward touched the store")
+	long := fwd(strings.Repeat("x", 100_000), tok(clusterSecret, "n2")...)
+	assert.Equal(t, codes.Unauthenticated, status.Code(long))
+	assert.Less(t, len(status.Convert(long).Message()), 300, "a huge origin is not echoed")
+	assert.Equal(t, 3.0, g.failures("peer", "bad_peer_token"))
 	require.NoError(t, fwd("n2", tok(clusterSecret, "n2")...))
 	assert.EqualValues(t, 1, count())
 
