@@ -17,6 +17,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -105,9 +107,21 @@ type Config struct {
 	// Endpoints are gRPC addresses of one or more nodes. The Client learns
 	// the other members from them.
 	Endpoints []string
-	// DialOptions are added to every connection (e.g. TLS credentials).
-	// Default: plaintext.
+	// DialOptions are added to every connection, after the ones TLS and
+	// Token make. Default: plaintext.
 	DialOptions []grpc.DialOption
+	// TLS, when set, makes every connection TLS with this configuration.
+	// The Client connects to the addresses the members advertise, usually
+	// IPs: node certificates need them as IP SANs, or set TLS.ServerName to
+	// a name every node's certificate carries. Certificates in it are
+	// presented for mutual TLS. LoadTLS builds one from PEM files.
+	TLS *tls.Config
+	// Token is sent as "authorization: Bearer <Token>" with every call,
+	// for nodes that require one. Over plaintext it is refused (New
+	// fails) unless TokenWithoutTLS is set: a token sent in clear is
+	// anyone's who can watch the network.
+	Token           string
+	TokenWithoutTLS bool
 	// AttemptTimeout bounds one try on one node; the call as a whole is
 	// bounded by its context, and moves on to another node when a try fails
 	// or times out. Default 1s.
@@ -243,8 +257,15 @@ func (c *Client) node(addr string) (*node, error) {
 	if n, ok := c.nodes[addr]; ok {
 		return n, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
-	conn, err := grpc.NewClient(addr, opts...)
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if c.cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{md: map[string]string{"authorization": "Bearer " + c.cfg.Token}, requireTLS: !c.cfg.TokenWithoutTLS}))
+	}
+	conn, err := grpc.NewClient(addr, append(opts, c.cfg.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("peerlimit client: connect to %s: %w", addr, err)
 	}

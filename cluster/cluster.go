@@ -56,6 +56,9 @@ type Cluster struct {
 	metaMu sync.Mutex
 	meta   meta
 
+	keyMu   sync.Mutex          // serialises SetKeys
+	keyring *memberlist.Keyring // nil unless started with Config.Keys
+
 	gossipAddr string // ours, read once: memberlist's LocalNode() is live state
 
 	// Our copy of the membership, kept by the event delegate. memberlist's
@@ -167,6 +170,12 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	}
 	if len(c.cfg.SecretKey) > 0 {
 		mlc.SecretKey = c.cfg.SecretKey
+	}
+	if len(c.cfg.Keys) > 0 {
+		if mlc.Keyring, err = memberlist.NewKeyring(c.cfg.Keys[1:], c.cfg.Keys[0]); err != nil {
+			return nil, fmt.Errorf("cluster: Keys: %w", err)
+		}
+		c.keyring = mlc.Keyring
 	}
 	mlc.Events = &events{c}
 	mlc.Delegate = &delegate{c}

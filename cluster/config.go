@@ -52,6 +52,10 @@ type Config struct {
 	// SecretKey, when set, encrypts gossip with AES (16, 24 or 32 bytes).
 	// Every member must have the same key.
 	SecretKey []byte
+	// Keys, instead of SecretKey, is a keyring: the first key encrypts,
+	// every key decrypts, and Cluster.SetKeys changes them while running
+	// (rotation). Each is 16, 24 or 32 bytes.
+	Keys [][]byte
 	// Profile selects memberlist's timing. Default ProfileLAN.
 	Profile Profile
 	// ReconnectInterval is how often the reconnector tries to rejoin
@@ -132,6 +136,14 @@ func (c Config) Validate() error {
 	}
 	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		errs = append(errs, fmt.Errorf("SecretKey must be 16, 24 or 32 bytes, got %d", n))
+	}
+	if len(c.SecretKey) > 0 && len(c.Keys) > 0 {
+		errs = append(errs, errors.New("set SecretKey or Keys, not both"))
+	}
+	for i, k := range c.Keys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			errs = append(errs, fmt.Errorf("Keys[%d] must be 16, 24 or 32 bytes, got %d", i, n))
+		}
 	}
 	if c.Profile != ProfileLAN && c.Profile != ProfileLocal {
 		errs = append(errs, fmt.Errorf("unknown Profile %q; want lan or local", c.Profile))

@@ -54,6 +54,15 @@ type Config struct {
 	// Pprof serves Go's profiles under /debug/pprof/ (see pprof.go). Off
 	// by default: profiles reveal internals and a CPU profile costs CPU.
 	Pprof bool
+	// Auth, if set, guards every /v1/ route (and /metrics with
+	// AuthMetrics): it returns nil to let a request through, or why not,
+	// which is answered 401 UNAUTHENTICATED. /healthz stays open for
+	// probes.
+	Auth func(*http.Request) error
+	// AuthMetrics puts /metrics behind Auth too. Off by default: metrics
+	// hold counts and member ids, no keys, and scrapers are often set up
+	// without credentials.
+	AuthMetrics bool
 }
 
 // Members is the answer of GET /v1/members: the members this node sees and
@@ -173,27 +182,47 @@ func NewHandler(c Checker, cfg Config) http.Handler {
 	}
 	h := &handler{c: c, cfg: cfg}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", h.check)
-	mux.HandleFunc("POST /v1/check:batch", h.checkBatch)
-	mux.HandleFunc("POST /v1/reset", h.reset)
+	mux.Handle("POST /v1/check", h.guard(http.HandlerFunc(h.check)))
+	mux.Handle("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch)))
+	mux.Handle("POST /v1/reset", h.guard(http.HandlerFunc(h.reset)))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	if cfg.Metrics != nil {
-		mux.Handle("GET /metrics", cfg.Metrics)
+		m := cfg.Metrics
+		if cfg.AuthMetrics {
+			m = h.guard(m)
+		}
+		mux.Handle("GET /metrics", m)
 	}
 	if cfg.Members != nil {
-		mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, _ *http.Request) {
+		mux.Handle("GET /v1/members", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, cfg.Members())
-		})
+		})))
 	}
 	if cfg.Policies != nil {
-		mux.HandleFunc("GET /v1/policies", func(w http.ResponseWriter, _ *http.Request) {
+		mux.Handle("GET /v1/policies", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, policiesJSON(cfg.Policies()))
-		})
+		})))
 	}
 	if cfg.Pprof {
 		registerPprof(mux)
 	}
 	return mux
+}
+
+// guard answers 401 to a request Config.Auth refuses, before its body is
+// read.
+func (h *handler) guard(next http.Handler) http.Handler {
+	if h.cfg.Auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.cfg.Auth(r); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="peerlimit"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error{Code: "UNAUTHENTICATED", Message: err.Error()}})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type handler struct {

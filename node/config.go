@@ -73,6 +73,8 @@ type Config struct {
 	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
 	// Default off: they reveal internals, and a CPU profile costs CPU.
 	Pprof bool
+	// Security is TLS, mutual TLS and authentication; off by default.
+	Security SecurityConfig
 
 	// Logger receives the node's structured logs. Default: text to stderr.
 	Logger *slog.Logger
@@ -98,6 +100,7 @@ func DefaultConfig() Config {
 		MaxRecvMsgBytes: 4 << 20,
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
+		Security:        DefaultSecurityConfig(),
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Now:             time.Now,
 	}
@@ -155,6 +158,7 @@ func (c Config) Validate() error {
 	if err := c.Ring.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {
 		errs = append(errs, errors.New("Logger and Now must not be nil"))
 	}

@@ -24,6 +24,10 @@
 //	  -progress=true                a line on stderr every second
 //	  -timeout 2s                   per-call deadline (see below)
 //	  -key-prefix loadgen:          prefix of every key
+//	  -tls-ca-file, -tls-cert-file, -tls-key-file, -tls-server-name
+//	                                TLS to peerlimit (CA of the nodes; client
+//	                                certificate for mutual TLS)
+//	  -api-token-file PATH          bearer token of peerlimit's API (first line)
 //
 // Checks counts the checks that were decided (allowed + denied); errors
 // counts the checks that were not (a failed call of a batch of N counts N).
@@ -120,6 +124,12 @@ type Config struct {
 	Window    time.Duration
 	Batch     int
 
+	// TLS and the API token of a secured peerlimit cluster: PEM files,
+	// and a file whose first line is the token. Empty: plaintext, no
+	// token.
+	TLSCAFile, TLSCertFile, TLSKeyFile, TLSServerName string
+	TokenFile                                         string
+
 	JSON     string // path of the JSON result; "-" is stdout; "" none
 	Progress bool
 	// Stderr receives warnings, the progress lines and the first errors.
@@ -194,6 +204,11 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "checks per call: peerlimit CheckBatch, Redis pipeline of EVALSHA")
 	fs.StringVar(&cfg.JSON, "json", cfg.JSON, `write the result as JSON to this path ("-": stdout, and no human summary)`)
 	fs.BoolVar(&cfg.Progress, "progress", cfg.Progress, "a line on stderr every second: elapsed, checks/s, p99 so far, errors")
+	fs.StringVar(&cfg.TLSCAFile, "tls-ca-file", "", "peerlimit over TLS: PEM CA of the nodes' certificates")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM client certificate, for nodes that require one")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM key of -tls-cert-file")
+	fs.StringVar(&cfg.TLSServerName, "tls-server-name", "", "name verified in the nodes' certificates instead of the address dialed")
+	fs.StringVar(&cfg.TokenFile, "api-token-file", "", "file whose first line is peerlimit's API bearer token")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
@@ -215,6 +230,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		return cfg, errors.New("-endpoints and -route apply only to -target peerlimit; use -redis for the Redis address")
 	case cfg.Target == targetPeerlimit && set["redis"]:
 		return cfg, errors.New("-redis applies only to -target redis; use -endpoints for peerlimit")
+	case cfg.Target != targetPeerlimit && (cfg.tlsOn() || cfg.TokenFile != ""):
+		return cfg, errors.New("-tls-* and -api-token-file apply only to -target peerlimit")
+	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
+		return cfg, errors.New("-tls-cert-file and -tls-key-file go together")
 	}
 	return cfg, cfg.validate()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,11 +11,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/security"
 )
 
 // peerlimitTarget is a peerlimit cluster, reached by one of three routes:
@@ -38,9 +41,17 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	}
 	t.limit = client.Limit{Limit: cfg.Limit, Window: cfg.Window, Algorithm: client.Algorithm(t.algo)}
 
+	tlsCfg, token, err := cfg.credentials()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Route == routeOwner {
 		cl, err := client.New(ctx, client.Config{
-			Endpoints:         cfg.Endpoints,
+			Endpoints:       cfg.Endpoints,
+			TLS:             tlsCfg,
+			Token:           token,
+			TokenWithoutTLS: true, // the cluster's choice, not the load generator's
+
 			DisableCoalescing: !cfg.Coalesce,
 			// -timeout bounds one attempt on one node; the client then
 			// fails over to another node within the same call.
@@ -59,8 +70,16 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	if cfg.Route == routeNode {
 		endpoints = endpoints[:1]
 	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{"authorization": "Bearer " + token}))
+	}
 	for _, ep := range endpoints {
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {
 			_ = t.close()
 			return nil, fmt.Errorf("connecting to %s: %w", ep, err)
@@ -78,6 +97,40 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	}
 	return t, nil
 }
+
+func (c *Config) tlsOn() bool {
+	return c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSServerName != ""
+}
+
+// credentials reads the TLS files and the token file; nil and "" when
+// not configured.
+func (c *Config) credentials() (*tls.Config, string, error) {
+	var tlsCfg *tls.Config
+	if c.tlsOn() {
+		var err error
+		if tlsCfg, err = client.LoadTLS(c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile, c.TLSServerName); err != nil {
+			return nil, "", err
+		}
+	}
+	token := ""
+	if c.TokenFile != "" {
+		lines, err := security.ReadLines(c.TokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("-api-token-file: %w", err)
+		}
+		token = lines[0]
+	}
+	return tlsCfg, token, nil
+}
+
+// bearer is the raw routes' per-call credentials: the map is shared, and
+// grpc-go only reads it.
+type bearer map[string]string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return b, nil
+}
+func (b bearer) RequireTransportSecurity() bool { return false }
 
 // warmUp connects the client to the owners before the clock starts, as
 // the other routes wait for their connections: one batch of peeks (which

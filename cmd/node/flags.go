@@ -69,6 +69,24 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
+	// Security (docs/security.md). Secrets come from files, or from
+	// PEERLIMIT_API_TOKEN and PEERLIMIT_CLUSTER_SECRET, never from a flag
+	// value that ps shows.
+	sc := &c.Security
+	fs.StringVar(&sc.TLSCertFile, "tls-cert-file", "", "PEM server certificate of the gRPC and HTTP APIs; with it both speak only TLS (needs --peer-tls-ca-file)")
+	fs.StringVar(&sc.TLSKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
+	fs.StringVar(&sc.ClientCAFile, "tls-client-ca-file", "", "PEM CA verifying client certificates of the public APIs")
+	clientAuth := fs.String("tls-client-auth", "optional", "optional (verify a client certificate if one is presented) or require (RateLimiter calls and /v1/* need one)")
+	fs.StringVar(&sc.PeerCAFile, "peer-tls-ca-file", "", "PEM CA of peer certificates: verifies the peers this node dials and the callers of the Peer service")
+	fs.StringVar(&sc.PeerCertFile, "peer-tls-cert-file", "", "PEM certificate presented to peers (default: --tls-cert-file); needs the DNS name --peer-tls-server-name and both TLS usages")
+	fs.StringVar(&sc.PeerKeyFile, "peer-tls-key-file", "", "PEM key of --peer-tls-cert-file")
+	fs.StringVar(&sc.PeerServerName, "peer-tls-server-name", sc.PeerServerName, "DNS name every peer certificate carries")
+	fs.StringVar(&sc.ClusterSecretFile, "cluster-secret-file", "", "cluster secrets authenticating node-to-node calls, one per line (16+ bytes; the first signs, all are accepted); or PEERLIMIT_CLUSTER_SECRET")
+	fs.DurationVar(&sc.PeerGrace, "peer-grace", sc.PeerGrace, "how long a member that left or failed may still forward and hand off")
+	fs.StringVar(&sc.APITokenFile, "api-token-file", "", "bearer tokens of the public APIs, one per line (16+ bytes; any is accepted); or PEERLIMIT_API_TOKEN")
+	fs.BoolVar(&sc.AuthMetrics, "auth-metrics", false, "GET /metrics needs the public API's credentials too")
+	fs.StringVar(&sc.GossipKeyringFile, "gossip-keyring-file", "", "base64 gossip keys, one per line, the first encrypting; SIGHUP re-reads it (key rotation). Instead of --gossip-key")
+
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
 
@@ -129,6 +147,24 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		if s = strings.TrimSpace(s); s != "" {
 			c.Join = append(c.Join, s)
 		}
+	}
+	switch *clientAuth {
+	case "optional":
+	case "require":
+		sc.RequireClientCert = true
+	default:
+		return o, fmt.Errorf("--tls-client-auth: want optional or require, got %q", *clientAuth)
+	}
+	if tok := getenv("PEERLIMIT_API_TOKEN"); tok != "" {
+		sc.APITokens = []string{tok}
+	}
+	if secret := getenv("PEERLIMIT_CLUSTER_SECRET"); secret != "" {
+		sc.ClusterSecrets = [][]byte{[]byte(secret)}
+	}
+	// Settings that contradict each other are usage errors, reported
+	// before anything starts.
+	if err := c.Validate(); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -47,12 +47,17 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		opts.node.Logger.Error("start failed", "err", err)
 		return 1
 	}
-	for serving := true; serving; {
+	// SIGHUP runs every reload hook in turn; each logs its own outcome.
+	onHUP := []func(){func() { reloadPolicies(n) }, func() { reloadSecurity(n) }}
+	for running := true; running; {
 		select {
 		case <-ctx.Done():
-			serving = false
+			running = false
 		case <-hup:
-			reloadPolicies(n)
+			opts.node.Logger.Info("SIGHUP: reloading")
+			for _, f := range onHUP {
+				f()
+			}
 		}
 	}
 	stop() // a second signal now kills the process at once
@@ -71,3 +76,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 // and counts it in peerlimit_policy_reloads_total; other reloadable
 // settings add their own hook next to this one.
 func reloadPolicies(n *node.Node) { _ = n.ReloadPolicies() }
+
+// reloadSecurity is the SIGHUP hook of the credentials: the node re-reads
+// its TLS, token, cluster secret and gossip keyring files, logs what it
+// reloaded and what failed, and keeps the old value of anything whose file
+// is unusable.
+func reloadSecurity(n *node.Node) { _ = n.ReloadSecurity() }

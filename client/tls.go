@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// LoadTLS builds a Config.TLS from PEM files. caFile verifies the nodes'
+// certificates (empty: the system's roots). certFile and keyFile, both or
+// neither, are the client certificate for nodes that require mutual TLS.
+// serverName, if not empty, is the name verified in every node's
+// certificate instead of the address dialed.
+func LoadTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("peerlimit client: CA file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("peerlimit client: CA file %s holds no PEM certificate", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("peerlimit client: a client certificate and its key go together")
+	}
+	if certFile != "" {
+		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("peerlimit client: client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c, nil
+}
+
+// bearer sends "authorization: Bearer <token>" with every call.
+// requireTLS makes grpc-go refuse to dial a plaintext connection with it.
+type bearer struct {
+	md         map[string]string
+	requireTLS bool
+}
+
+// GetRequestMetadata returns a map shared by every call: grpc-go copies
+// it into the call's headers and never writes to it.
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return b.md, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }

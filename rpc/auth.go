@@ -1,0 +1,126 @@
+package rpc
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/security"
+)
+
+// Full method names start with these.
+var (
+	rateLimiterPrefix = "/" + pb.RateLimiter_ServiceDesc.ServiceName + "/"
+	peerPrefix        = "/" + pb.Peer_ServiceDesc.ServiceName + "/"
+)
+
+// Guard is the gRPC server's access control. The public service
+// (peerlimit.v1.RateLimiter) answers only calls Client accepts; the
+// node-to-node service (peerlimit.v1.Peer) only calls Peer accepts, from
+// the origin the request names. Health and reflection stay open: they
+// reveal nothing a port scan does not, and probes need them. A nil rule
+// leaves its service open.
+//
+// Refusals are Unauthenticated (missing or wrong credentials) or
+// PermissionDenied (a peer with good credentials that is not a member),
+// counted and logged by Rejections. Install Unary after the codec's check
+// (StrictCodec.ServerOptions), so that a refused call still clears what
+// the codec recorded for its message.
+type Guard struct {
+	Client     *security.ClientAuth
+	Peer       *security.PeerAuth
+	Rejections *security.Rejections
+}
+
+// origin is what both Peer requests say about their sender.
+type origin interface{ GetOrigin() string }
+
+// Unary is the unary server interceptor.
+func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := g.check(ctx, info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+// Stream is the stream server interceptor. Neither service has streaming
+// methods today; one added later is guarded like the unary ones, and a
+// Peer stream, whose origin is unknown before its first message, is
+// refused while peer authentication is on.
+func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := g.check(ss.Context(), info.FullMethod, nil); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+func (g *Guard) check(ctx context.Context, method string, req any) error {
+	switch {
+	case g.Client != nil && strings.HasPrefix(method, rateLimiterPrefix):
+		auth := ""
+		if g.Client.NeedsToken() {
+			auth = firstValue(ctx, "authorization")
+		}
+		ai, p := authInfo(ctx)
+		if r := g.Client.Check(auth, ai.ClientCert); r != security.OK {
+			g.Rejections.Reject(security.APIGRPC, r, "method", method, "remote", remote(p))
+			return status.Error(codes.Unauthenticated, "peerlimit: "+r.Message())
+		}
+	case g.Peer != nil && strings.HasPrefix(method, peerPrefix):
+		from := ""
+		if o, ok := req.(origin); ok {
+			from = o.GetOrigin()
+		}
+		ai, p := authInfo(ctx)
+		if r := g.Peer.Check(from, firstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
+			// The origin is the caller's text: clipped before it is logged
+			// or echoed, so a huge one costs nothing downstream.
+			shown := clip(from)
+			g.Rejections.Reject(security.APIPeer, r, "method", method, "origin", shown, "remote", remote(p))
+			code := codes.Unauthenticated
+			if r.Authenticated() {
+				code = codes.PermissionDenied
+			}
+			return status.Errorf(code, "peerlimit: %s (origin %q)", r.Message(), shown)
+		}
+	}
+	return nil
+}
+
+// clip shortens s to at most 64 bytes for logs and messages.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+func firstValue(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func authInfo(ctx context.Context) (security.AuthInfo, *grpcpeer.Peer) {
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return security.AuthInfo{}, nil
+	}
+	ai, _ := p.AuthInfo.(security.AuthInfo)
+	return ai, p
+}
+
+func remote(p *grpcpeer.Peer) string {
+	if p == nil || p.Addr == nil {
+		return ""
+	}
+	return p.Addr.String()
+}

@@ -1,0 +1,231 @@
+package rpc_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/security"
+)
+
+const apiToken = "api-token-0123456789"
+
+var (
+	clusterSecret = []byte("cluster-secret-0123456789")
+	otherSecret   = []byte("another-clusters-secret-0123")
+)
+
+// guarded is node n1 serving both services behind a Guard.
+type guarded struct {
+	*env
+	peerAuth *security.PeerAuth
+	reg      *prometheus.Registry
+	addr     string
+	conn     *grpc.ClientConn
+}
+
+func newGuarded(t *testing.T, members ...string) *guarded {
+	t.Helper()
+	g := &guarded{env: newEnv(t), reg: prometheus.NewRegistry()}
+	toks, err := security.NewTokens([]string{apiToken})
+	require.NoError(t, err)
+	g.peerAuth, err = security.NewPeerAuth(security.PeerAuthConfig{SelfID: "n1", Secrets: [][]byte{clusterSecret}})
+	require.NoError(t, err)
+	g.peerAuth.SetMembers(members)
+	rej, err := security.NewRejections(g.reg, slog.New(slog.NewTextHandler(testlog.New(t), nil)))
+	require.NoError(t, err)
+	guard := &rpc.Guard{Client: security.NewClientAuth(toks, false), Peer: g.peerAuth, Rejections: rej}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(append(rpc.NewStrictCodec().ServerOptions(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
+	pb.RegisterRateLimiterServer(gs, g.srv)
+	pb.RegisterPeerServer(gs, rpc.NewPeerServer(g.svc))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	g.addr = lis.Addr().String()
+	g.conn, err = grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.conn.Close() })
+	return g
+}
+
+func (g *guarded) failures(api, reason string) float64 { return authFailures(g.reg, api, reason) }
+
+// authFailures reads one series of peerlimit_auth_failures_total.
+func authFailures(reg *prometheus.Registry, api, reason string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "peerlimit_auth_failures_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["api"] == api && l["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func ctxWith(kv ...string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return metadata.AppendToOutgoingContext(ctx, kv...), cancel
+}
+
+func TestGuardBearerTokenOnThePublicService(t *testing.T) {
+	g := newGuarded(t, "n1")
+	api := pb.NewRateLimiterClient(g.conn)
+	req := &pb.CheckRequest{Key: "k", Limit: 10, WindowMs: 1000}
+
+	for _, c := range []struct {
+		name   string
+		md     []string
+		want   codes.Code
+		reason string
+	}{
+		{"no token", nil, codes.Unauthenticated, "missing_token"},
+		{"wrong token", []string{"authorization", "Bearer not-the-token-at-all"}, codes.Unauthenticated, "bad_token"},
+		{"not bearer", []string{"authorization", "Basic " + apiToken}, codes.Unauthenticated, "missing_token"},
+		{"right token", []string{"authorization", "Bearer " + apiToken}, codes.OK, ""},
+	} {
+		ctx, cancel := ctxWith(c.md...)
+		_, err := api.Check(ctx, req)
+		cancel()
+		assert.Equal(t, c.want, status.Code(err), "%s: %v", c.name, err)
+		if c.reason != "" {
+			assert.Contains(t, err.Error(), "token", c.name)
+			assert.NotContains(t, err.Error(), apiToken, "a refusal never echoes a credential")
+		}
+	}
+	assert.Equal(t, 2.0, g.failures("grpc", "missing_token"))
+	assert.Equal(t, 1.0, g.failures("grpc", "bad_token"))
+	d, err := g.store.Check(time.UnixMilli(t0), limiter.Request{Key: "k", Limit: 10, Window: time.Second, Hits: 0})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, d.CurrentCount, "only the authorised call counted")
+
+	ctx, cancel := ctxWith()
+	defer cancel()
+	_, err = api.Members(ctx, &pb.MembersRequest{})
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "every RateLimiter method is guarded")
+	_, err = healthpb.NewHealthClient(g.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	assert.NoError(t, err, "health needs no token: probes must work")
+}
+
+func TestGuardPeerServiceAdmitsOnlyMembersWithTheSecret(t *testing.T) {
+	g := newGuarded(t, "n1", "n2")
+	peer := pb.NewPeerClient(g.conn)
+	fwd := func(origin string, md ...string) error {
+		ctx, cancel := ctxWith(md...)
+		defer cancel()
+		_, err := peer.Forward(ctx, &pb.ForwardRequest{Origin: origin, Checks: []*pb.CheckRequest{{Key: "k", Limit: 10, WindowMs: 1000}}})
+		return err
+	}
+	tok := func(secret []byte, id string) []string {
+		return []string{security.PeerTokenKey, security.PeerToken(secret, id)}
+	}
+	count := func() int64 {
+		d, err := g.store.Check(time.UnixMilli(t0), limiter.Request{Key: "k", Limit: 10, Window: time.Second, Hits: 0})
+		require.NoError(t, err)
+		return d.CurrentCount
+	}
+
+	for _, c := range []struct {
+		name   string
+		err    error
+		want   codes.Code
+		reason string
+	}{
+		{"no credential", fwd("n2"), codes.Unauthenticated, "missing_peer_token"},
+		{"a client's bearer token", fwd("n2", "authorization", "Bearer "+apiToken), codes.Unauthenticated, "missing_peer_token"},
+		{"another cluster's secret", fwd("n2", tok(otherSecret, "n2")...), codes.Unauthenticated, "bad_peer_token"},
+		{"a member's token, another origin", fwd("n1", tok(clusterSecret, "n2")...), codes.Unauthenticated, "bad_peer_token"},
+		{"the secret, not a member", fwd("n3", tok(clusterSecret, "n3")...), codes.PermissionDenied, "not_member"},
+	} {
+		assert.Equal(t, c.want, status.Code(c.err), "%s: %v", c.name, c.err)
+		assert.Positive(t, g.failures("peer", c.reason), c.name)
+	}
+	assert.Equal(t, 2.0, g.failures("peer", "missing_peer_token"))
+	assert.Equal(t, 2.0, g.failures("peer", "bad_peer_token"))
+	assert.Equal(t, 1.0, g.failures("peer", "not_member"))
+	assert.Zero(t, count(), "no refused forward touched the store")
+	long := fwd(strings.Repeat("x", 100_000), tok(clusterSecret, "n2")...)
+	assert.Equal(t, codes.Unauthenticated, status.Code(long))
+	assert.Less(t, len(status.Convert(long).Message()), 300, "a huge origin is not echoed")
+	assert.Equal(t, 3.0, g.failures("peer", "bad_peer_token"))
+	require.NoError(t, fwd("n2", tok(clusterSecret, "n2")...))
+	assert.EqualValues(t, 1, count())
+
+	// Handoff: state from a stranger is refused and changes nothing.
+	handoff := func(origin string) (*pb.HandoffResponse, error) {
+		ctx, cancel := ctxWith(tok(clusterSecret, origin)...)
+		defer cancel()
+		return peer.Handoff(ctx, &pb.HandoffRequest{Origin: origin, States: []*pb.KeyState{
+			rpc.ToProtoKeyState(limiter.KeyState{Key: "k", Algorithm: limiter.SlidingWindowCounter,
+				Window: time.Second, WindowID: t0 / 1000, Curr: 2}),
+		}})
+	}
+	_, err := handoff("n3")
+	assert.Equal(t, codes.PermissionDenied, status.Code(err))
+	assert.EqualValues(t, 1, count(), "a refused handoff merged nothing")
+	resp, err := handoff("n2")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, resp.GetMerged())
+	assert.EqualValues(t, 3, count(), "a member's handoff merged")
+}
+
+// A forward the owner refuses (here: it does not know the sender yet, as
+// when gossip has not reached it) is answered by the sender's fallback,
+// marked degraded: never lost, never silently wrong. Once the owner knows
+// the sender, forwards go through.
+func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
+	owner := newGuarded(t, "n1") // does not know n2 yet
+	pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: "n2", Secrets: [][]byte{clusterSecret}})
+	require.NoError(t, err)
+	peers := rpc.NewPeers(rpc.PeersConfig{SelfID: "n2", DialOptions: []grpc.DialOption{grpc.WithPerRPCCredentials(pa.Credentials())}})
+	t.Cleanup(peers.Close)
+	store, err := limiter.New(limiter.DefaultConfig())
+	require.NoError(t, err)
+	cfg := rpc.DefaultConfig()
+	cfg.NodeID, cfg.Peers = "n2", peers
+	cfg.Owner = func(string) rpc.Route { return rpc.Route{ID: "n1", Addr: owner.addr} }
+	cfg.Logger = slog.New(slog.NewTextHandler(testlog.New(t), nil))
+	ingress, err := rpc.NewService(cfg, store, nil)
+	require.NoError(t, err)
+	req := limiter.Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1}
+
+	res := ingress.Check(context.Background(), req)
+	require.NoError(t, res.Err)
+	assert.True(t, res.Degraded)
+	assert.Equal(t, "n2", res.Owner, "decided by the fallback on the sender")
+	assert.Equal(t, 1.0, owner.failures("peer", "not_member"))
+
+	owner.peerAuth.SetMembers([]string{"n1", "n2"})
+	res = ingress.Check(context.Background(), req)
+	require.NoError(t, res.Err)
+	assert.False(t, res.Degraded)
+	assert.Equal(t, "n1", res.Owner)
+}
