@@ -54,6 +54,33 @@ func Docker(cfg DockerConfig) BackendFactory {
 	}
 }
 
+// findMesh picks the network the nodes gossip on: the internal one of
+// compose-test's override (clients reach the nodes through another), or
+// else the container's only network. It notes whether a partition can be
+// made and healed there.
+func (b *dockerBackend) findMesh(ctx context.Context, st containerState) error {
+	type netInfo struct {
+		Internal bool
+		IPAM     struct{ Config []struct{ Subnet string } }
+	}
+	for name := range st.NetworkSettings.Networks {
+		var nets []netInfo
+		out, err := docker(ctx, "network", "inspect", name)
+		if err != nil || json.Unmarshal([]byte(out), &nets) != nil || len(nets) != 1 {
+			return fmt.Errorf("docker network inspect %s: %v", name, err)
+		}
+		if nets[0].Internal || len(st.NetworkSettings.Networks) == 1 {
+			b.network = name
+			b.subnet = len(nets[0].IPAM.Config) > 0 && nets[0].IPAM.Config[0].Subnet != ""
+		}
+	}
+	if b.network == "" {
+		return errors.New("the nodes are on several networks, none internal: which one do they gossip on?")
+	}
+	b.frontDoor = len(st.NetworkSettings.Networks) > 1
+	return nil
+}
+
 type netAddr struct {
 	IP      string
 	Aliases []string
@@ -65,6 +92,9 @@ type dockerBackend struct {
 	extras  map[string]bool
 	network string
 	subnet  bool // the network has a configured subnet: --ip works
+	// frontDoor: clients reach the nodes through another network, so a
+	// node cut off from the mesh still answers them.
+	frontDoor bool
 
 	mu       sync.Mutex
 	ctr      map[string]string  // id → container id
@@ -90,19 +120,8 @@ func (b *dockerBackend) reset(ctx context.Context) error {
 			return err
 		}
 		if b.network == "" {
-			for name, n := range st.NetworkSettings.Networks {
-				b.network = name
-				b.addr[id] = netAddr{IP: n.IPAddress, Aliases: n.Aliases}
-			}
-			if b.network == "" {
-				return fmt.Errorf("%s is on no network (disconnected by a crashed run?)", id)
-			}
-			var nets []struct {
-				IPAM struct{ Config []struct{ Subnet string } }
-			}
-			out, err := docker(ctx, "network", "inspect", b.network)
-			if err == nil && json.Unmarshal([]byte(out), &nets) == nil && len(nets) == 1 {
-				b.subnet = len(nets[0].IPAM.Config) > 0 && nets[0].IPAM.Config[0].Subnet != ""
+			if err := b.findMesh(ctx, st); err != nil {
+				return err
 			}
 		}
 		n, connected := st.NetworkSettings.Networks[b.network]
@@ -175,7 +194,9 @@ func (b *dockerBackend) Supports(n Need) error {
 	case n == NeedLinkCut:
 		return fmt.Errorf("%w: docker network disconnect cuts a container off from every peer; one link cannot be cut", ErrUnsupported)
 	case n == NeedPartition && !b.subnet:
-		return fmt.Errorf("%w: network %s has no configured subnet, so a disconnected container cannot get its address back", ErrUnsupported, b.network)
+		return fmt.Errorf("%w: network %s has no configured subnet, so a disconnected container cannot get its address back (use scripts/compose-test.override.yml)", ErrUnsupported, b.network)
+	case n == NeedPartition && !b.frontDoor:
+		return fmt.Errorf("%w: the nodes' only network is %s; a node cut off from it could not answer clients (use scripts/compose-test.override.yml)", ErrUnsupported, b.network)
 	}
 	return nil
 }
@@ -207,26 +228,57 @@ func (b *dockerBackend) Start(ctx context.Context, id string) error {
 	return waitHealthy(ctx, "http://"+http+"/healthz", nil, 30*time.Second)
 }
 
-// runExtra starts one more node as a plain container on the project's
-// network, configured like the services (image, environment, alias), with
-// its own id.
+// runExtra starts one more node as a plain container configured like the
+// services (image, environment, networks, alias), with its own id and the
+// next address on the mesh (n4 at .14 when n1 is at .11).
 func (b *dockerBackend) runExtra(ctx context.Context, id string) error {
 	tmpl, err := b.inspect(ctx, "n1")
 	if err != nil {
 		return err
 	}
-	args := []string{"run", "-d", "--name", b.extraName(id), "--hostname", id,
-		"--network", b.network, "--network-alias", "peerlimit",
+	var slot int
+	if _, err := fmt.Sscanf(id, "n%d", &slot); err != nil {
+		return fmt.Errorf("extra node id %q: %w", id, err)
+	}
+	ip := b.addr["n1"].IP
+	if b.subnet {
+		i := strings.LastIndexByte(ip, '.')
+		var last int
+		fmt.Sscanf(ip[i+1:], "%d", &last)
+		ip = fmt.Sprintf("%s.%d", ip[:i], last+slot-1)
+	}
+	front := b.network
+	for name := range tmpl.NetworkSettings.Networks {
+		if name != b.network {
+			front = name
+		}
+	}
+	name := b.extraName(id)
+	args := []string{"create", "--name", name, "--hostname", id, "--network", front,
 		"--label", "peerlimit.jepsen=" + b.cfg.Project,
 		"-p", "127.0.0.1::8080", "-p", "127.0.0.1::9090",
 		"--read-only", "--cap-drop", "ALL", "--stop-timeout", "40"}
 	for _, e := range tmpl.Config.Env {
+		if strings.HasPrefix(e, "PEERLIMIT_ADVERTISE_ADDR=") {
+			e = "PEERLIMIT_ADVERTISE_ADDR=" + ip + ":7946"
+		}
 		if strings.HasPrefix(e, "PEERLIMIT_") {
 			args = append(args, "-e", e)
 		}
 	}
-	args = append(args, tmpl.Config.Image, "--id="+id)
-	_, err = docker(ctx, args...)
+	if _, err := docker(ctx, append(args, tmpl.Config.Image, "--id="+id)...); err != nil {
+		return err
+	}
+	if front != b.network {
+		conn := []string{"network", "connect", "--alias", "peerlimit"}
+		if b.subnet {
+			conn = append(conn, "--ip", ip)
+		}
+		if _, err := docker(ctx, append(conn, b.network, name)...); err != nil {
+			return err
+		}
+	}
+	_, err = docker(ctx, "start", name)
 	return err
 }
 
@@ -332,12 +384,6 @@ func (b *dockerBackend) Heal(ctx context.Context) error {
 }
 
 func (b *dockerBackend) Answering(id string) bool {
-	b.mu.Lock()
-	iso := b.isolated[id]
-	b.mu.Unlock()
-	if iso {
-		return false
-	}
 	st, err := b.inspect(context.Background(), id)
 	return err == nil && st.State.Running && !st.State.Paused
 }

@@ -111,8 +111,23 @@ func (p *Procs) State(id string) ProcState {
 }
 
 // Start starts the node, joining through seeds (gossip addresses), and
-// waits until its HTTP API reports healthy.
+// waits until its HTTP API reports healthy. A port picked free but taken
+// since (by another test's process) gets the node new ports and another
+// try; the node advertises its addresses itself.
 func (p *Procs) Start(ctx context.Context, id string, seeds []string) error {
+	var err error
+	for range 3 {
+		if err = p.start(ctx, id, seeds); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		if _, derr := p.Define(id, p.Spec(id).IP); derr != nil {
+			return errors.Join(err, derr)
+		}
+	}
+	return err
+}
+
+func (p *Procs) start(ctx context.Context, id string, seeds []string) error {
 	p.mu.Lock()
 	s, ok := p.specs[id]
 	if !ok {
@@ -163,11 +178,21 @@ func (p *Procs) Start(ctx context.Context, id string, seeds []string) error {
 	p.mu.Unlock()
 
 	if err := waitHealthy(ctx, "http://"+s.HTTPAddr()+"/healthz", pr.done, p.timeout); err != nil {
-		p.signal(id, syscall.SIGKILL)
+		_ = p.signal(id, syscall.SIGKILL)
 		<-pr.done
-		return fmt.Errorf("node %s did not become healthy (log: %s): %w", id, logf.Name(), err)
+		return fmt.Errorf("node %s did not become healthy: %w; the end of %s:\n%s", id, err, logf.Name(), tail(logf.Name(), 5))
 	}
 	return nil
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // Kill sends SIGKILL and waits until the process is gone.
