@@ -65,6 +65,7 @@ func TestChaosShortProfile(t *testing.T) {
 			for _, ev := range res.Events {
 				assert.GreaterOrEqual(t, ev.ConvergedAfter(), time.Duration(0), "the cluster never converged after %q", ev.Name)
 			}
+			assert.Zero(t, res.Unsettled, "degraded answers %s after the cluster converged: forwarding did not recover", jepsenlite.Settle)
 			// AP: every node that is up answers, degraded or not.
 			assert.GreaterOrEqual(t, res.Healthy.AnsweredShare(), 0.99, "checks sent to nodes that were up: %+v", res.Healthy)
 			// The checker had something to check.

@@ -114,8 +114,12 @@ type Result struct {
 
 	Duration     time.Duration `json:"duration_ns"`
 	All, Healthy Availability
-	Events       []EventResult `json:"events"`
-	Phases       []Phase       `json:"phases"`
+	// Unsettled counts degraded answers to checks invoked more than
+	// Settle after the last step's convergence: once the cluster has
+	// converged, forwards must work again, not only gossip.
+	Unsettled int           `json:"unsettled"`
+	Events    []EventResult `json:"events"`
+	Phases    []Phase       `json:"phases"`
 	// Log: sliding windows. CounterFixed: the counter's own fixed
 	// windows, where its bound is exact. CounterSliding: rolling windows,
 	// where the counter's approximation allows up to 2× per decider.
@@ -132,6 +136,10 @@ type Result struct {
 func (r *Result) Violations() []Violation {
 	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations)
 }
+
+// Settle is how long after the cluster converged degraded answers may
+// still come: a forward in flight, a peer connection's next attempt.
+const Settle = 2 * time.Second
 
 // Analyze checks a history.
 //
@@ -164,6 +172,13 @@ func Analyze(h History) *Result {
 	r.Phases = phases(h.End, r.Events, len(h.Nodes))
 	r.maxDeciders = len(h.Nodes)
 	r.All, r.Healthy = availability(h)
+	if last := r.Events[len(r.Events)-1]; last.Converged >= 0 {
+		for _, op := range h.Ops {
+			if op.Degraded && op.Invoke > last.Converged+Settle {
+				r.Unsettled++
+			}
+		}
+	}
 
 	byKey := map[int][]Op{}
 	for _, op := range h.Ops {

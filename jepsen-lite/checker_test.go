@@ -149,3 +149,15 @@ func TestAvailabilityCountsOnlyNodesThatWereUp(t *testing.T) {
 	assert.Equal(t, Availability{Ops: 3, Answered: 2, Fast: 1, Degraded: 1, Timeouts: 1}, r.All)
 	assert.Equal(t, Availability{Ops: 2, Answered: 2, Fast: 1, Degraded: 1}, r.Healthy)
 }
+
+func TestCheckerFlagsDegradedAnswersLongAfterConvergence(t *testing.T) {
+	heal := Event{Name: "heal", Begin: 2 * time.Second, End: 2*time.Second + ms, Steady: 1,
+		Expect: map[string][]string{"n1": {"n1"}}, Sides: map[string]int{"n1": 0}}
+	soon := Op{Key: 0, Node: "n1", Invoke: 3 * time.Second, Complete: 3*time.Second + ms, Outcome: Denied, Owner: "n1", Degraded: true}
+	late := soon
+	late.Invoke, late.Complete = 5*time.Second, 5*time.Second+ms
+	h := history([]Op{soon, late}, heal)
+	h.Views = []View{{Node: "n1", Asked: 2400 * ms, Got: 2500 * ms, Alive: []string{"n1"}}}
+	r := Analyze(h)
+	assert.Equal(t, 1, r.Unsettled, "only the answer more than Settle after convergence at 2.5 s")
+}

@@ -45,9 +45,9 @@ func WriteReport(dir string, p Profile, results []*Result, command string) error
 		for _, ev := range r.Events {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(ev.Name), fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
 		}
-		fmt.Fprintf(&b, "\nAll checks: %d, answered %s (%s within 100 ms), %d timeouts, %d errors, %d degraded answers. "+
+		fmt.Fprintf(&b, "\nAll checks: %d, answered %s (%s within 100 ms), %d timeouts, %d errors, %d degraded answers (%d of them more than %s after the last convergence). "+
 			"To nodes that were up: %d, answered %s (%s within 100 ms).\n\n",
-			r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), r.All.Timeouts, r.All.Errors, r.All.Degraded,
+			r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), r.All.Timeouts, r.All.Errors, r.All.Degraded, r.Unsettled, Settle,
 			r.Healthy.Ops, pct(r.Healthy.AnsweredShare()), pct(r.Healthy.FastShare()))
 		b.WriteString("| windows | checked | worst | worst when calm | excess (calm) | bound raised by fallback | violations |\n|---|---|---|---|---|---|---|\n")
 		for _, row := range []struct {
@@ -85,6 +85,8 @@ func verdict(r *Result) string {
 		return fmt.Sprintf("**%d violations**", len(r.Violations()))
 	case len(r.Errors) > 0:
 		return "**step failed**"
+	case r.Unsettled > 0:
+		return fmt.Sprintf("**%d degraded after settling**", r.Unsettled)
 	default:
 		return "within bounds"
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/internal/batch"
@@ -111,6 +112,18 @@ func (p *Peers) Update(members []Route) {
 	}
 }
 
+// peerConnectParams bound how long a peer connection stays down after its
+// peer came back. grpc's defaults back off to 2 minutes between attempts
+// and give an attempt 20 s: a connection made while the peer was cut off
+// (a forward races the ring update during a partition) then kept failing
+// forwards for many seconds after the heal, every one answered by
+// fallback (seen with jepsen-lite's docker mode). Peers share a network;
+// an attempt a second per unreachable peer costs nothing.
+var peerConnectParams = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+})
+
 // get returns the peer for r, connecting if needed: a ring may name an
 // owner before Update has run.
 func (p *Peers) get(r Route) (*peer, error) {
@@ -122,7 +135,7 @@ func (p *Peers) get(r Route) (*peer, error) {
 	if pr, ok := p.peers[r.ID]; ok && pr.route == r {
 		return pr, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), peerConnectParams}, p.cfg.DialOptions...)
 	conn, err := grpc.NewClient(r.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s at %s: %w", r.ID, r.Addr, err)

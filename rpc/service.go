@@ -255,8 +255,8 @@ func (s *Service) decide(now time.Time, req limiter.Request) Result {
 // the policy answers, marked Degraded. AP: the caller always gets an
 // answer, never a silent one.
 func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) Result {
-	if ctx.Err() != nil {
-		return Result{Err: ctx.Err()}
+	if err := callerGone(ctx); err != nil {
+		return Result{Err: err}
 	}
 	s.metrics.forwarded(false)
 	s.metrics.unreachable(s.cfg.Fallback)
@@ -276,6 +276,20 @@ func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request
 	}
 	res.Degraded = res.Err == nil
 	return res
+}
+
+// callerGone reports whether the caller gave up. Past its deadline it has,
+// even if ctx does not say so yet: the context's timer fires
+// asynchronously, and a forward bounded by the same deadline can fail
+// first, which must not count as the owner's unavailability.
+func callerGone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // NewRequest builds a limiter request from the public API's fields, which

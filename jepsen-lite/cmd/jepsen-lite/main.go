@@ -104,9 +104,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case res.Skipped != "":
 			fmt.Fprintf(stdout, "%-10s SKIPPED: %s\n", sc.Name, res.Skipped)
-		case len(res.Violations()) > 0 || len(res.Errors) > 0:
+		case len(res.Violations()) > 0 || len(res.Errors) > 0 || res.Unsettled > 0:
 			failed = true
-			fmt.Fprintf(stdout, "%-10s FAILED: %d violations, errors %v\n", sc.Name, len(res.Violations()), res.Errors)
+			fmt.Fprintf(stdout, "%-10s FAILED: %d violations, %d degraded after settling, errors %v\n", sc.Name, len(res.Violations()), res.Unsettled, res.Errors)
 		default:
 			fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×\n",
 				sc.Name, res.All.Ops, 100*res.All.AnsweredShare(), res.Log.Worst, res.CounterFixed.Worst)
