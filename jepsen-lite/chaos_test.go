@@ -2,6 +2,7 @@ package jepsenlite_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -40,10 +41,13 @@ func TestChaosShortProfile(t *testing.T) {
 	bin := buildNode(t)
 	out := t.TempDir()
 	p := jepsenlite.ShortProfile()
+	// Addresses of this process's own, not make chaos's 127.0.0.11 nor
+	// another test run's: runs may overlap, and firewall rules are by
+	// address (all of 127.0.0.0/8 is loopback).
+	pid := os.Getpid()
+	base := fmt.Sprintf("127.%d.%d.11", 1+pid/250%250, pid%250)
 	cfg := jepsenlite.Config{
-		// Not make chaos's 127.0.0.11: the two may run at once, and
-		// firewall rules are by address.
-		Backend: jepsenlite.Local(bin, "127.0.0.41", p.NodeArgs),
+		Backend: jepsenlite.Local(bin, base, p.NodeArgs),
 		OutDir:  out, Profile: p, Seed: 1,
 		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil)),
 	}
