@@ -54,6 +54,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -80,6 +81,18 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	// After the first signal, a second one kills the process as usual.
 	context.AfterFunc(ctx, stop)
+
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "loadgen: -cpuprofile:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 
 	res, err := run(ctx, cfg)
 	if err != nil {
@@ -132,6 +145,9 @@ type Config struct {
 
 	JSON     string // path of the JSON result; "-" is stdout; "" none
 	Progress bool
+	// CPUProfile is where the load generator writes its own CPU profile;
+	// "" none.
+	CPUProfile string
 	// Stderr receives warnings, the progress lines and the first errors.
 	// Nil discards them.
 	Stderr io.Writer
@@ -209,6 +225,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM key of -tls-cert-file")
 	fs.StringVar(&cfg.TLSServerName, "tls-server-name", "", "name verified in the nodes' certificates instead of the address dialed")
 	fs.StringVar(&cfg.TokenFile, "api-token-file", "", "file whose first line is peerlimit's API bearer token")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof), to see what the client side costs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
