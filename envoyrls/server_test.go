@@ -185,9 +185,9 @@ func TestNestedDescriptorsAndOverallCode(t *testing.T) {
 		s0, s1 := resp.GetStatuses()[0], resp.GetStatuses()[1]
 		assert.Equal(t, rlspb.RateLimitResponse_OK, s0.GetCode())
 		assert.Equal(t, uint32(4-i), s0.GetLimitRemaining())
-		assert.True(t, proto(t, limitOf(5, rlspb.RateLimitResponse_RateLimit_DAY), s0.GetCurrentLimit()))
+		assert.True(t, sameLimit(t, limitOf(5, rlspb.RateLimitResponse_RateLimit_DAY), s0.GetCurrentLimit()))
 		assert.Equal(t, uint32(99-i), s1.GetLimitRemaining())
-		assert.True(t, proto(t, limitOf(100, rlspb.RateLimitResponse_RateLimit_DAY), s1.GetCurrentLimit()))
+		assert.True(t, sameLimit(t, limitOf(100, rlspb.RateLimitResponse_RateLimit_DAY), s1.GetCurrentLimit()))
 		// The log's state is empty a day after its newest hit.
 		assert.Equal(t, 24*time.Hour, s0.GetDurationUntilReset().AsDuration())
 		h.clk.Add(time.Second)
@@ -212,7 +212,7 @@ func TestNestedDescriptorsAndOverallCode(t *testing.T) {
 	assert.Equal(t, 6.0, h.metric(t, "peerlimit_envoy_rls_descriptors_total", "domain", "messaging", "rule", "message_type_marketing.to_number", "outcome", "ok"))
 }
 
-func proto(t testing.TB, want, got *rlspb.RateLimitResponse_RateLimit) bool {
+func sameLimit(t testing.TB, want, got *rlspb.RateLimitResponse_RateLimit) bool {
 	t.Helper()
 	return assert.Equal(t, want.String(), got.String())
 }
@@ -292,7 +292,7 @@ func TestLimitOverride(t *testing.T) {
 		return d
 	}
 	st := h.call(t, "edge", over(2, typepb.RateLimitUnit_MINUTE, 0)).GetStatuses()[0]
-	assert.True(t, proto(t, limitOf(2, rlspb.RateLimitResponse_RateLimit_MINUTE), st.GetCurrentLimit()))
+	assert.True(t, sameLimit(t, limitOf(2, rlspb.RateLimitResponse_RateLimit_MINUTE), st.GetCurrentLimit()))
 	assert.Equal(t, uint32(1), st.GetLimitRemaining())
 	assert.Equal(t, uint32(2), h.call(t, "edge", over(4, typepb.RateLimitUnit_MINUTE, 0)).GetStatuses()[0].GetLimitRemaining(),
 		"same window: the same count, under the new limit")
