@@ -149,15 +149,19 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 			}
 		}
 	}
+	// The statuses live in one array, filled in place: one allocation
+	// instead of one per descriptor.
+	sts := make([]rlspb.RateLimitResponse_DescriptorStatus, len(descs))
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK,
 		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
+	for i := range sts {
+		sts[i].Code = rlspb.RateLimitResponse_OK
+		resp.Statuses[i] = &sts[i]
+	}
 	if dom == nil {
 		// As in envoyproxy/ratelimit: a domain without configuration
 		// limits nothing. Said in the log, since it is often a typo.
 		s.warnUnknownDomain(req.GetDomain())
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		}
 		return resp, false, nil
 	}
 
@@ -231,14 +235,15 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 	degraded := false
 	hdr := -1 // the most restrictive descriptor, for the headers
 	var hdrT int64
+	var durs []durationpb.Duration // one per descriptor, allocated at the first limited one
 	for i, p := range plans {
 		r := p.rule
+		st := &sts[i]
 		switch {
-		case r == nil:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		case r == nil: // OK, no limit
 			continue
 		case r.Unlimited:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			st.LimitRemaining = math.MaxUint32
 			b.descriptor(dc, r, outcomeUnlimited)
 			continue
 		}
@@ -254,9 +259,13 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 		if over {
 			remaining = 0
 		}
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: r.current,
-			LimitRemaining:     uint32(min(max(remaining, 0), math.MaxUint32)),
-			DurationUntilReset: durationpb.New(min(d.ResetAfter, r.Window))}
+		if durs == nil {
+			durs = make([]durationpb.Duration, len(plans))
+		}
+		reset := min(d.ResetAfter, r.Window)
+		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.CurrentLimit, st.DurationUntilReset = r.current, &durs[i]
+		st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
 		switch {
 		case !over:
 			b.descriptor(dc, r, outcomeOK)
@@ -267,7 +276,6 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 			b.descriptor(dc, r, outcomeOverLimit)
 		}
-		resp.Statuses[i] = st
 		if s.cfg.Headers {
 			// An OVER_LIMIT descriptor wins, the one to wait longest for
 			// first (the request passes only when all have room); among
