@@ -146,7 +146,7 @@ func TestClusterNestedDescriptorsOnTheirOwners(t *testing.T) {
 	require.NotEmpty(t, user)
 	req := func() *rlspb.RateLimitRequest {
 		return &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
-			descriptor("route=/checkout", "user="+user), descriptor("user="+user), descriptor("route=/checkout")}}
+			descriptor("route=/checkout", "user="+user), descriptor("user=" + user), descriptor("route=/checkout")}}
 	}
 	for i := range 3 {
 		resp, err := rc.clients[0].ShouldRateLimit(context.Background(), req())
