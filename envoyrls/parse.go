@@ -607,7 +607,7 @@ func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
 		case "limit":
 			line, what = fieldLine(rl, "requests_per_unit", rl.Line), "requests_per_unit "+what
 		case "window_ms":
-			line, what = fieldLine(rl, "unit", rl.Line), fmt.Sprintf("the window (%s, in ms) %s", r.Window, what)
+			line, what = fieldLine(rl, "unit", rl.Line), fmt.Sprintf("the window (%s) in milliseconds %s", r.Window, what)
 		case "algorithm":
 			if algo != nil {
 				line = algo.Line

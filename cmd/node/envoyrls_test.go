@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -14,8 +17,12 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/limiter"
 )
 
 func TestEnvoyRLSFlags(t *testing.T) {
@@ -95,4 +102,45 @@ func TestSIGHUPReloadsEnvoyRLSConfig(t *testing.T) {
 	assert.EqualValues(t, 1, rec["rules"])
 	assert.Equal(t, rlspb.RateLimitResponse_OK, call().GetOverallCode(), "the raised limit applies to what was counted")
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call().GetOverallCode())
+}
+
+// deploy/envoy/docker-compose.envoy.yml configures this binary on top of
+// docker-compose.yml: checked against the real flag parser, and its
+// mounted directory against the configuration loader.
+func TestComposeEnvoyOverlay(t *testing.T) {
+	read := func(name string) map[string]struct {
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+		Volumes     []string          `yaml:"volumes"`
+	} {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(repoRoot, name))
+		require.NoError(t, err)
+		var cf struct {
+			Services map[string]struct {
+				Command     []string          `yaml:"command"`
+				Environment map[string]string `yaml:"environment"`
+				Volumes     []string          `yaml:"volumes"`
+			} `yaml:"services"`
+		}
+		require.NoError(t, yaml.Unmarshal(b, &cf))
+		return cf.Services
+	}
+	base, overlay := read("docker-compose.yml"), read("deploy/envoy/docker-compose.envoy.yml")
+	require.ElementsMatch(t, slices.Collect(maps.Keys(base)), slices.Collect(maps.Keys(overlay)), "every node service gets the overlay")
+	for name, s := range overlay {
+		env := maps.Clone(base[name].Environment)
+		maps.Copy(env, s.Environment) // compose merges environments by name
+		o, err := parseFlags(base[name].Command, func(k string) string { return env[k] }, io.Discard)
+		require.NoError(t, err, name)
+		assert.True(t, o.node.EnvoyRLSHeaders, name)
+		require.Len(t, s.Volumes, 1, name)
+		src, dst, ok := strings.Cut(strings.TrimSuffix(s.Volumes[0], ":ro"), ":")
+		require.True(t, ok, name)
+		assert.Equal(t, o.node.EnvoyRLSConfig, dst, "%s: the flag names the mounted directory", name)
+		store, err := limiter.New(o.node.Limiter)
+		require.NoError(t, err)
+		_, err = envoyrls.Load(filepath.Join(repoRoot, src), store.Validate)
+		require.NoError(t, err, "%s: the mounted directory loads under the node's caps", name)
+	}
 }
