@@ -254,6 +254,11 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 		} else { // requests_per_unit 0: refused without a check
 			d = limiter.Decision{RetryAfter: r.Window, ResetAfter: r.Window}
 		}
+		if p.tooMany {
+			// Never allowed, however long one waits: say a window rather
+			// than the peek's "now".
+			d.RetryAfter = max(d.RetryAfter, r.Window)
+		}
 		over := (!d.Allowed || p.tooMany) && !p.refund
 		remaining := d.Remaining
 		if over {

@@ -467,6 +467,14 @@ func TestHeaders(t *testing.T) {
 	// Over: the burst log frees a hit 15 s from now (the first at t=0).
 	assert.Equal(t, map[string]string{"RateLimit-Policy": `"burst";q=3;w=30`, "RateLimit": `"burst";r=0;t=15`, "Retry-After": "15"}, headers(resp))
 
+	// More hits than the limit never pass: a window, not "now".
+	tooMany := desc("remote_address=9.9.9.9")
+	tooMany.HitsAddend = wrapperspb.UInt64(11)
+	assert.Equal(t, "1", headers(h.call(t, "edge", tooMany))["Retry-After"], "the address's window is 1 s")
+	tooMany = desc("burst=other")
+	tooMany.HitsAddend = wrapperspb.UInt64(4)
+	assert.Equal(t, "30", headers(h.call(t, "edge", tooMany))["Retry-After"])
+
 	// Unlimited and unmatched descriptors never make headers.
 	assert.Empty(t, headers(h.call(t, "edge", desc("ldap=x"), desc("nothing=here"))))
 	// Two over: the longer wait wins.
