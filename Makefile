@@ -20,7 +20,7 @@ test:
 # Go benchmarks: the limiter, the ring, the API conversion, a node and a 3-node cluster over
 # loopback, and the client. Compare results within one run only.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./limiter/... ./ring/... ./rpc/... ./node/... ./client/...
+	$(GO) test -run '^$$' -bench . -benchmem ./limiter/... ./ring/... ./rpc/... ./node/... ./client/... ./envoyrls/...
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
 FUZZTIME ?= 30s
@@ -31,6 +31,8 @@ fuzz:
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./rpc -run '^$$' -fuzz '^FuzzUnmarshalCheckBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policy -run '^$$' -fuzz '^FuzzParsePolicies$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.

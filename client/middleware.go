@@ -7,11 +7,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
 )
 
 // Checker is what Middleware needs of a cluster: *Client, or a fake in
@@ -215,7 +216,7 @@ func Middleware(c Checker, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	if cfg.Policy == "" {
 		cfg.Policy = "default"
 	}
-	name, err := sfString(cfg.Policy)
+	name, err := ratelimitheader.String(cfg.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("peerlimit middleware: Policy %q: %w", cfg.Policy, err)
 	}
@@ -224,11 +225,7 @@ func Middleware(c Checker, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 		})
 	}
-	policy := name + ";q=" + strconv.FormatInt(cfg.Limit.Limit, 10)
-	if cfg.Limit.Window%time.Second == 0 {
-		policy += ";w=" + strconv.FormatInt(int64(cfg.Limit.Window/time.Second), 10)
-	}
-	m := &middleware{c: c, cfg: cfg, name: name, policy: policy}
+	m := &middleware{c: c, cfg: cfg, name: name, policy: ratelimitheader.Policy(name, cfg.Limit.Limit, cfg.Limit.Window)}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
@@ -277,16 +274,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	h := w.Header()
-	var t int64
-	if d.Allowed {
-		t = min(ceilSeconds(d.ResetAfter), max(ceilSeconds(m.cfg.Limit.Window), 1))
-	} else {
-		t = max(ceilSeconds(d.RetryAfter), 1)
-		h.Set("Retry-After", strconv.FormatInt(t, 10))
+	t := ratelimitheader.T(d.Allowed, d.ResetAfter, d.RetryAfter, m.cfg.Limit.Window)
+	if !d.Allowed {
+		h.Set(ratelimitheader.RetryAfter, strconv.FormatInt(t, 10))
 	}
 	remaining := max(d.Remaining, 0)
-	h.Set("RateLimit-Policy", m.policy)
-	h.Set("RateLimit", m.name+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	h.Set(ratelimitheader.PolicyField, m.policy)
+	h.Set(ratelimitheader.Field, ratelimitheader.Value(m.name, remaining, t))
 	if m.cfg.LegacyHeaders {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(m.cfg.Limit.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
@@ -334,29 +328,3 @@ func (w *deniedWriter) Write(b []byte) (int, error) {
 
 // Unwrap gives http.ResponseController the underlying writer.
 func (w *deniedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// ceilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d-1)/time.Second) + 1
-}
-
-// sfString serializes s as a Structured Field String (RFC 9651, 3.3.3).
-func sfString(s string) (string, error) {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e {
-			return "", fmt.Errorf("byte %#x at %d: a Structured Field String is printable ASCII", c, i)
-		}
-		if c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(c)
-	}
-	b.WriteByte('"')
-	return b.String(), nil
-}

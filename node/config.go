@@ -70,6 +70,20 @@ type Config struct {
 	// the line, and again by ReloadPolicies. Every node should read the
 	// same file. Optional.
 	PoliciesFile string
+	// EnvoyRLSConfig is a YAML file, or a directory of them, in
+	// envoyproxy/ratelimit's format (package envoyrls). With it the node
+	// serves Envoy's rate limit service,
+	// envoy.service.ratelimit.v3.RateLimitService, on its gRPC port. Read
+	// at Start, where an invalid file is an error naming the line, and
+	// again by ReloadEnvoyRLS. Every node should read the same files.
+	// Optional: without it the service is not registered, so an Envoy
+	// pointed at the node sees UNIMPLEMENTED rather than answers that
+	// limit nothing.
+	EnvoyRLSConfig string
+	// EnvoyRLSHeaders adds the IETF RateLimit-Policy and RateLimit fields
+	// (and Retry-After when over the limit) to the rate limit service's
+	// answers, for Envoy to add to its responses. Needs EnvoyRLSConfig.
+	EnvoyRLSHeaders bool
 	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
 	// Default off: they reveal internals, and a CPU profile costs CPU.
 	Pprof bool
@@ -157,6 +171,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Ring.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.EnvoyRLSHeaders && c.EnvoyRLSConfig == "" {
+		errs = append(errs, errors.New("EnvoyRLSHeaders (--envoy-rls-headers) needs EnvoyRLSConfig (--envoy-rls-config)"))
 	}
 	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {

@@ -51,6 +51,8 @@ type Node struct {
 	metrics *nodeMetrics
 	// policies is nil without Config.PoliciesFile.
 	policies *policy.Registry
+	// rls is nil without Config.EnvoyRLSConfig.
+	rls *envoyRLS
 
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
@@ -95,6 +97,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		if n.policies, err = policy.Load(cfg.PoliciesFile, n.store.Validate); err != nil {
 			return nil, err
 		}
+	}
+	if n.rls, err = loadEnvoyRLS(cfg, n.store); err != nil {
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
@@ -162,6 +167,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	peerSrv := rpc.NewPeerServer(n.svc)
 	peerSrv.OnHandoff = n.received
 	pb.RegisterPeerServer(n.grpcSrv, peerSrv)
+	if err := n.rls.register(n.grpcSrv, n.svc, reg, n.log); err != nil {
+		return nil, err
+	}
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
 
@@ -218,6 +226,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if n.rls != nil {
+		n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
 	n.loops.Add(2)
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()

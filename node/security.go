@@ -35,7 +35,8 @@ type SecurityConfig struct {
 	// APIs: a certificate that does not verify fails the handshake.
 	// Optional; needs TLS.
 	ClientCAFile string
-	// RequireClientCert makes RateLimiter calls and /v1/* requests need a
+	// RequireClientCert makes RateLimiter calls (and Envoy rate limit
+	// service calls) and /v1/* requests need a
 	// verified client certificate. Health, reflection and /healthz stay
 	// open for probes. Needs ClientCAFile.
 	RequireClientCert bool

@@ -20,8 +20,15 @@ var (
 	peerPrefix        = "/" + pb.Peer_ServiceDesc.ServiceName + "/"
 )
 
-// Guard is the gRPC server's access control. The public service
-// (peerlimit.v1.RateLimiter) answers only calls Client accepts; the
+// EnvoyRLSPrefix starts the methods of Envoy's rate limit service
+// (package envoyrls), which decides checks like RateLimiter and is guarded
+// like it. Spelled out rather than imported, so that this package does not
+// depend on Envoy's protos; envoyrls's tests check it.
+const EnvoyRLSPrefix = "/envoy.service.ratelimit.v3.RateLimitService/"
+
+// Guard is the gRPC server's access control. The public services
+// (peerlimit.v1.RateLimiter, and Envoy's rate limit service when a node
+// serves it) answer only calls Client accepts; the
 // node-to-node service (peerlimit.v1.Peer) only calls Peer accepts, from
 // the origin the request names. Health and reflection stay open: they
 // reveal nothing a port scan does not, and probes need them. A nil rule
@@ -62,7 +69,7 @@ func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 
 func (g *Guard) check(ctx context.Context, method string, req any) error {
 	switch {
-	case g.Client != nil && strings.HasPrefix(method, rateLimiterPrefix):
+	case g.Client != nil && (strings.HasPrefix(method, rateLimiterPrefix) || strings.HasPrefix(method, EnvoyRLSPrefix)):
 		auth := ""
 		if g.Client.NeedsToken() {
 			auth = firstValue(ctx, "authorization")

@@ -32,7 +32,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs := flag.NewFlagSet("peerlimit-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies.\n\n")
+		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies,\n--envoy-rls-config and the credential files.\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, members, ring, reset, healthcheck.\n")
 	}
@@ -67,6 +67,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
+	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")
+	fs.BoolVar(&c.EnvoyRLSHeaders, "envoy-rls-headers", c.EnvoyRLSHeaders, "the rate limit service's answers carry the IETF RateLimit-Policy and RateLimit headers (and Retry-After when over the limit) for Envoy to add")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
 	// Security (docs/security.md). Secrets come from files, or from

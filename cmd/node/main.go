@@ -48,7 +48,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 	// SIGHUP runs every reload hook in turn; each logs its own outcome.
-	onHUP := []func(){func() { reloadPolicies(n) }, func() { reloadSecurity(n) }}
+	onHUP := []func(){func() { reloadPolicies(n) }, func() { reloadSecurity(n) }, func() { reloadEnvoyRLS(n) }}
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
@@ -82,3 +82,9 @@ func reloadPolicies(n *node.Node) { _ = n.ReloadPolicies() }
 // reloaded and what failed, and keeps the old value of anything whose file
 // is unusable.
 func reloadSecurity(n *node.Node) { _ = n.ReloadSecurity() }
+
+// reloadEnvoyRLS is the SIGHUP hook of --envoy-rls-config. The node logs
+// the outcome (on error, the bad file and line, keeping the configuration
+// in force) and counts it in peerlimit_envoy_rls_config_reloads_total; a
+// node without the flag has nothing to reload and says nothing.
+func reloadEnvoyRLS(n *node.Node) { _ = n.ReloadEnvoyRLS() }

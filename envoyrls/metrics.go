@@ -1,0 +1,164 @@
+package envoyrls
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts the service's calls and descriptors. Labels come from the
+// configuration only (domain names and descriptor paths), never from what
+// a request carries, so their number stays bounded: calls for a domain
+// the configuration does not define count under domain "(unknown)". The
+// counters of a configuration are resolved once, when it is first used,
+// so counting costs an atomic add, not a label lookup. A nil *Metrics
+// counts nothing.
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	descriptors *prometheus.CounterVec
+	degraded    *prometheus.CounterVec
+
+	mu    sync.Mutex // serialises bind's rebuilds
+	bound atomic.Pointer[boundMetrics]
+}
+
+// unknownDomain labels the calls for domains the configuration lacks.
+const unknownDomain = "(unknown)"
+
+// Call codes (the code label of peerlimit_envoy_rls_requests_total).
+const (
+	codeOK = iota
+	codeOverLimit
+	codeError
+	numCodes
+)
+
+var codeNames = [numCodes]string{"OK", "OVER_LIMIT", "ERROR"}
+
+// Descriptor outcomes (the outcome label of
+// peerlimit_envoy_rls_descriptors_total).
+const (
+	outcomeOK         = iota // checked, under the limit
+	outcomeOverLimit         // checked, over the limit: answered OVER_LIMIT
+	outcomeShadowMode        // over the limit, answered OK by shadow_mode
+	outcomeUnlimited         // unlimited: true, answered without a check
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_mode", "unlimited"}
+
+// NewMetrics registers the service's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_requests_total",
+			Help: "ShouldRateLimit calls, by domain and overall code (OK, OVER_LIMIT, or ERROR for a call answered with a gRPC error)."},
+			[]string{"domain", "code"}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_descriptors_total",
+			Help: "Descriptors that matched a rate limit, by domain, descriptor path (\"override\" for a request's own limit) and outcome: ok, over_limit, shadow_mode (over the limit, answered OK), unlimited."},
+			[]string{"domain", "rule", "outcome"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_degraded_total",
+			Help: "ShouldRateLimit calls with at least one descriptor answered by the fallback policy because its owner was unreachable."},
+			[]string{"domain"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.degraded} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// boundMetrics are the counters of one configuration, by index.
+type boundMetrics struct {
+	cfg     *Config
+	domains []*domainCounters
+	rules   [][numOutcomes]prometheus.Counter
+	unknown *domainCounters
+}
+
+type domainCounters struct {
+	requests [numCodes]prometheus.Counter
+	degraded prometheus.Counter
+	override [numOutcomes]prometheus.Counter
+}
+
+// bind returns cfg's counters, resolving them on first use.
+func (m *Metrics) bind(cfg *Config) *boundMetrics {
+	if m == nil {
+		return nil
+	}
+	if b := m.bound.Load(); b != nil && b.cfg == cfg {
+		return b
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b := m.bound.Load(); b != nil && b.cfg == cfg {
+		return b
+	}
+	b := &boundMetrics{cfg: cfg, unknown: m.domainCounters(unknownDomain)}
+	for _, d := range cfg.domains {
+		b.domains = append(b.domains, m.domainCounters(d.Name))
+	}
+	b.rules = make([][numOutcomes]prometheus.Counter, len(cfg.rules))
+	for i, r := range cfg.rules {
+		for o := range numOutcomes {
+			if (o == outcomeUnlimited) == r.Unlimited {
+				b.rules[i][o] = m.descriptors.WithLabelValues(r.Domain, r.Path, outcomeNames[o])
+			}
+		}
+	}
+	m.bound.Store(b)
+	return b
+}
+
+func (m *Metrics) domainCounters(name string) *domainCounters {
+	c := &domainCounters{degraded: m.degraded.WithLabelValues(name)}
+	for i := range numCodes {
+		c.requests[i] = m.requests.WithLabelValues(name, codeNames[i])
+	}
+	for o := range numOutcomes {
+		if o != outcomeUnlimited {
+			c.override[o] = m.descriptors.WithLabelValues(name, "override", outcomeNames[o])
+		}
+	}
+	return c
+}
+
+// domain returns d's counters (d nil: the unknown domains').
+func (b *boundMetrics) domain(d *Domain) *domainCounters {
+	switch {
+	case b == nil:
+		return nil
+	case d == nil:
+		return b.unknown
+	}
+	return b.domains[d.index]
+}
+
+// descriptor counts one descriptor's outcome under rule r, or, for an
+// override (index -1), under domain dc's "override".
+func (b *boundMetrics) descriptor(dc *domainCounters, r *Rule, outcome int) {
+	if b == nil {
+		return
+	}
+	var c prometheus.Counter
+	if r.index >= 0 {
+		c = b.rules[r.index][outcome]
+	} else if dc != nil {
+		c = dc.override[outcome]
+	}
+	if c != nil {
+		c.Inc()
+	}
+}
+
+func (dc *domainCounters) call(code int, degraded bool) {
+	if dc == nil {
+		return
+	}
+	dc.requests[code].Inc()
+	if degraded {
+		dc.degraded.Inc()
+	}
+}

@@ -1,0 +1,363 @@
+package envoyrls
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// storeCheck is what a node passes: its store's validation, default caps.
+func storeCheck(t testing.TB) func(limiter.Request) error {
+	t.Helper()
+	s, err := limiter.New(limiter.DefaultConfig())
+	require.NoError(t, err)
+	return s.Validate
+}
+
+// The README of envoyproxy/ratelimit, examples 1-9, plus this service's
+// additions, loads as written.
+const upstreamExamples = `domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+---
+domain: messaging
+descriptors:
+  # Only allow 5 marketing messages a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        algorithm: SLIDING_WINDOW_LOG
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  # Only allow 100 messages a day to any unique phone number
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+---
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+---
+domain: internal
+descriptors:
+  - key: ldap
+    rate_limit:
+      unlimited: true
+  - key: azure
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+---
+domain: example6
+descriptors:
+  - key: service
+    descriptors:
+      - key: user
+        value: user-a
+        rate_limit:
+          requests_per_unit: 10
+          unit: second
+        shadow_mode: true
+      - key: user
+        value: user-b
+        rate_limit:
+          requests_per_unit: 20
+          unit: second
+---
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+---
+domain: example8
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+---
+domain: example9
+descriptors:
+  - key: key1
+    value: value*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+---
+domain: windows
+descriptors:
+  - key: burst
+    rate_limit: {unit: second, requests_per_unit: 60, unit_multiplier: 30}
+  - key: monthly
+    rate_limit: {unit: Month, requests_per_unit: 1000}
+  - key: weekly
+    rate_limit: {unit: WEEK, requests_per_unit: 70}
+`
+
+func TestParseUpstreamExamples(t *testing.T) {
+	cfg, err := Parse("rls.yaml", []byte(upstreamExamples), storeCheck(t))
+	require.NoError(t, err)
+	var names []string
+	for _, d := range cfg.Domains() {
+		names = append(names, d.Name)
+	}
+	assert.Equal(t, []string{"mongo_cps", "messaging", "edge_proxy_per_ip", "internal", "example6", "example7", "example8", "example9", "windows"}, names)
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, cfg.Digest)
+
+	byPath := map[string]*Rule{}
+	for _, r := range cfg.Rules() {
+		byPath[r.Domain+"."+r.Path] = r
+	}
+	mt := byPath["messaging.message_type_marketing.to_number"]
+	require.NotNil(t, mt)
+	assert.Equal(t, limiter.SlidingWindowLog, mt.Algorithm)
+	assert.Equal(t, uint32(5), mt.RequestsPerUnit)
+	assert.Equal(t, 24*time.Hour, mt.Window)
+	assert.Equal(t, "rls.yaml", mt.File)
+	assert.Equal(t, 23, mt.Line, "the rate_limit's line")
+	assert.Equal(t, limiter.SlidingWindowCounter, byPath["messaging.to_number"].Algorithm, "the default algorithm")
+
+	assert.True(t, byPath["internal.ldap"].Unlimited)
+	assert.Equal(t, uint32(0), byPath["edge_proxy_per_ip.remote_address_50.0.0.5"].RequestsPerUnit)
+	assert.True(t, byPath["example6.service.user_user-a"].ShadowMode)
+	assert.False(t, byPath["example6.service.user_user-b"].ShadowMode)
+	assert.Equal(t, "specific_limit", byPath["example7.key_1_value_1.user_bkthomps"].Name)
+	assert.Equal(t, []string{"specific_limit"}, byPath["example7.key_2_value_2.user_bkthomps"].Replaces)
+
+	burst := byPath["windows.burst"]
+	assert.Equal(t, 30*time.Second, burst.Window)
+	assert.Equal(t, uint32(30), burst.UnitMultiplier)
+	assert.Equal(t, uint32(30), burst.current.GetUnitMultiplier().GetValue(), "current_limit echoes the multiplier")
+	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_SECOND, burst.current.GetUnit())
+	assert.Nil(t, byPath["windows.monthly"].current.GetUnitMultiplier(), "no multiplier field for 1")
+	assert.Equal(t, 30*24*time.Hour, byPath["windows.monthly"].Window, "a month is 30 days")
+	assert.Equal(t, 7*24*time.Hour, byPath["windows.weekly"].Window)
+	assert.Equal(t, `"burst";q=60;w=30`, burst.policy)
+	assert.Equal(t, `"specific_limit";q=5;w=1`, byPath["example7.key_1_value_1.user_bkthomps"].policy, "named rules name their header policy")
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600)) }
+	write("b.yaml", "domain: b\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	write("a.yml", "domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	write("notes.txt", "not yaml at all: [")
+	write(".hidden.yaml", "not yaml at all: [")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "..data"), 0o700))
+	cfg, err := Load(dir, storeCheck(t))
+	require.NoError(t, err)
+	require.Len(t, cfg.Domains(), 2)
+	assert.Equal(t, "a", cfg.Domains()[0].Name, "files in name order")
+	assert.Equal(t, filepath.Join(dir, "a.yml"), cfg.Domains()[0].File)
+	assert.Equal(t, dir, cfg.Source)
+
+	write("c.yaml", "domain: a\ndescriptors: []\n")
+	_, err = Load(dir, nil)
+	require.Error(t, err)
+	assert.Equal(t, filepath.Join(dir, "c.yaml")+`:1: domain "a": defined twice (first at `+filepath.Join(dir, "a.yml")+`:1)`, err.Error())
+
+	empty := t.TempDir()
+	_, err = Load(empty, nil)
+	assert.ErrorContains(t, err, "has no .yaml or .yml files")
+	_, err = Load(filepath.Join(empty, "missing.yaml"), nil)
+	assert.ErrorContains(t, err, "no such file")
+}
+
+// Every error names the file, the line and the descriptor.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"empty file", "", []string{`f.yaml: no domain defined`}},
+		{"empty document", "domain: a\n---\n", []string{`f.yaml:2: empty document`}},
+		{"not a mapping", "- a\n", []string{`f.yaml:1: want a mapping with domain and descriptors`}},
+		{"syntax", "domain: a\ndescriptors: [\n", []string{`f.yaml:2: did not find expected node content`}},
+		{"missing domain", "descriptors: []\n", []string{`f.yaml:1: domain is missing`}},
+		{"empty domain", "domain: ''\n", []string{`f.yaml:1: domain must be a non-empty string`}},
+		{"unknown top field", "domain: a\ndescriptor: []\n", []string{`f.yaml:2: unknown field "descriptor"; want domain and descriptors`}},
+		{"not UTF-8", "domain: a\n# \xff\n", []string{`f.yaml:2: not UTF-8 text`}},
+		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", []string{`f.yaml:2: domain "a": descriptors must be a list`}},
+		{"missing key", "domain: a\ndescriptors:\n  - value: v\n", []string{`f.yaml:3: domain "a": key is missing`}},
+		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"`}},
+		{"duplicate", "domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+			[]string{`f.yaml:5: domain "a", descriptor k=v: defined twice at this level (first at line 3)`}},
+		{"duplicate wildcard", "domain: a\ndescriptors:\n  - key: k\n  - {key: k}\n", []string{`f.yaml:4: domain "a", descriptor k: defined twice at this level (first at line 3)`}},
+		{"field twice", "domain: a\ndescriptors:\n  - key: k\n    key: j\n", []string{`f.yaml:4: domain "a": key given twice (first at line 3)`}},
+		{"unknown unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+			[]string{`f.yaml:5: domain "a", descriptor k: unknown unit "fortnight"; want second, minute, hour, day, week, month or year`}},
+		{"missing unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", []string{`f.yaml:4: domain "a", descriptor k: unit is missing`}},
+		{"missing requests_per_unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: requests_per_unit is missing (0 refuses every request)`}},
+		{"negative", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: requests_per_unit must be between 0 and 4294967295, got -1`}},
+		{"quoted number", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: '5'}\n",
+			[]string{`requests_per_unit must be a whole number, got "5"`}},
+		{"huge", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 99999999999999999999}\n",
+			[]string{`requests_per_unit 99999999999999999999 does not fit in 32 bits`}},
+		{"zero multiplier", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: unit_multiplier must be at least 1`}},
+		{"window over the node's max", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n      unit_multiplier: 2\n",
+			[]string{`f.yaml:5: domain "a", descriptor k: beyond this node's limits: the window (17520h0m0s) in milliseconds is 63072000000; the maximum is 31622400000`}},
+		{"log over the node's cap", "domain: a\ndescriptors:\n  - key: k\n    algorithm: SLIDING_WINDOW_LOG\n    rate_limit:\n      unit: second\n      requests_per_unit: 20000\n",
+			[]string{`f.yaml:7: domain "a", descriptor k: beyond this node's limits: requests_per_unit 20000 exceeds the SLIDING_WINDOW_LOG maximum of 10000`}},
+		{"log month too long", "domain: a\ndescriptors:\n  - key: k\n    algorithm: SLIDING_WINDOW_LOG\n    rate_limit: {unit: year, requests_per_unit: 5}\n",
+			[]string{`f.yaml:5: domain "a", descriptor k: beyond this node's limits: the window (8760h0m0s) in milliseconds`, `SLIDING_WINDOW_LOG supports at most`}},
+		{"unknown algorithm", "domain: a\ndescriptors:\n  - key: k\n    algorithm: TOKEN_BUCKET\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: unknown algorithm "TOKEN_BUCKET"`}},
+		{"algorithm without limit", "domain: a\ndescriptors:\n  - key: k\n    algorithm: SLIDING_WINDOW_LOG\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: algorithm needs a rate_limit on the same descriptor`}},
+		{"shadow without limit", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n    descriptors: [{key: j, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: shadow_mode applies to this descriptor's own rate_limit`}},
+		{"shadow not bool", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: yes\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: shadow_mode must be true or false, got "yes"`}},
+		{"unlimited with unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: unit has no use with unlimited: true`}},
+		{"replaces itself", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: rate_limit replaces itself ("n")`}},
+		{"replaces shape", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [n]}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: replaces must be a list of {name: ...}`}},
+		{"unknown rate_limit field", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 3}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: unknown field "burst" in rate_limit`}},
+		{"nested error names the chain", "domain: a\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n      - key: j\n        rate_limit: {unit: eon, requests_per_unit: 1}\n",
+			[]string{`f.yaml:7: domain "a", descriptor k=v / j: unknown unit "eon"`}},
+		{"merge keys", "domain: a\ndescriptors:\n  - <<: {key: k}\n", []string{`f.yaml:3: domain "a": merge keys (<<) are not supported`}},
+		{"every error, each with its line", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: x}\n  - key: j\n    rate_limit: {unit: sec, requests_per_unit: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: requests_per_unit must be a whole number, got "x"`, `f.yaml:6: domain "a", descriptor j: unknown unit "sec"`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse("f.yaml", []byte(c.src), storeCheck(t))
+			require.Error(t, err)
+			assert.Nil(t, cfg)
+			for _, w := range c.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			for _, e := range unjoin(err) {
+				var pe *Error
+				require.True(t, errors.As(e, &pe), "not an *envoyrls.Error: %v", e)
+				assert.True(t, strings.HasPrefix(e.Error(), "f.yaml"), e.Error())
+			}
+		})
+	}
+}
+
+// An alias expanding into more descriptors than the cap is refused, not
+// walked for ever.
+func TestParseAliasExpansionIsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: a\nl00: &l00 [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	for i := 1; i <= 12; i++ {
+		prev := "*l" + itoa(i-1)
+		b.WriteString("l" + itoa(i) + ": &l" + itoa(i) + " [{key: a, descriptors: " + prev + "}, {key: b, descriptors: " + prev + "}, {key: c, descriptors: " + prev + "}, {key: d, descriptors: " + prev + "}, {key: e, descriptors: " + prev + "}, {key: f, descriptors: " + prev + "}]\n")
+	}
+	// The anchors live in unknown fields, which are refused too; the
+	// descriptors field uses the last one: 6^12 descriptors if expanded.
+	b.WriteString("descriptors: *l12\n")
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(b.String()), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than 100000 descriptors")
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func TestParseManyErrorsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: a\ndescriptors:\n")
+	for i := range 30 {
+		b.WriteString("  - {key: k" + itoa(i) + ", rate_limit: {unit: x, requests_per_unit: 1}}\n")
+	}
+	_, err := Parse("f.yaml", []byte(b.String()), nil)
+	require.Error(t, err)
+	errs := unjoin(err)
+	assert.Len(t, errs, maxErrors+1)
+	assert.Equal(t, "f.yaml: and 10 more errors", errs[maxErrors].Error())
+}
+
+func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rls.yaml")
+	write := func(src string) { require.NoError(t, os.WriteFile(path, []byte(src), 0o600)) }
+	write("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	reg, err := NewRegistry(path, storeCheck(t))
+	require.NoError(t, err)
+	first := reg.Current()
+	assert.Equal(t, path, reg.Path())
+
+	write("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: -1}}]\n")
+	_, err = reg.Reload()
+	assert.ErrorContains(t, err, path+`:2: domain "a", descriptor k: requests_per_unit must be between 0`)
+	assert.Same(t, first, reg.Current(), "a bad file leaves the configuration in force")
+
+	write("domain: b\ndescriptors: []\n")
+	cfg, err := reg.Reload()
+	require.NoError(t, err)
+	assert.Same(t, cfg, reg.Current())
+	assert.NotNil(t, cfg.Domain("b"))
+	assert.Nil(t, cfg.Domain("a"))
+	assert.NotEqual(t, first.Digest, cfg.Digest)
+
+	static := StaticRegistry(cfg)
+	got, err := static.Reload()
+	require.NoError(t, err)
+	assert.Same(t, cfg, got)
+}

@@ -1,0 +1,66 @@
+package envoyrls
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// Registry is the node's current configuration: loaded from a file or
+// directory and replaced by Reload. Current takes no lock (one atomic
+// load), so calls never wait for a reload; Reload calls are serialised so
+// that an older file can never land after a newer one.
+//
+// Limiter state is keyed by domain and descriptor entries, window and
+// algorithm, never by rule, so a reload leaves every count in place: a
+// rule whose requests_per_unit changed applies the new limit at once to
+// what is already counted; one whose window or algorithm changed starts
+// on a fresh state, and the old one expires by itself.
+type Registry struct {
+	path  string
+	check func(limiter.Request) error
+	mu    sync.Mutex // serialises Reload
+	cur   atomic.Pointer[Config]
+}
+
+// NewRegistry loads the configuration at path; see Load for check.
+func NewRegistry(path string, check func(limiter.Request) error) (*Registry, error) {
+	r := &Registry{path: path, check: check}
+	cfg, err := Load(path, check)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.Store(cfg)
+	return r, nil
+}
+
+// StaticRegistry holds cfg for good: Reload reads nothing and returns it.
+// For tests and embedding.
+func StaticRegistry(cfg *Config) *Registry {
+	r := &Registry{}
+	r.cur.Store(cfg)
+	return r
+}
+
+// Path is where the Registry reads from ("" for a static one).
+func (r *Registry) Path() string { return r.path }
+
+// Current returns the configuration in force.
+func (r *Registry) Current() *Config { return r.cur.Load() }
+
+// Reload reads the configuration again and, if it is valid, puts it in
+// force and returns it. On any error the configuration in force stays.
+func (r *Registry) Reload() (*Config, error) {
+	if r.path == "" {
+		return r.cur.Load(), nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg, err := Load(r.path, r.check)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.Store(cfg)
+	return cfg, nil
+}

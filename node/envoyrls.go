@@ -1,0 +1,108 @@
+package node
+
+import (
+	"errors"
+	"log/slog"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/rpc"
+)
+
+// envoyRLSServiceName is the gRPC service Envoy calls, also reported by
+// the health service while the node serves it.
+var envoyRLSServiceName = rlspb.RateLimitService_ServiceDesc.ServiceName
+
+// ErrNoEnvoyRLSConfig is returned by ReloadEnvoyRLS on a node started
+// without Config.EnvoyRLSConfig: there is nothing to reload.
+var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration")
+
+// envoyRLS is the node's Envoy rate limit service: its rules and the
+// count of their reloads.
+type envoyRLS struct {
+	rules   *envoyrls.Registry
+	headers bool
+	reloads *prometheus.CounterVec // by result: ok, error
+}
+
+// loadEnvoyRLS reads Config.EnvoyRLSConfig, checked against the store's
+// caps; nil without one.
+func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
+	if cfg.EnvoyRLSConfig == "" {
+		return nil, nil
+	}
+	rules, err := envoyrls.NewRegistry(cfg.EnvoyRLSConfig, store.Validate)
+	if err != nil {
+		return nil, err
+	}
+	return &envoyRLS{rules: rules, headers: cfg.EnvoyRLSHeaders}, nil
+}
+
+// register serves the service on srv, over the node's request path, and
+// registers its metrics. A nil *envoyRLS registers nothing.
+func (e *envoyRLS) register(srv *grpc.Server, svc *rpc.Service, reg prometheus.Registerer, log *slog.Logger) error {
+	if e == nil {
+		return nil
+	}
+	m, err := envoyrls.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	e.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_config_reloads_total",
+		Help: "Reloads of the Envoy rate limit service configuration (SIGHUP), by result: ok, or error (the configuration in force was kept)."},
+		[]string{"result"})
+	e.reloads.WithLabelValues("ok")
+	e.reloads.WithLabelValues("error")
+	if err := reg.Register(e.reloads); err != nil {
+		return err
+	}
+	s, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: e.rules, Checker: svc, Validate: svc.Store().Validate,
+		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Headers: e.headers, Metrics: m, Logger: log})
+	if err != nil {
+		return err
+	}
+	rlspb.RegisterRateLimitServiceServer(srv, s)
+	return nil
+}
+
+// ReloadEnvoyRLS reads Config.EnvoyRLSConfig again and puts it in force
+// (cmd/node calls it on SIGHUP). On any error, such as a bad line or a
+// missing file, the configuration in force stays as it was; the error
+// names the file and line, is logged, and is counted in
+// peerlimit_envoy_rls_config_reloads_total{result="error"}.
+//
+// Limiter state is untouched: it is keyed by domain and descriptor, window
+// and algorithm, never by rule. A rule whose requests_per_unit changed
+// applies the new limit at once to what is already counted; one whose
+// window or algorithm changed starts on a fresh state.
+//
+// Only this node reloads: until every node has reloaded the same files,
+// the same descriptor may be limited differently depending on which node
+// Envoy asks.
+func (n *Node) ReloadEnvoyRLS() error {
+	if n.rls == nil {
+		return ErrNoEnvoyRLSConfig
+	}
+	cfg, err := n.rls.rules.Reload()
+	if err != nil {
+		n.rls.reloads.WithLabelValues("error").Inc()
+		n.log.Error("envoy rls config reload failed; the configuration in force is kept", "path", n.rls.rules.Path(), "err", err)
+		return err
+	}
+	n.rls.reloads.WithLabelValues("ok").Inc()
+	n.log.Info("envoy rls config reloaded", "path", cfg.Source, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "digest", cfg.Digest)
+	return nil
+}
+
+// EnvoyRLSConfig returns the Envoy rate limit service configuration in
+// force, or nil without one.
+func (n *Node) EnvoyRLSConfig() *envoyrls.Config {
+	if n.rls == nil {
+		return nil
+	}
+	return n.rls.rules.Current()
+}
