@@ -92,6 +92,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// Sanitized returns c with its zero fields set to their defaults: the
+// configuration New would use, which Validate can then check.
+func (c Config) Sanitized() Config {
+	c.sanitize()
+	return c
+}
+
 func (c *Config) sanitize() {
 	d := DefaultConfig()
 	if c.Shards == 0 {

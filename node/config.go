@@ -167,6 +167,9 @@ func (c Config) Validate() error {
 	if err := c.Ring.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Limiter.Sanitized().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {
 		errs = append(errs, errors.New("Logger and Now must not be nil"))
