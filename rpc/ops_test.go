@@ -21,75 +21,19 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/internal/testlog"
 	"github.com/peerlimit/peerlimit/internal/wait"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
-// logCapture is a slog.Handler keeping every record with its attributes,
-// for tests that assert on what a node logged.
-type logCapture struct {
-	mu      sync.Mutex
-	records []capturedLog
-	attrs   []slog.Attr
-	parent  *logCapture
-}
-
-type capturedLog struct {
-	Level slog.Level
-	Msg   string
-	Attrs map[string]string
-}
-
-func (c *logCapture) root() *logCapture {
-	if c.parent != nil {
-		return c.parent
-	}
-	return c
-}
-
-func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-
-func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
-	rec := capturedLog{Level: r.Level, Msg: r.Message, Attrs: map[string]string{}}
-	for _, a := range c.attrs {
-		rec.Attrs[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool { rec.Attrs[a.Key] = a.Value.String(); return true })
-	root := c.root()
-	root.mu.Lock()
-	defer root.mu.Unlock()
-	root.records = append(root.records, rec)
-	return nil
-}
-
-func (c *logCapture) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logCapture{attrs: append(append([]slog.Attr(nil), c.attrs...), as...), parent: c.root()}
-}
-
-func (c *logCapture) WithGroup(string) slog.Handler { return c }
-
-// find returns the records whose message contains msg.
-func (c *logCapture) find(msg string) []capturedLog {
-	root := c.root()
-	root.mu.Lock()
-	defer root.mu.Unlock()
-	var out []capturedLog
-	for _, r := range root.records {
-		if strings.Contains(r.Msg, msg) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // ownerNode is a node B serving the Peer API on loopback, whose Forward
 // calls wait at a gate while it is shut: a slow owner.
 type ownerNode struct {
 	*env
 	route rpc.Route
-	logs  *logCapture
+	logs  *testlog.Capture
 	reg   *prometheus.Registry
 
 	mu   sync.Mutex
@@ -125,7 +69,7 @@ func (o *ownerNode) wait(ctx context.Context, req any, _ *grpc.UnaryServerInfo, 
 
 func startOwner(t *testing.T, store limiter.Config) *ownerNode {
 	t.Helper()
-	o := &ownerNode{logs: &logCapture{}, reg: prometheus.NewRegistry()}
+	o := &ownerNode{logs: testlog.NewCapture(), reg: prometheus.NewRegistry()}
 	m, err := rpc.NewMetrics(o.reg)
 	require.NoError(t, err)
 	o.env = newEnv(t, func(eo *envOpts) {
@@ -151,13 +95,13 @@ func startOwner(t *testing.T, store limiter.Config) *ownerNode {
 // rest to A.
 type ingressNode struct {
 	*env
-	logs *logCapture
+	logs *testlog.Capture
 	reg  *prometheus.Registry
 }
 
 func startIngress(t *testing.T, owner rpc.Route, edit func(*rpc.Config, *rpc.PeersConfig)) *ingressNode {
 	t.Helper()
-	a := &ingressNode{logs: &logCapture{}, reg: prometheus.NewRegistry()}
+	a := &ingressNode{logs: testlog.NewCapture(), reg: prometheus.NewRegistry()}
 	m, err := rpc.NewMetrics(a.reg)
 	require.NoError(t, err)
 	pcfg := rpc.PeersConfig{SelfID: "n1", Timeout: 5 * time.Second, Metrics: m}
@@ -320,7 +264,7 @@ func TestInflightForwardsBound(t *testing.T) {
 	}
 	assert.Equal(t, 4.0, metric(t, a.reg, "peerlimit_forwards_total", "result", "refused"))
 	assert.Equal(t, 4.0, metric(t, a.reg, "peerlimit_checks_total", "algorithm", "SLIDING_WINDOW_COUNTER", "route", "forwarded", "outcome", "error"))
-	warned := a.logs.find("too many forwarded checks in flight")
+	warned := a.logs.Find("too many forwarded checks in flight")
 	require.NotEmpty(t, warned)
 	assert.Equal(t, "3", warned[0].Attrs["max_inflight_forwards"])
 
@@ -373,7 +317,7 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 
 		_, err := a.srv.Check(withRequestID("client-id-1"), &pb.CheckRequest{Key: key, Limit: 5, WindowMs: 1000})
 		requireInvalid(t, err, "key")
-		sent, got := a.logs.find("the owner refused a forwarded check"), b.logs.find("refused a forwarded check the sender accepted")
+		sent, got := a.logs.Find("the owner refused a forwarded check"), b.logs.Find("refused a forwarded check the sender accepted")
 		require.Len(t, sent, 1, "batching=%v", batching)
 		require.Len(t, got, 1)
 		assert.Equal(t, "client-id-1", sent[0].Attrs["request_id"])
@@ -387,7 +331,7 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 	a := startIngress(t, b.route, nil)
 	_, err := a.srv.Check(context.Background(), &pb.CheckRequest{Key: "b:" + strings.Repeat("k", 20), Limit: 5, WindowMs: 1000})
 	requireInvalid(t, err, "key")
-	sent, got := a.logs.find("the owner refused"), b.logs.find("refused a forwarded check")
+	sent, got := a.logs.Find("the owner refused"), b.logs.Find("refused a forwarded check")
 	require.Len(t, sent, 1)
 	require.Len(t, got, 1)
 	require.Len(t, sent[0].Attrs["request_id"], 16)
@@ -411,13 +355,13 @@ func TestRequestIDWhenTheOwnerIsSlow(t *testing.T) {
 	assert.True(t, got.Degraded, "answered by the fallback")
 	b.open()
 
-	sent := a.logs.find("owner unreachable")
+	sent := a.logs.Find("owner unreachable")
 	require.Len(t, sent, 1)
 	assert.Equal(t, "slow-1", sent[0].Attrs["request_id"])
 	wait.For(t, 10*time.Second, func() (bool, string) {
-		return len(b.logs.find("after the caller gave up")) == 1, "the owner logs its late decision"
+		return len(b.logs.Find("after the caller gave up")) == 1, "the owner logs its late decision"
 	})
-	late := b.logs.find("after the caller gave up")[0]
+	late := b.logs.Find("after the caller gave up")[0]
 	assert.Equal(t, "slow-1", late.Attrs["request_id"])
 	assert.Equal(t, "1", late.Attrs["checks"])
 }
