@@ -21,12 +21,14 @@ type logResult struct {
 	allowed    bool
 	count      int64 // hits in the window before the request
 	retryAfter int64
-	resetAfter int64
-	// need, when positive, says the request would be allowed but its
-	// entries need a ring of need slots, more than maxCap: nothing was
-	// consumed, and the caller makes room or refuses.
-	need int
+	resetAfter int64 // a negative retryAfter of a denied request means noRoom
 }
+
+// noRoom reports that the request would be allowed but its entries need a
+// ring larger than maxCap allowed: nothing was consumed, and the caller
+// makes room or refuses. (Kept in retryAfter, which is positive for any
+// real denial, so the result stays four words: it is on the hot path.)
+func (r logResult) noRoom() bool { return !r.allowed && r.retryAfter < 0 }
 
 // decideLog decides a request of hits at time now (ms) for window w (ms) and
 // updates s. It requires 0 ≤ hits ≤ limit and 0 < w ≤ math.MaxUint32.
@@ -44,7 +46,7 @@ func decideLog(s *logState, now, w, limit, hits int64, maxCap int) logResult {
 	r.allowed = r.count <= limit-hits
 	if r.allowed {
 		if c := s.capFor(hits, limit, maxCap); c < 0 {
-			r.allowed, r.need = false, int(s.n)+int(hits)
+			r.allowed, r.retryAfter = false, -1
 			return r
 		} else if c > len(s.ring) {
 			s.resize(c)
@@ -93,12 +95,13 @@ func (s *logState) prune(cutoff int64) {
 // needed. -1 means even that exceeds maxCap.
 func (s *logState) capFor(hits, limit int64, maxCap int) int {
 	need := int(s.n) + int(hits)
-	switch c := max(need, min(max(2*len(s.ring), minLogCap), int(limit))); {
-	case need <= len(s.ring):
+	if need <= len(s.ring) {
 		return len(s.ring)
-	case c <= maxCap:
+	}
+	if c := max(need, min(max(2*len(s.ring), minLogCap), int(limit))); c <= maxCap {
 		return c
-	case need <= maxCap:
+	}
+	if need <= maxCap {
 		return need
 	}
 	return -1

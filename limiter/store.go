@@ -284,12 +284,12 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 		// other logs (sh.slots counts this one at c0).
 		n0, c0 := st.n, len(st.ring)
 		res := decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
-		if res.need > 0 {
-			err := s.makeLogRoom(sh, ms, k, c0, res.need)
+		if res.noRoom() {
+			err := s.makeLogRoom(sh, ms, k, c0, int(st.n)+int(r.Hits))
 			if err == nil {
 				res = decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
 			}
-			if err == nil && res.need > 0 { // cannot happen: room was made
+			if err == nil && res.noRoom() { // cannot happen: room was made
 				err = s.logFull(sh)
 			}
 			if err != nil {
