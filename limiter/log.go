@@ -45,11 +45,9 @@ func decideLog(s *logState, now, w, limit, hits int64, maxCap int) logResult {
 	r := logResult{count: int64(s.n)}
 	r.allowed = r.count <= limit-hits
 	if r.allowed {
-		if c := s.capFor(hits, limit, maxCap); c < 0 {
+		if int(s.n)+int(hits) > len(s.ring) && !s.grow(hits, limit, maxCap) {
 			r.allowed, r.retryAfter = false, -1
 			return r
-		} else if c > len(s.ring) {
-			s.resize(c)
 		}
 		s.push(now, hits)
 	} else {
@@ -88,27 +86,29 @@ func (s *logState) prune(cutoff int64) {
 	}
 }
 
-// capFor returns the ring capacity that hits more entries need: the
-// current one if they fit, else a doubling that never goes beyond what the
-// limit can fill (so a key never holds more than max(limit, entries)
-// slots), else, when maxCap does not allow the doubling, exactly what is
-// needed. -1 means even that exceeds maxCap.
-func (s *logState) capFor(hits, limit int64, maxCap int) int {
+// grow makes room in the ring for hits more entries: by doubling, but
+// never beyond what the limit can fill (so a key never holds more than
+// max(limit, entries) slots), or, when maxCap does not allow the doubling,
+// by exactly what is needed. It reports false, changing nothing, when even
+// that exceeds maxCap. Kept out of line: it runs once per doubling, and
+// inlined it slowed every decision.
+//
+//go:noinline
+func (s *logState) grow(hits, limit int64, maxCap int) bool {
 	need := int(s.n) + int(hits)
-	if need <= len(s.ring) {
-		return len(s.ring)
+	c := max(need, min(max(2*len(s.ring), minLogCap), int(limit)))
+	if c > maxCap {
+		c = need
 	}
-	if c := max(need, min(max(2*len(s.ring), minLogCap), int(limit))); c <= maxCap {
-		return c
+	if c > maxCap {
+		return false
 	}
-	if need <= maxCap {
-		return need
-	}
-	return -1
+	s.resize(c)
+	return true
 }
 
 // push appends hits entries at time t (t ≥ newest); the ring must have
-// room for them (capFor).
+// room for them (grow).
 func (s *logState) push(t, hits int64) {
 	if hits == 0 {
 		return
