@@ -162,11 +162,10 @@ func (p *Peers) get(r Route) (*peer, error) {
 	if p.cfg.BatchLimit > 1 {
 		pr.batcher = batch.New(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(items []fwdItem) ([]fwdResult, error) {
 			// A call for one request carries its id; a coalesced one its own.
-			var id string
+			id := ""
 			if len(items) == 1 {
-				id = RequestIDFrom(items[0].ctx)
-			}
-			if id == "" {
+				id = callID(items[0].ctx)
+			} else {
 				id = NewRequestID()
 			}
 			reqs := make([]*pb.CheckRequest, len(items))
@@ -213,10 +212,7 @@ func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Res
 	if pr.batcher != nil {
 		res, err = pr.batcher.Do(ctx, fwdItem{req: preq, ctx: ctx})
 	} else {
-		res.id = RequestIDFrom(ctx)
-		if res.id == "" {
-			res.id = NewRequestID()
-		}
+		res.id = callID(ctx)
 		var results []*pb.CheckResult
 		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq}, res.id)
 		if err == nil {
@@ -241,10 +237,7 @@ func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Reque
 	for i, r := range reqs {
 		preqs[i] = ToProtoRequest(r)
 	}
-	id := RequestIDFrom(ctx)
-	if id == "" {
-		id = NewRequestID()
-	}
+	id := callID(ctx)
 	results, err := pr.forward(ctx, p.cfg, preqs, id)
 	if err != nil {
 		return nil, id, fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)
@@ -284,10 +277,7 @@ func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState
 	for i, s := range states {
 		req.States[i] = ToProtoKeyState(s)
 	}
-	id := RequestIDFrom(ctx)
-	if id == "" {
-		id = NewRequestID()
-	}
+	id := callID(ctx)
 	ctx, cancel := context.WithTimeout(outgoing(ctx, id), 4*p.cfg.Timeout) // a partition's state is bigger than a check
 	defer cancel()
 	resp, err := pr.client.Handoff(ctx, req)
@@ -305,10 +295,7 @@ func (p *Peers) Reset(ctx context.Context, to Route, r ResetRequest) (int, error
 	if err != nil {
 		return 0, err
 	}
-	id := RequestIDFrom(ctx)
-	if id == "" {
-		id = NewRequestID()
-	}
+	id := callID(ctx)
 	ctx, cancel := context.WithTimeout(outgoing(ctx, id), p.cfg.Timeout)
 	defer cancel()
 	resp, err := pr.client.Reset(ctx, &pb.PeerResetRequest{Origin: p.cfg.SelfID, Key: r.Key,

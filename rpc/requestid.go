@@ -80,11 +80,22 @@ func RequestIDFrom(ctx context.Context) string {
 // generator (ids need to be distinct, not secret).
 func NewRequestID() string {
 	var b [8]byte
+	var out [16]byte
 	u := rand.Uint64()
 	for i := range b {
 		b[i] = byte(u >> (8 * i))
 	}
-	return hex.EncodeToString(b[:])
+	hex.Encode(out[:], b[:])
+	return string(out[:]) // one allocation, once per call between nodes
+}
+
+// callID is the id of a call made for the request of ctx: its id, or a
+// new one.
+func callID(ctx context.Context) string {
+	if id := RequestIDFrom(ctx); id != "" {
+		return id
+	}
+	return NewRequestID()
 }
 
 // outgoing returns ctx with id in the outgoing metadata of a call to a

@@ -196,7 +196,7 @@ func (s *Service) release(n int) { s.inflight.Add(-int64(n)) }
 
 // overloaded answers a check refused for the in-flight bound: counted,
 // and logged at most once a second.
-func (s *Service) overloaded(ctx context.Context, owner Route, req limiter.Request, n int) Result {
+func (s *Service) overloaded(ctx context.Context, owner Route, n int) Result {
 	err := fmt.Errorf("forward refused: %d checks already wait for their owners' answers on this node, its maximum (--max-inflight-forwards): %w",
 		s.cfg.MaxInflightForwards, ErrTooManyForwards)
 	s.metrics.forwarded(forwardRefused, n)
@@ -244,7 +244,7 @@ func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request)
 		return routed{Result{Err: err}, routeForwarded}
 	}
 	if s.acquire(1) == 0 {
-		return routed{s.overloaded(ctx, owner, req, 1), routeForwarded}
+		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
 	}
 	res, id, err := s.cfg.Peers.Forward(ctx, owner, req)
 	s.release(1)
@@ -301,7 +301,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 		// others go.
 		got := s.acquire(len(idx))
 		for _, i := range idx[got:] {
-			out[i] = s.overloaded(ctx, owner, reqs[i], 1)
+			out[i] = s.overloaded(ctx, owner, 1)
 			s.metrics.check(reqs[i].Algorithm, routeForwarded, out[i])
 		}
 		if idx = idx[:got]; got == 0 {
