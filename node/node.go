@@ -391,7 +391,7 @@ func (n *Node) received(ctx context.Context, origin string, merged int, rejected
 	n.metrics.handoffKeys.WithLabelValues("received").Add(float64(merged))
 	if len(rejected) > 0 {
 		n.log.Warn("refused handed-off keys", "from", origin, "refused", len(rejected), "first", rejected[0],
-			"request_id", rpc.RequestIDFrom(ctx))
+			"request_id", rpc.RequestIDFrom(ctx)) // always set: handoffs carry one
 	}
 }
 

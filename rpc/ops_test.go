@@ -38,6 +38,11 @@ type ownerNode struct {
 
 	mu   sync.Mutex
 	gate chan struct{} // nil: open
+	// late makes a call that waited at the gate also wait for its caller
+	// to give up (its deadline), so the owner decides after it, as a slow
+	// owner does: the caller's cancellation reaches the owner
+	// asynchronously, and could otherwise arrive after the decision.
+	late bool
 }
 
 func (o *ownerNode) shut() {
@@ -59,10 +64,13 @@ func (o *ownerNode) open() {
 
 func (o *ownerNode) wait(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	o.mu.Lock()
-	g := o.gate
+	g, late := o.gate, o.late
 	o.mu.Unlock()
 	if g != nil {
 		<-g // deliberately deaf to ctx: the owner decides late
+		if late {
+			<-ctx.Done()
+		}
 	}
 	return h(ctx, req)
 }
@@ -348,7 +356,14 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 // decides late; both log it, under the client's request id.
 func TestRequestIDWhenTheOwnerIsSlow(t *testing.T) {
 	b := startOwner(t, limiter.DefaultConfig())
-	a := startIngress(t, b.route, func(_ *rpc.Config, p *rpc.PeersConfig) { p.Timeout = 100 * time.Millisecond })
+	// The timeout leaves the call time to reach the owner (which then waits
+	// at its gate) even on a loaded machine; the connection is made first.
+	a := startIngress(t, b.route, func(_ *rpc.Config, p *rpc.PeersConfig) { p.Timeout = time.Second })
+	_, err := a.srv.Check(context.Background(), &pb.CheckRequest{Key: "b:warm", Limit: 5, WindowMs: 60_000})
+	require.NoError(t, err)
+	b.mu.Lock()
+	b.late = true
+	b.mu.Unlock()
 	b.shut()
 	got, err := a.srv.Check(withRequestID("slow-1"), &pb.CheckRequest{Key: "b:slow", Limit: 5, WindowMs: 60_000})
 	require.NoError(t, err)
@@ -359,9 +374,9 @@ func TestRequestIDWhenTheOwnerIsSlow(t *testing.T) {
 	require.Len(t, sent, 1)
 	assert.Equal(t, "slow-1", sent[0].Attrs["request_id"])
 	wait.For(t, 10*time.Second, func() (bool, string) {
-		return len(b.logs.Find("after the caller gave up")) == 1, "the owner logs its late decision"
+		return len(b.logs.Find("after the caller stopped waiting")) == 1, "the owner logs its late decision"
 	})
-	late := b.logs.Find("after the caller gave up")[0]
+	late := b.logs.Find("after the caller stopped waiting")[0]
 	assert.Equal(t, "slow-1", late.Attrs["request_id"])
 	assert.Equal(t, "1", late.Attrs["checks"])
 }

@@ -42,8 +42,8 @@ func (s *PeerServer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Fo
 	// passed): it answered these checks by its fallback, and they count
 	// here as well. Worth a trace on both sides.
 	if err := ctx.Err(); err != nil && s.lateLog.allow() {
-		s.svc.log.Warn("decided forwarded checks after the caller gave up on them; it answered them by its fallback, so they count twice",
-			"origin", clip(in.GetOrigin()), "checks", len(in.GetChecks()), "err", err, "request_id", RequestIDFrom(ctx))
+		s.svc.log.Warn("decided forwarded checks after the caller stopped waiting; if it answered them by its fallback, they count twice",
+			append([]any{"origin", clip(in.GetOrigin()), "checks", len(in.GetChecks()), "err", err}, idAttrs(ctx, "")...)...)
 	}
 	return &pb.ForwardResponse{Results: results}, nil
 }
@@ -58,9 +58,9 @@ func (s *PeerServer) logRefused(ctx context.Context, in *pb.ForwardRequest, resu
 			continue
 		}
 		if s.refusedLog.allow() {
-			s.svc.log.Warn("refused a forwarded check the sender accepted: the nodes' limits differ",
-				"origin", clip(in.GetOrigin()), "key", clip(in.GetChecks()[i].GetKey()), "field", e.GetField(),
-				"err", e.GetMessage(), "request_id", RequestIDFrom(ctx))
+			s.svc.log.Warn("refused a forwarded check the sender accepted: the nodes' settings differ",
+				append([]any{"origin", clip(in.GetOrigin()), "key", clip(in.GetChecks()[i].GetKey()), "field", e.GetField(),
+					"err", e.GetMessage()}, idAttrs(ctx, "")...)...)
 		}
 		return
 	}
@@ -98,7 +98,7 @@ func (s *PeerServer) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.Pe
 	cleared := s.svc.ResetLocal(r)
 	// Debug: applications may reset on every successful login; the node
 	// that received the reset logs it at Info, with the same request_id.
-	s.svc.log.Debug("dropped a key's state at a member's request", "origin", clip(in.GetOrigin()), "key", clip(r.Key),
-		"cleared", cleared, "request_id", RequestIDFrom(ctx))
+	s.svc.log.Debug("dropped a key's state at a member's request", append([]any{"origin", clip(in.GetOrigin()), "key", clip(r.Key),
+		"cleared", cleared}, idAttrs(ctx, "")...)...)
 	return &pb.PeerResetResponse{Cleared: uint32(cleared)}, nil
 }

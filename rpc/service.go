@@ -257,14 +257,14 @@ func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request)
 }
 
 // ownerRefused warns, at most once a second, about a check the owner
-// refused as invalid although this node accepted it: the nodes' limits
-// (--max-key-bytes, --max-window, --max-log-limit) differ, and which
-// requests pass depends on the node they reach.
+// refused as invalid although this node accepted it: the nodes' settings
+// (--max-key-bytes, --max-window, --max-log-limit, or their versions)
+// differ, and which requests pass depends on the node they reach.
 func (s *Service) ownerRefused(ctx context.Context, owner Route, res Result, id string) {
 	if res.Err == nil || Code(res.Err) != codes.InvalidArgument || !s.refusedLog.allow() {
 		return
 	}
-	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' limits differ",
+	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
 		append([]any{"owner", owner.ID, "field", Field(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
 }
 
