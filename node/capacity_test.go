@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -271,4 +272,33 @@ func TestRequestIDAcrossNodes(t *testing.T) {
 	})
 	assert.Equal(t, "grpc-req-2", logs["node-0"].Find("the owner refused")[1].Attrs["request_id"])
 	assert.Equal(t, "grpc-req-2", logs["node-1"].Find("refused a forwarded check")[1].Attrs["request_id"])
+}
+
+// docs/operations.md documents every peerlimit_ metric a node exposes,
+// and nothing it does not.
+func TestOperationsDocListsEveryMetric(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(peerlimit_[a-z_]+)`").FindAllSubmatch(doc, -1) {
+		documented[string(m[1])] = true
+	}
+	require.NotEmpty(t, documented)
+
+	n := testcluster.New(t, 1, nil).Node(0)
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	exposed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (peerlimit_[a-z_]+) `).FindAllSubmatch(body, -1) {
+		exposed[string(m[1])] = true
+	}
+	for name := range exposed {
+		assert.True(t, documented[name], "%s is exposed but not in docs/operations.md", name)
+	}
+	for name := range documented {
+		assert.True(t, exposed[name], "%s is in docs/operations.md but not exposed", name)
+	}
 }

@@ -139,6 +139,14 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		Help: "Reloads of the policy file (SIGHUP), by result: ok, or error (the policies in force were kept)."}, []string{"result"})
 	m.policyReloads.WithLabelValues("ok")
 	m.policyReloads.WithLabelValues("error")
+	// Every series from the start, so rate() and alerts work before the
+	// first event.
+	for _, r := range []string{"sent", "failed"} {
+		m.handoffs.WithLabelValues(r)
+	}
+	for _, d := range []string{"sent", "received", "refused"} {
+		m.handoffKeys.WithLabelValues(d)
+	}
 	policies := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "policies",
 		Help: "Named policies in force (0 without a policy file)."}, func() float64 {
 		if set := n.policySet(); set != nil {
