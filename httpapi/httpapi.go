@@ -240,7 +240,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res := h.c.Check(r.Context(), req)
+	res := h.c.Check(requestContext(w, r), req)
 	if res.Err != nil {
 		writeError(w, res.Err)
 		return
@@ -269,7 +269,7 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, req)
 		idx = append(idx, i)
 	}
-	results, err := h.c.CheckBatch(r.Context(), reqs)
+	results, err := h.c.CheckBatch(requestContext(w, r), reqs)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -300,7 +300,7 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := h.c.Reset(r.Context(), req)
+	res, err := h.c.Reset(requestContext(w, r), req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -308,6 +308,19 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ResetResponse{Owner: res.Owner, Existed: res.Existed(), Cleared: uint32(res.Cleared),
 		MembersAsked: uint32(res.MembersAsked), MembersAcknowledged: uint32(res.MembersAcknowledged),
 		CopiesCleared: uint32(res.CopiesCleared)})
+}
+
+// requestContext returns r's context carrying the client's X-Request-Id,
+// when it sent a valid one (rpc.ValidRequestID), and echoes it: the nodes'
+// log lines about the request name it as request_id. An invalid one is
+// ignored, not refused.
+func requestContext(w http.ResponseWriter, r *http.Request) context.Context {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" || !rpc.ValidRequestID(id) {
+		return r.Context()
+	}
+	w.Header().Set("X-Request-Id", id)
+	return rpc.WithRequestID(r.Context(), id)
 }
 
 func policiesJSON(set *policy.Set) Policies {

@@ -633,9 +633,9 @@ func TestMetrics(t *testing.T) {
 	rec := e.do(http.MethodGet, "/metrics", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	text := rec.Body.String()
-	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_LOG",outcome="allowed"} 1`)
-	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_LOG",outcome="denied"} 1`)
-	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_COUNTER",outcome="error"} 1`)
+	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_LOG",outcome="allowed",route="local"} 1`)
+	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_LOG",outcome="denied",route="local"} 1`)
+	assert.Contains(t, text, `peerlimit_checks_total{algorithm="SLIDING_WINDOW_COUNTER",outcome="error",route="local"} 1`)
 
 	assert.Equal(t, http.StatusMethodNotAllowed, e.do(http.MethodPost, "/metrics", "").Code)
 }

@@ -20,14 +20,14 @@ func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algori
 		if !ok {
 			return false
 		}
-		delete(sh.logs, k)
+		sh.deleteLog(k, st)
 		return st.expiry(k.window) > ms
 	}
 	st, ok := sh.counters[k]
 	if !ok {
 		return false
 	}
-	delete(sh.counters, k)
+	sh.deleteCounter(k)
 	return counterExpiry(&st, k.window) > ms
 }
 
@@ -50,7 +50,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 			if counterExpiry(&st, k.window) > ms {
 				live++
 			}
-			delete(sh.counters, k)
+			sh.deleteCounter(k)
 		}
 	}
 	for k, st := range sh.logs {
@@ -58,7 +58,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 			if st.expiry(k.window) > ms {
 				live++
 			}
-			delete(sh.logs, k)
+			sh.deleteLog(k, st)
 		}
 	}
 	return live

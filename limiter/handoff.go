@@ -3,7 +3,6 @@ package limiter
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -83,12 +82,11 @@ func (s *Store) Forget(now time.Time, states []KeyState) {
 			if st, ok := sh.logs[k]; ok {
 				rest := subtractSorted(st.live(ms-k.window), ks.Log)
 				if len(rest) == 0 {
-					delete(sh.logs, k)
+					sh.deleteLog(k, st)
 				} else {
-					*st = logState{}
-					for _, t := range rest {
-						st.push(t, 1, int64(len(rest)))
-					}
+					n0, c0 := st.n, len(st.ring)
+					st.fill(rest) // no bigger than before: rest is a subset
+					sh.account(st, n0, c0)
 				}
 			}
 		} else if st, ok := sh.counters[k]; ok {
@@ -98,7 +96,7 @@ func (s *Store) Forget(now time.Time, states []KeyState) {
 			sent.roll(id)
 			st.prev, st.curr = max(st.prev-sent.prev, 0), max(st.curr-sent.curr, 0)
 			if st.prev == 0 && st.curr == 0 {
-				delete(sh.counters, k)
+				sh.deleteCounter(k)
 			} else {
 				sh.counters[k] = st
 			}
@@ -177,9 +175,7 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 			if err := s.makeRoom(sh, now); err != nil {
 				return err
 			}
-			k.key = strings.Clone(k.key)
-			sh.counters[k] = in
-			sh.peak = max(sh.peak, sh.len())
+			sh.putCounter(k, in)
 			return nil
 		}
 		id := max(cur.window, in.window)
@@ -199,8 +195,12 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 	slices.Sort(entries)
 	entries = slices.DeleteFunc(entries, func(t int64) bool { return t <= now-w })
 	cur, ok := sh.logs[k]
+	c0 := 0 // the slots the shard counts for this key's log
 	if ok {
+		n0, p0 := cur.n, len(cur.ring)
 		cur.prune(now - w)
+		sh.account(cur, n0, p0)
+		c0 = len(cur.ring)
 		for j := int32(0); j < cur.n; j++ {
 			entries = append(entries, cur.at(j))
 		}
@@ -216,14 +216,18 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 		if err := s.makeRoom(sh, now); err != nil {
 			return err
 		}
+	}
+	// The united log takes exactly len(entries) slots, within the budget
+	// like any log's growth.
+	if err := s.makeLogRoom(sh, now, k, c0, len(entries)); err != nil {
+		return err
+	}
+	if !ok {
 		cur = new(logState)
-		k.key = strings.Clone(k.key)
-		sh.logs[k] = cur
-		sh.peak = max(sh.peak, sh.len())
+		sh.putLog(k, cur)
 	}
-	*cur = logState{}
-	for _, t := range entries {
-		cur.push(t, 1, int64(len(entries)))
-	}
+	n0 := cur.n
+	cur.fill(entries)
+	sh.account(cur, n0, c0)
 	return nil
 }

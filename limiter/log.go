@@ -21,16 +21,23 @@ type logResult struct {
 	allowed    bool
 	count      int64 // hits in the window before the request
 	retryAfter int64
-	resetAfter int64
+	resetAfter int64 // a negative retryAfter of a denied request means noRoom
 }
+
+// noRoom reports that the request would be allowed but its entries need a
+// ring larger than maxCap allowed: nothing was consumed, and the caller
+// makes room or refuses. (Kept in retryAfter, which is positive for any
+// real denial, so the result stays four words: it is on the hot path.)
+func (r logResult) noRoom() bool { return !r.allowed && r.retryAfter < 0 }
 
 // decideLog decides a request of hits at time now (ms) for window w (ms) and
 // updates s. It requires 0 ≤ hits ≤ limit and 0 < w ≤ math.MaxUint32.
+// maxCap is the largest ring the store's log budget allows s.
 //
 // If now is older than the newest entry (the clock stepped back), the request
 // is decided at the newest entry's time, so entries stay ordered and a key
 // cannot regain allowance by time travel.
-func decideLog(s *logState, now, w, limit, hits int64) logResult {
+func decideLog(s *logState, now, w, limit, hits int64, maxCap int) logResult {
 	if s.n > 0 {
 		now = max(now, s.newest())
 	}
@@ -38,7 +45,11 @@ func decideLog(s *logState, now, w, limit, hits int64) logResult {
 	r := logResult{count: int64(s.n)}
 	r.allowed = r.count <= limit-hits
 	if r.allowed {
-		s.push(now, hits, limit)
+		if int(s.n)+int(hits) > len(s.ring) && !s.grow(hits, limit, maxCap) {
+			r.allowed, r.retryAfter = false, -1
+			return r
+		}
+		s.push(now, hits)
 	} else {
 		// The (count+hits−limit)-th oldest entry has to leave the window;
 		// it does so at its time + w, as (T−W, T] excludes T−W.
@@ -75,15 +86,32 @@ func (s *logState) prune(cutoff int64) {
 	}
 }
 
-// push appends hits entries at time t (t ≥ newest). The ring grows by
-// doubling but never beyond what the limit can fill, so a key never holds
-// more than max(limit, entries) slots.
-func (s *logState) push(t, hits, limit int64) {
+// grow makes room in the ring for hits more entries: by doubling, but
+// never beyond what the limit can fill (so a key never holds more than
+// max(limit, entries) slots), or, when maxCap does not allow the doubling,
+// by exactly what is needed. It reports false, changing nothing, when even
+// that exceeds maxCap. Kept out of line: it runs once per doubling, and
+// inlined it slowed every decision.
+//
+//go:noinline
+func (s *logState) grow(hits, limit int64, maxCap int) bool {
+	need := int(s.n) + int(hits)
+	c := max(need, min(max(2*len(s.ring), minLogCap), int(limit)))
+	if c > maxCap {
+		c = need
+	}
+	if c > maxCap {
+		return false
+	}
+	s.resize(c)
+	return true
+}
+
+// push appends hits entries at time t (t ≥ newest); the ring must have
+// room for them (grow).
+func (s *logState) push(t, hits int64) {
 	if hits == 0 {
 		return
-	}
-	if need := int(s.n) + int(hits); need > len(s.ring) {
-		s.resize(max(need, min(max(2*len(s.ring), minLogCap), int(limit))))
 	}
 	if s.n == 0 {
 		s.base = t
@@ -119,6 +147,21 @@ func (s *logState) resize(c int) {
 		ring[i] = s.ring[(s.head+i)%old]
 	}
 	s.ring, s.head = ring, 0
+}
+
+// fill replaces s's entries with ts (sorted ascending, spanning less than
+// 2^32 ms) in a ring of exactly len(ts) slots.
+func (s *logState) fill(ts []int64) {
+	*s = logState{}
+	if len(ts) == 0 {
+		return
+	}
+	s.ring = make([]uint32, len(ts))
+	s.base = ts[0]
+	for i, t := range ts {
+		s.ring[i] = uint32(t - s.base)
+	}
+	s.n = int32(len(ts))
 }
 
 // live returns the timestamps after cutoff, oldest first, without

@@ -12,17 +12,19 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// OverflowPolicy says what a full shard does with a new key once sampling
-// found no expired key to drop.
+// OverflowPolicy says what a full shard does with a new key, or with a log
+// that must grow past the log budget, once sampling found no expired key to
+// drop.
 type OverflowPolicy uint8
 
 const (
 	// OverflowEvict drops the sampled key that would expire soonest. That key
 	// loses its count (its next request starts fresh), so the policy trades
-	// some over-admission for availability; Stats.Evictions counts it.
+	// some over-admission for availability; Stats.Evictions (key cap) and
+	// Stats.LogEvictions (log budget) count it.
 	OverflowEvict OverflowPolicy = iota
-	// OverflowReject refuses the new key with ErrCapacity and keeps every
-	// existing key exact; Stats.Rejections counts it.
+	// OverflowReject refuses the request with ErrCapacity and keeps every
+	// existing key exact; Stats.Rejections and Stats.LogRejections count it.
 	OverflowReject
 )
 
@@ -68,18 +70,33 @@ type Config struct {
 	// MaxLogLimit caps the limit of the log algorithm, whose memory grows
 	// with the limit. Default 10,000; at most 2^30.
 	MaxLogLimit int64
+	// MaxLogEntries caps the entries (4 bytes each) all sliding window logs
+	// may allocate, room to grow included, split evenly over the shards like
+	// MaxKeys: MaxKeys bounds keys, not what a log key holds (a million log
+	// keys at a limit of 10,000 would be 40 GB). A log that must grow past
+	// its shard's share gets room per Overflow, or is refused. Default 2^27
+	// (512 MiB); at least Shards × MaxLogLimit, so that any one log fits.
+	MaxLogEntries int64
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		Shards:      271,
-		MaxKeys:     1 << 20,
-		Overflow:    OverflowEvict,
-		MaxKeyBytes: 1024,
-		MaxWindow:   366 * 24 * time.Hour,
-		MaxLogLimit: 10_000,
+		Shards:        271,
+		MaxKeys:       1 << 20,
+		Overflow:      OverflowEvict,
+		MaxKeyBytes:   1024,
+		MaxWindow:     366 * 24 * time.Hour,
+		MaxLogLimit:   10_000,
+		MaxLogEntries: 1 << 27,
 	}
+}
+
+// Sanitized returns c with its zero fields set to their defaults: the
+// configuration New would use, which Validate can then check.
+func (c Config) Sanitized() Config {
+	c.sanitize()
+	return c
 }
 
 func (c *Config) sanitize() {
@@ -98,6 +115,9 @@ func (c *Config) sanitize() {
 	}
 	if c.MaxLogLimit == 0 {
 		c.MaxLogLimit = d.MaxLogLimit
+	}
+	if c.MaxLogEntries == 0 {
+		c.MaxLogEntries = d.MaxLogEntries
 	}
 }
 
@@ -121,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLogLimit < 1 || c.MaxLogLimit > 1<<30 {
 		errs = append(errs, fmt.Errorf("MaxLogLimit must be in [1, 2^30], got %d", c.MaxLogLimit))
+	} else if c.Shards >= 1 && c.MaxLogEntries/int64(c.Shards) < c.MaxLogLimit {
+		errs = append(errs, fmt.Errorf("MaxLogEntries (--max-log-entries) must be ≥ Shards × MaxLogLimit = %d × %d, so that a full log fits in its shard's share; got %d",
+			c.Shards, c.MaxLogLimit, c.MaxLogEntries))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("limiter config: %w", err)
@@ -137,11 +160,14 @@ func (c Config) Validate() error {
 type Store struct {
 	cfg      Config
 	perShard int // key cap of one shard
+	logShare int // log entry budget of one shard
 	shards   []shard
 
-	evictions  atomic.Uint64
-	rejections atomic.Uint64
-	expired    atomic.Uint64
+	evictions     atomic.Uint64
+	rejections    atomic.Uint64
+	logEvictions  atomic.Uint64
+	logRejections atomic.Uint64
+	expired       atomic.Uint64
 }
 
 // stateKey identifies one limit: the same key under another window is an
@@ -155,11 +181,51 @@ type shard struct {
 	mu       sync.Mutex
 	counters map[stateKey]counterState
 	logs     map[stateKey]*logState
-	peak     int      // largest size since the maps were last rebuilt
-	_        [32]byte // keep neighbouring shards' locks off one cache line
+	peak     int // largest size since the maps were last rebuilt
+	// Running totals, kept under mu wherever state changes, so that the
+	// log budget is one comparison and a scrape never walks the maps.
+	entries  int     // hits held by the logs
+	slots    int     // ring slots the logs allocated (≥ entries): the budgeted memory
+	keyBytes int     // bytes of the key strings held
+	_        [8]byte // keep neighbouring shards' locks off one cache line
 }
 
 func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }
+
+// putCounter stores a new key's counter. Requires sh.mu held.
+func (sh *shard) putCounter(k stateKey, st counterState) {
+	k.key = strings.Clone(k.key) // don't pin the caller's buffer
+	sh.counters[k] = st
+	sh.keyBytes += len(k.key)
+	sh.peak = max(sh.peak, sh.len())
+}
+
+// putLog stores a new key's log, already accounted by the caller's
+// before/after of its entries and slots. Requires sh.mu held.
+func (sh *shard) putLog(k stateKey, st *logState) {
+	k.key = strings.Clone(k.key)
+	sh.logs[k] = st
+	sh.keyBytes += len(k.key)
+	sh.peak = max(sh.peak, sh.len())
+}
+
+func (sh *shard) deleteCounter(k stateKey) {
+	delete(sh.counters, k)
+	sh.keyBytes -= len(k.key)
+}
+
+func (sh *shard) deleteLog(k stateKey, st *logState) {
+	delete(sh.logs, k)
+	sh.keyBytes -= len(k.key)
+	sh.entries -= int(st.n)
+	sh.slots -= len(st.ring)
+}
+
+// account records how a log changed since it held n entries in c slots.
+func (sh *shard) account(st *logState, n int32, c int) {
+	sh.entries += int(st.n - n)
+	sh.slots += len(st.ring) - c
+}
 
 // New returns an empty store.
 func New(cfg Config) (*Store, error) {
@@ -167,7 +233,8 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards, shards: make([]shard, cfg.Shards)}
+	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
+		logShare: int(min(cfg.MaxLogEntries/int64(cfg.Shards), math.MaxInt32)), shards: make([]shard, cfg.Shards)}
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)
@@ -203,16 +270,40 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 	case SlidingWindowLog:
 		st, ok := sh.logs[k]
 		if !ok {
-			st = new(logState)
-		}
-		res := decideLog(st, ms, w, r.Limit, r.Hits)
-		if !ok && st.n > 0 { // only an allowed, consuming request creates state
+			if r.Hits == 0 { // a peek at an absent key: nothing to count, nothing to create
+				return decision(r.Limit, 0, true, 0, 0, 0), nil
+			}
+			// A new key with hits ≤ limit is always allowed, so it will be
+			// stored: make room under the key cap first.
 			if err := s.makeRoom(sh, ms); err != nil {
 				return Decision{}, err
 			}
-			k.key = strings.Clone(k.key) // don't pin the caller's buffer
-			sh.logs[k] = st
-			sh.peak = max(sh.peak, sh.len())
+			st = new(logState)
+		}
+		// The ring may grow to what the shard's share leaves after the
+		// other logs (sh.slots counts this one at c0).
+		n0, c0 := st.n, len(st.ring)
+		res := decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+		if res.noRoom() {
+			err := s.makeLogRoom(sh, ms, k, c0, int(st.n)+int(r.Hits))
+			if err == nil {
+				res = decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+			}
+			if err == nil && res.noRoom() { // cannot happen: room was made
+				err = s.logFull(sh)
+			}
+			if err != nil {
+				if ok {
+					sh.account(st, n0, c0) // its prune stands
+				}
+				return Decision{}, err
+			}
+		}
+		if ok {
+			sh.account(st, n0, c0)
+		} else {
+			sh.putLog(k, st)
+			sh.account(st, 0, 0)
 		}
 		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
 	default:
@@ -225,9 +316,7 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 			if err := s.makeRoom(sh, ms); err != nil {
 				return Decision{}, err
 			}
-			k.key = strings.Clone(k.key)
-			sh.counters[k] = st
-			sh.peak = max(sh.peak, sh.len())
+			sh.putCounter(k, st)
 		}
 		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
 	}
@@ -270,7 +359,7 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 			break
 		}
 		if exp := counterExpiry(&st, k.window); exp <= now {
-			delete(sh.counters, k)
+			sh.deleteCounter(k)
 			dropped++
 		} else if exp < soonest {
 			kk := k
@@ -283,7 +372,7 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 			break
 		}
 		if exp := st.expiry(k.window); exp <= now {
-			delete(sh.logs, k)
+			sh.deleteLog(k, st)
 			dropped++
 		} else if exp < soonest {
 			kk := k
@@ -296,16 +385,71 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	}
 	if s.cfg.Overflow == OverflowReject {
 		s.rejections.Add(1)
-		return fmt.Errorf("limiter: shard holds %d keys: %w", sh.len(), ErrCapacity)
+		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",
+			sh.len(), s.cfg.MaxKeys, ErrCapacity)
 	}
 	switch {
 	case victimC != nil:
-		delete(sh.counters, *victimC)
+		sh.deleteCounter(*victimC)
 	case victimL != nil:
-		delete(sh.logs, *victimL)
+		sh.deleteLog(*victimL, sh.logs[*victimL])
 	}
 	s.evictions.Add(1)
 	return nil
+}
+
+// maxLogEvictions bounds the keys one decision may evict to make room for
+// its log: a log growing by thousands of slots in a shard of tiny ones
+// would otherwise empty the shard. Past it the request is refused.
+const maxLogEvictions = 64
+
+// makeLogRoom frees slots of other logs of sh until the log of self,
+// which the shard counts at selfSlots, can have need slots within the
+// shard's share: expired logs first, then, under OverflowEvict, the
+// sampled log that would expire soonest. Requires sh.mu held.
+func (s *Store) makeLogRoom(sh *shard, now int64, self stateKey, selfSlots, need int) error {
+	evicted := 0
+	for sh.slots-selfSlots+need > s.logShare {
+		var (
+			victim  stateKey
+			found   bool
+			soonest = int64(math.MaxInt64)
+			dropped int
+			n       int
+		)
+		for k, st := range sh.logs { // a random start: a sample
+			if k == self {
+				continue
+			}
+			if n++; n > evictionSample {
+				break
+			}
+			if exp := st.expiry(k.window); exp <= now {
+				sh.deleteLog(k, st)
+				dropped++
+			} else if exp < soonest {
+				victim, found, soonest = k, true, exp
+			}
+		}
+		if dropped > 0 {
+			s.expired.Add(uint64(dropped))
+			continue
+		}
+		if !found || s.cfg.Overflow == OverflowReject || evicted == maxLogEvictions {
+			return s.logFull(sh)
+		}
+		sh.deleteLog(victim, sh.logs[victim])
+		s.logEvictions.Add(1)
+		evicted++
+	}
+	return nil
+}
+
+// logFull counts and explains a request refused for the log budget.
+func (s *Store) logFull(sh *shard) error {
+	s.logRejections.Add(1)
+	return fmt.Errorf("log entries refused: the logs of this key's shard hold %d of its %d slots, its share of the node's budget of %d (--max-log-entries): %w",
+		sh.slots, s.logShare, s.cfg.MaxLogEntries, ErrCapacity)
 }
 
 // Sweep frees every key whose state is empty at now and returns how many it
@@ -319,13 +463,13 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, st := range sh.counters {
 			if counterExpiry(&st, k.window) <= ms {
-				delete(sh.counters, k)
+				sh.deleteCounter(k)
 				freed++
 			}
 		}
 		for k, st := range sh.logs {
 			if st.expiry(k.window) <= ms {
-				delete(sh.logs, k)
+				sh.deleteLog(k, st)
 				freed++
 			}
 		}
@@ -359,25 +503,56 @@ func (sh *shard) compact() {
 type Stats struct {
 	CounterKeys int
 	LogKeys     int
-	LogEntries  int    // hits held by all logs
-	Evictions   uint64 // live keys dropped to make room (OverflowEvict)
-	Rejections  uint64 // new keys refused (OverflowReject)
-	Expired     uint64 // empty keys freed by Sweep or by a full shard
+	LogEntries  int // hits held by all logs
+	// LogSlots is the entries the logs allocated, room to grow included:
+	// what Config.MaxLogEntries bounds.
+	LogSlots int
+	// KeyBytes is the length of every key string held.
+	KeyBytes int
+	// Bytes estimates the heap the state takes (see EstimateBytes).
+	Bytes         int64
+	Evictions     uint64 // live keys dropped for a new key at the key cap (OverflowEvict)
+	Rejections    uint64 // new keys refused at the key cap (OverflowReject)
+	LogEvictions  uint64 // live log keys dropped for another log's growth at the log budget (OverflowEvict)
+	LogRejections uint64 // requests refused at the log budget
+	Expired       uint64 // empty keys freed by Sweep or by a full shard
 }
 
-// Stats walks the shards, one lock at a time.
+// Per-key heap costs beyond the key string and the log's ring, calibrated
+// with BenchmarkMemoryPerKey (126 B for a counter and 176 B for a log of
+// limit 5, both with a 37-byte key): a map slot at Go's load factor, the
+// key string's size-class rounding, and the log's heap-allocated header.
+const (
+	counterKeyOverhead = 88
+	logKeyOverhead     = 112
+	logSlotBytes       = 4
+)
+
+// EstimateBytes estimates the heap taken by the state Stats describes.
+// It is an estimate: maps grow by doubling, so a store that just grew
+// holds up to twice its slots, and a map shrinks only once Sweep rebuilds
+// it.
+func (st Stats) EstimateBytes() int64 {
+	return int64(st.CounterKeys)*counterKeyOverhead + int64(st.LogKeys)*logKeyOverhead +
+		int64(st.KeyBytes) + int64(st.LogSlots)*logSlotBytes
+}
+
+// Stats reads the running totals of each shard, one lock at a time: the
+// cost is one lock per shard, however many keys the store holds.
 func (s *Store) Stats() Stats {
-	st := Stats{Evictions: s.evictions.Load(), Rejections: s.rejections.Load(), Expired: s.expired.Load()}
+	st := Stats{Evictions: s.evictions.Load(), Rejections: s.rejections.Load(),
+		LogEvictions: s.logEvictions.Load(), LogRejections: s.logRejections.Load(), Expired: s.expired.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		st.CounterKeys += len(sh.counters)
 		st.LogKeys += len(sh.logs)
-		for _, l := range sh.logs {
-			st.LogEntries += int(l.n)
-		}
+		st.LogEntries += sh.entries
+		st.LogSlots += sh.slots
+		st.KeyBytes += sh.keyBytes
 		sh.mu.Unlock()
 	}
+	st.Bytes = st.EstimateBytes()
 	return st
 }
 

@@ -59,6 +59,11 @@ type Config struct {
 	MaxRecvMsgBytes int
 	// MaxBodyBytes caps an HTTP request body. Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxInflightForwards caps the checks this node has forwarded and
+	// still waits on, all owners together; over it a check is refused with
+	// RESOURCE_EXHAUSTED (HTTP 429). Default 10,000 (see
+	// rpc.Config.MaxInflightForwards).
+	MaxInflightForwards int
 	// SweepInterval is how often expired keys are freed. Decisions never
 	// depend on it; it only bounds how long dead keys hold memory.
 	// Default 10s.
@@ -100,23 +105,24 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		ID:              host,
-		GRPCAddr:        ":9090",
-		HTTPAddr:        ":8080",
-		GossipAddr:      ":7946",
-		GossipProfile:   cluster.ProfileLAN,
-		Ring:            ring.DefaultConfig(),
-		Peers:           rpc.DefaultPeersConfig(),
-		Fallback:        rpc.FallbackLocal,
-		HandoffInterval: 5 * time.Second,
-		Limiter:         limiter.DefaultConfig(),
-		MaxBatch:        1000,
-		MaxRecvMsgBytes: 4 << 20,
-		MaxBodyBytes:    1 << 20,
-		SweepInterval:   10 * time.Second,
-		Security:        DefaultSecurityConfig(),
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Now:             time.Now,
+		ID:                  host,
+		GRPCAddr:            ":9090",
+		HTTPAddr:            ":8080",
+		GossipAddr:          ":7946",
+		GossipProfile:       cluster.ProfileLAN,
+		Ring:                ring.DefaultConfig(),
+		Peers:               rpc.DefaultPeersConfig(),
+		Fallback:            rpc.FallbackLocal,
+		HandoffInterval:     5 * time.Second,
+		Limiter:             limiter.DefaultConfig(),
+		MaxBatch:            1000,
+		MaxRecvMsgBytes:     4 << 20,
+		MaxBodyBytes:        1 << 20,
+		MaxInflightForwards: 10_000,
+		SweepInterval:       10 * time.Second,
+		Security:            DefaultSecurityConfig(),
+		Logger:              slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Now:                 time.Now,
 	}
 }
 
@@ -157,6 +163,9 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("MaxBodyBytes must be ≥ 1024, got %d", c.MaxBodyBytes))
 	}
+	if c.MaxInflightForwards < 1 {
+		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
+	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
 	}
@@ -174,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if c.EnvoyRLSHeaders && c.EnvoyRLSConfig == "" {
 		errs = append(errs, errors.New("EnvoyRLSHeaders (--envoy-rls-headers) needs EnvoyRLSConfig (--envoy-rls-config)"))
+	}
+	if err := c.Limiter.Sanitized().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {

@@ -1,17 +1,21 @@
 package node
 
 import (
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/rpc"
 )
 
-// storeCollector reads the store's bookkeeping at scrape time, so the hot
-// path pays nothing for these metrics.
+// storeCollector reads the store's running totals at scrape time (one
+// lock per shard, no walk of the keys), so the hot path pays nothing for
+// these metrics.
 type storeCollector struct {
-	store                        *limiter.Store
-	keys, entries                *prometheus.Desc
-	evictions, rejected, expired *prometheus.Desc
+	store                          *limiter.Store
+	keys, entries, slots, bytes    *prometheus.Desc
+	evictions, rejections, expired *prometheus.Desc
 }
 
 func newStoreCollector(s *limiter.Store) *storeCollector {
@@ -19,12 +23,17 @@ func newStoreCollector(s *limiter.Store) *storeCollector {
 		return prometheus.NewDesc("peerlimit_"+name, help, labels, nil)
 	}
 	return &storeCollector{
-		store:     s,
-		keys:      d("keys", "Keys held by this node, by algorithm.", "algorithm"),
-		entries:   d("log_entries", "Hits held by all sliding window logs (4 bytes each)."),
-		evictions: d("evictions_total", "Live keys dropped to make room for new ones (overflow policy evict): each such key restarts from zero."),
-		rejected:  d("rejected_keys_total", "New keys refused because the store was full (overflow policy reject)."),
-		expired:   d("expired_keys_total", "Keys freed because their state had expired."),
+		store:   s,
+		keys:    d("keys", "Keys held by this node, by algorithm (a key under two windows counts twice); --max-keys bounds their sum.", "algorithm"),
+		entries: d("log_entries", "Hits held by all sliding window logs (4 bytes each)."),
+		slots:   d("log_slots", "Entries allocated by all sliding window logs, room to grow included; --max-log-entries bounds it."),
+		bytes: d("state_bytes", "Estimated heap taken by the keys' state: per key (map slot, key string) and per log slot, "+
+			"calibrated with BenchmarkMemoryPerKey. An estimate: maps hold up to twice their live size between sweeps."),
+		evictions: d("evictions_total", "Live keys dropped to make room, by the cap that was reached (keys: --max-keys, a new key; "+
+			"log_entries: --max-log-entries, a growing log) under --overflow=evict: each such key restarts from zero.", "cap"),
+		rejections: d("rejections_total", "Checks refused with RESOURCE_EXHAUSTED because a cap was reached (keys: a new key at --max-keys; "+
+			"log_entries: a log at --max-log-entries), under --overflow=reject or when eviction found no room.", "cap"),
+		expired: d("expired_keys_total", "Keys freed because their state had expired."),
 	}
 }
 
@@ -34,12 +43,77 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.store.Stats()
-	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.CounterKeys), limiter.SlidingWindowCounter.String())
-	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.LogKeys), limiter.SlidingWindowLog.String())
-	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.LogEntries))
-	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
-	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejections))
-	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expired))
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	n := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	g(c.keys, float64(st.CounterKeys), limiter.SlidingWindowCounter.String())
+	g(c.keys, float64(st.LogKeys), limiter.SlidingWindowLog.String())
+	g(c.entries, float64(st.LogEntries))
+	g(c.slots, float64(st.LogSlots))
+	g(c.bytes, float64(st.Bytes))
+	n(c.evictions, st.Evictions, capKeys)
+	n(c.evictions, st.LogEvictions, capLogEntries)
+	n(c.rejections, st.Rejections, capKeys)
+	n(c.rejections, st.LogRejections, capLogEntries)
+	n(c.expired, st.Expired)
+}
+
+// The cap label's values.
+const (
+	capKeys             = "keys"
+	capLogEntries       = "log_entries"
+	capInflightForwards = "inflight_forwards"
+)
+
+// registerCapacity exposes the configured caps, so that alerts can say
+// how near a node is to one (peerlimit_keys / peerlimit_capacity), and
+// the forwarded checks in flight.
+func registerCapacity(reg prometheus.Registerer, cfg Config, svc *rpc.Service) error {
+	lc := svc.Store().Config()
+	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "capacity",
+		Help: "The configured caps: keys (--max-keys), log_entries (--max-log-entries), inflight_forwards (--max-inflight-forwards)."},
+		[]string{"cap"})
+	caps.WithLabelValues(capKeys).Set(float64(lc.MaxKeys))
+	caps.WithLabelValues(capLogEntries).Set(float64(lc.MaxLogEntries))
+	caps.WithLabelValues(capInflightForwards).Set(float64(cfg.MaxInflightForwards))
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "forwards_inflight",
+		Help: "Forwarded checks waiting for their owners' answers now; --max-inflight-forwards bounds it."},
+		func() float64 { return float64(svc.InflightForwards()) })
+	for _, c := range []prometheus.Collector{caps, inflight} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capacityReport logs, once per sweep, what the caps cost since the last
+// sweep: keys evicted (their counts restart) and checks refused. One line
+// per interval however many keys a flood drops, and none while nothing
+// hits a cap. Only the sweeper calls report.
+type capacityReport struct {
+	log  *slog.Logger
+	cfg  limiter.Config
+	last limiter.Stats
+}
+
+func (r *capacityReport) report(st limiter.Stats) {
+	ev, rej := st.Evictions-r.last.Evictions, st.Rejections-r.last.Rejections
+	logEv, logRej := st.LogEvictions-r.last.LogEvictions, st.LogRejections-r.last.LogRejections
+	r.last = st
+	if ev+rej+logEv+logRej == 0 {
+		return
+	}
+	msg := "store at capacity: evicted live keys, whose counts restart from zero"
+	if r.cfg.Overflow == limiter.OverflowReject || ev+logEv == 0 {
+		msg = "store at capacity: refused checks with RESOURCE_EXHAUSTED"
+	}
+	r.log.Warn(msg, "evicted_keys", ev, "rejected_keys", rej, "evicted_logs", logEv, "rejected_logs", logRej,
+		"keys", st.CounterKeys+st.LogKeys, "max_keys", r.cfg.MaxKeys, "log_slots", st.LogSlots,
+		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
 // nodeMetrics are the node's own: ring changes, handoffs, members.
@@ -65,6 +139,14 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		Help: "Reloads of the policy file (SIGHUP), by result: ok, or error (the policies in force were kept)."}, []string{"result"})
 	m.policyReloads.WithLabelValues("ok")
 	m.policyReloads.WithLabelValues("error")
+	// Every series from the start, so rate() and alerts work before the
+	// first event.
+	for _, r := range []string{"sent", "failed"} {
+		m.handoffs.WithLabelValues(r)
+	}
+	for _, d := range []string{"sent", "received", "refused"} {
+		m.handoffKeys.WithLabelValues(d)
+	}
 	policies := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "policies",
 		Help: "Named policies in force (0 without a policy file)."}, func() float64 {
 		if set := n.policySet(); set != nil {

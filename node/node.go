@@ -59,6 +59,8 @@ type Node struct {
 	grpcLn  net.Listener
 	httpLn  net.Listener
 
+	capacity capacityReport // written by the sweeper only
+
 	serving atomic.Bool
 	leaving atomic.Bool   // once set, this node owns nothing
 	ringMu  sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
@@ -91,6 +93,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.store, err = limiter.New(cfg.Limiter); err != nil {
 		return nil, err
 	}
+	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
 	if cfg.PoliciesFile != "" {
 		// Checked against this store's caps, so a policy no request could
 		// use is refused now rather than on every request.
@@ -131,7 +134,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.ring.Store(self)
 
 	pcfg := cfg.Peers
-	pcfg.SelfID = cfg.ID
+	pcfg.SelfID, pcfg.Metrics = cfg.ID, rpcMetrics
 	pcfg.DialOptions = append(n.sec.peerDialOptions(), pcfg.DialOptions...)
 	if d := dialFrom(n.grpcLn.Addr()); d != nil {
 		pcfg.DialOptions = append(pcfg.DialOptions, grpc.WithContextDialer(d))
@@ -141,12 +144,15 @@ func Start(cfg Config) (_ *Node, err error) {
 	rcfg := rpc.DefaultConfig()
 	rcfg.NodeID, rcfg.MaxBatch, rcfg.Now = cfg.ID, cfg.MaxBatch, cfg.Now
 	rcfg.Owner, rcfg.Peers, rcfg.Fallback, rcfg.Logger = n.owner, n.peers, cfg.Fallback, n.log
-	rcfg.Members = n.memberRoutes
+	rcfg.Members, rcfg.MaxInflightForwards = n.memberRoutes, cfg.MaxInflightForwards
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		rcfg.Policies = n.policies
 	}
 	if n.svc, err = rpc.NewService(rcfg, n.store, rpcMetrics); err != nil {
 		return nil, err
+	}
+	if err := registerCapacity(reg, cfg, n.svc); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
 	unary := []grpc.UnaryServerInterceptor{n.recoverUnary}
@@ -346,11 +352,13 @@ func (n *Node) handOff(ctx context.Context) (left int) {
 		sent, merged := 0, 0
 		for sent < len(states) {
 			chunk := states[sent : sent+handoffChunk(states[sent:])]
-			m, rejected, err := n.peers.Handoff(ctx, rpc.Route{ID: owner.ID, Addr: owner.Addr}, chunk)
+			// The receiver logs what it refuses under the same request_id.
+			rid := rpc.NewRequestID()
+			m, rejected, err := n.peers.Handoff(rpc.WithRequestID(ctx, rid), rpc.Route{ID: owner.ID, Addr: owner.Addr}, chunk)
 			if err != nil {
 				// The state never left: try again on the next round.
 				n.metrics.handoffs.WithLabelValues("failed").Inc()
-				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err)
+				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err, "request_id", rid)
 				left += len(states) - sent
 				break
 			}
@@ -360,7 +368,7 @@ func (n *Node) handOff(ctx context.Context) (left int) {
 			n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(m))
 			if len(rejected) > 0 {
 				n.metrics.handoffKeys.WithLabelValues("refused").Add(float64(len(rejected)))
-				n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0])
+				n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0], "request_id", rid)
 			}
 			sent += len(chunk)
 			merged += m
@@ -390,10 +398,11 @@ func handoffChunk(states []limiter.KeyState) int {
 }
 
 // received counts state handed to this node.
-func (n *Node) received(origin string, merged int, rejected []string) {
+func (n *Node) received(ctx context.Context, origin string, merged int, rejected []string) {
 	n.metrics.handoffKeys.WithLabelValues("received").Add(float64(merged))
 	if len(rejected) > 0 {
-		n.log.Warn("refused handed-off keys", "from", origin, "refused", len(rejected), "first", rejected[0])
+		n.log.Warn("refused handed-off keys", "from", origin, "refused", len(rejected), "first", rejected[0],
+			"request_id", rpc.RequestIDFrom(ctx)) // always set: handoffs carry one
 	}
 }
 
@@ -409,6 +418,7 @@ func (n *Node) sweepLoop() {
 			if freed := n.store.Sweep(n.cfg.Now()); freed > 0 {
 				n.log.Debug("swept expired keys", "freed", freed)
 			}
+			n.capacity.report(n.store.Stats())
 		}
 	}
 }

@@ -214,7 +214,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	defer resp.Body.Close()
 	text, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	assert.Contains(t, string(text), `peerlimit_checks_total{algorithm="SLIDING_WINDOW_COUNTER",outcome="allowed"} 1`)
+	assert.Contains(t, string(text), `peerlimit_checks_total{algorithm="SLIDING_WINDOW_COUNTER",outcome="allowed",route="local"} 1`)
 	assert.Contains(t, string(text), `peerlimit_keys{algorithm="SLIDING_WINDOW_COUNTER"} 1`)
 	assert.Contains(t, string(text), "go_goroutines")
 }

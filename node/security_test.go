@@ -296,7 +296,7 @@ func TestHardenedCluster(t *testing.T) {
 		// not a member: refused with PermissionDenied.
 		intruder := intruderPeers(t, h, "intruder")
 		route := rpc.Route{ID: target.ID(), Addr: target.GRPCAddr()}
-		_, err := intruder.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
+		_, _, err := intruder.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 		_, _, err = intruder.Handoff(context.Background(), route, []limiter.KeyState{{Key: key, Window: time.Minute,
 			WindowID: time.Now().UnixMilli() / 60_000, Curr: 50}})
@@ -306,7 +306,7 @@ func TestHardenedCluster(t *testing.T) {
 
 		// The control: the same kind of connection from a member works.
 		member := intruderPeers(t, h, "node-1")
-		res, err := member.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
+		res, _, err := member.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
 		require.NoError(t, err)
 		assert.Equal(t, target.ID(), res.Owner)
 		assert.EqualValues(t, 1, peekCount(t, target, key, time.Minute))
@@ -405,7 +405,7 @@ func TestClusterSecretKeepsStrangersOut(t *testing.T) {
 		{"the secret, not a member", "stranger", secSecret, codes.PermissionDenied},
 	} {
 		p := sender(s.id, s.secret)
-		_, err := p.Forward(context.Background(), route, req)
+		_, _, err := p.Forward(context.Background(), route, req)
 		assert.Equal(t, s.want, status.Code(err), "%s: forward: %v", s.name, err)
 		_, _, err = p.Handoff(context.Background(), route, state)
 		assert.Equal(t, s.want, status.Code(err), "%s: handoff: %v", s.name, err)

@@ -21,7 +21,7 @@ func Code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, ErrOwnerUnreachable):
 		return codes.Unavailable
-	case errors.Is(err, limiter.ErrCapacity), errors.Is(err, ErrBatchTooLarge):
+	case errors.Is(err, limiter.ErrCapacity), errors.Is(err, ErrBatchTooLarge), errors.Is(err, ErrTooManyForwards):
 		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded

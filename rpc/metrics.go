@@ -1,91 +1,177 @@
 package rpc
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
-// Metrics counts the Service's decisions. The counters are resolved once, so
-// observing costs an atomic add, not a label lookup. A nil *Metrics observes
-// nothing.
+// Metrics counts the request path. Every series is resolved once, in
+// NewMetrics, so observing costs an array index and an atomic add, never a
+// label lookup; histograms are observed once per call, not per check. A
+// nil *Metrics observes nothing. Labels never carry keys or ids: their
+// values are the fixed sets below.
 type Metrics struct {
-	checks    [2][3]prometheus.Counter // [algorithm][allowed, denied, error]
-	forwards  [2]prometheus.Counter    // [ok, failed]
-	fallbacks [3]prometheus.Counter    // by FallbackPolicy
+	checks      [2][3][3]prometheus.Counter // [algorithm][route][outcome]
+	peerChecks  [2][3]prometheus.Counter    // [algorithm][outcome]
+	forwards    [3]prometheus.Counter       // [ok, failed, refused]
+	fallbacks   [3]prometheus.Counter       // by FallbackPolicy
+	fwdDuration [2]prometheus.Observer      // [ok, error]
+	fwdSize     prometheus.Observer
+	batchSize   prometheus.Observer
 }
 
+// Outcomes of a check.
 const (
 	outcomeAllowed = iota
 	outcomeDenied
 	outcomeError
 )
 
-// NewMetrics registers the Service's metrics with reg.
+// Routes of a check: who answered it.
+const (
+	routeLocal     = iota // this node owns the key
+	routeForwarded        // another node owns it (answered, or the error of trying)
+	routeFallback         // its owner was unreachable; the fallback policy answered
+)
+
+// Results of forwarding one check.
+const (
+	forwardOK      = iota // the owner answered
+	forwardFailed         // the owner could not be asked: the fallback answered
+	forwardRefused        // never sent: MaxInflightForwards checks were waiting already
+)
+
+var (
+	outcomeNames = [...]string{"allowed", "denied", "error"}
+	routeNames   = [...]string{"local", "forwarded", "fallback"}
+	forwardNames = [...]string{"ok", "failed", "refused"}
+	algorithms   = [...]limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog}
+)
+
+// NewMetrics registers the request path's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peerlimit",
 		Name:      "checks_total",
-		Help:      "Checks decided by this node, by algorithm and outcome (allowed, denied, error).",
+		Help: "Checks clients sent to this node, counted once, here, by algorithm, route (local: this node owns the key; " +
+			"forwarded: another node owns it; fallback: its owner was unreachable and the fallback policy answered, degraded) " +
+			"and outcome (allowed, denied, error).",
+	}, []string{"algorithm", "route", "outcome"})
+	peer := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peerlimit",
+		Name:      "peer_checks_total",
+		Help:      "Checks other nodes forwarded to this node and it decided as their owner, by algorithm and outcome.",
 	}, []string{"algorithm", "outcome"})
-	if err := reg.Register(vec); err != nil {
-		return nil, err
-	}
 	fwd := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peerlimit",
 		Name:      "forwards_total",
-		Help:      "Checks forwarded to their owner, by result: ok (the owner answered) or failed (it could not be asked).",
+		Help: "Checks forwarded to their owner, by result: ok (the owner answered), failed (it could not be asked), " +
+			"refused (not sent: --max-inflight-forwards checks were already waiting).",
 	}, []string{"result"})
 	unr := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peerlimit",
 		Name:      "owner_unreachable_total",
 		Help:      "Checks answered by the fallback policy because their owner could not be reached; every such answer is marked degraded.",
 	}, []string{"policy"})
-	for _, c := range []prometheus.Collector{fwd, unr} {
+	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "peerlimit",
+		Name:      "forward_duration_seconds",
+		Help:      "Duration of each Forward call to an owner (one call carries a batch of checks), by result: ok or error.",
+		Buckets:   prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs to 1.6s
+	}, []string{"result"})
+	size := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peerlimit",
+		Name:      "forward_batch_size",
+		Help:      "Checks carried by each Forward call to an owner.",
+		Buckets:   prometheus.ExponentialBuckets(1, 2, 11), // 1 to 1024
+	})
+	batch := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peerlimit",
+		Name:      "check_batch_size",
+		Help:      "Checks in each CheckBatch call (gRPC or HTTP) this node received, not counting items that failed to parse.",
+		Buckets:   prometheus.ExponentialBuckets(1, 2, 11),
+	})
+	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	m := &Metrics{}
-	m.forwards[0], m.forwards[1] = fwd.WithLabelValues("ok"), fwd.WithLabelValues("failed")
+	m := &Metrics{fwdSize: size, batchSize: batch}
+	for _, a := range algorithms {
+		for o, outcome := range outcomeNames {
+			for r, route := range routeNames {
+				m.checks[a][r][o] = checks.WithLabelValues(a.String(), route, outcome)
+			}
+			m.peerChecks[a][o] = peer.WithLabelValues(a.String(), outcome)
+		}
+	}
+	for r, name := range forwardNames {
+		m.forwards[r] = fwd.WithLabelValues(name)
+	}
 	for p := FallbackLocal; p <= FallbackDeny; p++ {
 		m.fallbacks[p] = unr.WithLabelValues(p.String())
 	}
-	for _, a := range []limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog} {
-		for o, name := range []string{"allowed", "denied", "error"} {
-			m.checks[a][o] = vec.WithLabelValues(a.String(), name)
-		}
-	}
+	m.fwdDuration[0], m.fwdDuration[1] = dur.WithLabelValues("ok"), dur.WithLabelValues("error")
 	return m, nil
 }
 
-func (m *Metrics) observe(a limiter.Algorithm, allowed bool, err error) {
+func outcome(res Result) int {
+	switch {
+	case res.Err != nil:
+		return outcomeError
+	case res.Decision.Allowed:
+		return outcomeAllowed
+	}
+	return outcomeDenied
+}
+
+// check counts a check answered to a client.
+func (m *Metrics) check(a limiter.Algorithm, route int, res Result) {
 	if m == nil || int(a) >= len(m.checks) {
 		return
 	}
-	o := outcomeDenied
-	switch {
-	case err != nil:
-		o = outcomeError
-	case allowed:
-		o = outcomeAllowed
-	}
-	m.checks[a][o].Inc()
+	m.checks[a][route][outcome(res)].Inc()
 }
 
-func (m *Metrics) forwarded(ok bool) {
-	if m == nil {
+// peerCheck counts a check decided here for another node.
+func (m *Metrics) peerCheck(a limiter.Algorithm, res Result) {
+	if m == nil || int(a) >= len(m.peerChecks) {
 		return
 	}
-	if ok {
-		m.forwards[0].Inc()
-	} else {
-		m.forwards[1].Inc()
+	m.peerChecks[a][outcome(res)].Inc()
+}
+
+func (m *Metrics) forwarded(result int, n int) {
+	if m != nil {
+		m.forwards[result].Add(float64(n))
 	}
 }
 
 func (m *Metrics) unreachable(p FallbackPolicy) {
 	if m != nil && int(p) < len(m.fallbacks) {
 		m.fallbacks[p].Inc()
+	}
+}
+
+// forwardCall records one Forward call: how long it took and how many
+// checks it carried.
+func (m *Metrics) forwardCall(start time.Time, checks int, err error) {
+	if m == nil {
+		return
+	}
+	r := 0
+	if err != nil {
+		r = 1
+	}
+	m.fwdDuration[r].Observe(time.Since(start).Seconds())
+	m.fwdSize.Observe(float64(checks))
+}
+
+func (m *Metrics) checkBatch(n int) {
+	if m != nil {
+		m.batchSize.Observe(float64(n))
 	}
 }

@@ -40,6 +40,8 @@ type PeersConfig struct {
 	// DialOptions are added to every peer connection (e.g. TLS).
 	// Default: plaintext.
 	DialOptions []grpc.DialOption
+	// Metrics, if set, observes every Forward call's duration and size.
+	Metrics *Metrics
 }
 
 // DefaultPeersConfig returns the defaults documented on PeersConfig.
@@ -63,7 +65,22 @@ type peer struct {
 	route   Route
 	conn    *grpc.ClientConn
 	client  pb.PeerClient
-	batcher *batch.Batcher[*pb.CheckRequest, *pb.CheckResult] // nil when batching is off
+	batcher *batch.Batcher[fwdItem, fwdResult] // nil when batching is off
+}
+
+// fwdItem is one check waiting in a peer's batcher, with the context of
+// the request it belongs to: a call that carries only it carries its
+// request id (see RequestIDKey).
+type fwdItem struct {
+	req *pb.CheckRequest
+	ctx context.Context
+}
+
+// fwdResult is the owner's answer to one check and the id of the call
+// that carried it.
+type fwdResult struct {
+	res *pb.CheckResult
+	id  string
 }
 
 // NewPeers returns an empty peer set.
@@ -143,11 +160,27 @@ func (p *Peers) get(r Route) (*peer, error) {
 	conn.Connect() // dial now, not on the first forward
 	pr := &peer{route: r, conn: conn, client: pb.NewPeerClient(conn)}
 	if p.cfg.BatchLimit > 1 {
-		pr.batcher = batch.New(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
-			defer cancel()
-			resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: p.cfg.SelfID, Checks: reqs})
-			return resp.GetResults(), err
+		pr.batcher = batch.New(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(items []fwdItem) ([]fwdResult, error) {
+			// A call for one request carries its id; a coalesced one its own.
+			id := ""
+			if len(items) == 1 {
+				id = callID(items[0].ctx)
+			} else {
+				id = NewRequestID()
+			}
+			reqs := make([]*pb.CheckRequest, len(items))
+			for i, it := range items {
+				reqs[i] = it.req
+			}
+			results, err := pr.forward(context.Background(), p.cfg, reqs, id)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]fwdResult, len(results))
+			for i, r := range results {
+				out[i] = fwdResult{res: r, id: id}
+			}
+			return out, nil
 		})
 	}
 	if old, ok := p.peers[r.ID]; ok {
@@ -165,62 +198,70 @@ func (pr *peer) close() {
 }
 
 // Forward sends one check to its owner, batched with others bound there,
-// and returns the owner's answer. The error is for the transport (the
-// owner could not be asked); an answer the owner gave, including a
-// per-check error, is in the Result.
-func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Result, error) {
+// and returns the owner's answer and the request id of the call that
+// carried it (CallID of an error says the same). The error is for the
+// transport (the owner could not be asked); an answer the owner gave,
+// including a per-check error, is in the Result.
+func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Result, string, error) {
 	pr, err := p.get(to)
 	if err != nil {
-		return Result{}, err
+		return Result{}, "", err
 	}
 	preq := ToProtoRequest(req)
-	var res *pb.CheckResult
+	var res fwdResult
 	if pr.batcher != nil {
-		res, err = pr.batcher.Do(ctx, preq)
+		res, err = pr.batcher.Do(ctx, fwdItem{req: preq, ctx: ctx})
 	} else {
+		res.id = callID(ctx)
 		var results []*pb.CheckResult
-		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq})
+		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq}, res.id)
 		if err == nil {
-			res = results[0]
+			res.res = results[0]
 		}
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("forward to %s: %w", to.ID, err)
+		return Result{}, CallID(err), fmt.Errorf("forward to %s: %w", to.ID, err)
 	}
-	return FromProtoResult(res), nil
+	return FromProtoResult(res.res), res.id, nil
 }
 
 // ForwardBatch sends checks to their owner in one call (they are already a
-// batch) and returns one Result per check.
-func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, error) {
+// batch, of one request, whose id the call carries) and returns one Result
+// per check and the call's request id.
+func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, string, error) {
 	pr, err := p.get(to)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	preqs := make([]*pb.CheckRequest, len(reqs))
 	for i, r := range reqs {
 		preqs[i] = ToProtoRequest(r)
 	}
-	results, err := pr.forward(ctx, p.cfg, preqs)
+	id := callID(ctx)
+	results, err := pr.forward(ctx, p.cfg, preqs, id)
 	if err != nil {
-		return nil, fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)
+		return nil, id, fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)
 	}
 	out := make([]Result, len(results))
 	for i, r := range results {
 		out[i] = FromProtoResult(r)
 	}
-	return out, nil
+	return out, id, nil
 }
 
-func (pr *peer) forward(ctx context.Context, cfg PeersConfig, reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+// forward makes one Forward call carrying request id id; its error is a
+// *callError naming id.
+func (pr *peer) forward(ctx context.Context, cfg PeersConfig, reqs []*pb.CheckRequest, id string) ([]*pb.CheckResult, error) {
+	ctx, cancel := context.WithTimeout(outgoing(ctx, id), cfg.Timeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: cfg.SelfID, Checks: reqs})
-	if err != nil {
-		return nil, err
+	if err == nil && len(resp.GetResults()) != len(reqs) {
+		err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
 	}
-	if len(resp.GetResults()) != len(reqs) {
-		return nil, fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	cfg.Metrics.forwardCall(start, len(reqs), err)
+	if err != nil {
+		return nil, &callError{id: id, err: err}
 	}
 	return resp.GetResults(), nil
 }
@@ -236,11 +277,12 @@ func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState
 	for i, s := range states {
 		req.States[i] = ToProtoKeyState(s)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 4*p.cfg.Timeout) // a partition's state is bigger than a check
+	id := callID(ctx)
+	ctx, cancel := context.WithTimeout(outgoing(ctx, id), 4*p.cfg.Timeout) // a partition's state is bigger than a check
 	defer cancel()
 	resp, err := pr.client.Handoff(ctx, req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("hand off %d keys to %s: %w", len(states), to.ID, err)
+		return 0, nil, &callError{id: id, err: fmt.Errorf("hand off %d keys to %s: %w", len(states), to.ID, err)}
 	}
 	return int(resp.GetMerged()), resp.GetRejected(), nil
 }
@@ -253,12 +295,13 @@ func (p *Peers) Reset(ctx context.Context, to Route, r ResetRequest) (int, error
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	id := callID(ctx)
+	ctx, cancel := context.WithTimeout(outgoing(ctx, id), p.cfg.Timeout)
 	defer cancel()
 	resp, err := pr.client.Reset(ctx, &pb.PeerResetRequest{Origin: p.cfg.SelfID, Key: r.Key,
 		WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm), AllWindows: r.AllWindows})
 	if err != nil {
-		return 0, fmt.Errorf("reset on %s: %w", to.ID, err)
+		return 0, &callError{id: id, err: fmt.Errorf("reset on %s: %w", to.ID, err)}
 	}
 	return int(resp.GetCleared()), nil
 }

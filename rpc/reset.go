@@ -104,6 +104,12 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 	if err := s.validateReset(r); err != nil {
 		return ResetResult{}, err
 	}
+	// One id for the owner's and every member's call, and the log lines.
+	rid := RequestIDFrom(ctx)
+	if rid == "" {
+		rid = NewRequestID()
+		ctx = WithRequestID(ctx, rid)
+	}
 	owner, local := s.owner(r.Key)
 	res := ResetResult{Owner: s.cfg.NodeID}
 	if local {
@@ -143,7 +149,7 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 			defer mu.Unlock()
 			if err != nil {
 				s.log.Warn("reset: a member did not drop its copy; its next handoff may bring the count back",
-					"key", r.Key, "member", m.ID, "err", err)
+					"key", r.Key, "member", m.ID, "err", err, "request_id", rid)
 				return
 			}
 			res.MembersAcknowledged++
@@ -157,7 +163,8 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 		which = []any{"window", r.Window, "algorithm", r.Algorithm.String()}
 	}
 	s.log.Info("key reset", append(append([]any{"key", r.Key}, which...), "owner", res.Owner, "cleared", res.Cleared,
-		"copies_cleared", res.CopiesCleared, "members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked)...)
+		"copies_cleared", res.CopiesCleared, "members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked,
+		"request_id", rid)...)
 	return res, nil
 }
 

@@ -720,7 +720,7 @@ func TestMetrics(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// counterValue reads one series of peerlimit_checks_total from reg.
+// counterValue reads one local series of peerlimit_checks_total from reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, algo, outcome string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -734,7 +734,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, algo, outcome string) 
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["algorithm"] == algo && labels["outcome"] == outcome {
+			if labels["algorithm"] == algo && labels["outcome"] == outcome && labels["route"] == "local" {
 				return m.GetCounter().GetValue()
 			}
 		}

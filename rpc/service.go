@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -49,6 +51,12 @@ type Config struct {
 	// them), for the calls that go to all of them: Reset asks each to drop
 	// its copy of a key's state. Nil: this node knows no others.
 	Members func() []Route
+	// MaxInflightForwards caps the checks of this node waiting for their
+	// owners' answers, all peers together. A check over it is refused at
+	// once with ErrTooManyForwards (RESOURCE_EXHAUSTED, HTTP 429), not
+	// answered by the fallback: a slow owner must show as overload, and
+	// queued checks must not pile up without bound. Default 10,000.
+	MaxInflightForwards int
 }
 
 // FallbackPolicy says how to answer a check whose owner is unreachable.
@@ -86,7 +94,7 @@ func ParseFallbackPolicy(s string) (FallbackPolicy, error) {
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 1000, Now: time.Now, Fallback: FallbackLocal}
+	return Config{MaxBatch: 1000, Now: time.Now, Fallback: FallbackLocal, MaxInflightForwards: 10_000}
 }
 
 // Validate reports an unusable Config.
@@ -96,6 +104,8 @@ func (c Config) Validate() error {
 		return errors.New("rpc config: NodeID must not be empty")
 	case c.MaxBatch < 1:
 		return fmt.Errorf("rpc config: MaxBatch must be ≥ 1, got %d", c.MaxBatch)
+	case c.MaxInflightForwards < 1:
+		return fmt.Errorf("rpc config: MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards)
 	case c.Now == nil:
 		return errors.New("rpc config: Now must not be nil")
 	case (c.Owner != nil || c.Members != nil) && c.Peers == nil:
@@ -120,15 +130,21 @@ type Result struct {
 // Service routes checks to their owners and decides the ones this node
 // owns. It is safe for concurrent use.
 type Service struct {
-	cfg     Config
-	store   *limiter.Store
-	metrics *Metrics
-	log     *slog.Logger
-	lastLog atomic.Int64 // unix ns of the last owner-unreachable warning
+	cfg      Config
+	store    *limiter.Store
+	metrics  *Metrics
+	log      *slog.Logger
+	inflight atomic.Int64 // forwarded checks waiting for their owners
+	// Warnings a fault could repeat for every request: one a second each.
+	unreachableLog, overloadLog, refusedLog every
 }
 
 // ErrBatchTooLarge is returned, wrapped, for a batch over Config.MaxBatch.
 var ErrBatchTooLarge = errors.New("batch too large")
+
+// ErrTooManyForwards is returned, wrapped, for a check refused because
+// Config.MaxInflightForwards checks already wait for their owners.
+var ErrTooManyForwards = errors.New("too many forwarded checks in flight")
 
 // NewService returns a Service deciding on store. metrics may be nil.
 func NewService(cfg Config, store *limiter.Store, metrics *Metrics) (*Service, error) {
@@ -142,7 +158,53 @@ func NewService(cfg Config, store *limiter.Store, metrics *Metrics) (*Service, e
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, store: store, metrics: metrics, log: log}, nil
+	s := &Service{cfg: cfg, store: store, metrics: metrics, log: log}
+	for _, e := range []*every{&s.unreachableLog, &s.overloadLog, &s.refusedLog} {
+		e.period = time.Second
+	}
+	return s, nil
+}
+
+// InflightForwards returns how many forwarded checks wait for their
+// owners' answers now.
+func (s *Service) InflightForwards() int { return int(s.inflight.Load()) }
+
+// acquire reserves up to n in-flight forward slots and returns how many
+// it got.
+func (s *Service) acquire(n int) int {
+	limit := int64(s.cfg.MaxInflightForwards)
+	if n == 1 { // the common case: one atomic add
+		if s.inflight.Add(1) <= limit {
+			return 1
+		}
+		s.inflight.Add(-1)
+		return 0
+	}
+	for {
+		cur := s.inflight.Load()
+		got := min(int64(n), limit-cur)
+		if got <= 0 {
+			return 0
+		}
+		if s.inflight.CompareAndSwap(cur, cur+got) {
+			return int(got)
+		}
+	}
+}
+
+func (s *Service) release(n int) { s.inflight.Add(-int64(n)) }
+
+// overloaded answers a check refused for the in-flight bound: counted,
+// and logged at most once a second.
+func (s *Service) overloaded(ctx context.Context, owner Route, n int) Result {
+	err := fmt.Errorf("forward refused: %d checks already wait for their owners' answers on this node, its maximum (--max-inflight-forwards): %w",
+		s.cfg.MaxInflightForwards, ErrTooManyForwards)
+	s.metrics.forwarded(forwardRefused, n)
+	if s.overloadLog.allow() {
+		s.log.Warn("too many forwarded checks in flight; refusing with RESOURCE_EXHAUSTED",
+			append([]any{"owner", owner.ID, "max_inflight_forwards", s.cfg.MaxInflightForwards}, idAttrs(ctx, "")...)...)
+	}
+	return Result{Err: err}
 }
 
 // owner returns key's owner, and whether it is this node.
@@ -159,19 +221,51 @@ func (s *Service) owner(key string) (Route, bool) {
 func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
 	owner, local := s.owner(req.Key)
 	if local {
-		return s.decide(s.cfg.Now(), req) // the store validates
+		res := s.decide(s.cfg.Now(), req) // the store validates
+		s.metrics.check(req.Algorithm, routeLocal, res)
+		return res
 	}
+	res := s.forward(ctx, owner, req)
+	s.metrics.check(req.Algorithm, res.route, res.Result)
+	return res.Result
+}
+
+// routed is a result and the route that answered it.
+type routed struct {
+	Result
+	route int
+}
+
+// forward answers a check another node owns: refused here if invalid or
+// over the in-flight bound, else the owner's answer, else the fallback's.
+func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request) routed {
 	// Refuse a bad request where it arrived, not after a hop.
 	if err := s.store.Validate(req); err != nil {
-		s.metrics.observe(req.Algorithm, false, err)
-		return Result{Err: err}
+		return routed{Result{Err: err}, routeForwarded}
 	}
-	res, err := s.cfg.Peers.Forward(ctx, owner, req)
+	if s.acquire(1) == 0 {
+		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
+	}
+	res, id, err := s.cfg.Peers.Forward(ctx, owner, req)
+	s.release(1)
 	if err != nil {
 		return s.fallback(ctx, owner, req, err)
 	}
-	s.metrics.forwarded(true)
-	return res
+	s.metrics.forwarded(forwardOK, 1)
+	s.ownerRefused(ctx, owner, res, id)
+	return routed{res, routeForwarded}
+}
+
+// ownerRefused warns, at most once a second, about a check the owner
+// refused as invalid although this node accepted it: the nodes' settings
+// (--max-key-bytes, --max-window, --max-log-limit, or their versions)
+// differ, and which requests pass depends on the node they reach.
+func (s *Service) ownerRefused(ctx context.Context, owner Route, res Result, id string) {
+	if res.Err == nil || Code(res.Err) != codes.InvalidArgument || !s.refusedLog.allow() {
+		return
+	}
+	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
+		append([]any{"owner", owner.ID, "field", Field(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
 }
 
 // CheckBatch answers every request, each on its own and in order. Checks
@@ -183,6 +277,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 	if len(reqs) > s.cfg.MaxBatch {
 		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
 	}
+	s.metrics.checkBatch(len(reqs))
 	out := make([]Result, len(reqs))
 	remote := map[Route][]int{} // owner → indexes of its checks
 	now := s.cfg.Now()
@@ -190,30 +285,46 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 		owner, local := s.owner(r.Key)
 		if local {
 			out[i] = s.decide(now, r) // the store validates
+			s.metrics.check(r.Algorithm, routeLocal, out[i])
 			continue
 		}
 		if err := s.store.Validate(r); err != nil {
-			s.metrics.observe(r.Algorithm, false, err)
 			out[i] = Result{Err: err}
+			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
 		}
 		remote[owner] = append(remote[owner], i)
 	}
 	var wg sync.WaitGroup
 	for owner, idx := range remote {
+		// Items over the in-flight bound are refused one by one; the
+		// others go.
+		got := s.acquire(len(idx))
+		for _, i := range idx[got:] {
+			out[i] = s.overloaded(ctx, owner, 1)
+			s.metrics.check(reqs[i].Algorithm, routeForwarded, out[i])
+		}
+		if idx = idx[:got]; got == 0 {
+			continue
+		}
 		wg.Go(func() {
+			defer s.release(got)
 			sub := make([]limiter.Request, len(idx))
 			for j, i := range idx {
 				sub[j] = reqs[i]
 			}
-			results, err := s.cfg.Peers.ForwardBatch(ctx, owner, sub)
+			results, id, err := s.cfg.Peers.ForwardBatch(ctx, owner, sub)
 			for j, i := range idx {
+				var r routed
 				if err != nil {
-					out[i] = s.fallback(ctx, owner, reqs[i], err)
+					r = s.fallback(ctx, owner, reqs[i], err)
 				} else {
-					out[i] = results[j]
-					s.metrics.forwarded(true)
+					r = routed{results[j], routeForwarded}
+					s.metrics.forwarded(forwardOK, 1)
+					s.ownerRefused(ctx, owner, r.Result, id)
 				}
+				out[i] = r.Result
+				s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
 			}
 		})
 	}
@@ -228,6 +339,7 @@ func (s *Service) DecideLocal(reqs []limiter.Request) []Result {
 	out := make([]Result, len(reqs))
 	for i, r := range reqs {
 		out[i] = s.decide(now, r)
+		s.metrics.peerCheck(r.Algorithm, out[i])
 	}
 	return out
 }
@@ -243,7 +355,6 @@ func (s *Service) NodeID() string { return s.cfg.NodeID }
 
 func (s *Service) decide(now time.Time, req limiter.Request) Result {
 	d, err := s.store.Check(now, req)
-	s.metrics.observe(req.Algorithm, d.Allowed, err)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -254,16 +365,15 @@ func (s *Service) decide(now time.Time, req limiter.Request) Result {
 // gave up is told so; anything else is the owner's unavailability, which
 // the policy answers, marked Degraded. AP: the caller always gets an
 // answer, never a silent one.
-func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) Result {
+func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
 	if err := callerGone(ctx); err != nil {
-		return Result{Err: err}
+		return routed{Result{Err: err}, routeForwarded}
 	}
-	s.metrics.forwarded(false)
+	s.metrics.forwarded(forwardFailed, 1)
 	s.metrics.unreachable(s.cfg.Fallback)
-	if now := time.Now().UnixNano(); now-s.lastLog.Load() > int64(time.Second) {
-		s.lastLog.Store(now)
-		s.log.Warn("owner unreachable; answering by fallback policy", "owner", owner.ID, "addr", owner.Addr,
-			"policy", s.cfg.Fallback.String(), "err", cause)
+	if s.unreachableLog.allow() {
+		s.log.Warn("owner unreachable; answering by fallback policy", append([]any{"owner", owner.ID, "addr", owner.Addr,
+			"policy", s.cfg.Fallback.String(), "err", cause}, idAttrs(ctx, CallID(cause))...)...)
 	}
 	var res Result
 	switch s.cfg.Fallback {
@@ -275,7 +385,7 @@ func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request
 		res = s.decide(s.cfg.Now(), req)
 	}
 	res.Degraded = res.Err == nil
-	return res
+	return routed{res, routeFallback}
 }
 
 // callerGone reports whether the caller gave up. Past its deadline it has,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/security"
 )
 
 // Exit codes of every command.
@@ -43,8 +46,12 @@ Commands:
   help           this text
 
 check, members, ring and reset talk gRPC to --addr (default 127.0.0.1:9090) and
-print for people, or JSON with --json. healthcheck takes the HTTP address
-(--addr, default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>).
+print for people, or JSON with --json. Against a node with TLS give --tls-ca-file
+(and --tls-cert-file, --tls-key-file for mutual TLS; --tls-server-name when the
+certificate does not name the address); against one with API tokens give
+--token-file or PEERLIMIT_API_TOKEN. healthcheck takes the HTTP address (--addr,
+default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>; https:// or
+--tls-ca-file for TLS).
 
 Exit codes: 0 ok (check: allowed), 1 error, 2 usage, 3 check denied.
 
@@ -62,13 +69,13 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 	case "serve":
 		return run(rest, getenv, stderr)
 	case "check":
-		return cmdCheck(rest, stdout, stderr)
+		return cmdCheck(rest, getenv, stdout, stderr)
 	case "members":
-		return cmdMembers(rest, stdout, stderr)
+		return cmdMembers(rest, getenv, stdout, stderr)
 	case "ring":
-		return cmdRing(rest, stdout, stderr)
+		return cmdRing(rest, getenv, stdout, stderr)
 	case "reset":
-		return cmdReset(rest, stdout, stderr)
+		return cmdReset(rest, getenv, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(rest, getenv, stdout, stderr)
 	case "help":
@@ -84,15 +91,21 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 type command struct {
 	name    string
 	fs      *flag.FlagSet
+	getenv  func(string) string
 	stdout  io.Writer
 	stderr  io.Writer
 	addr    string
 	timeout time.Duration
 	json    bool
+
+	tls                           bool
+	tlsCA, tlsCert, tlsKey, tlsSN string
+	tokenFile                     string
+	tokenWithoutTLS               bool
 }
 
-func newCommand(name, args string, stdout, stderr io.Writer) *command {
-	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError), stdout: stdout, stderr: stderr}
+func newCommand(name, args string, getenv func(string) string, stdout, stderr io.Writer) *command {
+	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError), getenv: getenv, stdout: stdout, stderr: stderr}
 	c.fs.SetOutput(stderr)
 	c.fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: peerlimit-node %s [flags] %s\n\n", name, args)
@@ -105,7 +118,76 @@ func (c *command) grpcFlags() {
 	c.fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "gRPC address of any node")
 	c.fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
 	c.fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+	c.tlsFlags()
+	c.fs.StringVar(&c.tokenFile, "token-file", "", "file whose first line is the bearer token of the node's public API (--api-token-file on the node); or PEERLIMIT_API_TOKEN")
+	c.fs.BoolVar(&c.tokenWithoutTLS, "token-without-tls", false, "send the token over plaintext (anyone watching the network can take it)")
 }
+
+// tlsFlags are how a command reaches a node whose APIs speak TLS.
+func (c *command) tlsFlags() {
+	c.fs.BoolVar(&c.tls, "tls", false, "connect with TLS, verifying the node with the system's roots (implied by the other --tls-* flags)")
+	c.fs.StringVar(&c.tlsCA, "tls-ca-file", "", "PEM CA verifying the node's certificate (implies --tls)")
+	c.fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM client certificate, for a node with --tls-client-ca-file (mutual TLS)")
+	c.fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM key of --tls-cert-file")
+	c.fs.StringVar(&c.tlsSN, "tls-server-name", "", "name to verify in the node's certificate instead of the host of --addr")
+}
+
+// tlsConfig returns the TLS settings the flags ask for, or nil for
+// plaintext. An error is a usage error.
+func (c *command) tlsConfig() (*tls.Config, error) {
+	if !c.tls && c.tlsCA == "" && c.tlsCert == "" && c.tlsKey == "" && c.tlsSN == "" {
+		return nil, nil
+	}
+	return client.LoadTLS(c.tlsCA, c.tlsCert, c.tlsKey, c.tlsSN)
+}
+
+// token returns the bearer token: --token-file's first line, else
+// PEERLIMIT_API_TOKEN, else none.
+func (c *command) token() (string, error) {
+	if c.tokenFile == "" {
+		return c.getenv("PEERLIMIT_API_TOKEN"), nil
+	}
+	lines, err := security.ReadLines(c.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return lines[0], nil
+}
+
+// dialOptions are the transport and credentials the flags ask for.
+func (c *command) dialOptions() ([]grpc.DialOption, error) {
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	tok, err := c.token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		if tc == nil && !c.tokenWithoutTLS {
+			return nil, errors.New("refusing to send the API token over plaintext: give --tls-ca-file (or --tls), or --token-without-tls")
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{md: map[string]string{"authorization": "Bearer " + tok}, requireTLS: tc != nil}))
+	}
+	return opts, nil
+}
+
+// bearer sends "authorization: Bearer <token>" with every call.
+type bearer struct {
+	md         map[string]string
+	requireTLS bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return b.md, nil
+}
+func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }
 
 // parse reads flags and arguments in any order ("check key --hits 2" and
 // "check --hits 2 key" alike); after "--" everything is an argument.
@@ -136,8 +218,17 @@ func (c *command) usageError(format string, a ...any) int {
 	return exitUsage
 }
 
+// usageErr is a command line that cannot work (credentials that do not
+// load, a token that would travel in clear): exit code 2, not 1.
+type usageErr struct{ error }
+
 // fail reports a failed call; a gRPC status prints as its code and message.
 func (c *command) fail(err error) int {
+	var ue usageErr
+	if errors.As(err, &ue) {
+		fmt.Fprintf(c.stderr, "peerlimit-node %s: %v\n", c.name, ue.error)
+		return exitUsage
+	}
 	if st, ok := status.FromError(err); ok {
 		fmt.Fprintf(c.stderr, "peerlimit-node %s: %s: %s\n", c.name, st.Code(), st.Message())
 	} else {
@@ -148,7 +239,11 @@ func (c *command) fail(err error) int {
 
 // api connects to --addr. The call's deadline is --timeout.
 func (c *command) api() (pb.RateLimiterClient, context.Context, func(), error) {
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, err := c.dialOptions()
+	if err != nil {
+		return nil, nil, nil, usageErr{err}
+	}
+	conn, err := grpc.NewClient(c.addr, opts...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.addr, err)
 	}
@@ -194,8 +289,8 @@ func (l *limitFlags) inline() (bool, pb.Algorithm, error) {
 	return true, pb.Algorithm(a), nil
 }
 
-func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("check", "KEY", stdout, stderr)
+func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand("check", "KEY", getenv, stdout, stderr)
 	c.grpcFlags()
 	var lf limitFlags
 	lf.register(c.fs)
@@ -255,8 +350,8 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func cmdMembers(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("members", "", stdout, stderr)
+func cmdMembers(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand("members", "", getenv, stdout, stderr)
 	c.grpcFlags()
 	pos, code, ok := c.parse(args)
 	if !ok {
@@ -311,8 +406,8 @@ type ringEntry struct {
 	GRPCAddr  string `json:"grpc_addr"`
 }
 
-func cmdRing(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("ring", "KEY...", stdout, stderr)
+func cmdRing(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand("ring", "KEY...", getenv, stdout, stderr)
 	c.grpcFlags()
 	pos, code, ok := c.parse(args)
 	if !ok {
@@ -351,8 +446,8 @@ func cmdRing(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func cmdReset(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("reset", "KEY", stdout, stderr)
+func cmdReset(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand("reset", "KEY", getenv, stdout, stderr)
 	c.grpcFlags()
 	var lf limitFlags
 	lf.register(c.fs)
@@ -424,9 +519,10 @@ func healthURL(getenv func(string) string) string {
 // cmdHealthcheck asks GET /healthz. A FROM scratch image has no shell or
 // curl, so the node binary itself is the HEALTHCHECK command.
 func cmdHealthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := newCommand("healthcheck", "", stdout, stderr)
-	c.fs.StringVar(&c.addr, "addr", healthURL(getenv), "HTTP address of the node (http://host:port, or host:port)")
+	c := newCommand("healthcheck", "", getenv, stdout, stderr)
+	c.fs.StringVar(&c.addr, "addr", healthURL(getenv), "HTTP address of the node (http://host:port, https://host:port, or host:port)")
 	c.fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "deadline of the request")
+	c.tlsFlags()
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -434,9 +530,20 @@ func cmdHealthcheck(args []string, getenv func(string) string, stdout, stderr io
 	if len(pos) != 0 {
 		return c.usageError("takes no arguments")
 	}
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	url := strings.TrimSuffix(c.addr, "/")
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
+	}
+	hc := http.DefaultClient
+	if tc != nil || strings.HasPrefix(url, "https://") {
+		url = "https://" + strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		hc = &http.Client{Transport: tr}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -444,7 +551,7 @@ func cmdHealthcheck(args []string, getenv func(string) string, stdout, stderr io
 	if err != nil {
 		return c.usageError("--addr: %v", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -57,14 +57,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 
 	lc := &c.Limiter
 	fs.IntVar(&lc.MaxKeys, "max-keys", lc.MaxKeys, "cap on keys held by this node")
-	overflow := fs.String("overflow", lc.Overflow.String(), "when the key cap is reached: evict (the soonest-expiring sampled key) or reject (the new key)")
+	overflow := fs.String("overflow", lc.Overflow.String(), "when --max-keys or --max-log-entries is reached: evict (the soonest-expiring sampled key) or reject (the request, RESOURCE_EXHAUSTED)")
 	fs.IntVar(&lc.MaxKeyBytes, "max-key-bytes", lc.MaxKeyBytes, "longest key accepted, in bytes")
 	fs.DurationVar(&lc.MaxWindow, "max-window", lc.MaxWindow, "longest window accepted")
 	fs.Int64Var(&lc.MaxLogLimit, "max-log-limit", lc.MaxLogLimit, "highest limit accepted for SLIDING_WINDOW_LOG")
+	fs.Int64Var(&lc.MaxLogEntries, "max-log-entries", lc.MaxLogEntries, "cap on the entries (4 bytes each, room to grow included) all SLIDING_WINDOW_LOG keys of this node allocate; when reached, --overflow applies; at least --partitions × --max-log-limit")
 
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most checks in one batch call")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
+	fs.IntVar(&c.MaxInflightForwards, "max-inflight-forwards", c.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
 	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")

@@ -33,15 +33,17 @@ func TestMain(m *testing.M) {
 
 func TestFlagsEnvironmentAndPrecedence(t *testing.T) {
 	env := map[string]string{
-		"PEERLIMIT_ID":         "from-env",
-		"PEERLIMIT_HTTP_ADDR":  "127.0.0.1:1111",
-		"PEERLIMIT_GRPC_ADDR":  "127.0.0.1:2222",
-		"PEERLIMIT_MAX_KEYS":   "5000",
-		"PEERLIMIT_OVERFLOW":   "reject",
-		"PEERLIMIT_JOIN":       "a:7946, b:7946,",
-		"PEERLIMIT_FALLBACK":   "deny",
-		"PEERLIMIT_GOSSIP_KEY": "MDEyMzQ1Njc4OWFiY2RlZg==",
-		"PEERLIMIT_PARTITIONS": "101",
+		"PEERLIMIT_ID":                    "from-env",
+		"PEERLIMIT_HTTP_ADDR":             "127.0.0.1:1111",
+		"PEERLIMIT_GRPC_ADDR":             "127.0.0.1:2222",
+		"PEERLIMIT_MAX_KEYS":              "5000",
+		"PEERLIMIT_OVERFLOW":              "reject",
+		"PEERLIMIT_JOIN":                  "a:7946, b:7946,",
+		"PEERLIMIT_FALLBACK":              "deny",
+		"PEERLIMIT_GOSSIP_KEY":            "MDEyMzQ1Njc4OWFiY2RlZg==",
+		"PEERLIMIT_PARTITIONS":            "101",
+		"PEERLIMIT_MAX_LOG_ENTRIES":       "2000000",
+		"PEERLIMIT_MAX_INFLIGHT_FORWARDS": "500",
 	}
 	o, err := parseFlags([]string{"--http-addr", "127.0.0.1:3333"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
@@ -55,6 +57,8 @@ func TestFlagsEnvironmentAndPrecedence(t *testing.T) {
 	assert.Equal(t, []byte("0123456789abcdef"), o.node.GossipKey)
 	assert.Equal(t, 101, o.node.Ring.PartitionCount)
 	assert.Equal(t, 101, o.node.Limiter.Shards, "one setting for both: a shard is a partition")
+	assert.EqualValues(t, 2_000_000, o.node.Limiter.MaxLogEntries)
+	assert.Equal(t, 500, o.node.MaxInflightForwards)
 }
 
 func TestFlagErrorsAreClear(t *testing.T) {
@@ -70,6 +74,8 @@ func TestFlagErrorsAreClear(t *testing.T) {
 		{args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{args: []string{"stray"}, want: "unexpected arguments"},
 		{env: map[string]string{"PEERLIMIT_MAX_KEYS": "many"}, want: "PEERLIMIT_MAX_KEYS"},
+		{args: []string{"--max-log-entries", "1000"}, want: "MaxLogEntries (--max-log-entries) must be ≥ Shards × MaxLogLimit"},
+		{args: []string{"--max-inflight-forwards", "0"}, want: "MaxInflightForwards must be ≥ 1"},
 	} {
 		var stderr bytes.Buffer
 		code := run(c.args, func(k string) string { return c.env[k] }, &stderr)

@@ -95,3 +95,63 @@ func (c *WarnCounter) WithAttrs(as []slog.Attr) slog.Handler {
 
 // WithGroup implements slog.Handler.
 func (c *WarnCounter) WithGroup(string) slog.Handler { return c }
+
+// Capture is a slog.Handler that keeps every record, with its attributes
+// (those added by With included) as strings, for tests that assert on what
+// a component logged. Safe for concurrent use.
+type Capture struct {
+	root  *captureState
+	attrs []slog.Attr
+}
+
+type captureState struct {
+	mu      sync.Mutex
+	records []Record
+}
+
+// Record is one captured log record.
+type Record struct {
+	Level slog.Level
+	Msg   string
+	Attrs map[string]string
+}
+
+// NewCapture returns an empty capture.
+func NewCapture() *Capture { return &Capture{root: &captureState{}} }
+
+// Enabled implements slog.Handler: every level is kept.
+func (c *Capture) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle implements slog.Handler.
+func (c *Capture) Handle(_ context.Context, r slog.Record) error {
+	rec := Record{Level: r.Level, Msg: r.Message, Attrs: map[string]string{}}
+	for _, a := range c.attrs {
+		rec.Attrs[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool { rec.Attrs[a.Key] = a.Value.String(); return true })
+	c.root.mu.Lock()
+	defer c.root.mu.Unlock()
+	c.root.records = append(c.root.records, rec)
+	return nil
+}
+
+// WithAttrs implements slog.Handler.
+func (c *Capture) WithAttrs(as []slog.Attr) slog.Handler {
+	return &Capture{root: c.root, attrs: append(append([]slog.Attr(nil), c.attrs...), as...)}
+}
+
+// WithGroup implements slog.Handler; groups are flattened.
+func (c *Capture) WithGroup(string) slog.Handler { return c }
+
+// Find returns the records whose message contains msg.
+func (c *Capture) Find(msg string) []Record {
+	c.root.mu.Lock()
+	defer c.root.mu.Unlock()
+	var out []Record
+	for _, r := range c.root.records {
+		if strings.Contains(r.Msg, msg) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package rpc
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// Request ids tie together the log lines that one request causes on the
+// node that received it and on the owner it was forwarded to.
+//
+// A client may send one: gRPC metadata x-request-id, or the HTTP header
+// X-Request-Id. A valid one (ValidRequestID) is used as given; an invalid
+// one is ignored, never refused: tracing must not fail a check. Nothing is
+// generated for a check that logs nothing.
+//
+// Every call from one node to another (Forward, Handoff, Reset) carries an
+// id in its x-request-id metadata, and both nodes log it as request_id:
+//   - a call made for one request (a forwarded Check sent alone, the
+//     forwards of one CheckBatch, a Reset) carries that request's id, or
+//     one generated for the call if the client sent none;
+//   - a Forward that coalesces checks of several requests carries an id of
+//     its own, and the receiving node logs that one: on the sending node a
+//     line about one of those checks shows request_id (the client's, when
+//     it sent one) and forward_id (the call's).
+//
+// So one id per call, never per check, and only generated when a call is
+// made; grep for it across the nodes' logs.
+const RequestIDKey = "x-request-id"
+
+// MaxRequestIDBytes is the longest request id accepted.
+const MaxRequestIDBytes = 128
+
+// ValidRequestID reports whether id can be logged and propagated as is:
+// 1 to MaxRequestIDBytes bytes of printable ASCII without spaces (UUIDs,
+// trace ids, ULIDs), so a log line cannot be forged or bloated through it.
+func ValidRequestID(id string) bool {
+	if len(id) == 0 || len(id) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+type requestIDKey struct{}
+
+// WithRequestID returns ctx carrying id as its request's id, if valid; the
+// HTTP API uses it for X-Request-Id (the gRPC API reads its metadata
+// directly).
+func WithRequestID(ctx context.Context, id string) context.Context {
+	if !ValidRequestID(id) {
+		return ctx
+	}
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestIDFrom returns the request id ctx carries: set by WithRequestID,
+// else the incoming gRPC metadata's x-request-id; "" when there is none or
+// it is invalid.
+func RequestIDFrom(ctx context.Context) string {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && ValidRequestID(v[0]) {
+		return v[0]
+	}
+	return ""
+}
+
+// NewRequestID returns a fresh id: 16 hex digits from a non-cryptographic
+// generator (ids need to be distinct, not secret).
+func NewRequestID() string {
+	var b [8]byte
+	var out [16]byte
+	u := rand.Uint64()
+	for i := range b {
+		b[i] = byte(u >> (8 * i))
+	}
+	hex.Encode(out[:], b[:])
+	return string(out[:]) // one allocation, once per call between nodes
+}
+
+// callID is the id of a call made for the request of ctx: its id, or a
+// new one.
+func callID(ctx context.Context) string {
+	if id := RequestIDFrom(ctx); id != "" {
+		return id
+	}
+	return NewRequestID()
+}
+
+// outgoing returns ctx with id in the outgoing metadata of a call to a
+// peer.
+func outgoing(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, RequestIDKey, id)
+}
+
+// callError is a failed call to a peer and the request id it carried, so
+// that the caller's log line names what the peer's shows.
+type callError struct {
+	id  string
+	err error
+}
+
+func (e *callError) Error() string { return e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
+// CallID returns the request id of the peer call that err comes from, or "".
+func CallID(err error) string {
+	var ce *callError
+	if errors.As(err, &ce) {
+		return ce.id
+	}
+	return ""
+}
+
+// every lets a log line through at most once per period, so a fault that
+// hits every request costs one line a period, not one per request.
+type every struct {
+	period time.Duration
+	last   atomic.Int64 // unix ns
+}
+
+func (e *every) allow() bool {
+	now := time.Now().UnixNano()
+	last := e.last.Load()
+	return now-last >= int64(e.period) && e.last.CompareAndSwap(last, now)
+}
+
+// idAttrs returns the log attributes naming a request and the peer call
+// that carried it: request_id is the client's id, else the call's;
+// forward_id is the call's when it differs.
+func idAttrs(ctx context.Context, callID string) []any {
+	rid := RequestIDFrom(ctx)
+	switch {
+	case rid == "" && callID == "":
+		return nil
+	case rid == "":
+		return []any{"request_id", callID}
+	case callID == "" || callID == rid:
+		return []any{"request_id", rid}
+	}
+	return []any{"request_id", rid, "forward_id", callID}
+}
