@@ -263,7 +263,7 @@ func (c *Client) node(addr string) (*node, error) {
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if c.cfg.Token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{md: map[string]string{"authorization": "Bearer " + c.cfg.Token}, requireTLS: !c.cfg.TokenWithoutTLS}))
+		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(c.cfg.Token, !c.cfg.TokenWithoutTLS)))
 	}
 	conn, err := grpc.NewClient(addr, append(opts, c.cfg.DialOptions...)...)
 	if err != nil {

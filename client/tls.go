@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // LoadTLS builds a Config.TLS from PEM files. caFile verifies the nodes'
@@ -39,15 +41,21 @@ func LoadTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) 
 	return c, nil
 }
 
-// bearer sends "authorization: Bearer <token>" with every call.
-// requireTLS makes grpc-go refuse to dial a plaintext connection with it.
+// BearerToken returns per-call credentials sending "authorization: Bearer
+// <token>" with every call, for raw gRPC clients of the node's API (the
+// CLI, the load generator); Config.Token uses the same. With requireTLS,
+// grpc-go refuses to send it over a plaintext connection.
+func BearerToken(token string, requireTLS bool) credentials.PerRPCCredentials {
+	return bearer{md: map[string]string{"authorization": "Bearer " + token}, requireTLS: requireTLS}
+}
+
+// bearer holds a map shared by every call: grpc-go copies it into the
+// call's headers and never writes to it.
 type bearer struct {
 	md         map[string]string
 	requireTLS bool
 }
 
-// GetRequestMetadata returns a map shared by every call: grpc-go copies
-// it into the call's headers and never writes to it.
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return b.md, nil
 }

@@ -76,7 +76,7 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{"authorization": "Bearer " + token}))
+		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(token, false)))
 	}
 	for _, ep := range endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
@@ -122,15 +122,6 @@ func (c *Config) credentials() (*tls.Config, string, error) {
 	}
 	return tlsCfg, token, nil
 }
-
-// bearer is the raw routes' per-call credentials: the map is shared, and
-// grpc-go only reads it.
-type bearer map[string]string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return b, nil
-}
-func (b bearer) RequireTransportSecurity() bool { return false }
 
 // warmUp connects the client to the owners before the clock starts, as
 // the other routes wait for their connections: one batch of peeks (which

@@ -173,21 +173,10 @@ func (c *command) dialOptions() ([]grpc.DialOption, error) {
 		if tc == nil && !c.tokenWithoutTLS {
 			return nil, errors.New("refusing to send the API token over plaintext: give --tls-ca-file (or --tls), or --token-without-tls")
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{md: map[string]string{"authorization": "Bearer " + tok}, requireTLS: tc != nil}))
+		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(tok, tc != nil)))
 	}
 	return opts, nil
 }
-
-// bearer sends "authorization: Bearer <token>" with every call.
-type bearer struct {
-	md         map[string]string
-	requireTLS bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return b.md, nil
-}
-func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }
 
 // parse reads flags and arguments in any order ("check key --hits 2" and
 // "check --hits 2 key" alike); after "--" everything is an argument.
