@@ -371,50 +371,61 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 	out := make([]Result, len(reqs))
 	var wg sync.WaitGroup
 	var fatal atomic.Pointer[error]
-	for _, idx := range groups {
-		wg.Go(func() {
-			breq := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, 0, len(idx))}
-			var sent []int // indexes that passed local validation
-			for _, i := range idx {
-				r := reqs[i]
-				if err := r.Limit.validate(); err != nil {
-					out[i].Err = err
-					continue
-				}
-				sent = append(sent, i)
-				hits := max(r.Hits, 1)
-				if r.Peek {
-					hits = 0
-				}
-				pr := toProto(r.Key, r.Limit, hits)
-				pr.Policy = r.Policy
-				breq.Checks = append(breq.Checks, pr)
+	send := func(idx []int) {
+		// The messages of one call are allocated together (see checkSlab).
+		breq := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, 0, len(idx))}
+		slab := checkSlab{reqs: make([]pb.CheckRequest, len(idx)), hits: make([]int64, len(idx))}
+		sent := make([]int, 0, len(idx)) // indexes that passed local validation
+		for _, i := range idx {
+			r := reqs[i]
+			if err := r.Limit.validate(); err != nil {
+				out[i].Err = err
+				continue
 			}
-			if idx = sent; len(idx) == 0 {
-				return
+			hits := max(r.Hits, 1)
+			if r.Peek {
+				hits = 0
 			}
-			var resp *pb.CheckBatchResponse
-			_, err := c.do(ctx, reqs[idx[0]].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
-				var err error
-				resp, err = nd.api.CheckBatch(ctx, breq)
-				return nil, err
-			})
-			if err == nil && len(resp.GetResults()) != len(idx) {
-				err = fmt.Errorf("peerlimit client: node answered %d of %d checks", len(resp.GetResults()), len(idx))
-			}
-			if err != nil {
-				if status.Code(err) == codes.ResourceExhausted || errors.Is(err, ErrClosed) {
-					fatal.Store(&err)
-				}
-				for _, i := range idx {
-					out[i].Err = err
-				}
-				return
-			}
-			for j, i := range idx {
-				out[i].Decision, out[i].Err = fromProto(resp.Results[j])
-			}
+			pr := slab.put(len(sent), r.Key, r.Limit, hits)
+			pr.Policy = r.Policy
+			breq.Checks = append(breq.Checks, pr)
+			sent = append(sent, i)
+		}
+		if idx = sent; len(idx) == 0 {
+			return
+		}
+		var resp *pb.CheckBatchResponse
+		_, err := c.do(ctx, reqs[idx[0]].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+			var err error
+			resp, err = nd.api.CheckBatch(ctx, breq)
+			return nil, err
 		})
+		if err == nil && len(resp.GetResults()) != len(idx) {
+			err = fmt.Errorf("peerlimit client: node answered %d of %d checks", len(resp.GetResults()), len(idx))
+		}
+		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted || errors.Is(err, ErrClosed) {
+				fatal.Store(&err)
+			}
+			for _, i := range idx {
+				out[i].Err = err
+			}
+			return
+		}
+		for j, i := range idx {
+			out[i].Decision, out[i].Err = fromProto(resp.Results[j])
+		}
+	}
+	// The last group goes out on the caller's goroutine, whose stack is
+	// already grown: a fresh goroutine grows its stack through grpc's call
+	// path every time (runtime.newstack was 8% of a batch client's CPU).
+	k := 0
+	for _, idx := range groups {
+		if k++; k == len(groups) {
+			send(idx)
+		} else {
+			wg.Go(func() { send(idx) })
+		}
 	}
 	wg.Wait()
 	if e := fatal.Load(); e != nil {
@@ -710,6 +721,20 @@ func (l Limit) validate() error {
 func toProto(key string, l Limit, hits int64) *pb.CheckRequest {
 	return &pb.CheckRequest{Key: key, Limit: l.Limit, WindowMs: l.Window.Milliseconds(),
 		Algorithm: pb.Algorithm(l.Algorithm), Hits: &hits}
+}
+
+// checkSlab holds the messages of one batch call in two arrays, two
+// allocations per call instead of two per check.
+type checkSlab struct {
+	reqs []pb.CheckRequest
+	hits []int64
+}
+
+func (s checkSlab) put(i int, key string, l Limit, hits int64) *pb.CheckRequest {
+	s.hits[i] = hits
+	m := &s.reqs[i]
+	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = key, l.Limit, l.Window.Milliseconds(), pb.Algorithm(l.Algorithm), &s.hits[i]
+	return m
 }
 
 func fromProto(r *pb.CheckResult) (Decision, error) {

@@ -119,11 +119,14 @@ func TestCheckBatch(t *testing.T) {
 	}
 	reqs = append(reqs,
 		client.Request{Key: "", Limit: perMinute},
+		// Refused by the client itself, before the call: the items after
+		// it must still get their own answers.
+		client.Request{Key: "b2", Limit: client.Limit{Limit: 0, Window: time.Minute}},
 		client.Request{Key: "b0", Limit: perMinute, Peek: true},
 		client.Request{Key: "b1", Limit: perMinute, Hits: 2})
 	res, err := cl.CheckBatch(context.Background(), reqs)
 	require.NoError(t, err)
-	require.Len(t, res, 33)
+	require.Len(t, res, 34)
 	owners := map[string]bool{}
 	for i, r := range res[:30] {
 		require.NoError(t, r.Err, "item %d", i)
@@ -133,10 +136,12 @@ func TestCheckBatch(t *testing.T) {
 	}
 	assert.Len(t, owners, 3)
 	assert.Equal(t, codes.InvalidArgument, status.Code(res[30].Err))
-	require.NoError(t, res[31].Err)
-	assert.EqualValues(t, 2, res[31].CurrentCount, "peek sees b0's 2 hits")
+	require.Error(t, res[31].Err)
+	assert.Contains(t, res[31].Err.Error(), "limit")
 	require.NoError(t, res[32].Err)
-	assert.False(t, res[32].Allowed, "b1 had 2 of 3 already")
+	assert.EqualValues(t, 2, res[32].CurrentCount, "peek sees b0's 2 hits")
+	require.NoError(t, res[33].Err)
+	assert.False(t, res[33].Allowed, "b1 had 2 of 3 already")
 }
 
 // With owner routing every check goes straight to its owner: the nodes

@@ -234,8 +234,9 @@ func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Reque
 		return nil, "", err
 	}
 	preqs := make([]*pb.CheckRequest, len(reqs))
+	slab := newRequestSlab(len(reqs))
 	for i, r := range reqs {
-		preqs[i] = ToProtoRequest(r)
+		preqs[i] = slab.put(i, r)
 	}
 	id := callID(ctx)
 	results, err := pr.forward(ctx, p.cfg, preqs, id)

@@ -75,8 +75,9 @@ func fromProtoBatch(checks []*pb.CheckRequest, conv func(*pb.CheckRequest) (limi
 // answer fills in the decided requests' results, one per request, and
 // returns every result in the batch's order.
 func (b protoBatch) answer(results []Result) []*pb.CheckResult {
+	slab := newResultSlab(len(results))
 	for j, r := range results {
-		b.results[b.idx[j]] = ToProtoResult(r)
+		b.results[b.idx[j]] = slab.put(j, r)
 	}
 	return b.results
 }
@@ -161,15 +162,20 @@ func algorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
 
 // ToProto converts a decided result to the wire response.
 func ToProto(r Result) *pb.CheckResponse {
+	out := new(pb.CheckResponse)
+	fillProto(out, r)
+	return out
+}
+
+// fillProto sets the fields of a fresh out from r.
+func fillProto(out *pb.CheckResponse, r Result) {
 	d := r.Decision
-	return &pb.CheckResponse{
-		Allowed:      d.Allowed,
-		Limit:        d.Limit,
-		Remaining:    d.Remaining,
-		CurrentCount: d.CurrentCount,
-		RetryAfterMs: d.RetryAfter.Milliseconds(),
-		ResetAfterMs: d.ResetAfter.Milliseconds(),
-		Owner:        r.Owner,
-		Degraded:     r.Degraded,
-	}
+	out.Allowed = d.Allowed
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.CurrentCount = d.CurrentCount
+	out.RetryAfterMs = d.RetryAfter.Milliseconds()
+	out.ResetAfterMs = d.ResetAfter.Milliseconds()
+	out.Owner = r.Owner
+	out.Degraded = r.Degraded
 }
