@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./rpc -run '^$$' -fuzz '^FuzzUnmarshalCheckBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/wire -run '^$$' -fuzz '^FuzzCodecMatchesProtobufGo$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policy -run '^$$' -fuzz '^FuzzParsePolicies$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME)
@@ -45,6 +46,8 @@ proto: tools
 		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
 		--go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
 		--go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
+		--plugin=protoc-gen-go-vtproto=$$($(GO) tool -n protoc-gen-go-vtproto) \
+		--go-vtproto_out=$(PROTO_DIR) --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
 		$(PROTOS)
 
 # Fails when the committed generated code differs from what `make proto` makes.

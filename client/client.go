@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/batch"
+	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -261,7 +262,7 @@ func (c *Client) node(addr string) (*node, error) {
 	if c.cfg.TLS != nil {
 		creds = credentials.NewTLS(c.cfg.TLS)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), wire.Dial()}
 	if c.cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(c.cfg.Token, !c.cfg.TokenWithoutTLS)))
 	}

@@ -11,12 +11,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	// Registers the "proto" codec this one wraps.
-	_ "google.golang.org/grpc/encoding/proto"
+	"github.com/peerlimit/peerlimit/internal/wire"
 )
 
-// StrictCodec is the server's protobuf codec. It differs from grpc-go's in
-// one way: grpc-go answers a request it cannot decode with INTERNAL, which
+// StrictCodec is the server's protobuf codec, wire.Codec with one
+// difference: gRPC answers a request it cannot decode with INTERNAL, which
 // blames the server; this answers INVALID_ARGUMENT, which is what it is.
 //
 // Unmarshal cannot return a status of its own (grpc-go rewraps it), so a
@@ -28,9 +27,9 @@ type StrictCodec struct {
 	failed sync.Map // proto.Message → error, for one call's lifetime
 }
 
-// NewStrictCodec returns a codec over grpc-go's registered proto codec.
+// NewStrictCodec returns a codec over wire.Codec.
 func NewStrictCodec() *StrictCodec {
-	return &StrictCodec{base: encoding.GetCodecV2("proto")}
+	return &StrictCodec{base: wire.Codec}
 }
 
 // ServerOptions installs the codec and its interceptors. Further unary

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/internal/batch"
+	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -152,7 +153,8 @@ func (p *Peers) get(r Route) (*peer, error) {
 	if pr, ok := p.peers[r.ID]; ok && pr.route == r {
 		return pr, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), peerConnectParams}, p.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), peerConnectParams, wire.Dial()},
+		p.cfg.DialOptions...)
 	conn, err := grpc.NewClient(r.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s at %s: %w", r.ID, r.Addr, err)

@@ -453,21 +453,16 @@ func TestGRPC(t *testing.T) {
 		require.NoError(t, err)
 		goodBatch, err := proto.Marshal(&pb.CheckBatchRequest{Checks: []*pb.CheckRequest{{Key: "after-batch", Limit: 10, WindowMs: 1000}}})
 		require.NoError(t, err)
-		var badBatch []byte // a batch whose one item has an invalid UTF-8 key
-		badBatch = protowire.AppendTag(badBatch, 1, protowire.BytesType)
-		badBatch = protowire.AppendBytes(badBatch, invalidUTF8Key())
-
 		for _, tt := range []struct {
 			name, method string
 			body         []byte
 		}{
 			{"truncated varint tag", checkMethod, []byte{0xff, 0xff, 0xff}},
-			{"invalid UTF-8 key", checkMethod, invalidUTF8Key()},
 			{"truncated length", checkMethod, []byte{0x0a, 0x05, 'a'}},
 			{"unmatched end-group tag", checkMethod, []byte{0x0c}},
 			{"field number 0", checkMethod, []byte{0x00, 0x01}},
 			{"batch: truncated varint tag", checkBatchMethod, []byte{0xff, 0xff, 0xff}},
-			{"batch: invalid UTF-8 key in item", checkBatchMethod, badBatch},
+			{"batch: truncated item", checkBatchMethod, []byte{0x0a, 0x03, 0x0a, 0x05, 'a'}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				var reply []byte
@@ -492,6 +487,32 @@ func TestGRPC(t *testing.T) {
 				assert.True(t, gotBatch.GetResults()[0].GetResponse().GetAllowed())
 			})
 		}
+	})
+
+	// The codec (internal/wire) does not check strings for UTF-8, as
+	// protobuf-go would while decoding; the limiter does, and refuses the
+	// key naming the field. In a batch only that item is refused.
+	t.Run("invalid UTF-8 key", func(t *testing.T) {
+		var reply []byte
+		err := conn.Invoke(ctx, checkMethod, invalidUTF8Key(), &reply, grpc.ForceCodecV2(rawCodec{}))
+		requireInvalid(t, err, "key")
+		assert.Contains(t, status.Convert(err).Message(), "UTF-8")
+
+		good, err := proto.Marshal(&pb.CheckRequest{Key: "next-to-bad", Limit: 10, WindowMs: 1000})
+		require.NoError(t, err)
+		var batch []byte // a batch of a bad key and a good one
+		for _, item := range [][]byte{invalidUTF8Key(), good} {
+			batch = protowire.AppendTag(batch, 1, protowire.BytesType)
+			batch = protowire.AppendBytes(batch, item)
+		}
+		reply = nil
+		require.NoError(t, conn.Invoke(ctx, checkBatchMethod, batch, &reply, grpc.ForceCodecV2(rawCodec{})))
+		var got pb.CheckBatchResponse
+		require.NoError(t, proto.Unmarshal(reply, &got))
+		require.Len(t, got.GetResults(), 2)
+		assert.Equal(t, uint32(codes.InvalidArgument), got.GetResults()[0].GetError().GetCode())
+		assert.Equal(t, "key", got.GetResults()[0].GetError().GetField())
+		assert.True(t, got.GetResults()[1].GetResponse().GetAllowed())
 	})
 
 	t.Run("unknown fields are ignored", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/client"
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/security"
@@ -164,7 +165,7 @@ func (c *command) dialOptions() ([]grpc.DialOption, error) {
 	if tc != nil {
 		creds = credentials.NewTLS(tc)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), wire.Dial()}
 	tok, err := c.token()
 	if err != nil {
 		return nil, err
