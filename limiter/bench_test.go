@@ -91,6 +91,10 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 	}{
 		{"counter", SlidingWindowCounter, 100, 200_000},
 		{"log-limit-5", SlidingWindowLog, 5, 200_000},
+		// Limits between: where the log's 4-byte entries start to
+		// outweigh what every key costs (docs/benchmarks.md).
+		{"log-limit-20", SlidingWindowLog, 20, 50_000},
+		{"log-limit-100", SlidingWindowLog, 100, 10_000},
 		{"log-limit-1000", SlidingWindowLog, 1000, 2_000},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -332,7 +332,7 @@ try:
             pl[m[1]] = metrics
     mem_lines.append("| state | Redis B/key | peerlimit B/key | Redis ÷ peerlimit | Redis B/entry | peerlimit B/entry | Redis encoding | keys |")
     mem_lines.append("|---|---:|---:|---:|---:|---:|---|---:|")
-    for name in ("counter", "log-limit-5", "log-limit-1000"):
+    for name in ("counter", "log-limit-5", "log-limit-20", "log-limit-100", "log-limit-1000"):
         r, p = redis_mem.get(name), pl.get(name)
         if not r or not p:
             continue

@@ -12,7 +12,7 @@
 //     key, <key>:<window_id> for the current and the previous window, each
 //     INCRBY'd to 100 (the Go benchmark's full window at limit 100) and given
 //     an EXPIRE of two windows.
-//   - log-limit-5 and log-limit-1000 (seed 001, sliding window log): one ZSET
+//   - log-limit-5, -20, -100 and -1000 (seed 001, sliding window log): one ZSET
 //     per key holding L members "<ms>-<math.random()>" scored by ms, one ZADD
 //     per entry as the seed's Lua script does, then PEXPIRE 2×window.
 //
@@ -77,12 +77,16 @@ func main() {
 	jsonPath := flag.String("json", "", "also write the report as JSON to this file")
 	counterKeys := flag.Int("counter-keys", 200_000, "keys for the counter case")
 	log5Keys := flag.Int("log5-keys", 200_000, "keys for the log case at limit 5")
+	log20Keys := flag.Int("log20-keys", 50_000, "keys for the log case at limit 20")
+	log100Keys := flag.Int("log100-keys", 10_000, "keys for the log case at limit 100")
 	log1000Keys := flag.Int("log1000-keys", 2_000, "keys for the log case at limit 1000")
 	flag.Parse()
 
 	cases := []Case{
 		{Name: "counter", Keys: *counterKeys},
 		{Name: "log-limit-5", Keys: *log5Keys, Entries: 5},
+		{Name: "log-limit-20", Keys: *log20Keys, Entries: 20},
+		{Name: "log-limit-100", Keys: *log100Keys, Entries: 100},
 		{Name: "log-limit-1000", Keys: *log1000Keys, Entries: 1000},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
