@@ -16,7 +16,10 @@
 # benchmarks.svg) go to BENCH_OUT, by default a new temporary directory.
 #
 # Environment: BENCH_REPEATS (3), BENCH_DURATION (10s), BENCH_WORKERS (64),
-# BENCH_KEYS (10000), BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go).
+# BENCH_KEYS (10000), BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
+# BENCH_NODE_GOMAXPROCS (unset: Go's default, every core), the nodes'
+# GOMAXPROCS: with 3 nodes on 2 cores, 1 simulates a node per machine
+# better (docs/benchmarks.md, "Three nodes on two cores").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +28,7 @@ duration=${BENCH_DURATION:-10s}
 workers=${BENCH_WORKERS:-64}
 nkeys=${BENCH_KEYS:-10000}
 redis_port=${BENCH_REDIS_PORT:-6399}
+node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-}
 go=${GO:-go}
 endpoints=127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092
 # Limits that are never reached, so that every check takes the path of an
@@ -137,7 +141,7 @@ prefix_flag=0
 	echo "go: $("$go" version)"
 	echo "redis: $(redis-server --version)"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "settings: repeats=$repeats duration=$duration workers=$workers keys=$nkeys"
+	echo "settings: repeats=$repeats duration=$duration workers=$workers keys=$nkeys node_gomaxprocs=${node_gomaxprocs:-default}"
 } >"$out/env.txt"
 cat "$out/env.txt"
 
@@ -191,7 +195,9 @@ for i in 1 2 3; do
 	args=(--id "node$i" --http-addr "127.0.0.1:808$((i - 1))" --grpc-addr "127.0.0.1:909$((i - 1))"
 		--gossip-addr "127.0.0.1:794$((i + 5))" --gossip-profile local)
 	[ "$i" -gt 1 ] && args+=(--join 127.0.0.1:7946)
-	start_detached peerlimit-node "$work/logs/node$i.log" bin/peerlimit-node "${args[@]}"
+	node_env=()
+	[ -n "$node_gomaxprocs" ] && node_env=(env "GOMAXPROCS=$node_gomaxprocs")
+	start_detached peerlimit-node "$work/logs/node$i.log" "${node_env[@]}" bin/peerlimit-node "${args[@]}"
 	node_pids+=("$started_pid")
 done
 
