@@ -30,8 +30,11 @@ type call[Req, Res any] struct {
 // batches' worth waiting it stops accepting, so callers wait (bounded by
 // their contexts) instead of memory growing.
 //
-// send must return one result per request, in order; it runs on its own
-// goroutine, at most maxInflight at once. Safe for concurrent use.
+// send must return one result per request, in order; it runs on one of
+// maxInflight sender goroutines, which live as long as the Batcher: a
+// goroutine per send grew its stack through the whole gRPC call path every
+// time (runtime.newstack and copystack were 9% of a forwarding node's CPU,
+// 6% of a coalescing client's). Safe for concurrent use.
 type Batcher[Req, Res any] struct {
 	limit       int
 	maxInflight int
@@ -45,6 +48,7 @@ type Batcher[Req, Res any] struct {
 
 // New starts a Batcher; Close stops it.
 func New[Req, Res any](limit, maxInflight int, wait time.Duration, send func([]Req) ([]Res, error)) *Batcher[Req, Res] {
+	limit, maxInflight = max(limit, 1), max(maxInflight, 1) // with 0, nothing would ever be sent
 	b := &Batcher[Req, Res]{limit: limit, maxInflight: maxInflight, wait: wait, send: send,
 		in: make(chan *call[Req, Res], limit), stop: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
@@ -89,11 +93,22 @@ func (b *Batcher[Req, Res]) run() {
 	var (
 		pending  []*call[Req, Res]
 		inflight int
-		wg       sync.WaitGroup
+		senders  sync.WaitGroup
 		timer    = time.NewTimer(time.Hour)
 		timerOn  bool
-		finished = make(chan struct{}, b.maxInflight) // never blocks a sender
+		// Both hold at most maxInflight, the most batches ever out, so
+		// neither side ever blocks on them.
+		sends    = make(chan []*call[Req, Res], b.maxInflight)
+		finished = make(chan struct{}, b.maxInflight)
 	)
+	for range b.maxInflight {
+		senders.Go(func() {
+			for batch := range sends {
+				b.exchange(batch)
+				finished <- struct{}{}
+			}
+		})
+	}
 	timer.Stop()
 	defer timer.Stop()
 	flush := func() {
@@ -102,12 +117,7 @@ func (b *Batcher[Req, Res]) run() {
 			batch := append([]*call[Req, Res](nil), pending[:n]...)
 			pending = pending[n:]
 			inflight++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b.exchange(batch)
-				finished <- struct{}{}
-			}()
+			sends <- batch
 		}
 		if len(pending) == 0 {
 			pending = nil // let the backing array go
@@ -141,8 +151,10 @@ func (b *Batcher[Req, Res]) run() {
 				close(c.done)
 			}
 			// Calls still queued, or queued by a Do racing Close, get
-			// ErrClosed from Do once done is closed.
-			wg.Wait()
+			// ErrClosed from Do once done is closed. Batches already
+			// handed to the senders are sent and answered.
+			close(sends)
+			senders.Wait()
 			return
 		}
 		// Backpressure: with several batches' worth waiting, stop taking
