@@ -375,7 +375,7 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 	send := func(idx []int) {
 		// The messages of one call are allocated together (see checkSlab).
 		breq := &pb.CheckBatchRequest{Checks: make([]*pb.CheckRequest, 0, len(idx))}
-		slab := checkSlab{reqs: make([]pb.CheckRequest, len(idx)), hits: make([]int64, len(idx))}
+		slab := make(checkSlab, len(idx))
 		sent := make([]int, 0, len(idx)) // indexes that passed local validation
 		for _, i := range idx {
 			r := reqs[i]
@@ -720,21 +720,21 @@ func (l Limit) validate() error {
 }
 
 func toProto(key string, l Limit, hits int64) *pb.CheckRequest {
-	return &pb.CheckRequest{Key: key, Limit: l.Limit, WindowMs: l.Window.Milliseconds(),
-		Algorithm: pb.Algorithm(l.Algorithm), Hits: &hits}
+	return make(checkSlab, 1).put(0, key, l, hits)
 }
 
-// checkSlab holds the messages of one batch call in two arrays, two
-// allocations per call instead of two per check.
-type checkSlab struct {
-	reqs []pb.CheckRequest
-	hits []int64
+// checkSlab holds the messages of one batch call, each with its optional
+// hits, in one array: one allocation per call instead of two per check.
+type checkSlab []struct {
+	req  pb.CheckRequest
+	hits int64
 }
 
 func (s checkSlab) put(i int, key string, l Limit, hits int64) *pb.CheckRequest {
-	s.hits[i] = hits
-	m := &s.reqs[i]
-	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = key, l.Limit, l.Window.Milliseconds(), pb.Algorithm(l.Algorithm), &s.hits[i]
+	w := &s[i]
+	w.hits = hits
+	m := &w.req
+	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = key, l.Limit, l.Window.Milliseconds(), pb.Algorithm(l.Algorithm), &w.hits
 	return m
 }
 

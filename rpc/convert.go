@@ -13,11 +13,7 @@ import (
 )
 
 // ToProtoRequest converts a validated limiter request for the wire.
-func ToProtoRequest(r limiter.Request) *pb.CheckRequest {
-	hits := r.Hits
-	return &pb.CheckRequest{Key: r.Key, Limit: r.Limit, WindowMs: r.Window.Milliseconds(),
-		Algorithm: pb.Algorithm(r.Algorithm), Hits: &hits}
-}
+func ToProtoRequest(r limiter.Request) *pb.CheckRequest { return newRequestSlab(1).put(0, r) }
 
 // FromProtoResult converts an owner's answer. A per-check error keeps its
 // code and, for invalid input, its field.
@@ -44,28 +40,24 @@ func FromProtoResult(r *pb.CheckResult) Result {
 }
 
 // ToProtoResult converts a Result for the wire.
-func ToProtoResult(r Result) *pb.CheckResult {
-	if r.Err != nil {
-		return errorResult(r.Err)
-	}
-	return &pb.CheckResult{Result: &pb.CheckResult_Response{Response: ToProto(r)}}
-}
+func ToProtoResult(r Result) *pb.CheckResult { return newResultSlab(1).put(0, r) }
 
-// resultSlab holds the wire messages of one batch's answers in three
-// arrays, so that a batch of n costs three allocations instead of 3n:
-// answering batches was the node's largest allocation site (pprof,
+// resultSlab holds the wire messages of one batch's answers in one array,
+// so that a batch of n costs one allocation instead of 3n: answering
+// batches was the node's largest allocation site (pprof,
 // docs/benchmarks.md). The messages live and die together, with the
 // response that points at them.
-type resultSlab struct {
-	results []pb.CheckResult
-	oneofs  []pb.CheckResult_Response
-	resps   []pb.CheckResponse
+type resultSlab []wireResult
+
+// wireResult is one answer's messages: the result, its oneof wrapper and
+// the response they point at.
+type wireResult struct {
+	result pb.CheckResult
+	oneof  pb.CheckResult_Response
+	resp   pb.CheckResponse
 }
 
-func newResultSlab(n int) resultSlab {
-	return resultSlab{results: make([]pb.CheckResult, n), oneofs: make([]pb.CheckResult_Response, n),
-		resps: make([]pb.CheckResponse, n)}
-}
+func newResultSlab(n int) resultSlab { return make(resultSlab, n) }
 
 // put converts r into the slab's i-th messages (an error, rare, gets its
 // own) and returns the result.
@@ -73,28 +65,30 @@ func (s resultSlab) put(i int, r Result) *pb.CheckResult {
 	if r.Err != nil {
 		return errorResult(r.Err)
 	}
-	fillProto(&s.resps[i], r)
-	s.oneofs[i].Response = &s.resps[i]
-	s.results[i].Result = &s.oneofs[i]
-	return &s.results[i]
+	w := &s[i]
+	fillProto(&w.resp, r)
+	w.oneof.Response = &w.resp
+	w.result.Result = &w.oneof
+	return &w.result
 }
 
 // requestSlab is resultSlab's counterpart for the checks of one outgoing
-// batch: the messages and their optional hits in two arrays.
-type requestSlab struct {
-	reqs []pb.CheckRequest
-	hits []int64
+// batch: each message with its optional hits, in one array.
+type requestSlab []wireRequest
+
+type wireRequest struct {
+	req  pb.CheckRequest
+	hits int64
 }
 
-func newRequestSlab(n int) requestSlab {
-	return requestSlab{reqs: make([]pb.CheckRequest, n), hits: make([]int64, n)}
-}
+func newRequestSlab(n int) requestSlab { return make(requestSlab, n) }
 
 // put converts the validated r into the slab's i-th message.
 func (s requestSlab) put(i int, r limiter.Request) *pb.CheckRequest {
-	s.hits[i] = r.Hits
-	m := &s.reqs[i]
-	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = r.Key, r.Limit, r.Window.Milliseconds(), pb.Algorithm(r.Algorithm), &s.hits[i]
+	w := &s[i]
+	w.hits = r.Hits
+	m := &w.req
+	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = r.Key, r.Limit, r.Window.Milliseconds(), pb.Algorithm(r.Algorithm), &w.hits
 	return m
 }
 

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -28,9 +27,7 @@ var _ pb.PeerServer = (*PeerServer)(nil)
 
 // NewPeerServer serves the node-to-node API over svc.
 func NewPeerServer(svc *Service) *PeerServer {
-	s := &PeerServer{svc: svc}
-	s.refusedLog.period, s.lateLog.period = time.Second, time.Second
-	return s
+	return &PeerServer{svc: svc}
 }
 
 // Forward implements pb.PeerServer: decide here, never forward again.

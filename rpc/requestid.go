@@ -123,17 +123,17 @@ func CallID(err error) string {
 	return ""
 }
 
-// every lets a log line through at most once per period, so a fault that
-// hits every request costs one line a period, not one per request.
+// every lets a log line through at most once a second, so a fault that
+// hits every request costs one line a second, not one per request. The
+// zero value is ready to use.
 type every struct {
-	period time.Duration
-	last   atomic.Int64 // unix ns
+	last atomic.Int64 // unix ns
 }
 
 func (e *every) allow() bool {
 	now := time.Now().UnixNano()
 	last := e.last.Load()
-	return now-last >= int64(e.period) && e.last.CompareAndSwap(last, now)
+	return now-last >= int64(time.Second) && e.last.CompareAndSwap(last, now)
 }
 
 // idAttrs returns the log attributes naming a request and the peer call

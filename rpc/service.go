@@ -158,11 +158,7 @@ func NewService(cfg Config, store *limiter.Store, metrics *Metrics) (*Service, e
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{cfg: cfg, store: store, metrics: metrics, log: log}
-	for _, e := range []*every{&s.unreachableLog, &s.overloadLog, &s.refusedLog} {
-		e.period = time.Second
-	}
-	return s, nil
+	return &Service{cfg: cfg, store: store, metrics: metrics, log: log}, nil
 }
 
 // InflightForwards returns how many forwarded checks wait for their
@@ -295,38 +291,53 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 		}
 		remote[owner] = append(remote[owner], i)
 	}
+	// forwardTo sends idx's checks, whose in-flight slots are held, to
+	// owner in one call and fills in their results.
+	forwardTo := func(owner Route, idx []int) {
+		defer s.release(len(idx))
+		sub := make([]limiter.Request, len(idx))
+		for j, i := range idx {
+			sub[j] = reqs[i]
+		}
+		results, id, err := s.cfg.Peers.ForwardBatch(ctx, owner, sub)
+		for j, i := range idx {
+			var r routed
+			if err != nil {
+				r = s.fallback(ctx, owner, reqs[i], err)
+			} else {
+				r = routed{results[j], routeForwarded}
+				s.ownerRefused(ctx, owner, r.Result, id)
+			}
+			out[i] = r.Result
+			s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
+		}
+		if err == nil {
+			s.metrics.forwarded(forwardOK, len(idx))
+		}
+	}
 	var wg sync.WaitGroup
+	n := 0
 	for owner, idx := range remote {
-		// Items over the in-flight bound are refused one by one; the
-		// others go.
+		n++
+		// Items over the in-flight bound are refused, with one error and
+		// one count for the lot; the others go.
 		got := s.acquire(len(idx))
-		for _, i := range idx[got:] {
-			out[i] = s.overloaded(ctx, owner, 1)
-			s.metrics.check(reqs[i].Algorithm, routeForwarded, out[i])
-		}
-		if idx = idx[:got]; got == 0 {
-			continue
-		}
-		wg.Go(func() {
-			defer s.release(got)
-			sub := make([]limiter.Request, len(idx))
-			for j, i := range idx {
-				sub[j] = reqs[i]
+		if refused := idx[got:]; len(refused) > 0 {
+			r := s.overloaded(ctx, owner, len(refused))
+			for _, i := range refused {
+				out[i] = r
+				s.metrics.check(reqs[i].Algorithm, routeForwarded, r)
 			}
-			results, id, err := s.cfg.Peers.ForwardBatch(ctx, owner, sub)
-			for j, i := range idx {
-				var r routed
-				if err != nil {
-					r = s.fallback(ctx, owner, reqs[i], err)
-				} else {
-					r = routed{results[j], routeForwarded}
-					s.metrics.forwarded(forwardOK, 1)
-					s.ownerRefused(ctx, owner, r.Result, id)
-				}
-				out[i] = r.Result
-				s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
-			}
-		})
+		}
+		switch idx = idx[:got]; {
+		case got == 0:
+		case n == len(remote):
+			// The last owner's call goes out on this goroutine, whose
+			// stack is already grown (as in internal/batch and the client).
+			forwardTo(owner, idx)
+		default:
+			wg.Go(func() { forwardTo(owner, idx) })
+		}
 	}
 	wg.Wait()
 	return out, nil
