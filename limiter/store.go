@@ -284,26 +284,24 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 		// other logs (sh.slots counts this one at c0).
 		n0, c0 := st.n, len(st.ring)
 		res := decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+		var err error
 		if res.noRoom() {
-			err := s.makeLogRoom(sh, ms, k, c0, int(st.n)+int(r.Hits))
+			err = s.makeLogRoom(sh, ms, k, c0, int(st.n)+int(r.Hits))
 			if err == nil {
 				res = decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
 			}
 			if err == nil && res.noRoom() { // cannot happen: room was made
 				err = s.logFull(sh)
 			}
-			if err != nil {
-				if ok {
-					sh.account(st, n0, c0) // its prune stands
-				}
-				return Decision{}, err
-			}
 		}
-		if ok {
-			sh.account(st, n0, c0)
-		} else {
+		// A refused request's prune stands; a refused new key changed
+		// nothing (n0 = c0 = 0, and noRoom consumed nothing).
+		sh.account(st, n0, c0)
+		if err != nil {
+			return Decision{}, err
+		}
+		if !ok {
 			sh.putLog(k, st)
-			sh.account(st, 0, 0)
 		}
 		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
 	default:
@@ -349,9 +347,9 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	}
 	// Map iteration starts at a random position, which makes this a sample.
 	var (
-		victimC, victimL *stateKey
-		soonest          = int64(math.MaxInt64)
-		dropped          int
+		victimC *stateKey
+		soonest = int64(math.MaxInt64)
+		dropped int
 	)
 	n := 0
 	for k, st := range sh.counters {
@@ -363,23 +361,12 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 			dropped++
 		} else if exp < soonest {
 			kk := k
-			victimC, victimL, soonest = &kk, nil, exp
+			victimC, soonest = &kk, exp
 		}
 	}
-	n = 0
-	for k, st := range sh.logs {
-		if n++; n > evictionSample {
-			break
-		}
-		if exp := st.expiry(k.window); exp <= now {
-			sh.deleteLog(k, st)
-			dropped++
-		} else if exp < soonest {
-			kk := k
-			victimC, victimL, soonest = nil, &kk, exp
-		}
-	}
-	if dropped > 0 {
+	// No key has window 0, so nothing is skipped.
+	victimL, victimLog, droppedLogs := sh.sampleLogs(now, stateKey{}, soonest)
+	if dropped += droppedLogs; dropped > 0 {
 		s.expired.Add(uint64(dropped))
 		return nil
 	}
@@ -389,10 +376,10 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 			sh.len(), s.cfg.MaxKeys, ErrCapacity)
 	}
 	switch {
+	case victimLog != nil: // expires sooner than any sampled counter
+		sh.deleteLog(victimL, victimLog)
 	case victimC != nil:
 		sh.deleteCounter(*victimC)
-	case victimL != nil:
-		sh.deleteLog(*victimL, sh.logs[*victimL])
 	}
 	s.evictions.Add(1)
 	return nil
@@ -410,39 +397,43 @@ const maxLogEvictions = 64
 func (s *Store) makeLogRoom(sh *shard, now int64, self stateKey, selfSlots, need int) error {
 	evicted := 0
 	for sh.slots-selfSlots+need > s.logShare {
-		var (
-			victim  stateKey
-			found   bool
-			soonest = int64(math.MaxInt64)
-			dropped int
-			n       int
-		)
-		for k, st := range sh.logs { // a random start: a sample
-			if k == self {
-				continue
-			}
-			if n++; n > evictionSample {
-				break
-			}
-			if exp := st.expiry(k.window); exp <= now {
-				sh.deleteLog(k, st)
-				dropped++
-			} else if exp < soonest {
-				victim, found, soonest = k, true, exp
-			}
-		}
+		victim, victimLog, dropped := sh.sampleLogs(now, self, math.MaxInt64)
 		if dropped > 0 {
 			s.expired.Add(uint64(dropped))
 			continue
 		}
-		if !found || s.cfg.Overflow == OverflowReject || evicted == maxLogEvictions {
+		if victimLog == nil || s.cfg.Overflow == OverflowReject || evicted == maxLogEvictions {
 			return s.logFull(sh)
 		}
-		sh.deleteLog(victim, sh.logs[victim])
+		sh.deleteLog(victim, victimLog)
 		s.logEvictions.Add(1)
 		evicted++
 	}
 	return nil
+}
+
+// sampleLogs looks at up to evictionSample logs of sh other than skip
+// (map iteration starts at a random position, which makes this a
+// sample), frees the expired ones and returns how many, and the live one
+// that would expire soonest, if before soonest (else its state is nil).
+// Requires sh.mu held.
+func (sh *shard) sampleLogs(now int64, skip stateKey, soonest int64) (victim stateKey, st *logState, dropped int) {
+	n := 0
+	for k, l := range sh.logs {
+		if k == skip {
+			continue
+		}
+		if n++; n > evictionSample {
+			break
+		}
+		if exp := l.expiry(k.window); exp <= now {
+			sh.deleteLog(k, l)
+			dropped++
+		} else if exp < soonest {
+			victim, st, soonest = k, l, exp
+		}
+	}
+	return victim, st, dropped
 }
 
 // logFull counts and explains a request refused for the log budget.
