@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"html"
+	"io"
 	"net/http"
 	"runtime"
 	"runtime/pprof"
@@ -86,37 +87,29 @@ func sleep(r *http.Request, d time.Duration) {
 	}
 }
 
-func pprofCPU(w http.ResponseWriter, r *http.Request) {
-	d, err := profileDuration(r, 30*time.Second)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="profile"`)
-	if err := pprof.StartCPUProfile(w); err != nil {
-		// Only one CPU profile runs at a time in a process.
-		w.Header().Del("Content-Disposition")
-		http.Error(w, "cannot start a CPU profile: "+err.Error(), http.StatusConflict)
-		return
-	}
-	sleep(r, d)
-	pprof.StopCPUProfile()
-}
+// Only one CPU profile, and one trace, runs at a time in a process.
+var (
+	pprofCPU   = timedProfile("profile", "a CPU profile", 30*time.Second, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	pprofTrace = timedProfile("trace", "a trace", time.Second, trace.Start, trace.Stop)
+)
 
-func pprofTrace(w http.ResponseWriter, r *http.Request) {
-	d, err := profileDuration(r, time.Second)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+// timedProfile serves a profile that records for ?seconds= (default def)
+// into the response, as file.
+func timedProfile(file, what string, def time.Duration, start func(io.Writer) error, stop func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d, err := profileDuration(r, def)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+file+`"`)
+		if err := start(w); err != nil {
+			w.Header().Del("Content-Disposition")
+			http.Error(w, "cannot start "+what+": "+err.Error(), http.StatusConflict)
+			return
+		}
+		sleep(r, d)
+		stop()
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="trace"`)
-	if err := trace.Start(w); err != nil {
-		w.Header().Del("Content-Disposition")
-		http.Error(w, "cannot start a trace: "+err.Error(), http.StatusConflict)
-		return
-	}
-	sleep(r, d)
-	trace.Stop()
 }
