@@ -279,13 +279,10 @@ func (p *parser) domain(root *yaml.Node) {
 	}
 }
 
+// hasField reports whether mapping m has the field name. yaml.v3 numbers
+// parsed lines from 1, so fieldLine's default of 0 means absent.
 func hasField(m *yaml.Node, name string) bool {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == name {
-			return true
-		}
-	}
-	return false
+	return fieldLine(m, name, 0) > 0
 }
 
 // descriptors reads one level's list into lvl. chain names the parent
