@@ -10,16 +10,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -54,7 +53,7 @@ const (
 	MaxFileBytes = 4 << 20
 	MaxFiles     = 1000
 	// maxErrors bounds the errors one load reports.
-	maxErrors = 20
+	maxErrors = yamlconf.MaxErrors
 	// maxDescriptors bounds the descriptors of one load, counting an
 	// alias once per use: YAML aliases could otherwise expand a small
 	// file into billions of descriptors.
@@ -147,19 +146,7 @@ func listDir(dir string) ([]string, error) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("envoy rls config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("envoy rls config: reading %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("envoy rls config: %s is larger than %d bytes", path, MaxFileBytes)
-	}
-	return data, nil
+	return yamlconf.ReadFile("envoy rls config", path, MaxFileBytes)
 }
 
 type parser struct {
@@ -182,28 +169,15 @@ func (p *parser) result() error {
 		}
 		return nil
 	}
-	errs := p.errs
-	if len(errs) > maxErrors {
-		errs = append(errs[:maxErrors:maxErrors], &Error{File: p.name, Msg: fmt.Sprintf("and %d more errors", len(p.errs)-maxErrors)})
-	}
-	return errors.Join(errs...)
+	return yamlconf.Join(p.errs, func(n int) error { return &Error{File: p.name, Msg: fmt.Sprintf("and %d more errors", n)} })
 }
-
-// yamlLine finds the line in yaml's own messages ("yaml: line 3: could
-// not find expected ':'").
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // file reads every document of one file, each a domain.
 func (p *parser) file(name string, data []byte) {
 	p.name = name
-	// yaml.v3 reports bad UTF-8 without a line; find it here.
-	for off := 0; off < len(data); {
-		r, size := utf8.DecodeRune(data[off:])
-		if r == utf8.RuneError && size == 1 {
-			p.fail(1+bytes.Count(data[:off], []byte("\n")), "", "not UTF-8 text (byte %d)", off)
-			return
-		}
-		off += size
+	if line, off, bad := yamlconf.BadUTF8(data); bad {
+		p.fail(line, "", "not UTF-8 text (byte %d)", off)
+		return
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	docs := 0
@@ -214,14 +188,8 @@ func (p *parser) file(name string, data []byte) {
 			break
 		}
 		if err != nil {
-			if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-				line, _ := strconv.Atoi(m[1])
-				p.fail(line, "", "%s", m[2])
-			} else {
-				// yaml.v3's marks are 0-based and it prints no line for
-				// 0: a syntax error without one is on the first line.
-				p.fail(1, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
-			}
+			line, msg := yamlconf.SyntaxError(err)
+			p.fail(line, "", "%s", msg)
 			return
 		}
 		docs++
@@ -246,12 +214,7 @@ func (p *parser) file(name string, data []byte) {
 // deref follows an alias (*defaults) to its anchor. An alias is walked
 // once per place it appears; maxDescriptors bounds what that can expand
 // to.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
+func deref(n *yaml.Node) *yaml.Node { return yamlconf.Deref(n) }
 
 // fields walks a mapping's pairs, refusing non-string and repeated field
 // names and merge keys, and calls f with each field.
@@ -316,13 +279,10 @@ func (p *parser) domain(root *yaml.Node) {
 	}
 }
 
+// hasField reports whether mapping m has the field name. yaml.v3 numbers
+// parsed lines from 1, so fieldLine's default of 0 means absent.
 func hasField(m *yaml.Node, name string) bool {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == name {
-			return true
-		}
-	}
-	return false
+	return fieldLine(m, name, 0) > 0
 }
 
 // descriptors reads one level's list into lvl. chain names the parent
@@ -675,16 +635,10 @@ func (p *parser) algorithm(v *yaml.Node, where string) (limiter.Algorithm, bool)
 	return a, true
 }
 
-var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
-
 func (p *parser) uint32(v *yaml.Node, where, field string) (uint32, bool) {
-	var n int64
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
-		if v.Kind == yaml.ScalarNode && v.ShortTag() != "!!str" && digits.MatchString(v.Value) {
-			p.fail(v.Line, where, "%s %s does not fit in 32 bits", field, v.Value)
-		} else {
-			p.fail(v.Line, where, "%s must be a whole number, got %q", field, v.Value)
-		}
+	n, msg, ok := yamlconf.Int(v, field, 32)
+	if !ok {
+		p.fail(v.Line, where, "%s", msg)
 		return 0, false
 	}
 	if n < 0 || n > math.MaxUint32 {

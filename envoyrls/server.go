@@ -323,20 +323,21 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 // where the window is part of the key. It is counted with the sliding
 // window counter: constant memory, whatever limit the request sets.
 func (s *Server) override(i int, o *rlscommon.RateLimitDescriptor_RateLimitOverride, entries []*rlscommon.RateLimitDescriptor_Entry) (*Rule, error) {
-	field := fmt.Sprintf("descriptors[%d].limit", i)
+	// Field names are formatted only on error: this runs for every
+	// override on every request.
 	u := Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[o.GetUnit().String()])
 	unit, ok := UnitDuration(u)
 	if !ok {
-		return nil, invalid(field+".unit", fmt.Sprintf("unknown unit %s", o.GetUnit()))
+		return nil, invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), fmt.Sprintf("unknown unit %s", o.GetUnit()))
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		if mult = m.GetValue(); mult == 0 {
-			return nil, invalid(field+".unit_multiplier", "must be at least 1")
+			return nil, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "must be at least 1")
 		}
 	}
 	if int64(mult) > math.MaxInt64/int64(unit) {
-		return nil, invalid(field+".unit_multiplier", fmt.Sprintf("a window of %d %ss is too long", mult, strings.ToLower(u.String())))
+		return nil, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), fmt.Sprintf("a window of %d %ss is too long", mult, strings.ToLower(u.String())))
 	}
 	r := &Rule{Path: "override", index: -1, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, UnitMultiplier: mult,
 		Window: unit * time.Duration(mult), Algorithm: limiter.SlidingWindowCounter}

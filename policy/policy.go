@@ -27,10 +27,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -103,9 +103,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// maxErrors bounds the errors one parse reports: enough to fix a file in
-// one go, not a wall of text for a file that is not YAML at all.
-const maxErrors = 20
+// maxErrors bounds the errors one parse reports.
+const maxErrors = yamlconf.MaxErrors
 
 // MaxNameBytes caps a policy's name.
 const MaxNameBytes = 128
@@ -125,11 +124,7 @@ func Parse(file string, data []byte, check func(limiter.Request) error) (*Set, e
 	p := parser{file: file, check: check}
 	set := p.parse(data)
 	if len(p.errs) > 0 {
-		errs := p.errs
-		if len(errs) > maxErrors {
-			errs = append(errs[:maxErrors:maxErrors], &Error{File: file, Msg: fmt.Sprintf("and %d more errors", len(p.errs)-maxErrors)})
-		}
-		return nil, errors.Join(errs...)
+		return nil, yamlconf.Join(p.errs, func(n int) error { return &Error{File: file, Msg: fmt.Sprintf("and %d more errors", n)} })
 	}
 	sum := sha256.Sum256(data)
 	set.File, set.Digest = file, "sha256:"+hex.EncodeToString(sum[:])
@@ -146,22 +141,11 @@ func (p *parser) fail(line int, policy, format string, args ...any) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Policy: policy, Msg: fmt.Sprintf(format, args...)})
 }
 
-// yamlLine finds the line in yaml's own messages ("yaml: line 3: could
-// not find expected ':'").
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
-
 func (p *parser) parse(data []byte) *Set {
 	set := &Set{byName: map[string]Policy{}}
-	// yaml.v3 reports bad UTF-8 without a line; find it here.
-	for off := 0; off < len(data); {
-		r, size := utf8.DecodeRune(data[off:])
-		if r == utf8.RuneError && size == 1 {
-			p.fail(1+bytes.Count(data[:off], []byte("\n")), "", "not UTF-8 text (byte %d)", off)
-			return nil
-		}
-		off += size
+	if line, off, bad := yamlconf.BadUTF8(data); bad {
+		p.fail(line, "", "not UTF-8 text (byte %d)", off)
+		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -173,14 +157,8 @@ func (p *parser) parse(data []byte) *Set {
 			p.fail(0, "", "no policies defined (an empty file is refused, so that a truncated write cannot remove every policy)")
 			return nil
 		}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			p.fail(line, "", "%s", m[2])
-		} else {
-			// yaml.v3's marks are 0-based and it prints no line for 0: a
-			// syntax error without one is on the first line.
-			p.fail(1, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
-		}
+		line, msg := yamlconf.SyntaxError(err)
+		p.fail(line, "", "%s", msg)
 		return nil
 	}
 	var next yaml.Node
@@ -234,12 +212,7 @@ func (p *parser) parse(data []byte) *Set {
 
 // deref follows an alias (*defaults) to its anchor. Policies are two
 // levels deep, so aliases cannot multiply into a large expansion here.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
+func deref(n *yaml.Node) *yaml.Node { return yamlconf.Deref(n) }
 
 func (p *parser) name(kn *yaml.Node) (string, bool) {
 	kn = deref(kn)
@@ -295,14 +268,9 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 			}
 			pol.Algorithm = a
 		case "limit":
-			var n int64
-			if fv.Kind != yaml.ScalarNode || fv.ShortTag() != "!!int" || fv.Decode(&n) != nil {
-				if fv.Kind == yaml.ScalarNode && fv.ShortTag() != "!!str" && digits.MatchString(fv.Value) {
-					// YAML reads an integer too big for 64 bits as a float.
-					p.fail(fv.Line, name, "limit %s does not fit in 64 bits", fv.Value)
-				} else {
-					p.fail(fv.Line, name, "limit must be a whole number, got %q", fv.Value)
-				}
+			n, msg, ok := yamlconf.Int(fv, "limit", 64)
+			if !ok {
+				p.fail(fv.Line, name, "%s", msg)
 				continue
 			}
 			if n <= 0 {

@@ -1,12 +1,10 @@
 package policy
 
 import (
-	"fmt"
-	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 
+	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -65,17 +63,9 @@ func (r *Registry) Reload() (*Set, error) {
 }
 
 func (r *Registry) read() (*Set, error) {
-	f, err := os.Open(r.path)
+	data, err := yamlconf.ReadFile("policies", r.path, MaxFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("policies: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("policies: reading %s: %w", r.path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("policies: %s is larger than %d bytes", r.path, MaxFileBytes)
+		return nil, err
 	}
 	return Parse(r.path, data, r.check)
 }

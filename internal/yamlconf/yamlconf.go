@@ -1,0 +1,105 @@
+// Package yamlconf holds what the strict YAML loaders of policy and
+// envoyrls share: a size-capped read, yaml.v3's errors turned into lines,
+// aliases followed, whole numbers read, and the cap on reported errors.
+// It exists so that both files are read, and their errors reported, the
+// same way, and a fix to one loader's reading is not missed in the other.
+package yamlconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// MaxErrors bounds the errors one load reports: enough to fix a file in
+// one go, not a wall of text for a file that is not YAML at all.
+const MaxErrors = 20
+
+// ReadFile reads path, refusing one larger than limit bytes: a mistaken
+// path (a log file, a device) must not be read whole. prefix starts
+// every error ("policies").
+func ReadFile(prefix, path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading %s: %w", prefix, path, err)
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%s: %s is larger than %d bytes", prefix, path, limit)
+	}
+	return data, nil
+}
+
+// BadUTF8 finds the first byte of data that is not UTF-8, which yaml.v3
+// reports without a line: its 1-based line and offset.
+func BadUTF8(data []byte) (line, off int, bad bool) {
+	for off < len(data) {
+		r, size := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && size == 1 {
+			return 1 + bytes.Count(data[:off], []byte("\n")), off, true
+		}
+		off += size
+	}
+	return 0, 0, false
+}
+
+// yamlLine finds the line in yaml's own messages ("yaml: line 3: could
+// not find expected ':'").
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// SyntaxError is the 1-based line and message of a yaml.v3 decoding error.
+func SyntaxError(err error) (line int, msg string) {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		return line, m[2]
+	}
+	// yaml.v3's marks are 0-based and it prints no line for 0: a syntax
+	// error without one is on the first line.
+	return 1, strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// Deref follows an alias (*defaults) to its anchor.
+func Deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// Join joins errs, the first MaxErrors of them and then more(n), the error
+// that says n more were found.
+func Join(errs []error, more func(n int) error) error {
+	if len(errs) > MaxErrors {
+		errs = append(errs[:MaxErrors:MaxErrors], more(len(errs)-MaxErrors))
+	}
+	return errors.Join(errs...)
+}
+
+// digits is what YAML would read as an integer if it fit in 64 bits.
+var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
+
+// Int reads a whole number scalar; on failure, msg says why, naming field.
+// bits is the width the caller stores (it checks its own range after): a
+// number too big even for int64 is reported against that width.
+func Int(v *yaml.Node, field string, bits int) (n int64, msg string, ok bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
+		if v.Kind == yaml.ScalarNode && v.ShortTag() != "!!str" && digits.MatchString(v.Value) {
+			// YAML reads an integer too big for 64 bits as a float.
+			return 0, fmt.Sprintf("%s %s does not fit in %d bits", field, v.Value, bits), false
+		}
+		return 0, fmt.Sprintf("%s must be a whole number, got %q", field, v.Value), false
+	}
+	return n, "", true
+}
