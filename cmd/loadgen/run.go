@@ -33,6 +33,18 @@ type outcome struct {
 	err                               error // of the first failed check
 }
 
+// count counts one decided check.
+func (o *outcome) count(allowed, degraded bool) {
+	if allowed {
+		o.allowed++
+	} else {
+		o.denied++
+	}
+	if degraded {
+		o.degraded++
+	}
+}
+
 const (
 	// setupTimeout bounds connecting and loading the scripts, before the
 	// load phase (which -duration bounds) starts.
