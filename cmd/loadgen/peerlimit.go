@@ -74,6 +74,9 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
+	// No wire.Dial(), unlike the Go client: these routes stand for a
+	// client that is not peerlimit's (another language, say), so they keep
+	// grpc-go's default protobuf codec, as such a client would have.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(token, false)))
