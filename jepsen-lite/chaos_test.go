@@ -83,7 +83,7 @@ func TestChaosShortProfile(t *testing.T) {
 			}
 		})
 	}
-	require.NoError(t, jepsenlite.WriteReport(out, cfg.Profile, results, "go test ./jepsen-lite"))
+	require.NoError(t, jepsenlite.WriteReport(out, cfg.Profile, results, "go test ./jepsen-lite", ""))
 	if t.Failed() {
 		report, _ := os.ReadFile(filepath.Join(out, "report.md"))
 		t.Logf("report:\n%s", report)

@@ -11,15 +11,21 @@ import (
 )
 
 // WriteReport writes report.md and one SVG chart per scenario to dir.
-func WriteReport(dir string, p Profile, results []*Result, command string) error {
+// dockerProject is the compose project of docker mode, "" for node
+// processes (Local).
+func WriteReport(dir string, p Profile, results []*Result, command, dockerProject string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# jepsen-lite report (%s profile)\n\n", p.Name)
-	fmt.Fprintf(&b, "Reproduce: `%s`. Each scenario starts a fresh cluster of real node processes on their own loopback addresses. "+
+	nodes := "Each scenario starts a fresh cluster of real node processes on their own loopback addresses."
+	if dockerProject != "" {
+		nodes = fmt.Sprintf("Each scenario runs on the containers of compose project %s, its services n1, n2, n3 first brought back to running, unpaused and connected.", dockerProject)
+	}
+	fmt.Fprintf(&b, "Reproduce: `%s`. %s "+
 		"%d keys (%d per algorithm), limit %d per %s, offered at %.1f× the limit's rate by %d clients to random nodes; client deadline %s.\n\n",
-		command, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout)
+		command, nodes, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout)
 	b.WriteString("| scenario | checks | answered | ≤ 100 ms | to up nodes: answered | degraded | log worst (bound) | counter fixed worst | counter rolling worst | excess log / counter | converged after | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {

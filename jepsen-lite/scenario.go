@@ -157,11 +157,10 @@ func pair(a, b string) [2]string {
 	return [2]string{a, b}
 }
 
-// track records who answers after a step: a node that stopped answering
-// went down when the step began, one that started answering came up when
-// the step ended (a restart is up once healthy).
-func (e *Env) track(begin, end time.Duration) {
-	obs := e.observable()
+// track records who answers after a step (obs, from observable): a node
+// that stopped answering went down when the step began, one that started
+// answering came up when the step ended (a restart is up once healthy).
+func (e *Env) track(begin, end time.Duration, obs []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := map[string]bool{}
@@ -179,7 +178,9 @@ func (e *Env) track(begin, end time.Duration) {
 	e.seen = now
 }
 
-// observable lists the nodes that answer.
+// observable lists the nodes that answer. It asks every node (in docker
+// mode, docker inspect for each), so a step asks once for track and
+// expectation both.
 func (e *Env) observable() []string {
 	var out []string
 	for _, id := range e.ids {
@@ -190,11 +191,11 @@ func (e *Env) observable() []string {
 	return out
 }
 
-// expectation is what every answering node should see once the cluster
-// has converged: the answering nodes it can reach, directly or through
-// another (memberlist probes indirectly), and the side it is on.
-func (e *Env) expectation() (map[string][]string, map[string]int) {
-	obs := e.observable()
+// expectation is what every answering node (obs, from observable) should
+// see once the cluster has converged: the answering nodes it can reach,
+// directly or through another (memberlist probes indirectly), and the side
+// it is on.
+func (e *Env) expectation(obs []string) (map[string][]string, map[string]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	side := map[string]int{}
@@ -314,9 +315,10 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	// The run's clock starts with the workload.
 	start := time.Now()
 	env.start = start
-	env.track(0, 0)
+	obs := env.observable()
+	env.track(0, 0, obs)
 
-	expect, sides := env.expectation()
+	expect, sides := env.expectation(obs)
 	events := []Event{{Name: "start", Steady: 1, Expect: expect, Sides: sides}}
 	mon := &Monitor{Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Nodes: func() []string { return env.ids }}
 	runCtx, cancel := context.WithTimeout(ctx, time.Duration(float64(sc.Duration)*p.Scale))
@@ -344,8 +346,9 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 			stepErr = errors.Join(stepErr, fmt.Errorf("step %q: %w", st.Name, err))
 		}
 		ev.End = time.Since(start)
-		env.track(ev.Begin, ev.End)
-		ev.Expect, ev.Sides = env.expectation()
+		obs := env.observable()
+		env.track(ev.Begin, ev.End, obs)
+		ev.Expect, ev.Sides = env.expectation(obs)
 		events = append(events, ev)
 		log.Info("nemesis", "step", st.Name, "at", ev.Begin.Round(time.Millisecond), "took", (ev.End - ev.Begin).Round(time.Millisecond))
 	}
@@ -373,7 +376,9 @@ func waitConverged(ctx context.Context, e *Env, within time.Duration) error {
 	defer cancel()
 	var why string
 	for {
-		expect, _ := e.expectation()
+		// Asked again at every poll: a node that stops answering while the
+		// cluster starts drops out of what the others should see.
+		expect, _ := e.expectation(e.observable())
 		why = ""
 		for id, want := range expect {
 			cl := e.clients.client(id)

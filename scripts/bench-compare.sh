@@ -129,12 +129,6 @@ mkdir -p bin
 CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 "$go" build -o bin/loadgen ./cmd/loadgen
 "$go" build -o bin/redismem ./cmd/redismem
-# Every run gets its own keys (same length as loadgen's default prefix), so
-# that peerlimit starts each run with empty state, as Redis does after its
-# FLUSHALL.
-loadgen_help=$(bin/loadgen -h 2>&1 || true)
-prefix_flag=0
-[[ $loadgen_help == *-key-prefix* ]] && prefix_flag=1
 
 {
 	echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
@@ -245,7 +239,10 @@ for rep in $(seq "$repeats"); do
 		[ "$algo" = log ] && limit=$log_limit
 		args=(-workers "$workers" -duration "$duration" -keys "$nkeys" -dist uniform
 			-algorithm "$algo" -limit "$limit" -window 60s -batch "$batch" -progress=false)
-		[ "$prefix_flag" = 1 ] && args+=(-key-prefix "$(printf 'run%02d%02d:' "$rep" "$c")")
+		# Every run gets its own keys (same length as loadgen's default
+		# prefix), so that peerlimit starts each run with empty state, as
+		# Redis does after its FLUSHALL.
+		args+=(-key-prefix "$(printf 'run%02d%02d:' "$rep" "$c")")
 		if [ "$tgt" = redis ]; then
 			rcli flushall >/dev/null
 			args+=(-target redis -redis "127.0.0.1:$redis_port")

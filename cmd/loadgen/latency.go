@@ -80,10 +80,9 @@ func mergePercentiles(rs []*reservoir) Percentiles {
 		for _, r := range rs {
 			all = append(all, r.lat...)
 		}
-		slices.Sort(all)
-		for i, pm := range quantiles {
-			q[i] = nearestRank(all, pm)
-		}
+		// The same nearest ranks as nearestRank at quantiles' per-milles.
+		s := latency.Summarize(all)
+		q = [4]time.Duration{s.P50, s.P90, s.P99, s.P999}
 	} else {
 		all := make([]weighted, 0, n)
 		for _, r := range rs {

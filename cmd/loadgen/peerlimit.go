@@ -74,6 +74,9 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
+	// No wire.Dial(), unlike the Go client: these routes stand for a
+	// client that is not peerlimit's (another language, say), so they keep
+	// grpc-go's default protobuf codec, as such a client would have.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(token, false)))
@@ -222,7 +225,7 @@ func (c *grpcCaller) call(ctx context.Context, keys []int, o *outcome) error {
 		if err != nil {
 			return err
 		}
-		o.add(resp)
+		o.count(resp.GetAllowed(), resp.GetDegraded())
 		return nil
 	}
 	for i, k := range keys {
@@ -241,21 +244,9 @@ func (c *grpcCaller) call(ctx context.Context, keys []int, o *outcome) error {
 			o.fail(status.Error(codes.Code(e.GetCode()), e.GetMessage()))
 			continue
 		}
-		o.add(r.GetResponse())
+		o.count(r.GetResponse().GetAllowed(), r.GetResponse().GetDegraded())
 	}
 	return nil
-}
-
-// add counts one answer.
-func (o *outcome) add(r *pb.CheckResponse) {
-	if r.GetAllowed() {
-		o.allowed++
-	} else {
-		o.denied++
-	}
-	if r.GetDegraded() {
-		o.degraded++
-	}
 }
 
 // fail counts one check that got no decision.
@@ -280,7 +271,7 @@ func (c *ownerCaller) call(ctx context.Context, keys []int, o *outcome) error {
 		if err != nil {
 			return err
 		}
-		o.addDecision(d)
+		o.count(d.Allowed, d.Degraded)
 		return nil
 	}
 	reqs := c.reqs[:len(keys)]
@@ -296,18 +287,7 @@ func (c *ownerCaller) call(ctx context.Context, keys []int, o *outcome) error {
 			o.fail(r.Err)
 			continue
 		}
-		o.addDecision(r.Decision)
+		o.count(r.Decision.Allowed, r.Decision.Degraded)
 	}
 	return nil
-}
-
-func (o *outcome) addDecision(d client.Decision) {
-	if d.Allowed {
-		o.allowed++
-	} else {
-		o.denied++
-	}
-	if d.Degraded {
-		o.degraded++
-	}
 }

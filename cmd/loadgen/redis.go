@@ -209,10 +209,6 @@ func (o *outcome) addScript(res []int64) error {
 	if len(res) < 2 {
 		return fmt.Errorf("script answered %v, want {allowed, count, ...}", res)
 	}
-	if res[0] == 1 {
-		o.allowed++
-	} else {
-		o.denied++
-	}
+	o.count(res[0] == 1, false)
 	return nil
 }

@@ -33,6 +33,18 @@ type outcome struct {
 	err                               error // of the first failed check
 }
 
+// count counts one decided check.
+func (o *outcome) count(allowed, degraded bool) {
+	if allowed {
+		o.allowed++
+	} else {
+		o.denied++
+	}
+	if degraded {
+		o.degraded++
+	}
+}
+
 const (
 	// setupTimeout bounds connecting and loading the scripts, before the
 	// load phase (which -duration bounds) starts.
@@ -111,7 +123,10 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 		}
 		return int(min(end, cfg.Count) - begin)
 	}
-	hist := &histogram{}
+	var hist *histogram // only the progress line reads it: nil, and not fed, without one
+	if cfg.Progress {
+		hist = &histogram{}
+	}
 	errs := &errorLog{}
 	loadCtx, cancelLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer cancelLoad()
@@ -192,7 +207,8 @@ func expectedCalls(cfg Config) int {
 	return int(min(cfg.Duration.Seconds()*callsPerSecond/float64(cfg.Batch*cfg.Workers), 1<<30))
 }
 
-// loop makes calls until the run ends or take allows no more checks.
+// loop makes calls until the run ends or take allows no more checks. hist
+// is nil when no progress line reads it.
 func (w *worker) loop(ctx context.Context, batch int, c caller, gen *keyGen, take func() int,
 	hist *histogram, errs *errorLog, start time.Time) {
 	idx := make([]int, batch)
@@ -228,7 +244,9 @@ func (w *worker) loop(ctx context.Context, batch int, c caller, gen *keyGen, tak
 			continue
 		}
 		w.lat.add(d)
-		hist.add(d)
+		if hist != nil {
+			hist.add(d)
+		}
 		w.calls.Add(1)
 		w.allowed.Add(o.allowed)
 		w.denied.Add(o.denied)

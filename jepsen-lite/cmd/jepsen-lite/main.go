@@ -116,7 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *project != "" {
 		command = "make compose-test"
 	}
-	if err := jepsenlite.WriteReport(*out, p, results, command); err != nil {
+	if err := jepsenlite.WriteReport(*out, p, results, command, *project); err != nil {
 		fmt.Fprintln(stderr, "jepsen-lite: report:", err)
 		return 1
 	}
