@@ -404,10 +404,17 @@ func (c *Cluster) unknownSeedAddrs() ([]string, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
+	// Alone, the answer is empty: no lookups (up to 5 s each) for nothing.
+	c.mu.Lock()
+	alone := len(c.members) <= 1
+	c.mu.Unlock()
+	if alone {
+		return nil, nil
+	}
 	addrs, err := c.resolveSeeds(c.ctx, names)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.members) <= 1 {
+	if len(c.members) <= 1 { // alone since
 		return nil, err
 	}
 	known := map[string]bool{}

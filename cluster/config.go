@@ -134,14 +134,14 @@ func (c Config) Validate() error {
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("GRPCAddr must be set"))
 	}
-	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
+	if n := len(c.SecretKey); n != 0 && !validKeyLen(n) {
 		errs = append(errs, fmt.Errorf("SecretKey must be 16, 24 or 32 bytes, got %d", n))
 	}
 	if len(c.SecretKey) > 0 && len(c.Keys) > 0 {
 		errs = append(errs, errors.New("set SecretKey or Keys, not both"))
 	}
 	for i, k := range c.Keys {
-		if n := len(k); n != 16 && n != 24 && n != 32 {
+		if n := len(k); !validKeyLen(n) {
 			errs = append(errs, fmt.Errorf("Keys[%d] must be 16, 24 or 32 bytes, got %d", i, n))
 		}
 	}

@@ -10,6 +10,9 @@ import (
 // errNoKeyring is SetKeys on a member started without Config.Keys.
 var errNoKeyring = errors.New("cluster: gossip encryption was not started with a keyring; it cannot be turned on, or a single key rotated, while running")
 
+// validKeyLen is memberlist's rule for a gossip key: AES-128, -192 or -256.
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
 // SetKeys makes the gossip keyring hold exactly keys, keys[0] encrypting
 // and every key decrypting. It works only on a member started with
 // Config.Keys: encryption cannot be turned on or off while running, since
@@ -28,7 +31,7 @@ func (c *Cluster) SetKeys(keys [][]byte) error {
 		return errors.New("cluster: SetKeys: no keys; encryption cannot be turned off while running")
 	}
 	for i, k := range keys {
-		if n := len(k); n != 16 && n != 24 && n != 32 {
+		if n := len(k); !validKeyLen(n) {
 			return fmt.Errorf("cluster: SetKeys: key %d must be 16, 24 or 32 bytes, got %d", i+1, n)
 		}
 	}

@@ -342,12 +342,15 @@ func (n *Node) ReloadSecurity() error {
 		}
 	}
 	if s.cfg.ClusterSecretFile != "" {
+		// secrets() names the flag in its errors already.
 		secrets, err := s.cfg.secrets()
 		if err == nil {
-			err = s.peer.SetSecrets(secrets)
+			if err = s.peer.SetSecrets(secrets); err != nil {
+				err = fmt.Errorf("--cluster-secret-file: %w", err)
+			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--cluster-secret-file: %w", err))
+			errs = append(errs, err)
 		} else {
 			reloaded = append(reloaded, fmt.Sprintf("cluster secrets (%d)", len(secrets)))
 		}

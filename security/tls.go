@@ -81,14 +81,26 @@ func (t *TLS) Reload() error {
 	if err := checkPeerCert(peer, f.PeerServerName); err != nil {
 		return fmt.Errorf("tls: peer certificate %s: %w", f.PeerCertFile, err)
 	}
-	peerCAs, err := readPool(f.PeerCAFile)
+	// Each CA file is read once: the pools made from it then hold the same
+	// certificates even if the file is rewritten during the reload.
+	peerCA, err := readCA(f.PeerCAFile)
 	if err != nil {
 		return err
+	}
+	peerCAs, err := newPool(peerCA)
+	if err != nil {
+		return err
+	}
+	var clientCA caFile // none without ClientCAFile
+	if f.ClientCAFile != "" {
+		if clientCA, err = readCA(f.ClientCAFile); err != nil {
+			return err
+		}
 	}
 	// The gRPC port serves clients and peers: its client CAs are both
 	// sets, so a peer's handshake succeeds; which one a certificate chains
 	// to is decided per connection (IsPeer).
-	both, err := readPool(f.PeerCAFile, f.ClientCAFile)
+	both, err := newPool(peerCA, clientCA)
 	if err != nil {
 		return err
 	}
@@ -112,7 +124,7 @@ func (t *TLS) Reload() error {
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	if f.ClientCAFile != "" {
-		clientCAs, err := readPool(f.ClientCAFile)
+		clientCAs, err := newPool(clientCA)
 		if err != nil {
 			return err
 		}
@@ -142,21 +154,41 @@ func checkPeerCert(c tls.Certificate, name string) error {
 	return nil
 }
 
-func readPool(files ...string) (*x509.CertPool, error) {
+// caFile is one CA file's PEM as read; the zero value is no file.
+type caFile struct {
+	name string
+	pem  []byte
+}
+
+func readCA(name string) (caFile, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return caFile{}, fmt.Errorf("tls: CA file: %w", err)
+	}
+	return caFile{name: name, pem: b}, nil
+}
+
+// newPool makes a pool of the CA files' certificates; a zero caFile adds none.
+func newPool(cas ...caFile) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
-	for _, f := range files {
-		if f == "" {
+	for _, ca := range cas {
+		if ca.name == "" {
 			continue
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("tls: CA file: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("tls: CA file %s holds no PEM certificate", f)
+		if !pool.AppendCertsFromPEM(ca.pem) {
+			return nil, fmt.Errorf("tls: CA file %s holds no PEM certificate", ca.name)
 		}
 	}
 	return pool, nil
+}
+
+// readPool reads one CA file into a pool (what the tests trust).
+func readPool(name string) (*x509.CertPool, error) {
+	ca, err := readCA(name)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(ca)
 }
 
 // GRPCServerConfig is the gRPC server's configuration: client

@@ -227,18 +227,22 @@ func (c *command) fail(err error) int {
 	return exitError
 }
 
-// api connects to --addr. The call's deadline is --timeout.
-func (c *command) api() (pb.RateLimiterClient, context.Context, func(), error) {
+// call makes one RPC to --addr under --timeout and closes the connection.
+// method is a method expression, e.g. pb.RateLimiterClient.Check.
+func call[Req, Resp any](c *command, method func(pb.RateLimiterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var zero Resp
 	opts, err := c.dialOptions()
 	if err != nil {
-		return nil, nil, nil, usageErr{err}
+		return zero, usageErr{err}
 	}
 	conn, err := grpc.NewClient(c.addr, opts...)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.addr, err)
+		return zero, fmt.Errorf("connect to %s: %w", c.addr, err)
 	}
+	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	return pb.NewRateLimiterClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
+	defer cancel()
+	return method(pb.NewRateLimiterClient(conn), ctx, req)
 }
 
 func (c *command) printJSON(v any) {
@@ -309,12 +313,7 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		req.Limit, req.WindowMs, req.Algorithm = *limit, lf.window.Milliseconds(), algo
 	}
 
-	api, ctx, done, err := c.api()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer done()
-	resp, err := api.Check(ctx, req)
+	resp, err := call(c, pb.RateLimiterClient.Check, req)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -350,12 +349,7 @@ func cmdMembers(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if len(pos) != 0 {
 		return c.usageError("takes no arguments")
 	}
-	api, ctx, done, err := c.api()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer done()
-	m, err := api.Members(ctx, &pb.MembersRequest{})
+	m, err := call(c, pb.RateLimiterClient.Members, &pb.MembersRequest{})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -406,12 +400,7 @@ func cmdRing(args []string, getenv func(string) string, stdout, stderr io.Writer
 	if len(pos) == 0 {
 		return c.usageError("want at least one KEY")
 	}
-	api, ctx, done, err := c.api()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer done()
-	m, err := api.Members(ctx, &pb.MembersRequest{})
+	m, err := call(c, pb.RateLimiterClient.Members, &pb.MembersRequest{})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -466,12 +455,7 @@ func cmdReset(args []string, getenv func(string) string, stdout, stderr io.Write
 		req.WindowMs, req.Algorithm = lf.window.Milliseconds(), algo
 	}
 
-	api, ctx, done, err := c.api()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer done()
-	resp, err := api.Reset(ctx, req)
+	resp, err := call(c, pb.RateLimiterClient.Reset, req)
 	if err != nil {
 		return c.fail(err)
 	}

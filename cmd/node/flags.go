@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/security"
 )
 
 // options are the settings main needs beyond node.Config.
@@ -132,11 +132,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("--gossip-profile: want lan or local, got %q", *profile)
 	}
 	if *gossipKey != "" {
-		if c.GossipKey, err = base64.StdEncoding.DecodeString(*gossipKey); err != nil {
-			return o, fmt.Errorf("--gossip-key: not base64: %w", err)
-		}
-		if n := len(c.GossipKey); n != 16 && n != 24 && n != 32 {
-			return o, fmt.Errorf("--gossip-key: decodes to %d bytes; want 16, 24 or 32", n)
+		if c.GossipKey, err = security.ParseGossipKey(*gossipKey); err != nil {
+			return o, fmt.Errorf("--gossip-key: %w", err)
 		}
 	}
 	c.SetPartitions(*partitions)

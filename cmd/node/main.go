@@ -47,8 +47,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		opts.node.Logger.Error("start failed", "err", err)
 		return 1
 	}
-	// SIGHUP runs every reload hook in turn; each logs its own outcome.
-	onHUP := []func(){func() { reloadPolicies(n) }, func() { reloadSecurity(n) }, func() { reloadEnvoyRLS(n) }}
+	// SIGHUP runs every reload hook in turn: policies, credentials, Envoy
+	// RLS config. Each logs (and counts) its own outcome and keeps the old
+	// settings when a file is unusable, so its error needs nothing more here.
+	onHUP := []func() error{n.ReloadPolicies, n.ReloadSecurity, n.ReloadEnvoyRLS}
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
@@ -56,7 +58,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		case <-hup:
 			opts.node.Logger.Info("SIGHUP: reloading")
 			for _, f := range onHUP {
-				f()
+				_ = f()
 			}
 		}
 	}
@@ -70,21 +72,3 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	return 0
 }
-
-// reloadPolicies is the SIGHUP hook of --policies. The node logs the
-// outcome (on error, the file's bad line, keeping the policies in force)
-// and counts it in peerlimit_policy_reloads_total; other reloadable
-// settings add their own hook next to this one.
-func reloadPolicies(n *node.Node) { _ = n.ReloadPolicies() }
-
-// reloadSecurity is the SIGHUP hook of the credentials: the node re-reads
-// its TLS, token, cluster secret and gossip keyring files, logs what it
-// reloaded and what failed, and keeps the old value of anything whose file
-// is unusable.
-func reloadSecurity(n *node.Node) { _ = n.ReloadSecurity() }
-
-// reloadEnvoyRLS is the SIGHUP hook of --envoy-rls-config. The node logs
-// the outcome (on error, the bad file and line, keeping the configuration
-// in force) and counts it in peerlimit_envoy_rls_config_reloads_total; a
-// node without the flag has nothing to reload and says nothing.
-func reloadEnvoyRLS(n *node.Node) { _ = n.ReloadEnvoyRLS() }
