@@ -29,8 +29,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/batch"
@@ -258,14 +256,7 @@ func (c *Client) node(addr string) (*node, error) {
 	if n, ok := c.nodes[addr]; ok {
 		return n, nil
 	}
-	creds := insecure.NewCredentials()
-	if c.cfg.TLS != nil {
-		creds = credentials.NewTLS(c.cfg.TLS)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), wire.Dial()}
-	if c.cfg.Token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(c.cfg.Token, !c.cfg.TokenWithoutTLS)))
-	}
+	opts := append(Credentials(c.cfg.TLS, c.cfg.Token, c.cfg.TokenWithoutTLS), wire.Dial())
 	conn, err := grpc.NewClient(addr, append(opts, c.cfg.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("peerlimit client: connect to %s: %w", addr, err)

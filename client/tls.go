@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // LoadTLS builds a Config.TLS from PEM files. caFile verifies the nodes'
@@ -39,6 +41,23 @@ func LoadTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) 
 		c.Certificates = []tls.Certificate{kp}
 	}
 	return c, nil
+}
+
+// Credentials returns the dial options that secure a raw gRPC connection
+// to a node as Client does its own: TLS with tc, else plaintext; and, with
+// a token, its bearer credentials (BearerToken), which grpc-go refuses to
+// send over plaintext unless tokenWithoutTLS. For the CLI, the load
+// generator and programs that call the API without the Client.
+func Credentials(tc *tls.Config, token string, tokenWithoutTLS bool) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(token, !tokenWithoutTLS)))
+	}
+	return opts
 }
 
 // BearerToken returns per-call credentials sending "authorization: Bearer

@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
@@ -70,17 +68,11 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 	if cfg.Route == routeNode {
 		endpoints = endpoints[:1]
 	}
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-	}
 	// No wire.Dial(), unlike the Go client: these routes stand for a
 	// client that is not peerlimit's (another language, say), so they keep
-	// grpc-go's default protobuf codec, as such a client would have.
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(token, false)))
-	}
+	// grpc-go's default protobuf codec, as such a client would have. The
+	// token goes over plaintext too: the cluster's choice, not ours.
+	opts := client.Credentials(tlsCfg, token, true)
 	for _, ep := range endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
@@ -161,22 +159,14 @@ func (c *command) dialOptions() ([]grpc.DialOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds := insecure.NewCredentials()
-	if tc != nil {
-		creds = credentials.NewTLS(tc)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), wire.Dial()}
 	tok, err := c.token()
 	if err != nil {
 		return nil, err
 	}
-	if tok != "" {
-		if tc == nil && !c.tokenWithoutTLS {
-			return nil, errors.New("refusing to send the API token over plaintext: give --tls-ca-file (or --tls), or --token-without-tls")
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(tok, tc != nil)))
+	if tok != "" && tc == nil && !c.tokenWithoutTLS {
+		return nil, errors.New("refusing to send the API token over plaintext: give --tls-ca-file (or --tls), or --token-without-tls")
 	}
-	return opts, nil
+	return append(client.Credentials(tc, tok, c.tokenWithoutTLS), wire.Dial()), nil
 }
 
 // parse reads flags and arguments in any order ("check key --hits 2" and
