@@ -72,7 +72,7 @@ bench-compare:
 
 # jepsen-lite: every chaos scenario against real node processes on
 # 127.0.0.11.., with kills, pauses, iptables partitions (needs root;
-# otherwise those are reported as skipped) and scaling. About 4 min;
+# otherwise those are reported as skipped) and scaling. About 3½ min;
 # the report, charts, histories and node logs go to CHAOS_OUT.
 CHAOS_PROFILE ?= full
 CHAOS_OUT     ?= out/chaos

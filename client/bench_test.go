@@ -21,8 +21,8 @@ import (
 
 	"github.com/peerlimit/peerlimit/client"
 	"github.com/peerlimit/peerlimit/internal/latency"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -194,7 +194,7 @@ func startClientBenchEnv(b *testing.B) *clientBenchEnv {
 	// the peer connections get the Forward-counting interceptor.
 	env.c = testcluster.New(b, 3, func(cfg *node.Config) {
 		cfg.Logger = slog.New(env.warns)
-		cfg.Peers.DialOptions = append(cfg.Peers.DialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
+		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
 	})
 	env.nodes = env.c.Live()
 	keys := clientBenchKeyList()

@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,6 +33,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/batch"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -101,7 +101,10 @@ type Result struct {
 	Err error
 }
 
-// Config configures a Client. Only Endpoints is required.
+// Config configures a Client. Only Endpoints is required: a zero field
+// means its documented default (DefaultConfig holds them all), so that
+// Config{Endpoints: ...} is a complete configuration. A negative duration
+// or count is an error naming the field, never replaced.
 type Config struct {
 	// Endpoints are gRPC addresses of one or more nodes. The Client learns
 	// the other members from them.
@@ -153,31 +156,64 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c *Config) sanitize() {
-	if c.AttemptTimeout <= 0 {
-		c.AttemptTimeout = time.Second
+// DefaultConfig returns the defaults documented on Config; Endpoints is
+// the caller's.
+func DefaultConfig() Config {
+	return Config{AttemptTimeout: time.Second, RefreshInterval: 10 * time.Second, CoalesceLimit: 100,
+		CoalesceWait: 200 * time.Microsecond, MaxInflightBatches: 4, RetryBackoff: 100 * time.Millisecond,
+		MaxRetryBackoff: 5 * time.Second}
+}
+
+// Validate reports every unusable field of c as New would use it: zero
+// fields count as their defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("Endpoints is empty"))
 	}
-	if c.RefreshInterval <= 0 {
-		c.RefreshInterval = 10 * time.Second
+	for name, d := range map[string]time.Duration{"AttemptTimeout": c.AttemptTimeout, "RefreshInterval": c.RefreshInterval,
+		"CoalesceWait": c.CoalesceWait, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
 	}
-	if c.CoalesceLimit <= 0 {
-		c.CoalesceLimit = 100
-	}
-	if c.CoalesceWait <= 0 {
-		c.CoalesceWait = 200 * time.Microsecond
-	}
-	if c.MaxInflightBatches <= 0 {
-		c.MaxInflightBatches = 4
-	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = 100 * time.Millisecond
+	if c.CoalesceLimit < 0 || c.MaxInflightBatches < 0 {
+		errs = append(errs, fmt.Errorf("CoalesceLimit and MaxInflightBatches must not be negative, got %d and %d", c.CoalesceLimit, c.MaxInflightBatches))
 	}
 	if c.MaxRetryBackoff < c.RetryBackoff {
-		c.MaxRetryBackoff = max(5*time.Second, c.RetryBackoff)
+		errs = append(errs, fmt.Errorf("MaxRetryBackoff (%s) must be ≥ RetryBackoff (%s)", c.MaxRetryBackoff, c.RetryBackoff))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("peerlimit client: Config: %w", err)
+	}
+	return nil
+}
+
+// withDefaults returns c with each zero field set to its default. An
+// unset MaxRetryBackoff is at least RetryBackoff.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&c.AttemptTimeout, d.AttemptTimeout)
+	set(&c.RefreshInterval, d.RefreshInterval)
+	set(&c.CoalesceWait, d.CoalesceWait)
+	set(&c.RetryBackoff, d.RetryBackoff)
+	set(&c.MaxRetryBackoff, max(d.MaxRetryBackoff, c.RetryBackoff))
+	if c.CoalesceLimit == 0 {
+		c.CoalesceLimit = d.CoalesceLimit
+	}
+	if c.MaxInflightBatches == 0 {
+		c.MaxInflightBatches = d.MaxInflightBatches
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
 }
 
 // Client is safe for concurrent use. Close it when done.
@@ -226,10 +262,10 @@ var ErrClosed = errors.New("peerlimit client closed")
 // if none does, New still returns a working Client, which keeps trying
 // (calls then go to the endpoints). Only an invalid Config is an error.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if len(cfg.Endpoints) == 0 {
-		return nil, errors.New("peerlimit client: Config.Endpoints is empty")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	cfg.sanitize()
+	cfg = cfg.withDefaults()
 	c := &Client{cfg: cfg, log: cfg.Logger.With("component", "peerlimit-client"),
 		nodes: map[string]*node{}, seeds: map[string]bool{},
 		refresh: make(chan struct{}, 1), stop: make(chan struct{})}
@@ -570,10 +606,8 @@ func (v *view) owner(key string) member {
 
 // Partition returns key's ring partition among count: XXH64 of the key's
 // bytes (seed 0) mod count, as the Members RPC documents and the nodes
-// compute it.
-func Partition(key string, count int) int {
-	return int(xxhash.Sum64String(key) % uint64(count))
-}
+// compute it (package partition).
+func Partition(key string, count int) int { return partition.Of(key, count) }
 
 // OwnerOf returns key's partition and its owner in m, a node's answer to
 // the Members RPC: where a check for key would be decided, as that node

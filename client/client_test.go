@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/node"
 )
 
@@ -245,4 +245,25 @@ func TestCloseAndConfig(t *testing.T) {
 	require.NoError(t, cl.Close(), "idempotent")
 	_, err = cl.Check(context.Background(), "k", perMinute)
 	assert.True(t, errors.Is(err, client.ErrClosed))
+}
+
+// A zero field means its default; a negative one is an error naming the
+// field, never silently replaced.
+func TestConfigDefaultsAndErrors(t *testing.T) {
+	require.NoError(t, client.Config{Endpoints: []string{"x:1"}}.Validate())
+	assert.ErrorContains(t, client.Config{}.Validate(), "Endpoints")
+	for name, mutate := range map[string]func(*client.Config){
+		"AttemptTimeout":  func(c *client.Config) { c.AttemptTimeout = -time.Second },
+		"RefreshInterval": func(c *client.Config) { c.RefreshInterval = -1 },
+		"CoalesceLimit":   func(c *client.Config) { c.CoalesceLimit = -1 },
+		"MaxRetryBackoff": func(c *client.Config) { c.RetryBackoff, c.MaxRetryBackoff = time.Second, time.Millisecond },
+	} {
+		c := client.Config{Endpoints: []string{"x:1"}}
+		mutate(&c)
+		assert.ErrorContains(t, c.Validate(), name)
+		_, err := client.New(context.Background(), c)
+		assert.ErrorContains(t, err, name)
+	}
+	// An unset MaxRetryBackoff is never below a RetryBackoff that was set.
+	require.NoError(t, client.Config{Endpoints: []string{"x:1"}, RetryBackoff: time.Minute}.Validate())
 }

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -91,7 +91,7 @@ func TestOwnerOfMatchesTheNodes(t *testing.T) {
 		want := c.Node(0).Ring().Owner(key)
 		assert.Equal(t, want.ID, owner.GetId(), key)
 		assert.Equal(t, want.Addr, owner.GetGrpcAddr(), key)
-		assert.Equal(t, c.Node(0).Store().ShardOf(key), p, "a partition is a shard")
+		assert.Equal(t, c.Node(0).Store().PartitionOf(key), p, "a partition is a shard")
 		seen[owner.GetId()] = true
 	}
 	assert.Len(t, seen, 3)

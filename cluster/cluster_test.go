@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 
-	"github.com/peerlimit/peerlimit/internal/wait"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 )
 
 func key(c byte) []byte { return bytes.Repeat([]byte{c}, 16) }

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 )
 
 // fakeDNS maps names to addresses, like a headless Service or a compose

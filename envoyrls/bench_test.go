@@ -17,7 +17,9 @@ import (
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -49,18 +51,16 @@ func benchChecks() []limiter.Request {
 }
 
 // BenchmarkInProcess compares ShouldRateLimit with two descriptors to
-// rpc.Service.CheckBatch of the same two checks, on one node's request
+// route.Service.CheckBatch of the same two checks, on one node's request
 // path, without gRPC: what the Envoy adapter adds.
 func BenchmarkInProcess(b *testing.B) {
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(b, err)
-	rcfg := rpc.DefaultConfig()
-	rcfg.NodeID = "n1"
-	svc, err := rpc.NewService(rcfg, store, nil)
+	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: time.Now})
 	require.NoError(b, err)
 	cfg, err := envoyrls.Parse("bench.yaml", []byte(benchConfig), store.Validate)
 	require.NoError(b, err)
-	srv, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate})
+	srv, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024})
 	require.NoError(b, err)
 	ctx := context.Background()
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // FuzzParseConfig: whatever the file holds, Parse returns, and either
@@ -37,7 +38,7 @@ func FuzzParseConfig(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("f.yaml", data, store.Validate)

@@ -326,74 +326,121 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, pa
 		p.fail(m.Line, parentWhere, "a descriptor must be a mapping with key and optionally value, rate_limit, descriptors")
 		return
 	}
-	n := &node{line: m.Line}
-	var key string
-	var haveKey bool
-	var rl, children, algo, shadow *yaml.Node
-	var keyLine int
-	p.fields(m, parentWhere, func(name string, k, v *yaml.Node) {
-		switch name {
-		case "key":
-			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-				p.fail(v.Line, parentWhere, "key must be a non-empty string")
-				return
-			}
-			key, haveKey, keyLine = v.Value, true, k.Line
-		case "value":
-			// Any scalar, as written: Envoy's values are strings, and
-			// "value: 0100" means the text 0100, not the number 64.
-			switch {
-			case v.Kind != yaml.ScalarNode:
-				p.fail(v.Line, parentWhere, "value must be a string")
-			case v.ShortTag() != "!!null":
-				n.value = v.Value
-			}
-		case "rate_limit":
-			rl = v
-		case "descriptors":
-			children = v
-		case "algorithm":
-			algo = v
-		case "shadow_mode":
-			shadow = v
-		case "detailed_metric":
-			// Accepted for envoyproxy/ratelimit files; no effect: metrics
-			// are labelled by descriptor path, never by request values,
-			// so their number stays bounded by the configuration.
-			p.boolean(v, parentWhere, name)
-		default:
-			p.fail(k.Line, parentWhere, "unknown field %q; want key, value, rate_limit, algorithm, shadow_mode, detailed_metric, descriptors", name)
-		}
-	})
-	if !haveKey {
+	f := p.readDescriptor(m, parentWhere)
+	if f.key == "" {
 		if !hasField(m, "key") {
 			p.fail(m.Line, parentWhere, "key is missing")
 		}
 		return
 	}
-	label := key
-	if n.value != "" {
-		label += "=" + n.value
+	chain, path := f.names(parentChain, parentPath)
+	where := p.where(d, chain)
+	if !p.place(lvl, &f, where) {
+		return
 	}
-	chain := label
+	p.descriptorRule(d, &f, where, path)
+	if f.children != nil {
+		n := f.n
+		n.children = &level{keys: map[string]*keyNodes{}}
+		p.descriptors(d, n.children, f.children, chain, path, depth+1)
+		if len(n.children.keys) == 0 {
+			n.children = nil
+		}
+	}
+}
+
+// descriptorFields is one descriptor's fields as read, each checked on
+// its own; how they fit together is checked by the steps that use them.
+type descriptorFields struct {
+	n       *node // the descriptor, its value set; placed and given its rule later
+	key     string
+	keyLine int // 0 when key is absent or not a non-empty string
+	// The fields read by later steps; nil when absent.
+	rl, children, algo, shadow *yaml.Node
+}
+
+// readDescriptor reads descriptor m's fields, reporting the unknown
+// ones and those of the wrong kind.
+func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
+	f := descriptorFields{n: &node{line: m.Line}}
+	p.fields(m, where, func(name string, k, v *yaml.Node) {
+		switch name {
+		case "key":
+			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
+				p.fail(v.Line, where, "key must be a non-empty string")
+				return
+			}
+			f.key, f.keyLine = v.Value, k.Line
+		case "value":
+			// Any scalar, as written: Envoy's values are strings, and
+			// "value: 0100" means the text 0100, not the number 64.
+			switch {
+			case v.Kind != yaml.ScalarNode:
+				p.fail(v.Line, where, "value must be a string")
+			case v.ShortTag() != "!!null":
+				f.n.value = v.Value
+			}
+		case "rate_limit":
+			f.rl = v
+		case "descriptors":
+			f.children = v
+		case "algorithm":
+			f.algo = v
+		case "shadow_mode":
+			f.shadow = v
+		case "detailed_metric":
+			// Accepted for envoyproxy/ratelimit files; no effect: metrics
+			// are labelled by descriptor path, never by request values,
+			// so their number stays bounded by the configuration.
+			p.boolean(v, where, name)
+		default:
+			p.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, algorithm, shadow_mode, detailed_metric, descriptors", name)
+		}
+	})
+	return f
+}
+
+// names returns the descriptor's chain, naming it in messages after its
+// parents (key=value), and its statistics path (key_value, after its
+// parent's and a dot).
+func (f *descriptorFields) names(parentChain, parentPath string) (chain, path string) {
+	label := f.key
+	if f.n.value != "" {
+		label += "=" + f.n.value
+	}
+	chain = label
 	if parentChain != "" {
 		chain = parentChain + " / " + label
 	}
-	where := p.where(d, chain)
-	path := key
-	if n.value != "" {
-		path += "_" + n.value
+	path = f.key
+	if f.n.value != "" {
+		path += "_" + f.n.value
 	}
 	if parentPath != "" {
 		path = parentPath + "." + path
 	}
+	return chain, path
+}
 
+// place adds the descriptor to lvl and reports whether it could.
+func (p *parser) place(lvl *level, f *descriptorFields, where string) bool {
 	// Place it, refusing a second descriptor with the same key and value.
-	kn := lvl.keys[key]
+	kn := lvl.keys[f.key]
 	if kn == nil {
 		kn = &keyNodes{exact: map[string]*node{}}
-		lvl.keys[key] = kn
+		lvl.keys[f.key] = kn
 	}
+	if prev := sameValue(kn, f.n); prev != nil {
+		p.fail(f.keyLine, where, "defined twice at this level (first at line %d)", prev.line)
+		return false
+	}
+	insertNode(kn, f.n)
+	return true
+}
+
+// sameValue returns the node of kn with n's value, if there is one. It
+// sets n.prefix for a value ending in "*", which insertNode orders by.
+func sameValue(kn *keyNodes, n *node) *node {
 	var prev *node
 	switch {
 	case n.value == "":
@@ -408,10 +455,11 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, pa
 	default:
 		prev = kn.exact[n.value]
 	}
-	if prev != nil {
-		p.fail(keyLine, where, "defined twice at this level (first at line %d)", prev.line)
-		return
-	}
+	return prev
+}
+
+// insertNode adds n, whose value kn does not hold yet, to kn.
+func insertNode(kn *keyNodes, n *node) {
 	switch {
 	case n.value == "":
 		kn.any = n
@@ -426,41 +474,54 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, pa
 	default:
 		kn.exact[n.value] = n
 	}
+}
 
-	if rl != nil {
-		n.rule = p.rateLimit(d, rl, where, path)
+// descriptorRule gives the placed descriptor its rule: its rate_limit,
+// with the algorithm and shadow_mode given beside it, and asks the node
+// whether it can serve the rule.
+func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path string) {
+	n := f.n
+	if f.rl != nil {
+		n.rule = p.rateLimit(d, f.rl, where, path)
 	}
-	if algo != nil {
-		a, ok := p.algorithm(algo, where)
-		switch {
-		case !ok:
-		case n.rule == nil && rl == nil:
-			p.fail(algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
-		case n.rule != nil && n.rule.Unlimited:
-			p.fail(algo.Line, where, "algorithm has no use with unlimited: true")
-		case n.rule != nil:
-			n.rule.Algorithm = a
-		}
+	if f.algo != nil {
+		p.setAlgorithm(f, where)
 	}
-	if shadow != nil {
-		on, ok := p.boolean(shadow, where, "shadow_mode")
-		switch {
-		case !ok:
-		case n.rule == nil && rl == nil:
-			p.fail(shadow.Line, where, "shadow_mode applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
-		case n.rule != nil:
-			n.rule.ShadowMode = on
-		}
+	if f.shadow != nil {
+		p.setShadowMode(f, where)
 	}
 	if n.rule != nil && !n.rule.Unlimited && p.check != nil {
-		p.checkRule(n.rule, rl, algo, where)
+		p.checkRule(n.rule, f.rl, f.algo, where)
 	}
-	if children != nil {
-		n.children = &level{keys: map[string]*keyNodes{}}
-		p.descriptors(d, n.children, children, chain, path, depth+1)
-		if len(n.children.keys) == 0 {
-			n.children = nil
-		}
+}
+
+// setAlgorithm applies the descriptor's algorithm to its rule. A
+// rate_limit that failed to read has no rule and is not reported again.
+func (p *parser) setAlgorithm(f *descriptorFields, where string) {
+	a, ok := p.algorithm(f.algo, where)
+	r := f.n.rule
+	switch {
+	case !ok:
+	case r == nil && f.rl == nil:
+		p.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
+	case r != nil && r.Unlimited:
+		p.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
+	case r != nil:
+		r.Algorithm = a
+	}
+}
+
+// setShadowMode applies the descriptor's shadow_mode to its rule. A
+// rate_limit that failed to read has no rule and is not reported again.
+func (p *parser) setShadowMode(f *descriptorFields, where string) {
+	on, ok := p.boolean(f.shadow, where, "shadow_mode")
+	r := f.n.rule
+	switch {
+	case !ok:
+	case r == nil && f.rl == nil:
+		p.fail(f.shadow.Line, where, "shadow_mode applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
+	case r != nil:
+		r.ShadowMode = on
 	}
 }
 

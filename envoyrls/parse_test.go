@@ -13,12 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // storeCheck is what a node passes: its store's validation, default caps.
 func storeCheck(t testing.TB) func(limiter.Request) error {
 	t.Helper()
-	s, err := limiter.New(limiter.DefaultConfig())
+	s, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	return s.Validate
 }

@@ -19,20 +19,21 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
-// Checker is the node's request path: *rpc.Service. CheckBatch sends each
+// Checker is the node's request path: *route.Service. CheckBatch sends each
 // check to its key's owner, the ones bound for the same owner in one
 // call, and answers each on its own.
 type Checker interface {
-	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]rpc.Result, error)
+	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error)
 	MaxBatch() int
 }
 
-var _ Checker = (*rpc.Service)(nil)
+var _ Checker = (*route.Service)(nil)
 
 // ServerConfig is what a Server needs.
 type ServerConfig struct {
@@ -46,7 +47,7 @@ type ServerConfig struct {
 	// says so instead.
 	Validate func(limiter.Request) error
 	// MaxKeyBytes is the node's key size limit: longer descriptor keys are
-	// hashed (see Key). Default 1024.
+	// hashed (see Key). Required: the store's (limiter.Config.MaxKeyBytes).
 	MaxKeyBytes int
 	// Headers adds the IETF RateLimit-Policy and RateLimit fields of the
 	// most restrictive descriptor to every answer's
@@ -77,9 +78,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("envoyrls: no rules")
 	case cfg.Checker == nil:
 		return nil, errors.New("envoyrls: no checker")
-	}
-	if cfg.MaxKeyBytes <= 0 {
-		cfg.MaxKeyBytes = 1024
+	case cfg.MaxKeyBytes < 1:
+		return nil, fmt.Errorf("envoyrls: MaxKeyBytes must be ≥ 1 (the store's), got %d", cfg.MaxKeyBytes)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -128,53 +128,94 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	return resp, err
 }
 
+// answer is ShouldRateLimit's work: the response, whether a fallback
+// decided any descriptor, or the status that fails the call.
 func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *Domain, b *boundMetrics, dc *domainCounters) (*rlspb.RateLimitResponse, bool, error) {
+	if err := s.validate(req); err != nil {
+		return nil, false, err
+	}
 	descs := req.GetDescriptors()
-	switch {
-	case req.GetDomain() == "":
-		return nil, false, invalid("domain", "must not be empty")
-	case len(descs) == 0:
-		return nil, false, invalid("descriptors", "must not be empty")
-	case len(descs) > s.cfg.Checker.MaxBatch():
-		return nil, false, rpc.Status(fmt.Errorf("descriptors: %d; the maximum is %d: %w", len(descs), s.cfg.Checker.MaxBatch(), rpc.ErrBatchTooLarge)).Err()
-	}
-	for i, d := range descs {
-		entries := d.GetEntries()
-		if len(entries) == 0 {
-			return nil, false, invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
-		}
-		for j, e := range entries {
-			if e.GetKey() == "" {
-				return nil, false, invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			}
-		}
-	}
-	// The statuses live in one array, filled in place: one allocation
-	// instead of one per descriptor.
-	sts := make([]rlspb.RateLimitResponse_DescriptorStatus, len(descs))
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK,
-		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
-	for i := range sts {
-		sts[i].Code = rlspb.RateLimitResponse_OK
-		resp.Statuses[i] = &sts[i]
-	}
+	resp := okResponse(len(descs))
 	if dom == nil {
 		// As in envoyproxy/ratelimit: a domain without configuration
 		// limits nothing. Said in the log, since it is often a typo.
 		s.warnUnknownDomain(req.GetDomain())
 		return resp, false, nil
 	}
+	// Made here rather than returned by plan, and kept out of any struct
+	// that holds resp, so that it does not escape: the compiler can then
+	// keep a small one on the stack.
+	plans := make([]plan, len(descs))
+	if err := s.plan(plans, dom, descs); err != nil {
+		return nil, false, err
+	}
+	reqs, err := s.checks(plans, req, dom)
+	if err != nil {
+		return nil, false, err
+	}
+	results, err := s.check(ctx, reqs, plans)
+	if err != nil {
+		return nil, false, err
+	}
+	degraded := s.assemble(resp, plans, results, b, dc)
+	return resp, degraded, nil
+}
 
+// validate refuses a request with no domain, no descriptors or more than
+// one batch holds, or a descriptor without entries or with an empty key.
+// The status names the field: INVALID_ARGUMENT, or RESOURCE_EXHAUSTED for
+// too many descriptors.
+func (s *Server) validate(req *rlspb.RateLimitRequest) error {
+	descs := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return invalid("domain", "must not be empty")
+	case len(descs) == 0:
+		return invalid("descriptors", "must not be empty")
+	case len(descs) > s.cfg.Checker.MaxBatch():
+		return grpcapi.Status(fmt.Errorf("descriptors: %d; the maximum is %d: %w", len(descs), s.cfg.Checker.MaxBatch(), route.ErrBatchTooLarge)).Err()
+	}
+	for i, d := range descs {
+		entries := d.GetEntries()
+		if len(entries) == 0 {
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
+		}
+		for j, e := range entries {
+			if e.GetKey() == "" {
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
+			}
+		}
+	}
+	return nil
+}
+
+// okResponse is an OK answer for n descriptors, each OK.
+func okResponse(n int) *rlspb.RateLimitResponse {
+	// The statuses live in one array, filled in place: one allocation
+	// instead of one per descriptor.
+	sts := make([]rlspb.RateLimitResponse_DescriptorStatus, n)
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK,
+		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
+	for i := range sts {
+		sts[i].Code = rlspb.RateLimitResponse_OK
+		resp.Statuses[i] = &sts[i]
+	}
+	return resp
+}
+
+// plan fills plans, one per descriptor, with the rule that applies to it:
+// its own limit, or the configuration's, unless another descriptor's rule
+// replaces it. No check is placed yet.
+func (s *Server) plan(plans []plan, dom *Domain, descs []*rlscommon.RateLimitDescriptor) error {
 	// Match every descriptor first: a matched rule's replaces can cancel
 	// another descriptor's rule.
-	plans := make([]plan, len(descs))
 	var replacing []string
 	for i, d := range descs {
 		plans[i].check = -1
 		if o := d.GetLimit(); o != nil {
 			r, err := s.override(i, o, d.GetEntries())
 			if err != nil {
-				return nil, false, err
+				return err
 			}
 			plans[i].rule = r
 			continue
@@ -185,13 +226,27 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 		}
 	}
 	if len(replacing) > 0 {
-		for i := range plans {
-			if r := plans[i].rule; r != nil && r.Name != "" && contains(replacing, r.Name) {
-				plans[i].rule = nil
-			}
+		dropReplaced(plans, replacing)
+	}
+	return nil
+}
+
+// dropReplaced removes the rules named in replacing from plans: those
+// descriptors are then not limited.
+func dropReplaced(plans []plan, replacing []string) {
+	for i := range plans {
+		if r := plans[i].rule; r != nil && r.Name != "" && contains(replacing, r.Name) {
+			plans[i].rule = nil
 		}
 	}
+}
 
+// checks is the batch of limiter requests for the planned descriptors
+// that need one (a limit neither unlimited nor 0); each such plan learns
+// its index in the batch. A request the node cannot serve fails the call
+// naming its descriptor.
+func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) ([]limiter.Request, error) {
+	descs := req.GetDescriptors()
 	reqs := make([]limiter.Request, 0, len(descs))
 	for i, d := range descs {
 		p := &plans[i]
@@ -199,46 +254,65 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 		if r == nil || r.Unlimited || r.RequestsPerUnit == 0 {
 			continue
 		}
-		hits := int64(max(req.GetHitsAddend(), 1)) // 0 is unset: one hit
-		if h := d.GetHitsAddend(); h != nil {
-			hits = int64(min(h.GetValue(), math.MaxInt64)) // set, even to 0 (a peek)
-		}
-		if d.GetIsNegativeHits() {
-			p.refund, hits = true, 0
-		}
-		if hits > int64(r.RequestsPerUnit) {
-			p.tooMany, hits = true, 0
-		}
 		lr := limiter.Request{Key: Key(dom.Name, d.GetEntries(), s.cfg.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
-			Window: r.Window, Algorithm: r.Algorithm, Hits: hits}
+			Window: r.Window, Algorithm: r.Algorithm, Hits: p.hits(req, d)}
 		if s.cfg.Validate != nil {
 			if err := s.cfg.Validate(lr); err != nil {
-				return nil, false, descriptorError(i, err)
+				return nil, descriptorError(i, err)
 			}
 		}
 		p.check = len(reqs)
 		reqs = append(reqs, lr)
 	}
-	var results []rpc.Result
-	if len(reqs) > 0 {
-		var err error
-		if results, err = s.cfg.Checker.CheckBatch(ctx, reqs); err != nil {
-			return nil, false, rpc.Status(err).Err()
-		}
-		for i, p := range plans {
-			if p.check >= 0 && results[p.check].Err != nil {
-				return nil, false, descriptorError(i, results[p.check].Err)
-			}
+	return reqs, nil
+}
+
+// hits is how many hits descriptor d's check consumes. A refund or more
+// hits than the limit consume none: p notes which, and its check is a
+// peek.
+func (p *plan) hits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescriptor) int64 {
+	hits := int64(max(req.GetHitsAddend(), 1)) // 0 is unset: one hit
+	if h := d.GetHitsAddend(); h != nil {
+		hits = int64(min(h.GetValue(), math.MaxInt64)) // set, even to 0 (a peek)
+	}
+	if d.GetIsNegativeHits() {
+		p.refund, hits = true, 0
+	}
+	if hits > int64(p.rule.RequestsPerUnit) {
+		p.tooMany, hits = true, 0
+	}
+	return hits
+}
+
+// check decides the batch in one CheckBatch. RLS has no per-descriptor
+// error, so the first descriptor whose check failed fails the call.
+func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan) ([]route.Result, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	results, err := s.cfg.Checker.CheckBatch(ctx, reqs)
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	for i, p := range plans {
+		if p.check >= 0 && results[p.check].Err != nil {
+			return nil, descriptorError(i, results[p.check].Err)
 		}
 	}
+	return results, nil
+}
 
+// assemble folds the decisions into resp: each limited descriptor's
+// status and its count in the metrics, the headers of the most
+// restrictive one, and the degraded metadata. It reports whether a
+// fallback decided any descriptor.
+func (s *Server) assemble(resp *rlspb.RateLimitResponse, plans []plan, results []route.Result, b *boundMetrics, dc *domainCounters) bool {
 	degraded := false
-	hdr := -1 // the most restrictive descriptor, for the headers
-	var hdrT int64
+	hdr := headerPick{i: -1}       // the most restrictive descriptor, for the headers
 	var durs []durationpb.Duration // one per descriptor, allocated at the first limited one
 	for i, p := range plans {
 		r := p.rule
-		st := &sts[i]
+		st := resp.Statuses[i]
 		switch {
 		case r == nil: // OK, no limit
 			continue
@@ -247,73 +321,109 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 			b.descriptor(dc, r, outcomeUnlimited)
 			continue
 		}
-		var d limiter.Decision
-		if p.check >= 0 {
-			res := results[p.check]
-			d, degraded = res.Decision, degraded || res.Degraded
-		} else { // requests_per_unit 0: refused without a check
-			d = limiter.Decision{RetryAfter: r.Window, ResetAfter: r.Window}
-		}
-		if p.tooMany {
-			// Never allowed, however long one waits: say a window rather
-			// than the peek's "now".
-			d.RetryAfter = max(d.RetryAfter, r.Window)
-		}
-		over := (!d.Allowed || p.tooMany) && !p.refund
-		remaining := d.Remaining
-		if over {
-			remaining = 0
-		}
+		d, deg := p.decision(results)
+		degraded = degraded || deg
 		if durs == nil {
 			durs = make([]durationpb.Duration, len(plans))
 		}
-		reset := min(d.ResetAfter, r.Window)
-		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
-		st.CurrentLimit, st.DurationUntilReset = r.current, &durs[i]
-		st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
-		switch {
-		case !over:
-			b.descriptor(dc, r, outcomeOK)
-		case r.ShadowMode:
-			b.descriptor(dc, r, outcomeShadowMode)
-		default:
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		outcome := fillStatus(st, p, d, &durs[i])
+		if outcome == outcomeOverLimit {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			b.descriptor(dc, r, outcomeOverLimit)
 		}
+		b.descriptor(dc, r, outcome)
 		if s.cfg.Headers {
-			// An OVER_LIMIT descriptor wins, the one to wait longest for
-			// first (the request passes only when all have room); among
-			// the others, the one with the least remaining.
-			t := ratelimitheader.T(st.Code == rlspb.RateLimitResponse_OK, d.ResetAfter, d.RetryAfter, r.Window)
-			cur := resp.Statuses
-			switch {
-			case hdr < 0:
-				hdr, hdrT = i, t
-			case st.Code == rlspb.RateLimitResponse_OVER_LIMIT:
-				if cur[hdr].Code != rlspb.RateLimitResponse_OVER_LIMIT || t > hdrT {
-					hdr, hdrT = i, t
-				}
-			case cur[hdr].Code != rlspb.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < cur[hdr].LimitRemaining:
-				hdr, hdrT = i, t
-			}
+			hdr.consider(resp.Statuses, i, d, r.Window)
 		}
 	}
-	if hdr >= 0 {
-		r, st := plans[hdr].rule, resp.Statuses[hdr]
-		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
-			{Key: ratelimitheader.PolicyField, Value: r.policy},
-			{Key: ratelimitheader.Field, Value: ratelimitheader.Value(r.header, int64(st.LimitRemaining), hdrT)},
-		}
-		if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				&corepb.HeaderValue{Key: ratelimitheader.RetryAfter, Value: strconv.FormatInt(hdrT, 10)})
-		}
+	if hdr.i >= 0 {
+		addHeaders(resp, plans[hdr.i].rule, resp.Statuses[hdr.i], hdr.t)
 	}
 	if degraded {
 		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{DegradedKey: structpb.NewBoolValue(true)}}
 	}
-	return resp, degraded, nil
+	return degraded
+}
+
+// decision is the decision for planned descriptor p, a limited one, and
+// whether a fallback made it.
+func (p *plan) decision(results []route.Result) (d limiter.Decision, degraded bool) {
+	if p.check >= 0 {
+		res := results[p.check]
+		d, degraded = res.Decision, res.Degraded
+	} else { // requests_per_unit 0: refused without a check
+		d = limiter.Decision{RetryAfter: p.rule.Window, ResetAfter: p.rule.Window}
+	}
+	if p.tooMany {
+		// Never allowed, however long one waits: say a window rather
+		// than the peek's "now".
+		d.RetryAfter = max(d.RetryAfter, p.rule.Window)
+	}
+	return d, degraded
+}
+
+// fillStatus fills st, planned as p, from decision d, with dur as its
+// duration until reset, and returns the outcome to count: OVER_LIMIT only
+// when over and not in shadow mode.
+func fillStatus(st *rlspb.RateLimitResponse_DescriptorStatus, p plan, d limiter.Decision, dur *durationpb.Duration) int {
+	r := p.rule
+	over := (!d.Allowed || p.tooMany) && !p.refund
+	remaining := d.Remaining
+	if over {
+		remaining = 0
+	}
+	reset := min(d.ResetAfter, r.Window)
+	dur.Seconds, dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+	st.CurrentLimit, st.DurationUntilReset = r.current, dur
+	st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
+	switch {
+	case !over:
+		return outcomeOK
+	case r.ShadowMode:
+		return outcomeShadowMode
+	}
+	st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+	return outcomeOverLimit
+}
+
+// headerPick is the descriptor whose limit the headers describe.
+type headerPick struct {
+	i int   // index of the descriptor; -1: none yet
+	t int64 // its ratelimitheader.T
+}
+
+// consider makes descriptor i, decided by d, the pick if it is more
+// restrictive than the pick so far; sts are the answer's statuses, i's
+// already filled.
+func (h *headerPick) consider(sts []*rlspb.RateLimitResponse_DescriptorStatus, i int, d limiter.Decision, window time.Duration) {
+	// An OVER_LIMIT descriptor wins, the one to wait longest for
+	// first (the request passes only when all have room); among
+	// the others, the one with the least remaining.
+	st := sts[i]
+	t := ratelimitheader.T(st.Code == rlspb.RateLimitResponse_OK, d.ResetAfter, d.RetryAfter, window)
+	switch {
+	case h.i < 0:
+		h.i, h.t = i, t
+	case st.Code == rlspb.RateLimitResponse_OVER_LIMIT:
+		if sts[h.i].Code != rlspb.RateLimitResponse_OVER_LIMIT || t > h.t {
+			h.i, h.t = i, t
+		}
+	case sts[h.i].Code != rlspb.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < sts[h.i].LimitRemaining:
+		h.i, h.t = i, t
+	}
+}
+
+// addHeaders adds the RateLimit-Policy and RateLimit fields of rule r,
+// whose descriptor has status st and ratelimitheader.T t, and Retry-After
+// when the answer is OVER_LIMIT.
+func addHeaders(resp *rlspb.RateLimitResponse, r *Rule, st *rlspb.RateLimitResponse_DescriptorStatus, t int64) {
+	resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
+		{Key: ratelimitheader.PolicyField, Value: r.policy},
+		{Key: ratelimitheader.Field, Value: ratelimitheader.Value(r.header, int64(st.LimitRemaining), t)},
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corepb.HeaderValue{Key: ratelimitheader.RetryAfter, Value: strconv.FormatInt(t, 10)})
+	}
 }
 
 // override returns the rule of a descriptor's own limit. As in
@@ -377,7 +487,7 @@ func contains(names []string, name string) bool {
 
 // invalid is an INVALID_ARGUMENT status naming field.
 func invalid(field, reason string) error {
-	return rpc.Status(&limiter.ArgumentError{Field: field, Reason: reason}).Err()
+	return grpcapi.Status(&limiter.ArgumentError{Field: field, Reason: reason}).Err()
 }
 
 // descriptorError is the status of a call failed by descriptor i's check.
@@ -386,6 +496,6 @@ func descriptorError(i int, err error) error {
 	if errors.As(err, &ae) {
 		return invalid(fmt.Sprintf("descriptors[%d]", i), ae.Error())
 	}
-	st := rpc.Status(err)
+	st := grpcapi.Status(err)
 	return status.Error(st.Code(), fmt.Sprintf("descriptors[%d]: %s", i, st.Message()))
 }

@@ -21,9 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 type fakeClock struct {
@@ -105,17 +106,15 @@ func newHarness(t testing.TB, edit func(*ServerConfig)) *harness {
 	t.Helper()
 	cfg, err := Parse("rls.yaml", []byte(serviceConfig), storeCheck(t))
 	require.NoError(t, err)
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	clk := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
-	rcfg := rpc.DefaultConfig()
-	rcfg.NodeID, rcfg.Now = "n1", clk.Now
-	svc, err := rpc.NewService(rcfg, store, nil)
+	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: clk.Now})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	require.NoError(t, err)
-	scfg := ServerConfig{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, Metrics: m,
+	scfg := ServerConfig{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))}
 	if edit != nil {
 		edit(&scfg)
@@ -428,14 +427,12 @@ func (s smallBatch) MaxBatch() int { return s.n }
 func TestCheckErrorFailsTheCall(t *testing.T) {
 	h := newHarness(t, nil)
 	cfg := limiter.DefaultConfig()
-	cfg.MaxKeys, cfg.Shards, cfg.Overflow = 1, 1, limiter.OverflowReject
-	full, err := limiter.New(cfg)
+	cfg.MaxKeys, cfg.Overflow = 1, limiter.OverflowReject
+	full, err := limiter.New(cfg, 1)
 	require.NoError(t, err)
-	rcfg := rpc.DefaultConfig()
-	rcfg.NodeID, rcfg.Now = "n1", h.clk.Now
-	svc, err := rpc.NewService(rcfg, full, nil)
+	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: full, Now: h.clk.Now})
 	require.NoError(t, err)
-	srv, err := NewServer(ServerConfig{Rules: h.srv.cfg.Rules, Checker: svc})
+	srv, err := NewServer(ServerConfig{Rules: h.srv.cfg.Rules, Checker: svc, MaxKeyBytes: 1024})
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("remote_address=1")}})
@@ -520,7 +517,7 @@ func TestMetricsBindOncePerConfig(t *testing.T) {
 
 type degradeAll struct{ Checker }
 
-func (d degradeAll) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]rpc.Result, error) {
+func (d degradeAll) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error) {
 	res, err := d.Checker.CheckBatch(ctx, reqs)
 	for i := range res {
 		res[i].Degraded = true

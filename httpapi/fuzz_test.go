@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 const (
@@ -26,16 +27,17 @@ const (
 // rolling over.
 func newFuzzHandler(t testing.TB) http.Handler {
 	t.Helper()
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	clock := newTestClock(t0)
-	cfg := rpc.DefaultConfig()
-	cfg.NodeID = "n1"
+	cfg := route.DefaultConfig()
 	cfg.MaxBatch = fuzzMaxBatch
-	cfg.Now = func() time.Time { clock.Advance(time.Millisecond); return clock.Now() }
-	svc, err := rpc.NewService(cfg, store, nil)
+	svc, err := route.NewService(cfg, route.Deps{NodeID: "n1", Store: store,
+		Now: func() time.Time { clock.Advance(time.Millisecond); return clock.Now() }})
 	require.NoError(t, err)
-	return NewHandler(svc, Config{MaxBodyBytes: fuzzMaxBody})
+	h, err := NewHandler(svc, Config{MaxBodyBytes: fuzzMaxBody}, Deps{})
+	require.NoError(t, err)
+	return h
 }
 
 var fuzzCheckSeeds = []string{

@@ -1,7 +1,7 @@
 // Package httpapi serves the public API as JSON over HTTP: POST /v1/check,
 // POST /v1/check:batch and POST /v1/reset with the proto field names,
 // GET /v1/members, GET /v1/policies, GET /healthz, GET /metrics and, when
-// enabled, /debug/pprof/. It decides through the same rpc.Service as the
+// enabled, /debug/pprof/. It decides through the same route.Service as the
 // gRPC API.
 //
 // int64 fields are plain JSON numbers (not the strings of the proto3 JSON
@@ -22,27 +22,50 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/policy"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
-// Checker decides checks and resets; *rpc.Service is one.
+// Checker decides checks and resets; *route.Service is one.
 type Checker interface {
-	Check(ctx context.Context, req limiter.Request) rpc.Result
-	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]rpc.Result, error)
+	Check(ctx context.Context, req limiter.Request) route.Result
+	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error)
 	MaxBatch() int
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
-	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (rpc.ResetRequest, error)
-	Reset(ctx context.Context, r rpc.ResetRequest) (rpc.ResetResult, error)
+	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (route.ResetRequest, error)
+	Reset(ctx context.Context, r route.ResetRequest) (route.ResetResult, error)
 }
 
-var _ Checker = (*rpc.Service)(nil)
+var _ Checker = (*route.Service)(nil)
 
-// Config holds the handler's settings.
+// Config holds the handler's settings. Start from DefaultConfig.
 type Config struct {
 	// MaxBodyBytes caps a request body; a larger one is 413. Default 1 MiB.
 	MaxBodyBytes int64
+	// Pprof serves Go's profiles under /debug/pprof/ (see pprof.go). Off
+	// by default: profiles reveal internals and a CPU profile costs CPU.
+	Pprof bool
+	// AuthMetrics puts /metrics behind Deps.Auth too. Off by default:
+	// metrics hold counts and member ids, no keys, and scrapers are often
+	// set up without credentials.
+	AuthMetrics bool
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config { return Config{MaxBodyBytes: 1 << 20} }
+
+// Validate reports an unusable Config.
+func (c Config) Validate() error {
+	if c.MaxBodyBytes < 1 {
+		return fmt.Errorf("httpapi config: MaxBodyBytes must be ≥ 1, got %d", c.MaxBodyBytes)
+	}
+	return nil
+}
+
+// Deps is what the handler serves beyond checks and resets, supplied by
+// whoever assembles the node. Each is optional.
+type Deps struct {
 	// Healthy reports whether the node serves; /healthz answers 503 when it
-	// returns false (e.g. while shutting down). Default: always healthy.
+	// returns false (e.g. while shutting down). Nil: always healthy.
 	Healthy func() bool
 	// Metrics serves GET /metrics; nil leaves it out.
 	Metrics http.Handler
@@ -51,18 +74,11 @@ type Config struct {
 	// Policies serves GET /v1/policies: the policies in force, or nil when
 	// the node has none. Nil leaves the route out.
 	Policies func() *policy.Set
-	// Pprof serves Go's profiles under /debug/pprof/ (see pprof.go). Off
-	// by default: profiles reveal internals and a CPU profile costs CPU.
-	Pprof bool
 	// Auth, if set, guards every /v1/ route (and /metrics with
-	// AuthMetrics): it returns nil to let a request through, or why not,
-	// which is answered 401 UNAUTHENTICATED. /healthz stays open for
+	// Config.AuthMetrics): it returns nil to let a request through, or why
+	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for
 	// probes.
 	Auth func(*http.Request) error
-	// AuthMetrics puts /metrics behind Auth too. Off by default: metrics
-	// hold counts and member ids, no keys, and scrapers are often set up
-	// without credentials.
-	AuthMetrics bool
 }
 
 // Members is the answer of GET /v1/members: the members this node sees and
@@ -172,51 +188,48 @@ type errorBody struct {
 	Error Error `json:"error"`
 }
 
-// NewHandler returns the node's HTTP API.
-func NewHandler(c Checker, cfg Config) http.Handler {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
+// NewHandler returns the node's HTTP API over c, or why cfg is unusable.
+func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Healthy == nil {
-		cfg.Healthy = func() bool { return true }
-	}
-	h := &handler{c: c, cfg: cfg}
+	h := &handler{c: c, cfg: cfg, deps: deps}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h.guard(http.HandlerFunc(h.check)))
 	mux.Handle("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch)))
 	mux.Handle("POST /v1/reset", h.guard(http.HandlerFunc(h.reset)))
 	mux.HandleFunc("GET /healthz", h.healthz)
-	if cfg.Metrics != nil {
-		m := cfg.Metrics
+	if deps.Metrics != nil {
+		m := deps.Metrics
 		if cfg.AuthMetrics {
 			m = h.guard(m)
 		}
 		mux.Handle("GET /metrics", m)
 	}
-	if cfg.Members != nil {
+	if deps.Members != nil {
 		mux.Handle("GET /v1/members", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, cfg.Members())
+			writeJSON(w, http.StatusOK, deps.Members())
 		})))
 	}
-	if cfg.Policies != nil {
+	if deps.Policies != nil {
 		mux.Handle("GET /v1/policies", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, policiesJSON(cfg.Policies()))
+			writeJSON(w, http.StatusOK, policiesJSON(deps.Policies()))
 		})))
 	}
 	if cfg.Pprof {
 		registerPprof(mux)
 	}
-	return mux
+	return mux, nil
 }
 
-// guard answers 401 to a request Config.Auth refuses, before its body is
+// guard answers 401 to a request Deps.Auth refuses, before its body is
 // read.
 func (h *handler) guard(next http.Handler) http.Handler {
-	if h.cfg.Auth == nil {
+	if h.deps.Auth == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h.cfg.Auth(r); err != nil {
+		if err := h.deps.Auth(r); err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="peerlimit"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error{Code: "UNAUTHENTICATED", Message: err.Error()}})
 			return
@@ -226,8 +239,9 @@ func (h *handler) guard(next http.Handler) http.Handler {
 }
 
 type handler struct {
-	c   Checker
-	cfg Config
+	c    Checker
+	cfg  Config
+	deps Deps
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +268,7 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n := len(in.Checks); n > h.c.MaxBatch() {
-		writeError(w, fmt.Errorf("checks: %d items; the maximum is %d: %w", n, h.c.MaxBatch(), rpc.ErrBatchTooLarge))
+		writeError(w, fmt.Errorf("checks: %d items; the maximum is %d: %w", n, h.c.MaxBatch(), route.ErrBatchTooLarge))
 		return
 	}
 	out := CheckBatchResponse{Results: make([]CheckResult, len(in.Checks))}
@@ -311,16 +325,16 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 }
 
 // requestContext returns r's context carrying the client's X-Request-Id,
-// when it sent a valid one (rpc.ValidRequestID), and echoes it: the nodes'
+// when it sent a valid one (route.ValidRequestID), and echoes it: the nodes'
 // log lines about the request name it as request_id. An invalid one is
 // ignored, not refused.
 func requestContext(w http.ResponseWriter, r *http.Request) context.Context {
 	id := r.Header.Get("X-Request-Id")
-	if id == "" || !rpc.ValidRequestID(id) {
+	if id == "" || !route.ValidRequestID(id) {
 		return r.Context()
 	}
 	w.Header().Set("X-Request-Id", id)
-	return rpc.WithRequestID(r.Context(), id)
+	return route.WithRequestID(r.Context(), id)
 }
 
 func policiesJSON(set *policy.Set) Policies {
@@ -337,7 +351,7 @@ func policiesJSON(set *policy.Set) Policies {
 }
 
 func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
-	if !h.cfg.Healthy() {
+	if h.deps.Healthy != nil && !h.deps.Healthy() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "NOT_SERVING"})
 		return
 	}
@@ -432,12 +446,12 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 		return limiter.Request{}, err
 	}
 	if c.Policy != "" {
-		return h.c.PolicyRequest(c.Policy, c.Key, c.Hits, rpc.InlineField(c.Limit, c.WindowMS, c.Algorithm != ""))
+		return h.c.PolicyRequest(c.Policy, c.Key, c.Hits, route.InlineField(c.Limit, c.WindowMS, c.Algorithm != ""))
 	}
-	return rpc.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
+	return route.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
 }
 
-func toJSON(r rpc.Result) CheckResponse {
+func toJSON(r route.Result) CheckResponse {
 	d := r.Decision
 	return CheckResponse{
 		Allowed:      d.Allowed,
@@ -452,10 +466,10 @@ func toJSON(r rpc.Result) CheckResponse {
 }
 
 func errorOf(err error) *Error {
-	return &Error{Code: codeName(rpc.Code(err)), Field: rpc.Field(err), Message: err.Error()}
+	return &Error{Code: route.CodeOf(err).String(), Field: route.Field(err), Message: err.Error()}
 }
 
-// writeError answers a failed request with the status its gRPC code maps to.
+// writeError answers a failed request with the HTTP status its code maps to.
 func writeError(w http.ResponseWriter, err error) {
 	e := errorOf(err)
 	status := http.StatusInternalServerError
@@ -464,7 +478,7 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case "RESOURCE_EXHAUSTED":
 		status = http.StatusTooManyRequests
-		if errors.Is(err, rpc.ErrBatchTooLarge) {
+		if errors.Is(err, route.ErrBatchTooLarge) {
 			status = http.StatusRequestEntityTooLarge
 		}
 	case "DEADLINE_EXCEEDED":

@@ -19,14 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	rpccode "google.golang.org/genproto/googleapis/rpc/code"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // t0 is a whole number of seconds since the epoch, so windows of 1000 ms
@@ -49,44 +47,57 @@ type env struct {
 	t       *testing.T
 	clock   *testClock
 	store   *limiter.Store
-	svc     *rpc.Service
+	svc     *route.Service
 	handler http.Handler
 }
 
+// svcConfig is what a route.Service is made of, in one struct that tests
+// edit; httpOpts is the handler's.
+type (
+	svcConfig struct {
+		route.Config
+		route.Deps
+	}
+	httpOpts struct {
+		Config
+		Deps
+	}
+)
+
 type envOpts struct {
-	store    limiter.Config
-	rpc      func(*rpc.Config)
-	http     Config
-	registry *prometheus.Registry
+	store      limiter.Config
+	partitions int
+	rpc        func(*svcConfig)
+	http       httpOpts
+	registry   *prometheus.Registry
 }
 
 func newEnv(t *testing.T, opts ...func(*envOpts)) *env {
 	t.Helper()
-	o := envOpts{store: limiter.DefaultConfig()}
+	o := envOpts{store: limiter.DefaultConfig(), partitions: partition.DefaultCount, http: httpOpts{Config: DefaultConfig()}}
 	for _, f := range opts {
 		f(&o)
 	}
-	store, err := limiter.New(o.store)
+	store, err := limiter.New(o.store, o.partitions)
 	require.NoError(t, err)
 	clock := newTestClock(t0)
-	cfg := rpc.DefaultConfig()
-	cfg.NodeID = "n1"
-	cfg.Now = clock.Now
+	cfg := svcConfig{Config: route.DefaultConfig(), Deps: route.Deps{NodeID: "n1", Store: store, Now: clock.Now}}
+	if o.registry != nil {
+		cfg.Metrics, err = route.NewMetrics(o.registry)
+		require.NoError(t, err)
+	}
 	if o.rpc != nil {
 		o.rpc(&cfg)
 	}
-	var metrics *rpc.Metrics
-	if o.registry != nil {
-		metrics, err = rpc.NewMetrics(o.registry)
-		require.NoError(t, err)
-	}
-	svc, err := rpc.NewService(cfg, store, metrics)
+	svc, err := route.NewService(cfg.Config, cfg.Deps)
 	require.NoError(t, err)
-	return &env{t: t, clock: clock, store: store, svc: svc, handler: NewHandler(svc, o.http)}
+	h, err := NewHandler(svc, o.http.Config, o.http.Deps)
+	require.NoError(t, err)
+	return &env{t: t, clock: clock, store: store, svc: svc, handler: h}
 }
 
 func withMaxBatch(n int) func(*envOpts) {
-	return func(o *envOpts) { o.rpc = func(c *rpc.Config) { c.MaxBatch = n } }
+	return func(o *envOpts) { o.rpc = func(c *svcConfig) { c.MaxBatch = n } }
 }
 
 // do serves one request through the handler.
@@ -492,7 +503,7 @@ func TestCheckBatch(t *testing.T) {
 func TestCheckBatchSameArrivalTime(t *testing.T) {
 	// A clock that moves on every reading: a batch must read it once.
 	e := newEnv(t, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
+		o.rpc = func(c *svcConfig) {
 			var ms atomic.Int64
 			ms.Store(t0)
 			c.Now = func() time.Time { return time.UnixMilli(ms.Add(1)) }
@@ -577,7 +588,7 @@ func TestCheckBatchMalformed(t *testing.T) {
 
 func TestCapacityExhausted(t *testing.T) {
 	e := newEnv(t, func(o *envOpts) {
-		o.store = limiter.Config{Shards: 1, MaxKeys: 1, Overflow: limiter.OverflowReject}
+		o.store.MaxKeys, o.store.Overflow, o.partitions = 1, limiter.OverflowReject, 1
 	})
 	assert.True(t, e.check(`{"key":"first","limit":5,"window_ms":1000}`).Allowed)
 
@@ -793,38 +804,6 @@ func assertKindsMatch(t *testing.T, where string, fd protoreflect.FieldDescripto
 	}
 }
 
-func TestCodeName(t *testing.T) {
-	for c, want := range map[codes.Code]string{
-		codes.OK:                 "OK",
-		codes.InvalidArgument:    "INVALID_ARGUMENT",
-		codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
-		codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
-		codes.Unavailable:        "UNAVAILABLE",
-		codes.Internal:           "INTERNAL",
-		codes.FailedPrecondition: "FAILED_PRECONDITION",
-		codes.PermissionDenied:   "PERMISSION_DENIED",
-		codes.Unauthenticated:    "UNAUTHENTICATED",
-		codes.DataLoss:           "DATA_LOSS",
-	} {
-		assert.Equal(t, want, codeName(c), "code %d", c)
-	}
-}
-
-// codeName promises google.rpc.Code's spelling; check every code against
-// the generated google.rpc.Code enum.
-func TestCodeNameMatchesGoogleRPCCode(t *testing.T) {
-	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if c == codes.Canceled {
-			continue // see TestCodeNameCanceled
-		}
-		assert.Equal(t, rpccode.Code_name[int32(c)], codeName(c), "code %d", c)
-	}
-}
-
-func TestCodeNameCanceled(t *testing.T) {
-	assert.Equal(t, rpccode.Code_name[int32(codes.Canceled)], codeName(codes.Canceled))
-}
-
 func TestWriteErrorStatus(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -835,10 +814,11 @@ func TestWriteErrorStatus(t *testing.T) {
 	}{
 		{"argument", fmt.Errorf("wrapped: %w", &limiter.ArgumentError{Field: "key", Reason: "x"}), http.StatusBadRequest, "INVALID_ARGUMENT", "key"},
 		{"capacity", fmt.Errorf("full: %w", limiter.ErrCapacity), http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", ""},
-		{"batch too large", fmt.Errorf("big: %w", rpc.ErrBatchTooLarge), http.StatusRequestEntityTooLarge, "RESOURCE_EXHAUSTED", ""},
+		{"batch too large", fmt.Errorf("big: %w", route.ErrBatchTooLarge), http.StatusRequestEntityTooLarge, "RESOURCE_EXHAUSTED", ""},
 		{"deadline", context.DeadlineExceeded, http.StatusGatewayTimeout, "DEADLINE_EXCEEDED", ""},
-		{"canceled", context.Canceled, 499, codeName(codes.Canceled), ""},
-		{"unavailable", status.Error(codes.Unavailable, "owner down"), http.StatusServiceUnavailable, "UNAVAILABLE", ""},
+		{"canceled", context.Canceled, 499, "CANCELLED", ""},
+		{"unavailable", fmt.Errorf("reset: %w", route.ErrOwnerUnreachable), http.StatusServiceUnavailable, "UNAVAILABLE", ""},
+		{"another member's code", &route.Error{Code: route.Unavailable, Message: "owner down"}, http.StatusServiceUnavailable, "UNAVAILABLE", ""},
 		{"other", errors.New("boom"), http.StatusInternalServerError, "INTERNAL", ""},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,8 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/policy"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 const testPolicies = "login: {algorithm: SLIDING_WINDOW_LOG, limit: 2, window: 1s}\nsearch: {limit: 100, window: 1m}\n"
@@ -22,7 +22,7 @@ func withPolicySet(t *testing.T) (func(*envOpts), *policy.Set) {
 	set, err := policy.Parse("policies.yaml", []byte(testPolicies), nil)
 	require.NoError(t, err)
 	return func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) { c.Policies = set }
+		o.rpc = func(c *svcConfig) { c.Policies = set }
 		o.http.Policies = func() *policy.Set { return set }
 	}, set
 }
@@ -99,18 +99,14 @@ func TestReset(t *testing.T) {
 	assert.Equal(t, http.StatusMethodNotAllowed, e.do(http.MethodGet, "/v1/reset", "").Code)
 }
 
-// An unreachable owner is 503 with the gRPC code's name, never a 200.
+// An unreachable owner is 503 with the code's name, never a 200.
 func TestResetOwnerUnreachableIs503(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := l.Addr().String()
-	require.NoError(t, l.Close())
-	peers := rpc.NewPeers(rpc.PeersConfig{SelfID: "n1", Timeout: 2 * time.Second})
-	t.Cleanup(peers.Close)
+	net := memnet.New(1, time.Second)
+	t.Cleanup(net.Close)
 	e := newEnv(t, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
-			c.Peers = peers
-			c.Owner = func(string) rpc.Route { return rpc.Route{ID: "n2", Addr: dead} }
+		o.rpc = func(c *svcConfig) {
+			c.Peers = net.Join("n1") // and n2 never joins: its port is closed
+			c.Owner = func(string) route.Route { return route.Route{ID: "n2", Addr: "n2:9090"} }
 		}
 	})
 	rec := e.do(http.MethodPost, "/v1/reset", `{"key":"u","window_ms":1000}`)

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 var benchT0 = time.UnixMilli(1_700_000_000_000)
@@ -13,7 +15,7 @@ var benchT0 = time.UnixMilli(1_700_000_000_000)
 // A hot key that stays under its limit: the common case of a well-behaved
 // client, and the one that must not allocate.
 func BenchmarkCounterHotKey(b *testing.B) {
-	s := newStore(b, DefaultConfig())
+	s := newStore(b, partition.DefaultCount, nil)
 	req := Request{Key: "user:12345:/api/v1/search", Limit: 1 << 40, Window: time.Minute, Hits: 1}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -25,7 +27,7 @@ func BenchmarkCounterHotKey(b *testing.B) {
 
 // A key over its limit: every call is a denial with a retry time to solve.
 func BenchmarkCounterHotKeyDenied(b *testing.B) {
-	s := newStore(b, DefaultConfig())
+	s := newStore(b, partition.DefaultCount, nil)
 	req := Request{Key: "user:12345:/api/v1/search", Limit: 100, Window: time.Minute, Hits: 1}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -38,7 +40,7 @@ func BenchmarkCounterHotKeyDenied(b *testing.B) {
 // A log key with limit 100 per second at ~1000 requests/s: a mix of
 // admissions, prunes and denials.
 func BenchmarkLogHotKey(b *testing.B) {
-	s := newStore(b, DefaultConfig())
+	s := newStore(b, partition.DefaultCount, nil)
 	req := Request{Key: "user:12345:/login", Limit: 100, Window: time.Second, Algorithm: SlidingWindowLog, Hits: 1}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -59,7 +61,7 @@ func benchKeys(n int) []string {
 // Parallel decisions spread over 100k keys, one store: the sharded locks at
 // work. Run with -cpu 1,2 to see the scaling.
 func benchmarkManyKeys(b *testing.B, algo Algorithm, limit int64) {
-	s := newStore(b, DefaultConfig())
+	s := newStore(b, partition.DefaultCount, nil)
 	keys := benchKeys(100_000)
 	var seq atomic.Uint64
 	b.ReportAllocs()
@@ -101,7 +103,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			for b.Loop() {
 				keys := benchKeys(c.keys)
 				before := heapInUse()
-				s := newStore(b, Config{MaxKeys: 1 << 22})
+				s := newStore(b, partition.DefaultCount, func(cfg *Config) { cfg.MaxKeys = 1 << 22 })
 				for _, k := range keys {
 					// A full window: every key holds `limit` hits.
 					req := Request{Key: k, Limit: c.limit, Window: time.Minute, Algorithm: c.algo, Hits: c.limit}

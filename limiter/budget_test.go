@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // requireAccounting compares the shards' running totals with a full walk
@@ -40,14 +42,17 @@ func logReq(key string, limit, hits int64) Request {
 }
 
 func TestLogBudgetValidation(t *testing.T) {
-	_, err := New(Config{Shards: 4, MaxLogLimit: 100, MaxLogEntries: 399})
+	budget := func(entries int64) Config {
+		return configWith(func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries = 100, entries })
+	}
+	_, err := New(budget(399), 4)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--max-log-entries")
 	assert.Contains(t, err.Error(), "4 × 100")
-	_, err = New(Config{Shards: 4, MaxLogLimit: 100, MaxLogEntries: 400})
+	_, err = New(budget(400), 4)
 	require.NoError(t, err)
 	// The defaults fit each other.
-	_, err = New(DefaultConfig())
+	_, err = New(DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 }
 
@@ -55,7 +60,7 @@ func TestLogBudgetValidation(t *testing.T) {
 // with ErrCapacity naming the flag, consumes nothing, and counts; the
 // logs already held keep deciding exactly.
 func TestLogBudgetRejects(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxLogLimit: 100, MaxLogEntries: 100, Overflow: OverflowReject})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries, cfg.Overflow = 100, 100, OverflowReject })
 	t0 := sec(1_000_000)
 	d, err := s.Check(t0, logReq("a", 100, 60))
 	require.NoError(t, err)
@@ -96,7 +101,7 @@ func TestLogBudgetRejects(t *testing.T) {
 // Under evict, the log that needs room takes it from the sampled log that
 // would expire soonest, and every such key is counted.
 func TestLogBudgetEvictsSoonestExpiring(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxLogLimit: 100, MaxLogEntries: 100})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries = 100, 100 })
 	t0 := sec(1_000_000)
 	// old expires first: its newest entry is a second older than young's.
 	_, err := s.Check(t0, logReq("old", 50, 50))
@@ -126,7 +131,7 @@ func TestLogBudgetEvictsSoonestExpiring(t *testing.T) {
 // A log never evicts itself, and nothing else to evict means a refusal
 // even under evict.
 func TestLogBudgetNeverEvictsTheKeyItself(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxLogLimit: 100, MaxLogEntries: 100})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries = 100, 100 })
 	t0 := sec(1_000_000)
 	// Limit 200 exceeds MaxLogLimit; to reach the budget with one key, lower
 	// the limit of the same key (a changed limit applies to its count).
@@ -143,7 +148,7 @@ func TestLogBudgetNeverEvictsTheKeyItself(t *testing.T) {
 
 // A ring that cannot double within the budget grows exactly as needed.
 func TestLogBudgetGrowsExactlyWhenTight(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxLogLimit: 100, MaxLogEntries: 100})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries = 100, 100 })
 	t0 := sec(1_000_000)
 	_, err := s.Check(t0, logReq("big", 100, 70)) // a ring of 70
 	require.NoError(t, err)
@@ -161,7 +166,7 @@ func TestLogBudgetGrowsExactlyWhenTight(t *testing.T) {
 // Handoff merges count against the budget too: a merge that does not fit
 // is refused (and reported by Merge) under reject.
 func TestLogBudgetBoundsMerge(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxLogLimit: 100, MaxLogEntries: 100, Overflow: OverflowReject})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxLogLimit, cfg.MaxLogEntries, cfg.Overflow = 100, 100, OverflowReject })
 	t0 := sec(1_000_000)
 	_, err := s.Check(t0, logReq("held", 100, 80))
 	require.NoError(t, err)
@@ -184,8 +189,10 @@ func TestAccountingUnderRandomTraffic(t *testing.T) {
 	t.Logf("seed %d (PEERLIMIT_SEED replays it)", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for _, overflow := range []OverflowPolicy{OverflowEvict, OverflowReject} {
-		s := newStore(t, Config{Shards: 3, MaxKeys: 60, MaxLogLimit: 50, MaxLogEntries: 3 * 120, Overflow: overflow})
-		other := newStore(t, Config{Shards: 3})
+		s := newStore(t, 3, func(cfg *Config) {
+			cfg.MaxKeys, cfg.MaxLogLimit, cfg.MaxLogEntries, cfg.Overflow = 60, 50, 3*120, overflow
+		})
+		other := newStore(t, 3, nil)
 		now := sec(1_000_000)
 		for i := range 5000 {
 			now = now.Add(time.Duration(rng.IntN(20)) * time.Millisecond)
@@ -205,16 +212,16 @@ func TestAccountingUnderRandomTraffic(t *testing.T) {
 			case op < 88:
 				s.Sweep(now)
 			case op < 94:
-				p := rng.IntN(s.Shards())
-				states := s.SnapshotShard(p, now)
+				p := rng.IntN(s.Partitions())
+				states := s.SnapshotPartition(p, now)
 				if len(states) > 0 {
 					states = states[:1+rng.IntN(len(states))]
 				}
 				other.Merge(now, states)
 				s.Forget(now, states)
 			default:
-				p := rng.IntN(other.Shards())
-				s.Merge(now, other.SnapshotShard(p, now))
+				p := rng.IntN(other.Partitions())
+				s.Merge(now, other.SnapshotPartition(p, now))
 			}
 			if i%50 == 0 {
 				requireAccounting(t, s)
@@ -254,7 +261,7 @@ func TestEstimateBytesTracksTheHeap(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			keys := benchKeys(c.keys)
 			before := heapInUse()
-			s := newStore(t, Config{MaxKeys: 1 << 22})
+			s := newStore(t, partition.DefaultCount, func(cfg *Config) { cfg.MaxKeys = 1 << 22 })
 			for _, k := range keys {
 				_, err := s.Check(benchT0, Request{Key: k, Limit: c.limit, Window: time.Minute, Algorithm: c.algo, Hits: c.limit})
 				require.NoError(t, err)

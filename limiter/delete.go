@@ -35,10 +35,10 @@ func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algori
 // returns how many of the removed states still counted anything at now.
 //
 // States are indexed by (key, window), so finding every window of a key
-// means scanning its shard under the shard's lock: about MaxKeys/Shards
-// entries at most (~3,900 with the defaults), tens of microseconds during
-// which that one shard's decisions wait. Fine for an operator's call, not
-// for a request path.
+// means scanning its partition under the partition's lock: about MaxKeys
+// divided by the partition count entries at most (~3,900 with the defaults:
+// 2^20 over 271), tens of microseconds during which that one partition's
+// decisions wait. Fine for an operator's call, not for a request path.
 func (s *Store) DeleteKey(now time.Time, key string) int {
 	ms := max(now.UnixMilli(), 0)
 	sh := s.shardOf(key)

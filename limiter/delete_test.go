@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // exhaust uses up r's limit at now and requires the next hit to be denied.
@@ -24,7 +26,7 @@ func exhaust(t *testing.T, s *Store, now time.Time, r Request) {
 func TestDeleteLiftsABlockAndOnlyThatLimit(t *testing.T) {
 	for _, a := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
 		t.Run(a.String(), func(t *testing.T) {
-			s := newStore(t, DefaultConfig())
+			s := newStore(t, partition.DefaultCount, nil)
 			now := sec(1000)
 			minute := Request{Key: "user:1", Limit: 3, Window: time.Minute, Algorithm: a, Hits: 1}
 			hour := minute
@@ -55,7 +57,7 @@ func TestDeleteLiftsABlockAndOnlyThatLimit(t *testing.T) {
 }
 
 func TestDeleteReportsExpiredStateAsAbsent(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	r := Request{Key: "k", Limit: 2, Window: time.Second, Algorithm: SlidingWindowLog, Hits: 1}
 	_, err := s.Check(sec(1000), r)
 	require.NoError(t, err)
@@ -64,9 +66,8 @@ func TestDeleteReportsExpiredStateAsAbsent(t *testing.T) {
 }
 
 func TestDeleteKeyClearsEveryWindowAndAlgorithm(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Shards = 1 // every key in one shard: the scan must pick only this key's states
-	s := newStore(t, cfg)
+	// One partition holds every key: the scan must pick only this key's states.
+	s := newStore(t, 1, nil)
 	now := sec(1000)
 	for _, w := range []time.Duration{time.Second, time.Minute, time.Hour} {
 		for _, a := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {

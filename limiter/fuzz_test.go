@@ -13,10 +13,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add("k", int64(5), int64(60_000), uint8(1), int64(0), int64(0))
 	f.Add("", int64(-1), int64(0), uint8(9), int64(-3), int64(-1))
 	f.Add("k", int64(1<<62), int64(31_622_400_000), uint8(0), int64(1<<61), int64(1<<60))
-	s, err := New(Config{Shards: 7, MaxKeys: 64})
-	if err != nil {
-		f.Fatal(err)
-	}
+	s := newStore(f, 7, func(cfg *Config) { cfg.MaxKeys = 64 })
 	f.Fuzz(func(t *testing.T, key string, limit, windowMS int64, algo uint8, hits, nowMS int64) {
 		req := Request{Key: key, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Algorithm: Algorithm(algo), Hits: hits}
 		if windowMS > int64(1<<63-1)/int64(time.Millisecond) || windowMS < -int64(1<<63-1)/int64(time.Millisecond) {
@@ -63,10 +60,7 @@ func FuzzTrafficMatchesModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, algo uint8, window uint8, script []byte) {
 		a := Algorithm(algo % 2)
 		w := int64(window%64) + 1
-		s, err := New(Config{Shards: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newStore(t, 2, nil)
 		refs := [3]*refModel{newRef(a, w), newRef(a, w), newRef(a, w)}
 		keys := [3]string{"x", "y", "z"}
 		now := int64(1_000_000)

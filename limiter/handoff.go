@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // KeyState is the portable state of one key, moved between nodes when a
@@ -21,29 +23,28 @@ type KeyState struct {
 	Log []int64
 }
 
-// Shards returns the number of shards; shard i holds ring partition i.
-func (s *Store) Shards() int { return len(s.shards) }
+// Partitions returns the store's partition count.
+func (s *Store) Partitions() int { return len(s.shards) }
 
-// ShardOf returns key's shard: xxhash64(key) mod Shards, the ring's
-// partition function.
-func (s *Store) ShardOf(key string) int { return int(hashKey(key) % uint64(len(s.shards))) }
+// PartitionOf returns key's partition: partition.Of(key, Partitions()).
+func (s *Store) PartitionOf(key string) int { return partition.Of(key, len(s.shards)) }
 
-// ShardLen returns the number of keys shard i holds.
-func (s *Store) ShardLen(i int) int {
+// PartitionLen returns the number of keys partition i holds.
+func (s *Store) PartitionLen(i int) int {
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.len()
 }
 
-// SnapshotShard returns copies of the states of shard i that are not yet
-// expired at now, and leaves them in place: the shard keeps deciding while
-// its copy travels to the new owner. Once delivered, Forget removes exactly
+// SnapshotPartition returns copies of the states of partition i that are
+// not yet expired at now, and leaves them in place: the partition keeps
+// deciding while its copy travels to the new owner. Once delivered, Forget removes exactly
 // what was sent, so hits admitted meanwhile stay and travel in the next
 // round. (Taking the state out for the journey would let a slow or dead
 // receiver hold it hostage while this node, deciding from an empty state,
 // admitted a second limit.)
-func (s *Store) SnapshotShard(i int, now time.Time) []KeyState {
+func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
 	ms := max(now.UnixMilli(), 0)
 	sh := &s.shards[i]
 	sh.mu.Lock()
@@ -143,6 +144,9 @@ func (s *Store) Merge(now time.Time, states []KeyState) (merged int, errs []erro
 	return merged, errs
 }
 
+// mergeOne checks ks against the bounds a request meets (key, window,
+// algorithm; a log longer than MaxLogLimit is trimmed by mergeLog, not
+// refused), then merges it under its partition's lock.
 func (s *Store) mergeOne(now int64, ks KeyState) error {
 	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm}
 	if ks.Algorithm == SlidingWindowLog {
@@ -155,40 +159,52 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 	if ks.Prev < 0 || ks.Curr < 0 {
 		return &ArgumentError{"state", "negative count"}
 	}
-	w := ks.Window.Milliseconds()
-	k := stateKey{ks.Key, w}
+	k := stateKey{ks.Key, ks.Window.Milliseconds()}
 	sh := s.shardOf(ks.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	switch ks.Algorithm {
+	case SlidingWindowCounter:
+		return s.mergeCounter(sh, k, now, ks)
+	default:
+		return s.mergeLog(sh, k, now, ks.Log)
+	}
+}
 
-	if ks.Algorithm == SlidingWindowCounter {
-		in := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
-		// A sender whose clock runs ahead would drag the key into a future
-		// window and, since time never runs backwards for a key, freeze it
-		// there: count its hits in our current window instead.
-		in.window = min(in.window, floorDiv(now, w))
-		if counterExpiry(&in, w) <= now {
-			return nil // nothing left to count
+// mergeCounter adds the counts of ks to the counter of k at now (ms).
+// Requires sh.mu held.
+func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) error {
+	w := k.window
+	in := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
+	// A sender whose clock runs ahead would drag the key into a future
+	// window and, since time never runs backwards for a key, freeze it
+	// there: count its hits in our current window instead.
+	in.window = min(in.window, floorDiv(now, w))
+	if counterExpiry(&in, w) <= now {
+		return nil // nothing left to count
+	}
+	cur, ok := sh.counters[k]
+	if !ok {
+		if err := s.makeRoom(sh, now); err != nil {
+			return err
 		}
-		cur, ok := sh.counters[k]
-		if !ok {
-			if err := s.makeRoom(sh, now); err != nil {
-				return err
-			}
-			sh.putCounter(k, in)
-			return nil
-		}
-		id := max(cur.window, in.window)
-		cur.roll(id)
-		in.roll(id)
-		cur.prev, cur.curr = satAdd(cur.prev, in.prev), satAdd(cur.curr, in.curr)
-		sh.counters[k] = cur
+		sh.putCounter(k, in)
 		return nil
 	}
+	id := max(cur.window, in.window)
+	cur.roll(id)
+	in.roll(id)
+	cur.prev, cur.curr = satAdd(cur.prev, in.prev), satAdd(cur.curr, in.curr)
+	sh.counters[k] = cur
+	return nil
+}
 
-	// Log: drop what has left the window, unite, keep the newest
-	// MaxLogLimit (no log ever needs more to decide).
-	entries := slices.Clone(ks.Log)
+// mergeLog unites log (Unix ms, any order) with the log of k at now (ms):
+// it drops what has left the window, unites, and keeps the newest
+// MaxLogLimit (no log ever needs more to decide). Requires sh.mu held.
+func (s *Store) mergeLog(sh *shard, k stateKey, now int64, log []int64) error {
+	w := k.window
+	entries := slices.Clone(log)
 	for j, t := range entries {
 		entries[j] = min(t, now) // a sender ahead of us must not freeze the key
 	}

@@ -8,11 +8,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
-// Moving a shard to another store keeps every decision as it was.
+// Moving a partition to another store keeps every decision as it was.
 func TestSnapshotMergeForgetKeepDecisions(t *testing.T) {
-	a, b := newStore(t, DefaultConfig()), newStore(t, DefaultConfig())
+	a, b := newStore(t, partition.DefaultCount, nil), newStore(t, partition.DefaultCount, nil)
 	t0 := sec(1_000_020)
 	reqs := []Request{
 		{Key: "user:1", Limit: 3, Window: time.Minute, Hits: 1},
@@ -24,12 +26,12 @@ func TestSnapshotMergeForgetKeepDecisions(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	shard := a.ShardOf("user:1")
-	states := a.SnapshotShard(shard, t0)
+	p := a.PartitionOf("user:1")
+	states := a.SnapshotPartition(p, t0)
 	require.Len(t, states, 2)
-	assert.Equal(t, 2, a.ShardLen(shard), "a snapshot leaves the state in place")
+	assert.Equal(t, 2, a.PartitionLen(p), "a snapshot leaves the state in place")
 	a.Forget(t0, states)
-	assert.Zero(t, a.ShardLen(shard), "forgetting what was sent leaves nothing")
+	assert.Zero(t, a.PartitionLen(p), "forgetting what was sent leaves nothing")
 
 	merged, errs := b.Merge(t0, states)
 	require.Empty(t, errs)
@@ -44,7 +46,7 @@ func TestSnapshotMergeForgetKeepDecisions(t *testing.T) {
 
 // Both sides served the key (a partition): every admitted hit counts.
 func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
-	a, b := newStore(t, DefaultConfig()), newStore(t, DefaultConfig())
+	a, b := newStore(t, partition.DefaultCount, nil), newStore(t, partition.DefaultCount, nil)
 	w := 10 * time.Second
 	t0 := sec(1_000_000) // a window start
 	check := func(s *Store, at time.Time, r Request) {
@@ -58,7 +60,7 @@ func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
 	check(b, t0.Add(1*time.Second), counter)  // b: rolls: prev 2, curr 2
 	check(a, t0.Add(1*time.Second), log)      // a: log [t0+1s]
 	check(b, t0.Add(2*time.Second), log)      // b: log [t0+2s]
-	_, errs := b.Merge(t0.Add(3*time.Second), a.SnapshotShard(a.ShardOf("k"), t0.Add(3*time.Second)))
+	_, errs := b.Merge(t0.Add(3*time.Second), a.SnapshotPartition(a.PartitionOf("k"), t0.Add(3*time.Second)))
 	require.Empty(t, errs)
 
 	d, err := b.Check(t0.Add(3*time.Second), withHits(counter, 0))
@@ -71,7 +73,7 @@ func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
 }
 
 func TestMergeDropsExpiredAndClampsFutureState(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	now := sec(1_000_000)
 	w := 10 * time.Second
 	nowMS := now.UnixMilli()
@@ -96,7 +98,7 @@ func TestMergeDropsExpiredAndClampsFutureState(t *testing.T) {
 }
 
 func TestMergeRejectsInvalidStates(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	merged, errs := s.Merge(sec(100), []KeyState{
 		{Key: "", Window: time.Second},
 		{Key: "k", Window: 0},
@@ -109,7 +111,7 @@ func TestMergeRejectsInvalidStates(t *testing.T) {
 }
 
 func TestMergeCapsLogAtMaxLogLimit(t *testing.T) {
-	s := newStore(t, Config{MaxLogLimit: 5})
+	s := newStore(t, partition.DefaultCount, func(cfg *Config) { cfg.MaxLogLimit = 5 })
 	now := sec(1000)
 	log := make([]int64, 12)
 	for i := range log {
@@ -123,7 +125,7 @@ func TestMergeCapsLogAtMaxLogLimit(t *testing.T) {
 // Checks racing a handoff: whatever the store admitted is either in what
 // was sent or still in the store. Nothing is lost, nothing counted twice.
 func TestSnapshotAndForgetDuringTrafficLoseNothing(t *testing.T) {
-	src, dst := newStore(t, Config{Shards: 1}), newStore(t, Config{Shards: 1})
+	src, dst := newStore(t, 1, nil), newStore(t, 1, nil)
 	now := sec(1_000_000)
 	req := Request{Key: "hot", Limit: 1 << 40, Window: time.Hour, Algorithm: SlidingWindowCounter, Hits: 1}
 	var admitted atomic.Int64
@@ -144,18 +146,18 @@ func TestSnapshotAndForgetDuringTrafficLoseNothing(t *testing.T) {
 		})
 	}
 	for range 50 {
-		sent := src.SnapshotShard(0, now)
+		sent := src.SnapshotPartition(0, now)
 		_, errs := dst.Merge(now, sent)
 		require.Empty(t, errs)
 		src.Forget(now, sent)
 	}
 	close(stop)
 	wg.Wait()
-	sent := src.SnapshotShard(0, now)
+	sent := src.SnapshotPartition(0, now)
 	_, errs := dst.Merge(now, sent)
 	require.Empty(t, errs)
 	src.Forget(now, sent)
-	assert.Zero(t, src.ShardLen(0))
+	assert.Zero(t, src.PartitionLen(0))
 	d, err := dst.Check(now, withHits(req, 0))
 	require.NoError(t, err)
 	assert.Equal(t, admitted.Load(), d.CurrentCount)
@@ -166,7 +168,7 @@ func TestSnapshotAndForgetDuringTrafficLoseNothing(t *testing.T) {
 // against the full state; forgetting what was sent keeps only what came
 // after.
 func TestForgetKeepsWhatWasAdmittedAfterTheSnapshot(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	now := sec(1_000_000)
 	for _, algo := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
 		req := Request{Key: "k-" + algo.String(), Limit: 3, Window: time.Minute, Algorithm: algo, Hits: 1}
@@ -174,7 +176,7 @@ func TestForgetKeepsWhatWasAdmittedAfterTheSnapshot(t *testing.T) {
 			_, err := s.Check(now, req)
 			require.NoError(t, err)
 		}
-		sent := s.SnapshotShard(s.ShardOf(req.Key), now)
+		sent := s.SnapshotPartition(s.PartitionOf(req.Key), now)
 		d, err := s.Check(now.Add(time.Second), req)
 		require.NoError(t, err)
 		assert.True(t, d.Allowed)

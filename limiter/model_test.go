@@ -102,7 +102,7 @@ func TestStoreMatchesReferenceModel(t *testing.T) {
 		algo := Algorithm(rng.IntN(2))
 		w := int64(1 + rng.IntN(50))
 		limit := int64(1 + rng.IntN(12))
-		s := newStore(t, Config{Shards: 3})
+		s := newStore(t, 3, nil)
 		keys := []string{"a", "b", "c"}
 		refs := map[string]*refModel{}
 		for _, k := range keys {

@@ -88,8 +88,9 @@ type ArgumentError struct {
 // Error says which field is wrong and why, e.g. "invalid limit: must be positive, got 0".
 func (e *ArgumentError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
-// ErrCapacity is returned, wrapped, when a new key cannot be stored because
-// its shard is at capacity and the overflow policy is OverflowReject.
+// ErrCapacity is returned, wrapped, when a key's partition has no room left
+// within the Config's bounds: for a new key under OverflowReject, or for a
+// log's growth that no eviction could make room for.
 var ErrCapacity = errors.New("key capacity reached")
 
 // maxLogWindow bounds the log's window so that an entry fits in a 32-bit

@@ -6,17 +6,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // sec is a Unix time in whole seconds, as the seeds write it.
 func sec(s int64) time.Time { return time.Unix(s, 0) }
-
-func newStore(t testing.TB, cfg Config) *Store {
-	t.Helper()
-	s, err := New(cfg)
-	require.NoError(t, err)
-	return s
-}
 
 // step is one request of a scripted scenario and what must come back.
 type step struct {
@@ -47,7 +42,7 @@ func run(t *testing.T, s *Store, steps []step) {
 // t = 1745000145 s (45 s into window 29083335) with limit 5: estimate
 // 8 × 0.25 + 3 = 5, and 5 ≥ 5 blocks.
 func TestSeed000CounterWorkedExample(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	const w = time.Minute
 	prevStart, currStart := sec(29083334*60), sec(29083335*60)
 	load := Request{Key: "user:abc:/search", Limit: 100, Window: w}
@@ -78,7 +73,7 @@ func TestSeed000CounterWorkedExample(t *testing.T) {
 // Seed 004: limit 7 per minute, prev 5, curr 3, 30 s into the window:
 // 3 + 5 × 0.5 = 5.5, floored to 5 < 7: allowed.
 func TestSeed004CounterWorkedExample(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	base := int64(1_700_000_040) // a minute boundary
 	load := Request{Key: "k", Limit: 100, Window: time.Minute}
 	run(t, s, []step{
@@ -96,7 +91,7 @@ func TestSeed004CounterWorkedExample(t *testing.T) {
 // cleaned, 3 remain, 3 < 5 allows, and the log becomes
 // [3680, 3695, 3710, 3720].
 func TestSeed003LogWorkedExample(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	req := Request{Key: "user:1:/login", Limit: 5, Window: time.Minute, Algorithm: SlidingWindowLog, Hits: 1}
 	for _, ts := range []int64{3650, 3680, 3695, 3710} {
 		d, err := s.Check(sec(ts), req)
@@ -114,7 +109,7 @@ func TestSeed003LogWorkedExample(t *testing.T) {
 // The window is (T−W, T]: an entry exactly W old no longer counts, as with
 // the seed's ZREMRANGEBYSCORE key 0 (now − window).
 func TestLogWindowIsHalfOpen(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	req := Request{Key: "k", Limit: 1, Window: time.Minute, Algorithm: SlidingWindowLog, Hits: 1}
 	run(t, s, []step{
 		{at: sec(3660), req: req, allowed: true, count: 0, reset: time.Minute, checkTimes: true},
@@ -127,7 +122,7 @@ func TestLogWindowIsHalfOpen(t *testing.T) {
 // Denied requests leave no trace in the log (seed 003's critical detail):
 // a flood of denials neither grows memory nor delays recovery.
 func TestLogNeverStoresDeniedRequests(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	req := Request{Key: "k", Limit: 3, Window: time.Second, Algorithm: SlidingWindowLog, Hits: 1}
 	t0 := sec(1000)
 	for i := range 1000 {

@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
-// OverflowPolicy says what a full shard does with a new key, or with a log
-// that must grow past the log budget, once sampling found no expired key to
-// drop.
+// OverflowPolicy says what a full partition does with a new key, or with a
+// log that must grow past the log budget, once sampling found no expired key
+// to drop.
 type OverflowPolicy uint8
 
 const (
@@ -47,19 +47,16 @@ func ParseOverflowPolicy(s string) (OverflowPolicy, error) {
 	return 0, fmt.Errorf("unknown overflow policy %q; want evict or reject", s)
 }
 
-// Config bounds a Store. Start from DefaultConfig; New fills zero fields with
-// their defaults and rejects invalid values.
+// Config bounds a Store. Start from DefaultConfig; New rejects invalid
+// values, naming the field.
 type Config struct {
-	// Shards is the number of independently locked parts of the store. A key
-	// lives in shard xxhash64(key) mod Shards, the same function the ring
-	// uses for partitions, so with Shards equal to the ring's partition count
-	// a shard is exactly a partition: the unit of handoff. Default 271.
-	Shards int
-	// MaxKeys caps the number of keys held, split evenly over the shards, to
-	// bound memory under a flood of unique keys. Default 1,048,576. Memory
-	// per key is ~100 B for the counter plus 4 B per held hit for the log.
+	// MaxKeys caps the number of keys held, split evenly over the
+	// partitions, to bound memory under a flood of unique keys. Default
+	// 1,048,576; at least the partition count. Memory per key is ~100 B
+	// for the counter plus 4 B per held hit for the log.
 	MaxKeys int
-	// Overflow is what a full shard does with a new key. Default OverflowEvict.
+	// Overflow is what a full partition does with a new key. Default
+	// OverflowEvict.
 	Overflow OverflowPolicy
 	// MaxKeyBytes caps the length of a key. Default 1024.
 	MaxKeyBytes int
@@ -71,18 +68,18 @@ type Config struct {
 	// with the limit. Default 10,000; at most 2^30.
 	MaxLogLimit int64
 	// MaxLogEntries caps the entries (4 bytes each) all sliding window logs
-	// may allocate, room to grow included, split evenly over the shards like
-	// MaxKeys: MaxKeys bounds keys, not what a log key holds (a million log
-	// keys at a limit of 10,000 would be 40 GB). A log that must grow past
-	// its shard's share gets room per Overflow, or is refused. Default 2^27
-	// (512 MiB); at least Shards × MaxLogLimit, so that any one log fits.
+	// may allocate, room to grow included, split evenly over the
+	// partitions like MaxKeys: MaxKeys bounds keys, not what a log key
+	// holds (a million log keys at a limit of 10,000 would be 40 GB). A log
+	// that must grow past its partition's share gets room per Overflow, or
+	// is refused. Default 2^27 (512 MiB); at least partitions ×
+	// MaxLogLimit, so that any one log fits.
 	MaxLogEntries int64
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		Shards:        271,
 		MaxKeys:       1 << 20,
 		Overflow:      OverflowEvict,
 		MaxKeyBytes:   1024,
@@ -92,43 +89,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// Sanitized returns c with its zero fields set to their defaults: the
-// configuration New would use, which Validate can then check.
-func (c Config) Sanitized() Config {
-	c.sanitize()
-	return c
-}
-
-func (c *Config) sanitize() {
-	d := DefaultConfig()
-	if c.Shards == 0 {
-		c.Shards = d.Shards
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = d.MaxKeys
-	}
-	if c.MaxKeyBytes == 0 {
-		c.MaxKeyBytes = d.MaxKeyBytes
-	}
-	if c.MaxWindow == 0 {
-		c.MaxWindow = d.MaxWindow
-	}
-	if c.MaxLogLimit == 0 {
-		c.MaxLogLimit = d.MaxLogLimit
-	}
-	if c.MaxLogEntries == 0 {
-		c.MaxLogEntries = d.MaxLogEntries
-	}
-}
-
-// Validate reports the first invalid field.
-func (c Config) Validate() error {
+// Validate reports every field unusable in a store of the given number
+// of partitions.
+func (c Config) Validate(partitions int) error {
 	var errs []error
-	if c.Shards < 1 {
-		errs = append(errs, fmt.Errorf("Shards must be ≥ 1, got %d", c.Shards))
+	if partitions < 1 {
+		errs = append(errs, fmt.Errorf("partitions must be ≥ 1, got %d", partitions))
 	}
-	if c.MaxKeys < c.Shards {
-		errs = append(errs, fmt.Errorf("MaxKeys must be ≥ Shards (%d), got %d", c.Shards, c.MaxKeys))
+	if c.MaxKeys < max(partitions, 1) {
+		errs = append(errs, fmt.Errorf("MaxKeys (--max-keys) must be ≥ the partition count (%d), got %d", partitions, c.MaxKeys))
 	}
 	if c.Overflow > OverflowReject {
 		errs = append(errs, fmt.Errorf("unknown Overflow policy %d", c.Overflow))
@@ -141,9 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLogLimit < 1 || c.MaxLogLimit > 1<<30 {
 		errs = append(errs, fmt.Errorf("MaxLogLimit must be in [1, 2^30], got %d", c.MaxLogLimit))
-	} else if c.Shards >= 1 && c.MaxLogEntries/int64(c.Shards) < c.MaxLogLimit {
-		errs = append(errs, fmt.Errorf("MaxLogEntries (--max-log-entries) must be ≥ Shards × MaxLogLimit = %d × %d, so that a full log fits in its shard's share; got %d",
-			c.Shards, c.MaxLogLimit, c.MaxLogEntries))
+	} else if partitions >= 1 && c.MaxLogEntries/int64(partitions) < c.MaxLogLimit {
+		errs = append(errs, fmt.Errorf("MaxLogEntries (--max-log-entries) must be ≥ partitions × MaxLogLimit = %d × %d, so that a full log fits in its partition's share; got %d",
+			partitions, c.MaxLogLimit, c.MaxLogEntries))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("limiter config: %w", err)
@@ -152,8 +121,8 @@ func (c Config) Validate() error {
 }
 
 // Store holds the state of every key this node owns and decides requests
-// against it. It is safe for concurrent use: keys are spread over shards that
-// each have their own mutex, so there is no global lock.
+// against it. It is safe for concurrent use: keys are spread over partitions
+// (see New) that each have their own mutex, so there is no global lock.
 //
 // Idle keys cost nothing once expired: a decision treats an expired state as
 // empty, and Sweep frees them. The zero Store is not usable; call New.
@@ -227,14 +196,15 @@ func (sh *shard) account(st *logState, n int32, c int) {
 	sh.slots += len(st.ring) - c
 }
 
-// New returns an empty store.
-func New(cfg Config) (*Store, error) {
-	cfg.sanitize()
-	if err := cfg.Validate(); err != nil {
+// New returns an empty store of the given number of partitions (see
+// package partition): a key lives in partition.Of(key, partitions), each
+// partition under its own lock, and a partition is the unit of handoff.
+func New(cfg Config, partitions int) (*Store, error) {
+	if err := cfg.Validate(partitions); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
-		logShare: int(min(cfg.MaxLogEntries/int64(cfg.Shards), math.MaxInt32)), shards: make([]shard, cfg.Shards)}
+	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + partitions - 1) / partitions,
+		logShare: int(min(cfg.MaxLogEntries/int64(partitions), math.MaxInt32)), shards: make([]shard, partitions)}
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)
@@ -246,11 +216,8 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) Config() Config { return s.cfg }
 
 func (s *Store) shardOf(key string) *shard {
-	return &s.shards[hashKey(key)%uint64(len(s.shards))]
+	return &s.shards[partition.Of(key, len(s.shards))]
 }
-
-// hashKey is the key hash shared with the ring (ring.Partition).
-func hashKey(key string) uint64 { return xxhash.Sum64String(key) }
 
 // Check decides r at time now, and consumes r.Hits if allowed. It returns an
 // *ArgumentError for a request it cannot serve, and an error wrapping
@@ -268,56 +235,68 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 	defer sh.mu.Unlock()
 	switch r.Algorithm {
 	case SlidingWindowLog:
-		st, ok := sh.logs[k]
-		if !ok {
-			if r.Hits == 0 { // a peek at an absent key: nothing to count, nothing to create
-				return decision(r.Limit, 0, true, 0, 0, 0), nil
-			}
-			// A new key with hits ≤ limit is always allowed, so it will be
-			// stored: make room under the key cap first.
-			if err := s.makeRoom(sh, ms); err != nil {
-				return Decision{}, err
-			}
-			st = new(logState)
-		}
-		// The ring may grow to what the shard's share leaves after the
-		// other logs (sh.slots counts this one at c0).
-		n0, c0 := st.n, len(st.ring)
-		res := decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
-		var err error
-		if res.noRoom() {
-			err = s.makeLogRoom(sh, ms, k, c0, int(st.n)+int(r.Hits))
-			if err == nil {
-				res = decideLog(st, ms, w, r.Limit, r.Hits, s.logShare-sh.slots+c0)
-			}
-			if err == nil && res.noRoom() { // cannot happen: room was made
-				err = s.logFull(sh)
-			}
-		}
-		// A refused request's prune stands; a refused new key changed
-		// nothing (n0 = c0 = 0, and noRoom consumed nothing).
-		sh.account(st, n0, c0)
-		if err != nil {
+		return s.checkLog(sh, k, ms, r)
+	default:
+		return s.checkCounter(sh, k, ms, r)
+	}
+}
+
+// checkCounter decides r against the counter of k at now (ms).
+// Requires sh.mu held.
+func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decision, error) {
+	st, ok := sh.counters[k]
+	res := decideCounter(&st, now, k.window, r.Limit, r.Hits)
+	switch {
+	case ok:
+		sh.counters[k] = st
+	case res.allowed && r.Hits > 0:
+		if err := s.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
-		if !ok {
-			sh.putLog(k, st)
-		}
-		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
-	default:
-		st, ok := sh.counters[k]
-		res := decideCounter(&st, ms, w, r.Limit, r.Hits)
-		switch {
-		case ok:
-			sh.counters[k] = st
-		case res.allowed && r.Hits > 0:
-			if err := s.makeRoom(sh, ms); err != nil {
-				return Decision{}, err
-			}
-			sh.putCounter(k, st)
-		}
-		return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+		sh.putCounter(k, st)
 	}
+	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+}
+
+// checkLog decides r against the log of k at now (ms), within the log
+// budget of sh. Requires sh.mu held.
+func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision, error) {
+	st, ok := sh.logs[k]
+	if !ok {
+		if r.Hits == 0 { // a peek at an absent key: nothing to count, nothing to create
+			return decision(r.Limit, 0, true, 0, 0, 0), nil
+		}
+		// A new key with hits ≤ limit is always allowed, so it will be
+		// stored: make room under the key cap first.
+		if err := s.makeRoom(sh, now); err != nil {
+			return Decision{}, err
+		}
+		st = new(logState)
+	}
+	// The ring may grow to what the shard's share leaves after the
+	// other logs (sh.slots counts this one at c0).
+	n0, c0 := st.n, len(st.ring)
+	res := decideLog(st, now, k.window, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+	var err error
+	if res.noRoom() {
+		err = s.makeLogRoom(sh, now, k, c0, int(st.n)+int(r.Hits))
+		if err == nil {
+			res = decideLog(st, now, k.window, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+		}
+		if err == nil && res.noRoom() { // cannot happen: room was made
+			err = s.logFull(sh)
+		}
+	}
+	// A refused request's prune stands; a refused new key changed
+	// nothing (n0 = c0 = 0, and noRoom consumed nothing).
+	sh.account(st, n0, c0)
+	if err != nil {
+		return Decision{}, err
+	}
+	if !ok {
+		sh.putLog(k, st)
+	}
+	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
 }
 
 func decision(limit, hits int64, allowed bool, count, retryMS, resetMS int64) Decision {
@@ -444,7 +423,7 @@ func (s *Store) logFull(sh *shard) error {
 }
 
 // Sweep frees every key whose state is empty at now and returns how many it
-// freed. It locks one shard at a time, so decisions on other shards go on.
+// freed. It locks one partition at a time, so decisions on the others go on.
 // The node calls it periodically; correctness never depends on it.
 func (s *Store) Sweep(now time.Time) int {
 	ms := max(now.UnixMilli(), 0)
@@ -506,7 +485,7 @@ type Stats struct {
 	Rejections    uint64 // new keys refused at the key cap (OverflowReject)
 	LogEvictions  uint64 // live log keys dropped for another log's growth at the log budget (OverflowEvict)
 	LogRejections uint64 // requests refused at the log budget
-	Expired       uint64 // empty keys freed by Sweep or by a full shard
+	Expired       uint64 // empty keys freed by Sweep or by a full partition
 }
 
 // Per-key heap costs beyond the key string and the log's ring, calibrated
@@ -528,8 +507,8 @@ func (st Stats) EstimateBytes() int64 {
 		int64(st.KeyBytes) + int64(st.LogSlots)*logSlotBytes
 }
 
-// Stats reads the running totals of each shard, one lock at a time: the
-// cost is one lock per shard, however many keys the store holds.
+// Stats reads the running totals of each partition, one lock at a time:
+// the cost is one lock per partition, however many keys the store holds.
 func (s *Store) Stats() Stats {
 	st := Stats{Evictions: s.evictions.Load(), Rejections: s.rejections.Load(),
 		LogEvictions: s.logEvictions.Load(), LogRejections: s.logRejections.Load(), Expired: s.expired.Load()}

@@ -11,10 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 func TestInvalidRequestsNameTheField(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	ok := Request{Key: "k", Limit: 10, Window: time.Second, Hits: 1}
 	cases := []struct {
 		name  string
@@ -66,22 +68,47 @@ func TestParseAlgorithm(t *testing.T) {
 	assert.Equal(t, "algorithm", ae.Field)
 }
 
+// An invalid config is refused with an error naming the field. A zero
+// field is invalid too: New takes the config as given, and a config that
+// wants the defaults starts from DefaultConfig.
 func TestConfigValidate(t *testing.T) {
-	require.NoError(t, DefaultConfig().Validate())
-	for _, c := range []Config{
-		{Shards: -1, MaxKeys: 10, MaxKeyBytes: 1, MaxWindow: time.Second, MaxLogLimit: 1},
-		{Shards: 10, MaxKeys: 5, MaxKeyBytes: 1, MaxWindow: time.Second, MaxLogLimit: 1},
-		{Shards: 1, MaxKeys: 5, MaxKeyBytes: 1, MaxWindow: time.Second, MaxLogLimit: 1 << 31},
-		{Shards: 1, MaxKeys: 5, MaxKeyBytes: 1, MaxWindow: time.Second, MaxLogLimit: 1, Overflow: 7},
+	require.NoError(t, DefaultConfig().Validate(partition.DefaultCount))
+	// small is a valid one-partition config with tiny bounds; a case breaks
+	// one thing in it, so that it fails for that alone.
+	small := func(maxKeys int) func(*Config) {
+		return func(cfg *Config) {
+			cfg.MaxKeys, cfg.MaxKeyBytes, cfg.MaxWindow, cfg.MaxLogLimit = maxKeys, 1, time.Second, 1
+		}
+	}
+	for _, c := range []struct {
+		name       string
+		partitions int
+		edit       func(*Config)
+		field      string
+	}{
+		{"negative partitions", -1, small(10), "partitions"},
+		{"zero partitions", 0, nil, "partitions"},
+		{"fewer keys than partitions", 10, small(5), "MaxKeys"},
+		{"log limit above 2^30", 1, func(cfg *Config) { small(5)(cfg); cfg.MaxLogLimit = 1 << 31 }, "MaxLogLimit"},
+		{"unknown overflow", 1, func(cfg *Config) { small(5)(cfg); cfg.Overflow = 7 }, "Overflow"},
+		{"zero MaxKeys", partition.DefaultCount, func(cfg *Config) { cfg.MaxKeys = 0 }, "MaxKeys"},
+		{"zero MaxKeyBytes", partition.DefaultCount, func(cfg *Config) { cfg.MaxKeyBytes = 0 }, "MaxKeyBytes"},
+		{"zero MaxWindow", partition.DefaultCount, func(cfg *Config) { cfg.MaxWindow = 0 }, "MaxWindow"},
+		{"zero MaxLogLimit", partition.DefaultCount, func(cfg *Config) { cfg.MaxLogLimit = 0 }, "MaxLogLimit"},
+		{"zero MaxLogEntries", partition.DefaultCount, func(cfg *Config) { cfg.MaxLogEntries = 0 }, "MaxLogEntries"},
 	} {
-		_, err := New(c)
-		assert.Error(t, err, "%+v", c)
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(configWith(c.edit), c.partitions)
+			assert.Nil(t, s)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.field)
+		})
 	}
 }
 
 func TestPeekConsumesNothingAndCreatesNoState(t *testing.T) {
 	for _, algo := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
-		s := newStore(t, DefaultConfig())
+		s := newStore(t, partition.DefaultCount, nil)
 		peek := Request{Key: "k", Limit: 2, Window: time.Second, Algorithm: algo}
 		d, err := s.Check(sec(10), peek)
 		require.NoError(t, err)
@@ -101,7 +128,7 @@ func TestPeekConsumesNothingAndCreatesNoState(t *testing.T) {
 // A clock that steps back must not give a key its allowance back.
 func TestTimeGoingBackwardsIsClamped(t *testing.T) {
 	for _, algo := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
-		s := newStore(t, DefaultConfig())
+		s := newStore(t, partition.DefaultCount, nil)
 		req := Request{Key: "k", Limit: 2, Window: 10 * time.Second, Algorithm: algo, Hits: 1}
 		run(t, s, []step{
 			{at: sec(1_000_005), req: req, allowed: true, count: 0},
@@ -119,7 +146,7 @@ func TestTimeGoingBackwardsIsClamped(t *testing.T) {
 // Two windows of the same key are independent limits; a changed limit
 // applies to what is already counted.
 func TestStateIdentity(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	perSec := Request{Key: "k", Limit: 1, Window: time.Second, Hits: 1}
 	perMin := Request{Key: "k", Limit: 1, Window: time.Minute, Hits: 1}
 	run(t, s, []step{
@@ -132,7 +159,7 @@ func TestStateIdentity(t *testing.T) {
 }
 
 func TestSweepFreesExpiredKeys(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	t0 := sec(1_000_000) // a 10 s boundary
 	for i := range 100 {
 		key := "user-" + string(rune('a'+i%26)) + strings.Repeat("x", i)
@@ -156,7 +183,7 @@ func TestSweepFreesExpiredKeys(t *testing.T) {
 }
 
 func TestSweepCompactsShardsAfterAFlood(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxKeys: 10_000})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxKeys = 10_000 })
 	t0 := sec(1_000_000)
 	for i := range 5000 {
 		_, err := s.Check(t0, Request{Key: "flood-" + itoa(i), Limit: 1, Window: time.Second, Hits: 1})
@@ -173,7 +200,7 @@ func TestSweepCompactsShardsAfterAFlood(t *testing.T) {
 }
 
 func TestOverflowEvictKeepsServingAndCounts(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxKeys: 50})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxKeys = 50 })
 	t0 := sec(1_000_000)
 	for i := range 200 {
 		d, err := s.Check(t0, Request{Key: "k" + itoa(i), Limit: 1, Window: time.Hour, Hits: 1})
@@ -186,7 +213,7 @@ func TestOverflowEvictKeepsServingAndCounts(t *testing.T) {
 }
 
 func TestOverflowEvictPrefersExpiredKeys(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxKeys: 4})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxKeys = 4 })
 	t0 := sec(1_000_000)
 	for i := range 4 {
 		_, err := s.Check(t0, Request{Key: "old" + itoa(i), Limit: 1, Window: time.Second, Hits: 1})
@@ -200,7 +227,7 @@ func TestOverflowEvictPrefersExpiredKeys(t *testing.T) {
 }
 
 func TestOverflowRejectKeepsExistingKeysExact(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxKeys: 3, Overflow: OverflowReject})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxKeys, cfg.Overflow = 3, OverflowReject })
 	t0 := sec(1_000_000)
 	for i := range 3 {
 		_, err := s.Check(t0, Request{Key: "k" + itoa(i), Limit: 1, Window: time.Hour, Hits: 1, Algorithm: Algorithm(i % 2)})
@@ -221,7 +248,7 @@ func TestOverflowRejectKeepsExistingKeysExact(t *testing.T) {
 
 // Over 49 days a key's log offsets would overflow 32 bits; the base moves.
 func TestLogRebasesOverLongLife(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	w := 40 * 24 * time.Hour
 	req := Request{Key: "k", Limit: 3, Window: w, Algorithm: SlidingWindowLog, Hits: 1}
 	t0 := sec(1_000_000)
@@ -241,7 +268,7 @@ func TestLogRebasesOverLongLife(t *testing.T) {
 
 // The log's ring grows to the limit and gives memory back after a burst.
 func TestLogRingSizing(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	req := Request{Key: "k", Limit: 1000, Window: time.Second, Algorithm: SlidingWindowLog, Hits: 1}
 	t0 := sec(1_000_000)
 	for i := range 1000 {
@@ -257,7 +284,7 @@ func TestLogRingSizing(t *testing.T) {
 
 // Extreme but valid values decide without overflow.
 func TestExtremeValues(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	maxW := s.Config().MaxWindow
 	req := Request{Key: "k", Limit: math.MaxInt64, Window: maxW, Hits: math.MaxInt64 / 2}
 	now := time.UnixMilli(math.MaxInt64 / 4)
@@ -276,7 +303,7 @@ func TestExtremeValues(t *testing.T) {
 
 // Concurrent callers on one key: the log admits exactly the limit.
 func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
-	s := newStore(t, DefaultConfig())
+	s := newStore(t, partition.DefaultCount, nil)
 	for _, algo := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
 		req := Request{Key: "hot-" + algo.String(), Limit: 500, Window: time.Hour, Algorithm: algo, Hits: 1}
 		t0 := sec(3600 * 1000) // a window start, so the counter's prev is empty
@@ -298,7 +325,7 @@ func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
 }
 
 func TestErrCapacityIsWrapped(t *testing.T) {
-	s := newStore(t, Config{Shards: 1, MaxKeys: 1, Overflow: OverflowReject})
+	s := newStore(t, 1, func(cfg *Config) { cfg.MaxKeys, cfg.Overflow = 1, OverflowReject })
 	_, err := s.Check(sec(1), Request{Key: "a", Limit: 1, Window: time.Hour, Hits: 1})
 	require.NoError(t, err)
 	_, err = s.Check(sec(1), Request{Key: "b", Limit: 1, Window: time.Hour, Hits: 1})

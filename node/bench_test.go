@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -51,7 +52,7 @@ func benchKey(i uint64) string { return fmt.Sprintf("tenant:7:user:%d", i%benchK
 // The store alone, same keys and parallelism: what the network costs is
 // the difference.
 func BenchmarkInProcessBaseline(b *testing.B) {
-	s, err := limiter.New(limiter.DefaultConfig())
+	s, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/httpapi"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
-	"github.com/peerlimit/peerlimit/internal/testlog"
-	"github.com/peerlimit/peerlimit/internal/wait"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
@@ -69,7 +69,7 @@ func capNode(t *testing.T, overflow limiter.OverflowPolicy) (*node.Node, *testlo
 	t.Helper()
 	logs := testlog.NewCapture()
 	c := testcluster.New(t, 1, func(cfg *node.Config) {
-		cfg.SetPartitions(7)
+		cfg.Partitions = 7
 		cfg.Limiter.MaxKeys, cfg.Limiter.Overflow = 70, overflow
 		cfg.Limiter.MaxLogLimit, cfg.Limiter.MaxLogEntries = 100, 700
 		cfg.SweepInterval = sweepInterval // the capacity warning comes with the sweep
@@ -209,7 +209,7 @@ func TestLogBudgetOverHTTP(t *testing.T) {
 	// Two log keys in one shard, whose share is 700/7 = 100 entries.
 	var keys []string
 	for i := 0; len(keys) < 2; i++ {
-		if k := fmt.Sprintf("log:%d", i); n.Store().ShardOf(k) == 0 {
+		if k := fmt.Sprintf("log:%d", i); n.Store().PartitionOf(k) == 0 {
 			keys = append(keys, k)
 		}
 	}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/internal/latency"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -104,7 +104,7 @@ func startClusterEnv(b *testing.B, s clusterSetup) *clusterEnv {
 		if !s.batching {
 			cfg.Peers.BatchLimit = 1
 		}
-		cfg.Peers.DialOptions = append(cfg.Peers.DialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
+		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
 	})
 	for _, n := range env.c.Live() {
 		conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

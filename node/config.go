@@ -7,9 +7,13 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -38,32 +42,34 @@ type Config struct {
 	// or cluster.ProfileLocal (tests, one host).
 	GossipProfile cluster.Profile
 
-	// Ring spreads keys over members. Ring.PartitionCount and
-	// Limiter.Shards must be equal (a shard is a partition); use
-	// SetPartitions.
+	// Partitions is the number of partitions keys hash into
+	// (partition.Of): the ring assigns them to members, the store locks
+	// and hands off its state by them. The same on every node. Default
+	// 271.
+	Partitions int
+	// Ring spreads partitions over members.
 	Ring ring.Config
-	// Peers tunes forwarding: batching, timeouts.
+	// Route is the request path: batch size, fallback when an owner is
+	// unreachable, the bound on forwarded checks in flight.
+	Route route.Config
+	// Peers tunes the calls to other members: batching, timeouts.
 	Peers rpc.PeersConfig
-	// Fallback answers checks whose owner is unreachable. Default local.
-	Fallback rpc.FallbackPolicy
+	// PeerDialOptions are added to every connection to another member,
+	// after the node's own (TLS, source address). Optional; tests use it
+	// to watch the calls.
+	PeerDialOptions []grpc.DialOption
 	// HandoffInterval is how often the node looks for state it holds but
 	// does not own (from fallback decisions, or gossip not yet converged)
 	// and sends it to the owner. Membership changes trigger it at once.
 	// Default 5s.
 	HandoffInterval time.Duration
 
+	// Limiter bounds the store: keys, key length, windows, log sizes.
 	Limiter limiter.Config
-	// MaxBatch caps the checks in one batch call. Default 1000.
-	MaxBatch int
 	// MaxRecvMsgBytes caps a gRPC request. Default 4 MiB.
 	MaxRecvMsgBytes int
 	// MaxBodyBytes caps an HTTP request body. Default 1 MiB.
 	MaxBodyBytes int64
-	// MaxInflightForwards caps the checks this node has forwarded and
-	// still waits on, all owners together; over it a check is refused with
-	// RESOURCE_EXHAUSTED (HTTP 429). Default 10,000 (see
-	// rpc.Config.MaxInflightForwards).
-	MaxInflightForwards int
 	// SweepInterval is how often expired keys are freed. Decisions never
 	// depend on it; it only bounds how long dead keys hold memory.
 	// Default 10s.
@@ -105,24 +111,23 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		ID:                  host,
-		GRPCAddr:            ":9090",
-		HTTPAddr:            ":8080",
-		GossipAddr:          ":7946",
-		GossipProfile:       cluster.ProfileLAN,
-		Ring:                ring.DefaultConfig(),
-		Peers:               rpc.DefaultPeersConfig(),
-		Fallback:            rpc.FallbackLocal,
-		HandoffInterval:     5 * time.Second,
-		Limiter:             limiter.DefaultConfig(),
-		MaxBatch:            1000,
-		MaxRecvMsgBytes:     4 << 20,
-		MaxBodyBytes:        1 << 20,
-		MaxInflightForwards: 10_000,
-		SweepInterval:       10 * time.Second,
-		Security:            DefaultSecurityConfig(),
-		Logger:              slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Now:                 time.Now,
+		ID:              host,
+		GRPCAddr:        ":9090",
+		HTTPAddr:        ":8080",
+		GossipAddr:      ":7946",
+		GossipProfile:   cluster.ProfileLAN,
+		Partitions:      partition.DefaultCount,
+		Ring:            ring.DefaultConfig(),
+		Route:           route.DefaultConfig(),
+		Peers:           rpc.DefaultPeersConfig(),
+		HandoffInterval: 5 * time.Second,
+		Limiter:         limiter.DefaultConfig(),
+		MaxRecvMsgBytes: 4 << 20,
+		MaxBodyBytes:    1 << 20,
+		SweepInterval:   10 * time.Second,
+		Security:        DefaultSecurityConfig(),
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Now:             time.Now,
 	}
 }
 
@@ -138,13 +143,6 @@ func DefaultLocalConfig(id string) Config {
 	return c
 }
 
-// SetPartitions sets the ring's partition count and the store's shard
-// count, which must be equal.
-func (c *Config) SetPartitions(n int) {
-	c.Ring.PartitionCount = n
-	c.Limiter.Shards = n
-}
-
 // Validate reports every unusable field.
 func (c Config) Validate() error {
 	var errs []error
@@ -154,17 +152,11 @@ func (c Config) Validate() error {
 	if c.GRPCAddr == "" || c.HTTPAddr == "" {
 		errs = append(errs, errors.New("GRPCAddr and HTTPAddr must be set"))
 	}
-	if c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("MaxBatch must be ≥ 1, got %d", c.MaxBatch))
-	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("MaxRecvMsgBytes must be ≥ 1024, got %d", c.MaxRecvMsgBytes))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("MaxBodyBytes must be ≥ 1024, got %d", c.MaxBodyBytes))
-	}
-	if c.MaxInflightForwards < 1 {
-		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
 	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
@@ -175,17 +167,16 @@ func (c Config) Validate() error {
 	if c.GossipAddr == "" {
 		errs = append(errs, errors.New("GossipAddr must be set"))
 	}
-	if c.Ring.PartitionCount != c.Limiter.Shards {
-		errs = append(errs, fmt.Errorf("Ring.PartitionCount (%d) must equal Limiter.Shards (%d): a shard is a partition", c.Ring.PartitionCount, c.Limiter.Shards))
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
 	}
-	if err := c.Ring.Validate(); err != nil {
-		errs = append(errs, err)
+	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Peers.Validate(), c.limiterErr()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.EnvoyRLSHeaders && c.EnvoyRLSConfig == "" {
 		errs = append(errs, errors.New("EnvoyRLSHeaders (--envoy-rls-headers) needs EnvoyRLSConfig (--envoy-rls-config)"))
-	}
-	if err := c.Limiter.Sanitized().Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {
@@ -195,4 +186,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("node config: %w", err)
 	}
 	return nil
+}
+
+// limiterErr validates Limiter for Partitions, once Partitions itself is
+// valid (its error is reported on its own).
+func (c Config) limiterErr() error {
+	if c.Partitions < 1 {
+		return nil
+	}
+	return c.Limiter.Validate(c.Partitions)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // envoyRLSServiceName is the gRPC service Envoy calls, also reported by
@@ -44,7 +44,7 @@ func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 
 // register serves the service on srv, over the node's request path, and
 // registers its metrics. A nil *envoyRLS registers nothing.
-func (e *envoyRLS) register(srv *grpc.Server, svc *rpc.Service, reg prometheus.Registerer, log *slog.Logger) error {
+func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus.Registerer, log *slog.Logger) error {
 	if e == nil {
 		return nil
 	}

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,18 +17,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 
-	"github.com/peerlimit/peerlimit/internal/wait"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 )
 
-// The fallback tests cut node-b's gRPC off while its gossip lives on: a
+// The fallback test cuts node-b's gRPC off while its gossip lives on: a
 // still sees b as a member and owner of its keys, but cannot ask it. Every
 // check a receives for one of b's keys is then answered by a's fallback
 // policy, deterministically (no race with failure detection: the ring
-// never changes).
+// never changes). It is the end-to-end check, over real gRPC, HTTP and
+// gossip, of what package route tests for every policy on the in-memory
+// network (route/fallback_test.go), and package handoff for the handoff
+// that runs meanwhile.
 
 // fbNow is the time on both nodes' clocks, which stand still.
 var fbNow = time.UnixMilli(1_700_000_000_000)
@@ -46,13 +47,13 @@ type fbEnv struct {
 // fbStart starts node-a and node-b (joined through a) with the given
 // fallback, waits until both see both and agree on the ring, checks that
 // forwarding to b works, then stops b's gRPC server.
-func fbStart(t *testing.T, policy rpc.FallbackPolicy, edit func(*Config)) *fbEnv {
+func fbStart(t *testing.T, policy route.FallbackPolicy, edit func(*Config)) *fbEnv {
 	t.Helper()
 	logs := testlog.New(t) // first: its cleanup must run after the nodes'
 	start := func(id string, join []string) *Node {
 		cfg := DefaultLocalConfig(id)
 		cfg.Join = join
-		cfg.Fallback = policy
+		cfg.Route.Fallback = policy
 		// The tests call handOff themselves. The periodic one would take
 		// b's partition out of a's store (to send it) while a decides on
 		// it, at a moment of its choosing.
@@ -169,7 +170,7 @@ func fbEventually(t *testing.T, within time.Duration, cond func() (bool, string)
 // assertCommon checks what every policy shares: a key a owns is decided
 // by a as usual, and the degraded answers are counted by policy and as
 // failed forwards.
-func (e *fbEnv) assertCommon(t *testing.T, policy rpc.FallbackPolicy, degraded int) {
+func (e *fbEnv) assertCommon(t *testing.T, policy route.FallbackPolicy, degraded int) {
 	t.Helper()
 	own := e.check(t, e.aKey, 5)
 	assert.False(t, own.Degraded, "a key a owns is never degraded")
@@ -180,7 +181,7 @@ func (e *fbEnv) assertCommon(t *testing.T, policy rpc.FallbackPolicy, degraded i
 	failed := fbMetric(t, e.a, `peerlimit_forwards_total{result="failed"}`)
 	assert.GreaterOrEqual(t, unreachable, float64(degraded), "owner_unreachable_total{policy=%q}", policy)
 	assert.GreaterOrEqual(t, failed, float64(degraded), `forwards_total{result="failed"}`)
-	for _, other := range []rpc.FallbackPolicy{rpc.FallbackLocal, rpc.FallbackAllow, rpc.FallbackDeny} {
+	for _, other := range []route.FallbackPolicy{route.FallbackLocal, route.FallbackAllow, route.FallbackDeny} {
 		if other != policy {
 			assert.Zero(t, fbMetric(t, e.a, fmt.Sprintf(`peerlimit_owner_unreachable_total{policy=%q}`, other)), other.String())
 		}
@@ -190,7 +191,7 @@ func (e *fbEnv) assertCommon(t *testing.T, policy rpc.FallbackPolicy, degraded i
 // Local: a decides b's key on its own store, as if it owned it. The limit
 // holds (on a's side), and the state stays on a until b can take it.
 func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
-	e := fbStart(t, rpc.FallbackLocal, nil)
+	e := fbStart(t, route.FallbackLocal, nil)
 	require.Zero(t, e.a.Store().Stats().CounterKeys, "a holds nothing before the fallback")
 
 	degraded := 0
@@ -209,127 +210,17 @@ func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
 	degraded++
 
 	assert.Equal(t, 1, e.a.Store().Stats().CounterKeys, "a's store holds b's key")
-	assert.Equal(t, 1, e.a.Store().ShardLen(e.a.Store().ShardOf(e.bKey)))
-	e.assertCommon(t, rpc.FallbackLocal, degraded)
+	assert.Equal(t, 1, e.a.Store().PartitionLen(e.a.Store().PartitionOf(e.bKey)))
+	e.assertCommon(t, route.FallbackLocal, degraded)
 
 	// Handoff while b is unreachable: the state cannot go, so it is put
 	// back; nothing admitted is forgotten.
-	left := e.a.handOff(context.Background())
+	left := e.a.handoff.Run(context.Background())
 	assert.Positive(t, left, "keys left behind")
 	assert.GreaterOrEqual(t, fbMetric(t, e.a, `peerlimit_handoffs_total{result="failed"}`), 1.0)
-	assert.Equal(t, 1, e.a.Store().ShardLen(e.a.Store().ShardOf(e.bKey)), "a's store still holds b's key")
+	assert.Equal(t, 1, e.a.Store().PartitionLen(e.a.Store().PartitionOf(e.bKey)), "a's store still holds b's key")
 	resp := e.check(t, e.bKey, 2)
 	assert.True(t, resp.Degraded)
 	assert.False(t, resp.Allowed, "the count survived the failed handoff")
 	assert.EqualValues(t, 2, resp.CurrentCount)
-}
-
-// Allow: fail open. Every check of b's key passes, past the limit, and
-// a's store is not touched.
-func TestFallbackAllowLetsEverythingThrough(t *testing.T) {
-	e := fbStart(t, rpc.FallbackAllow, nil)
-	degraded := 0
-	for i := range 4 {
-		resp := e.check(t, e.bKey, 2)
-		assert.True(t, resp.Degraded, "check %d", i)
-		assert.True(t, resp.Allowed, "check %d: past the limit too", i)
-		assert.Equal(t, "node-a", resp.Owner, "check %d", i)
-		assert.EqualValues(t, 2, resp.Limit)
-		degraded++
-	}
-	out := e.checkHTTP(t, e.bKey, 2)
-	assert.Equal(t, true, out["degraded"])
-	assert.Equal(t, true, out["allowed"])
-	degraded++
-	assert.Zero(t, e.a.Store().Stats().CounterKeys, "allow decides nothing on a's store")
-	e.assertCommon(t, rpc.FallbackAllow, degraded)
-}
-
-// Deny: fail closed, with a retry after of one second.
-func TestFallbackDenyRefusesEverything(t *testing.T) {
-	e := fbStart(t, rpc.FallbackDeny, nil)
-	degraded := 0
-	for i := range 3 {
-		resp := e.check(t, e.bKey, 2)
-		assert.True(t, resp.Degraded, "check %d", i)
-		assert.False(t, resp.Allowed, "check %d: even the first", i)
-		assert.EqualValues(t, 1000, resp.RetryAfterMs, "check %d", i)
-		assert.Equal(t, "node-a", resp.Owner, "check %d", i)
-		degraded++
-	}
-	out := e.checkHTTP(t, e.bKey, 2)
-	assert.Equal(t, true, out["degraded"])
-	assert.Equal(t, false, out["allowed"])
-	assert.EqualValues(t, 1000, out["retry_after_ms"])
-	degraded++
-	assert.Zero(t, e.a.Store().Stats().CounterKeys, "deny decides nothing on a's store")
-	e.assertCommon(t, rpc.FallbackDeny, degraded)
-}
-
-// Local, with b's gRPC port answering TCP but nothing else (a network
-// that drops packets looks the same): a handoff attempt to b then hangs
-// for its whole timeout, and the partition it took out of a's store must
-// still count for the checks a decides meanwhile. FallbackLocal promises
-// at most one limit per side while the owner is cut off.
-func TestFallbackLocalCountsDuringHandoffAttempt(t *testing.T) {
-	e := fbStart(t, rpc.FallbackLocal, nil)
-	blackhole(t, e.b.GRPCAddr())
-
-	for i, want := range []bool{true, true, false} {
-		resp := e.check(t, e.bKey, 2)
-		require.True(t, resp.Degraded, "check %d", i)
-		require.Equal(t, want, resp.Allowed, "check %d", i)
-	}
-	left := make(chan int, 1)
-	go func() { left <- e.a.handOff(context.Background()) }()
-	// Each check waits Peers.Timeout for b, then falls back: several land
-	// inside the handoff's 4×Peers.Timeout.
-	for i := 0; ; i++ {
-		select {
-		case n := <-left:
-			assert.Positive(t, n, "b could not take the state")
-			require.Positive(t, i, "no check ran during the handoff")
-			resp := e.check(t, e.bKey, 2)
-			assert.False(t, resp.Allowed)
-			assert.EqualValues(t, 2, resp.CurrentCount, "only the hits admitted before the handoff")
-			return
-		default:
-		}
-		resp := e.check(t, e.bKey, 2)
-		assert.True(t, resp.Degraded)
-		assert.False(t, resp.Allowed, "check %d during the handoff: the limit was used up before it (count %d)", i, resp.CurrentCount)
-	}
-}
-
-// blackhole listens on addr (freed by a stopped server) and accepts
-// connections without ever answering, until the test ends.
-func blackhole(t *testing.T, addr string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // storeCollector reads the store's running totals at scrape time (one
@@ -71,14 +71,14 @@ const (
 // registerCapacity exposes the configured caps, so that alerts can say
 // how near a node is to one (peerlimit_keys / peerlimit_capacity), and
 // the forwarded checks in flight.
-func registerCapacity(reg prometheus.Registerer, cfg Config, svc *rpc.Service) error {
+func registerCapacity(reg prometheus.Registerer, cfg Config, svc *route.Service) error {
 	lc := svc.Store().Config()
 	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "capacity",
 		Help: "The configured caps: keys (--max-keys), log_entries (--max-log-entries), inflight_forwards (--max-inflight-forwards)."},
 		[]string{"cap"})
 	caps.WithLabelValues(capKeys).Set(float64(lc.MaxKeys))
 	caps.WithLabelValues(capLogEntries).Set(float64(lc.MaxLogEntries))
-	caps.WithLabelValues(capInflightForwards).Set(float64(cfg.MaxInflightForwards))
+	caps.WithLabelValues(capInflightForwards).Set(float64(cfg.Route.MaxInflightForwards))
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "forwards_inflight",
 		Help: "Forwarded checks waiting for their owners' answers now; --max-inflight-forwards bounds it."},
 		func() float64 { return float64(svc.InflightForwards()) })
@@ -116,11 +116,9 @@ func (r *capacityReport) report(st limiter.Stats) {
 		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
-// nodeMetrics are the node's own: ring changes, handoffs, members.
+// nodeMetrics are the node's own: ring changes, members, policies.
 type nodeMetrics struct {
 	ringChanges prometheus.Counter
-	handoffs    *prometheus.CounterVec // by result: sent, failed
-	handoffKeys *prometheus.CounterVec // by direction: sent, received, refused
 	// policyReloads counts ReloadPolicies by result: ok, error (the
 	// policies in force were kept).
 	policyReloads *prometheus.CounterVec
@@ -130,23 +128,11 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 	m := &nodeMetrics{
 		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "peerlimit", Name: "ring_changes_total",
 			Help: "Times this node's ring was rebuilt because membership changed."}),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoffs_total",
-			Help: "Handoff calls to new owners, by result (sent, failed: state kept and retried)."}, []string{"result"}),
-		handoffKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoff_keys_total",
-			Help: "Key states moved by handoff: sent (merged by the owner), received, refused (by the owner)."}, []string{"direction"}),
 	}
 	m.policyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "policy_reloads_total",
 		Help: "Reloads of the policy file (SIGHUP), by result: ok, or error (the policies in force were kept)."}, []string{"result"})
 	m.policyReloads.WithLabelValues("ok")
 	m.policyReloads.WithLabelValues("error")
-	// Every series from the start, so rate() and alerts work before the
-	// first event.
-	for _, r := range []string{"sent", "failed"} {
-		m.handoffs.WithLabelValues(r)
-	}
-	for _, d := range []string{"sent", "received", "refused"} {
-		m.handoffKeys.WithLabelValues(d)
-	}
 	policies := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "policies",
 		Help: "Named policies in force (0 without a policy file)."}, func() float64 {
 		if set := n.policySet(); set != nil {
@@ -161,7 +147,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		}
 		return float64(len(n.members.Members()))
 	})
-	for _, c := range []prometheus.Collector{m.ringChanges, m.handoffs, m.handoffKeys, members, m.policyReloads, policies} {
+	for _, c := range []prometheus.Collector{m.ringChanges, members, m.policyReloads, policies} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

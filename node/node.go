@@ -29,11 +29,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -41,9 +43,11 @@ import (
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
+	reg     *prometheus.Registry
 	store   *limiter.Store
-	svc     *rpc.Service
+	svc     *route.Service
 	peers   *rpc.Peers
+	handoff *handoff.Sender
 	members *cluster.Cluster
 	sec     *nodeSecurity
 	ring    ring.Holder
@@ -60,107 +64,152 @@ type Node struct {
 	httpLn  net.Listener
 
 	capacity capacityReport // written by the sweeper only
+	undo     []func()       // Start's cleanups, run in reverse if a later step fails
 
-	serving atomic.Bool
-	leaving atomic.Bool   // once set, this node owns nothing
-	ringMu  sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
-	handoff chan struct{} // capacity 1: wakes the handoff loop
-	stop    chan struct{} // closed by stopLoops: stops the sweeper and the handoff loop
-	loops   sync.WaitGroup
-	wg      sync.WaitGroup // the servers
+	serving    atomic.Bool
+	leaving    atomic.Bool   // once set, this node owns nothing
+	ringMu     sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
+	handoffReq chan struct{} // capacity 1: wakes the handoff loop
+	stop       chan struct{} // closed by stopLoops: stops the sweeper and the handoff loop
+	loops      sync.WaitGroup
+	wg         sync.WaitGroup // the servers
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
 // Start builds a node from cfg, binds its listeners, joins the cluster
-// and starts serving. On error nothing is left running.
+// and starts serving. It runs the init steps below in order; each
+// registers what undoes it, and if a step fails the ones before it are
+// undone in reverse, so that nothing is left running.
 func Start(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), health: health.NewServer(),
-		handoff: make(chan struct{}, 1), stop: make(chan struct{})}
-	var cleanup []func()
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), reg: prometheus.NewRegistry(), health: health.NewServer(),
+		handoffReq: make(chan struct{}, 1), stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
+			for i := len(n.undo) - 1; i >= 0; i-- {
+				n.undo[i]()
 			}
 		}
 	}()
-
-	if n.store, err = limiter.New(cfg.Limiter); err != nil {
-		return nil, err
-	}
-	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
-	if cfg.PoliciesFile != "" {
-		// Checked against this store's caps, so a policy no request could
-		// use is refused now rather than on every request.
-		if n.policies, err = policy.Load(cfg.PoliciesFile, n.store.Validate); err != nil {
+	for _, step := range []func() error{
+		n.initStore,       // the limiter state, policies and Envoy rules checked against its caps
+		n.initMetrics,     // the registry's node-wide collectors
+		n.initSecurity,    // TLS material, tokens, cluster secrets
+		n.initListeners,   // bound now, so that the ring and peers know this node's address
+		n.initRequestPath, // ring, peers, route.Service, handoff
+		n.initGRPC,        // the public, peer, Envoy, health and reflection services
+		n.initHTTP,        // the JSON API, metrics, probes
+		n.serve,           // before joining: the moment others see this node they call it
+		n.joinCluster,     // gossip; membership changes rebuild the ring from here on
+	} {
+		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	if n.rls, err = loadEnvoyRLS(cfg, n.store); err != nil {
-		return nil, err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
-	if n.metrics, err = newNodeMetrics(reg, n); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	rpcMetrics, err := rpc.NewMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	if n.sec, err = newNodeSecurity(cfg, reg, n.log); err != nil {
-		return nil, err
-	}
+	n.startServing()
+	n.log.Info("node started", "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", n.members.GossipAddr())
+	return n, nil
+}
 
-	if n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCAddr, err)
-	}
-	cleanup = append(cleanup, func() { n.grpcLn.Close() })
-	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("http listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	cleanup = append(cleanup, func() { n.httpLn.Close() })
+func (n *Node) onUndo(f func()) { n.undo = append(n.undo, f) }
 
-	// Until gossip says otherwise, this node is the whole cluster.
-	self, err := ring.New(cfg.Ring, []ring.Member{{ID: cfg.ID, Addr: n.GRPCAddr()}})
+// initStore creates the store, and loads the policy file and the Envoy
+// rate limit configuration, each checked against the store's caps so that
+// a limit no request could use is refused now rather than on every
+// request.
+func (n *Node) initStore() (err error) {
+	if n.store, err = limiter.New(n.cfg.Limiter, n.cfg.Partitions); err != nil {
+		return err
+	}
+	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
+	if n.cfg.PoliciesFile != "" {
+		if n.policies, err = policy.Load(n.cfg.PoliciesFile, n.store.Validate); err != nil {
+			return err
+		}
+	}
+	n.rls, err = loadEnvoyRLS(n.cfg, n.store)
+	return err
+}
+
+func (n *Node) initMetrics() (err error) {
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
+	if n.metrics, err = newNodeMetrics(n.reg, n); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) initSecurity() (err error) {
+	n.sec, err = newNodeSecurity(n.cfg, n.reg, n.log)
+	return err
+}
+
+func (n *Node) initListeners() (err error) {
+	if n.grpcLn, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("grpc listen on %s: %w", n.cfg.GRPCAddr, err)
+	}
+	n.onUndo(func() { n.grpcLn.Close() })
+	if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("http listen on %s: %w", n.cfg.HTTPAddr, err)
+	}
+	n.onUndo(func() { n.httpLn.Close() })
+	return nil
+}
+
+// initRequestPath builds what a check goes through: the ring (this node
+// alone until gossip says otherwise), the connections to peers, the
+// route.Service, and the handoff that moves state to its owners.
+func (n *Node) initRequestPath() error {
+	self, err := ring.New(n.cfg.Ring, n.cfg.Partitions, []ring.Member{{ID: n.cfg.ID, Addr: n.GRPCAddr()}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.ring.Store(self)
-
-	pcfg := cfg.Peers
-	pcfg.SelfID, pcfg.Metrics = cfg.ID, rpcMetrics
-	pcfg.DialOptions = append(n.sec.peerDialOptions(), pcfg.DialOptions...)
+	routeMetrics, err := route.NewMetrics(n.reg)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	dial := n.sec.peerDialOptions()
 	if d := dialFrom(n.grpcLn.Addr()); d != nil {
-		pcfg.DialOptions = append(pcfg.DialOptions, grpc.WithContextDialer(d))
+		dial = append(dial, grpc.WithContextDialer(d))
 	}
-	n.peers = rpc.NewPeers(pcfg)
-	cleanup = append(cleanup, n.peers.Close)
-	rcfg := rpc.DefaultConfig()
-	rcfg.NodeID, rcfg.MaxBatch, rcfg.Now = cfg.ID, cfg.MaxBatch, cfg.Now
-	rcfg.Owner, rcfg.Peers, rcfg.Fallback, rcfg.Logger = n.owner, n.peers, cfg.Fallback, n.log
-	rcfg.Members, rcfg.MaxInflightForwards = n.memberRoutes, cfg.MaxInflightForwards
+	if n.peers, err = rpc.NewPeers(n.cfg.Peers, n.cfg.ID, routeMetrics, append(dial, n.cfg.PeerDialOptions...)...); err != nil {
+		return err
+	}
+	n.onUndo(n.peers.Close)
+	handoffMetrics, err := handoff.NewMetrics(n.reg)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Owner: n.owner, Members: n.memberRoutes,
+		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received}
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
-		rcfg.Policies = n.policies
+		deps.Policies = n.policies
 	}
-	if n.svc, err = rpc.NewService(rcfg, n.store, rpcMetrics); err != nil {
-		return nil, err
+	if n.svc, err = route.NewService(n.cfg.Route, deps); err != nil {
+		return err
 	}
-	if err := registerCapacity(reg, cfg, n.svc); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.ring.Load,
+		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics}); err != nil {
+		return err
 	}
+	if err := registerCapacity(n.reg, n.cfg, n.svc); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
 
+func (n *Node) initGRPC() error {
 	unary := []grpc.UnaryServerInterceptor{n.recoverUnary}
 	if g := n.sec.guard(); g != nil {
 		unary = append(unary, g.Unary)
 	}
 	n.grpcSrv = grpc.NewServer(append(append(rpc.NewStrictCodec().ServerOptions(unary...), n.sec.serverOptions()...),
-		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		grpc.MaxRecvMsgSize(n.cfg.MaxRecvMsgBytes),
 		// Reuse handler goroutines instead of one fresh goroutine per call,
 		// whose stack grows anew every time (10–15 % of CPU in profiles;
 		// +8 % checks/s on the forwarding path, docs/cluster-benchmarks.md).
@@ -170,26 +219,30 @@ func Start(cfg Config) (_ *Node, err error) {
 	api := rpc.NewServer(n.svc)
 	api.MembersFunc = n.membersProto
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
-	peerSrv := rpc.NewPeerServer(n.svc)
-	peerSrv.OnHandoff = n.received
-	pb.RegisterPeerServer(n.grpcSrv, peerSrv)
-	if err := n.rls.register(n.grpcSrv, n.svc, reg, n.log); err != nil {
-		return nil, err
+	pb.RegisterPeerServer(n.grpcSrv, rpc.NewPeerServer(n.svc))
+	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log); err != nil {
+		return err
 	}
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
+	return nil
+}
 
+func (n *Node) initHTTP() error {
+	hcfg := httpapi.DefaultConfig()
+	hcfg.MaxBodyBytes, hcfg.Pprof, hcfg.AuthMetrics = n.cfg.MaxBodyBytes, n.cfg.Pprof, n.cfg.Security.AuthMetrics
+	h, err := httpapi.NewHandler(n.svc, hcfg, httpapi.Deps{
+		Healthy:  n.serving.Load,
+		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
+		Members:  n.memberInfo,
+		Policies: n.policySet,
+		Auth:     n.sec.httpAuth(),
+	})
+	if err != nil {
+		return err
+	}
 	n.httpSrv = &http.Server{
-		Handler: httpapi.NewHandler(n.svc, httpapi.Config{
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			Healthy:      n.serving.Load,
-			Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-			Members:      n.memberInfo,
-			Policies:     n.policySet,
-			Pprof:        cfg.Pprof,
-			Auth:         n.sec.httpAuth(),
-			AuthMetrics:  cfg.Security.AuthMetrics,
-		}),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -199,9 +252,11 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.sec.tls != nil {
 		n.httpSrv.TLSConfig = n.sec.tls.HTTPServerConfig()
 	}
+	return nil
+}
 
-	// Serve before joining: the moment others see this node they forward
-	// to it and hand it state.
+// serve starts both servers on their listeners.
+func (n *Node) serve() error {
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -219,16 +274,22 @@ func Start(cfg Config) (_ *Node, err error) {
 			n.log.Error("http server stopped", "err", err)
 		}
 	}()
-	cleanup = append(cleanup, func() { n.grpcSrv.Stop(); n.httpSrv.Close(); n.wg.Wait() })
+	n.onUndo(func() { n.grpcSrv.Stop(); n.httpSrv.Close(); n.wg.Wait() })
+	return nil
+}
 
-	if n.members, err = cluster.Start(cluster.Config{
-		ID: cfg.ID, BindAddr: cfg.GossipAddr, AdvertiseAddr: cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
-		Join: cfg.Join, SecretKey: cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: cfg.GossipProfile,
+func (n *Node) joinCluster() (err error) {
+	n.members, err = cluster.Start(cluster.Config{
+		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
+		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: n.cfg.GossipProfile,
 		Logger: n.log, OnChange: n.membershipChanged,
-	}); err != nil {
-		return nil, err
-	}
+	})
+	return err
+}
 
+// startServing turns health to SERVING and starts the sweeper and the
+// handoff loop.
+func (n *Node) startServing() {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -238,8 +299,6 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.loops.Add(2)
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
-	n.log.Info("node started", "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "gossip", n.members.GossipAddr())
-	return n, nil
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -265,9 +324,9 @@ func (n *Node) Members() []cluster.Member { return n.members.Members() }
 
 // owner is the Service's routing: the ring's owner of key. A leaving node
 // owns nothing, so what reaches it goes to the heirs.
-func (n *Node) owner(key string) rpc.Route {
+func (n *Node) owner(key string) route.Route {
 	m := n.ring.Load().Owner(key)
-	return rpc.Route{ID: m.ID, Addr: m.Addr}
+	return route.Route{ID: m.ID, Addr: m.Addr}
 }
 
 // membershipChanged rebuilds and swaps the ring, updates the peer
@@ -279,18 +338,18 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	defer n.ringMu.Unlock()
 	n.sec.setMembers(members) // before routing to a new member, accept its calls
 	var rms []ring.Member
-	var routes []rpc.Route
+	var routes []route.Route
 	for _, m := range members {
 		if m.GRPCAddr == "" || (m.ID == n.cfg.ID && n.leaving.Load()) {
 			continue
 		}
 		rms = append(rms, ring.Member{ID: m.ID, Addr: m.GRPCAddr})
-		routes = append(routes, rpc.Route{ID: m.ID, Addr: m.GRPCAddr})
+		routes = append(routes, route.Route{ID: m.ID, Addr: m.GRPCAddr})
 	}
 	if len(rms) == 0 {
 		return // leaving and alone: keep the last ring
 	}
-	r, err := ring.New(n.cfg.Ring, rms)
+	r, err := ring.New(n.cfg.Ring, n.cfg.Partitions, rms)
 	if err != nil {
 		n.log.Error("building the ring", "err", err)
 		return
@@ -306,7 +365,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 
 func (n *Node) wakeHandoff() {
 	select {
-	case n.handoff <- struct{}{}:
+	case n.handoffReq <- struct{}{}:
 	default:
 	}
 }
@@ -321,88 +380,10 @@ func (n *Node) handoffLoop() {
 		select {
 		case <-n.stop:
 			return
-		case <-n.handoff:
+		case <-n.handoffReq:
 		case <-t.C:
 		}
-		n.handOff(context.Background())
-	}
-}
-
-// handOff moves every partition this node holds but does not own to its
-// owner, and returns how many keys stayed behind because the owner could
-// not be reached. A partition is copied, sent, and only then forgotten
-// (exactly what was sent), so no admitted hit is lost, and checks decided
-// here meanwhile see the full state.
-func (n *Node) handOff(ctx context.Context) (left int) {
-	r := n.ring.Load()
-	byOwner := map[ring.Member][]int{}
-	for p := range n.store.Shards() {
-		if owner := r.PartitionOwner(p); (owner.ID != n.cfg.ID || n.leaving.Load()) && n.store.ShardLen(p) > 0 {
-			byOwner[owner] = append(byOwner[owner], p)
-		}
-	}
-	for owner, parts := range byOwner {
-		if owner.ID == n.cfg.ID {
-			continue // leaving, but the ring has no one else yet
-		}
-		var states []limiter.KeyState
-		for _, p := range parts {
-			states = append(states, n.store.SnapshotShard(p, n.cfg.Now())...)
-		}
-		sent, merged := 0, 0
-		for sent < len(states) {
-			chunk := states[sent : sent+handoffChunk(states[sent:])]
-			// The receiver logs what it refuses under the same request_id.
-			rid := rpc.NewRequestID()
-			m, rejected, err := n.peers.Handoff(rpc.WithRequestID(ctx, rid), rpc.Route{ID: owner.ID, Addr: owner.Addr}, chunk)
-			if err != nil {
-				// The state never left: try again on the next round.
-				n.metrics.handoffs.WithLabelValues("failed").Inc()
-				n.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err, "request_id", rid)
-				left += len(states) - sent
-				break
-			}
-			// Delivered: drop exactly that, keep what was admitted since.
-			n.store.Forget(n.cfg.Now(), chunk)
-			n.metrics.handoffs.WithLabelValues("sent").Inc()
-			n.metrics.handoffKeys.WithLabelValues("sent").Add(float64(m))
-			if len(rejected) > 0 {
-				n.metrics.handoffKeys.WithLabelValues("refused").Add(float64(len(rejected)))
-				n.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0], "request_id", rid)
-			}
-			sent += len(chunk)
-			merged += m
-		}
-		if merged > 0 {
-			n.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
-		}
-	}
-	return left
-}
-
-// handoffChunkBytes bounds one Handoff call, well under the receiver's
-// gRPC message limit (4 MiB by default): a node may hold millions of keys.
-const handoffChunkBytes = 1 << 20
-
-// handoffChunk returns how many of states fit in one Handoff call (at
-// least one: a single log key of 10,000 entries is ~40 KB).
-func handoffChunk(states []limiter.KeyState) int {
-	size := 0
-	for i, s := range states {
-		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
-		if size > handoffChunkBytes && i > 0 {
-			return i
-		}
-	}
-	return len(states)
-}
-
-// received counts state handed to this node.
-func (n *Node) received(ctx context.Context, origin string, merged int, rejected []string) {
-	n.metrics.handoffKeys.WithLabelValues("received").Add(float64(merged))
-	if len(rejected) > 0 {
-		n.log.Warn("refused handed-off keys", "from", origin, "refused", len(rejected), "first", rejected[0],
-			"request_id", rpc.RequestIDFrom(ctx)) // always set: handoffs carry one
+		n.handoff.Run(context.Background())
 	}
 }
 
@@ -444,7 +425,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.members.Leave(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if left := n.handOff(ctx); left > 0 {
+		if left := n.handoff.Run(ctx); left > 0 {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off", left))
 		}
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
@@ -461,7 +442,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("grpc graceful stop: %w", ctx.Err()))
 		}
 		// Decisions made by calls that were in flight during the handoff.
-		if left := n.handOff(ctx); left > 0 {
+		if left := n.handoff.Run(ctx); left > 0 {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))
 		}
 		n.stopErr = errors.Join(append(errs, n.halt())...)

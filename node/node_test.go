@@ -21,7 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -143,7 +143,7 @@ func TestGRPCInvalidInputNamesTheField(t *testing.T) {
 }
 
 func TestGRPCBatchAnswersEachItem(t *testing.T) {
-	n, _ := testNode(t, func(c *Config) { c.MaxBatch = 4 })
+	n, _ := testNode(t, func(c *Config) { c.Route.MaxBatch = 4 })
 	c := pb.NewRateLimiterClient(dial(t, n))
 	resp, err := c.CheckBatch(context.Background(), &pb.CheckBatchRequest{Checks: []*pb.CheckRequest{
 		{Key: "a", Limit: 1, WindowMs: 1000},
@@ -253,10 +253,16 @@ func TestStartFailsCleanlyOnBusyPort(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, DefaultConfig().Validate())
 	c := DefaultConfig()
-	c.ID, c.MaxBatch, c.SweepInterval = "", 0, 0
+	c.ID, c.Route.MaxBatch, c.SweepInterval = "", 0, 0
+	c.Peers.Timeout, c.Limiter.MaxKeyBytes, c.Ring.Load = 0, 0, 0.5
 	err := c.Validate()
 	require.Error(t, err)
-	for _, s := range []string{"ID", "MaxBatch", "SweepInterval"} {
-		assert.Contains(t, err.Error(), s)
+	for _, s := range []string{"ID", "MaxBatch", "SweepInterval", "Timeout", "MaxKeyBytes", "Load"} {
+		assert.Contains(t, err.Error(), s, "every sub-config's bad field is named, none silently replaced")
 	}
+	c = DefaultConfig()
+	c.Partitions = 0
+	assert.ErrorContains(t, c.Validate(), "Partitions must be ≥ 1")
+	c.Partitions = 1 << 21 // more partitions than keys
+	assert.ErrorContains(t, c.Validate(), "MaxKeys (--max-keys) must be ≥ the partition count")
 }

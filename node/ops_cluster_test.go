@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
@@ -124,7 +124,7 @@ func TestResetThroughTheCluster(t *testing.T) {
 
 		got, err := apiClient(t, n0).Reset(ctx, &pb.ResetRequest{Key: key, WindowMs: window, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 		require.NoError(t, err)
-		want := &pb.ResetResponse{Owner: "node-2", Existed: true, Cleared: 1, MembersAsked: 1, MembersAcknowledged: 1, CopiesCleared: 1}
+		want := &pb.ResetResponse{Owner: "node-2", Existed: true, Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 1}
 		assert.True(t, proto.Equal(want, got), "want %v\ngot  %v", want, got)
 
 		for _, n := range []*node.Node{n0, n1, n2} {

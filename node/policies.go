@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/peerlimit/peerlimit/policy"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // ErrNoPolicyFile is returned by ReloadPolicies on a node started without
@@ -55,11 +55,11 @@ func (n *Node) policySet() *policy.Set {
 // memberRoutes lists the ring's members for the calls that go to every
 // member (Reset). The ring, not the gossip view: it is swapped atomically
 // and always set, even while the node is still joining.
-func (n *Node) memberRoutes() []rpc.Route {
+func (n *Node) memberRoutes() []route.Route {
 	ms := n.ring.Load().Members()
-	out := make([]rpc.Route, len(ms))
+	out := make([]route.Route, len(ms))
 	for i, m := range ms {
-		out[i] = rpc.Route{ID: m.ID, Addr: m.Addr}
+		out[i] = route.Route{ID: m.ID, Addr: m.Addr}
 	}
 	return out
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/rpc"
 )
 
 func writePolicies(t *testing.T, path, src string) {
@@ -124,32 +122,4 @@ func TestPprofFlag(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, get(off))
 	on, _ := testNode(t, func(c *Config) { c.ID, c.Pprof = "node-p", true })
 	assert.Equal(t, http.StatusOK, get(on))
-}
-
-// With the owner's gRPC gone (its gossip alive, so it still owns the key),
-// a reset is UNAVAILABLE, and the copy the fallback built here stays: the
-// caller is told the block was not lifted, and the state matches that.
-func TestResetOwnerDownIsUnavailable(t *testing.T) {
-	e := fbStart(t, rpc.FallbackLocal, nil)
-	for range 2 {
-		require.True(t, e.check(t, e.bKey, 2).Degraded)
-	}
-	require.False(t, e.check(t, e.bKey, 2).Allowed)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := e.client.Reset(ctx, &pb.ResetRequest{Key: e.bKey, WindowMs: 60_000})
-	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-	assert.ErrorContains(t, err, "owner node-b")
-	assert.False(t, e.check(t, e.bKey, 2).Allowed, "still blocked")
-
-	// A key a owns resets as usual, and b (still in the ring) is asked
-	// for its copy, which it cannot answer: counted, not fatal.
-	require.True(t, e.check(t, e.aKey, 1).Allowed)
-	got, err := e.client.Reset(ctx, &pb.ResetRequest{Key: e.aKey, WindowMs: 60_000})
-	require.NoError(t, err)
-	assert.Equal(t, "node-a", got.Owner)
-	assert.True(t, got.Existed)
-	assert.EqualValues(t, 1, got.MembersAsked)
-	assert.EqualValues(t, 0, got.MembersAcknowledged)
 }

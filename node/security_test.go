@@ -27,12 +27,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
-	"github.com/peerlimit/peerlimit/internal/testcerts"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
 )
@@ -295,7 +296,7 @@ func TestHardenedCluster(t *testing.T) {
 		// Every credential, through the real sender path (rpc.Peers), but
 		// not a member: refused with PermissionDenied.
 		intruder := intruderPeers(t, h, "intruder")
-		route := rpc.Route{ID: target.ID(), Addr: target.GRPCAddr()}
+		route := route.Route{ID: target.ID(), Addr: target.GRPCAddr()}
 		_, _, err := intruder.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 		_, _, err = intruder.Handoff(context.Background(), route, []limiter.KeyState{{Key: key, Window: time.Minute,
@@ -352,8 +353,11 @@ func intruderPeers(t *testing.T, h *hardened, id string) *rpc.Peers {
 	require.NoError(t, err)
 	pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: id, RequireCert: true, Secrets: [][]byte{[]byte(secSecret)}})
 	require.NoError(t, err)
-	p := rpc.NewPeers(rpc.PeersConfig{SelfID: id, BatchLimit: 1, Timeout: 5 * time.Second, DialOptions: []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(tl.PeerDialConfig())), grpc.WithPerRPCCredentials(pa.Credentials())}})
+	cfg := rpc.DefaultPeersConfig()
+	cfg.BatchLimit, cfg.Timeout = 1, 5*time.Second
+	p, err := rpc.NewPeers(cfg, id, nil,
+		grpc.WithTransportCredentials(credentials.NewTLS(tl.PeerDialConfig())), grpc.WithPerRPCCredentials(pa.Credentials()))
+	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -386,12 +390,14 @@ func TestClusterSecretKeepsStrangersOut(t *testing.T) {
 	c := testcluster.New(t, 2, func(cfg *node.Config) { cfg.Security.ClusterSecrets = [][]byte{[]byte(secSecret)} })
 	target := c.Node(0)
 	key := keyOwnedBy(t, target, target.ID(), "secret")
-	route := rpc.Route{ID: target.ID(), Addr: target.GRPCAddr()}
+	route := route.Route{ID: target.ID(), Addr: target.GRPCAddr()}
 	sender := func(id, secret string) *rpc.Peers {
 		pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: id, Secrets: [][]byte{[]byte(secret)}})
 		require.NoError(t, err)
-		p := rpc.NewPeers(rpc.PeersConfig{SelfID: id, BatchLimit: 1, Timeout: 5 * time.Second,
-			DialOptions: []grpc.DialOption{grpc.WithPerRPCCredentials(pa.Credentials())}})
+		cfg := rpc.DefaultPeersConfig()
+		cfg.BatchLimit, cfg.Timeout = 1, 5*time.Second
+		p, err := rpc.NewPeers(cfg, id, nil, grpc.WithPerRPCCredentials(pa.Credentials()))
+		require.NoError(t, err)
 		t.Cleanup(p.Close)
 		return p
 	}

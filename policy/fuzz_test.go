@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // FuzzParsePolicies: whatever the file holds, Parse returns, and either
@@ -32,7 +33,7 @@ func FuzzParsePolicies(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		set, err := Parse("f.yaml", data, store.Validate)

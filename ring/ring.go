@@ -3,9 +3,9 @@
 // snapshot of one membership; a Holder swaps in a new one when membership
 // changes, so lookups never take a lock.
 //
-// A key's partition is xxhash64(key) mod PartitionCount: the same function
-// the limiter store uses to pick a shard, so with equal counts a store shard
-// is a ring partition, and ownership moves partition by partition.
+// A key's partition is partition.Of(key, count): the function the limiter
+// store's partitions and the Go client use too, and a node gives the ring
+// and its store the same count, so ownership moves partition by partition.
 package ring
 
 import (
@@ -16,6 +16,8 @@ import (
 
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 // Member is a node that can own partitions.
@@ -24,11 +26,9 @@ type Member struct {
 	Addr string // where its gRPC API listens
 }
 
-// Config holds the ring's settings; see consistent.Config.
+// Config holds the ring's settings; see consistent.Config. The partition
+// count is New's: the node's, shared with its store.
 type Config struct {
-	// PartitionCount is the number of partitions keys are hashed into.
-	// It must equal the limiter store's shard count. Default 271.
-	PartitionCount int
 	// ReplicationFactor is the number of virtual points per member on the
 	// hash circle; more points spread partitions more evenly (with 3
 	// members, 20 points gave 64–113 partitions each, 200 give 82–103).
@@ -40,14 +40,12 @@ type Config struct {
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{PartitionCount: 271, ReplicationFactor: 200, Load: 1.25}
+	return Config{ReplicationFactor: 200, Load: 1.25}
 }
 
 // Validate reports an unusable Config.
 func (c Config) Validate() error {
 	switch {
-	case c.PartitionCount < 1:
-		return fmt.Errorf("ring config: PartitionCount must be ≥ 1, got %d", c.PartitionCount)
 	case c.ReplicationFactor < 1:
 		return fmt.Errorf("ring config: ReplicationFactor must be ≥ 1, got %d", c.ReplicationFactor)
 	case c.Load < 1:
@@ -59,7 +57,6 @@ func (c Config) Validate() error {
 // Ring is one membership's assignment of partitions to members. It is
 // immutable and safe for concurrent use.
 type Ring struct {
-	cfg     Config
 	members []Member // sorted by ID
 	owners  []int    // partition → index in members
 }
@@ -72,12 +69,15 @@ type cmember string
 
 func (m cmember) String() string { return string(m) }
 
-// New assigns the partitions to members. Members are identified by ID; the
-// result depends only on the set, not the order, so every node that sees the
-// same membership computes the same owners.
-func New(cfg Config, members []Member) (*Ring, error) {
+// New assigns partitions partitions to members. Members are identified by
+// ID; the result depends only on the set, not the order, so every node that
+// sees the same membership computes the same owners.
+func New(cfg Config, partitions int, members []Member) (*Ring, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if partitions < 1 {
+		return nil, fmt.Errorf("ring: partitions must be ≥ 1, got %d", partitions)
 	}
 	if len(members) == 0 {
 		return nil, errors.New("ring: no members")
@@ -97,14 +97,14 @@ func New(cfg Config, members []Member) (*Ring, error) {
 		cms[i] = cmember(m.ID)
 	}
 	c := consistent.New(cms, consistent.Config{
-		PartitionCount:    cfg.PartitionCount,
+		PartitionCount:    partitions,
 		ReplicationFactor: cfg.ReplicationFactor,
 		Load:              cfg.Load,
 		Hasher:            hasher{},
 	})
 	// Resolve every partition once: lookups then index a slice, with none
 	// of consistent's locking on the hot path.
-	r := &Ring{cfg: cfg, members: ms, owners: make([]int, cfg.PartitionCount)}
+	r := &Ring{members: ms, owners: make([]int, partitions)}
 	for p := range r.owners {
 		r.owners[p] = index[c.GetPartitionOwner(p).String()]
 	}
@@ -112,9 +112,7 @@ func New(cfg Config, members []Member) (*Ring, error) {
 }
 
 // Partition returns key's partition.
-func (r *Ring) Partition(key string) int {
-	return int(xxhash.Sum64String(key) % uint64(r.cfg.PartitionCount))
-}
+func (r *Ring) Partition(key string) int { return partition.Of(key, len(r.owners)) }
 
 // Owner returns the member that owns key.
 func (r *Ring) Owner(key string) Member { return r.members[r.owners[r.Partition(key)]] }
@@ -123,7 +121,7 @@ func (r *Ring) Owner(key string) Member { return r.members[r.owners[r.Partition(
 func (r *Ring) PartitionOwner(p int) Member { return r.members[r.owners[p]] }
 
 // PartitionCount is the number of partitions.
-func (r *Ring) PartitionCount() int { return r.cfg.PartitionCount }
+func (r *Ring) PartitionCount() int { return len(r.owners) }
 
 // Members returns the members, sorted by ID.
 func (r *Ring) Members() []Member { return append([]Member(nil), r.members...) }

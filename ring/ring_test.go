@@ -8,6 +8,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 func members(ids ...string) []Member {
@@ -22,13 +24,13 @@ func members(ids ...string) []Member {
 // gossip delivered it in.
 func TestOwnersDependOnlyOnTheSet(t *testing.T) {
 	ms := members("node-a", "node-b", "node-c", "node-d")
-	base, err := New(DefaultConfig(), ms)
+	base, err := New(DefaultConfig(), partition.DefaultCount, ms)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 20 {
 		shuffled := append([]Member(nil), ms...)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-		r, err := New(DefaultConfig(), shuffled)
+		r, err := New(DefaultConfig(), partition.DefaultCount, shuffled)
 		require.NoError(t, err)
 		assert.True(t, base.Equal(r))
 	}
@@ -36,7 +38,7 @@ func TestOwnersDependOnlyOnTheSet(t *testing.T) {
 
 // The store picks shards with the same function, so shard = partition.
 func TestPartitionIsXXHashModCount(t *testing.T) {
-	r, err := New(DefaultConfig(), members("a"))
+	r, err := New(DefaultConfig(), partition.DefaultCount, members("a"))
 	require.NoError(t, err)
 	for _, k := range []string{"", "user:1", "tenant:7:user:42:/search"} {
 		assert.Equal(t, int(xxhash.Sum64String(k)%271), r.Partition(k))
@@ -46,7 +48,7 @@ func TestPartitionIsXXHashModCount(t *testing.T) {
 // Bounded loads: no member owns more than Load × average, and sequential
 // keys spread evenly (FNV-1 split them 15/38/47 % over three nodes).
 func TestLoadIsBoundedAndKeysSpread(t *testing.T) {
-	r, err := New(DefaultConfig(), members("a", "b", "c"))
+	r, err := New(DefaultConfig(), partition.DefaultCount, members("a", "b", "c"))
 	require.NoError(t, err)
 	parts := r.Partitions()
 	require.Len(t, parts, 3)
@@ -70,9 +72,9 @@ func TestLoadIsBoundedAndKeysSpread(t *testing.T) {
 // Adding a member moves only the partitions it takes: consistent hashing's
 // point, and what keeps handoff small.
 func TestJoinMovesPartitionsOnlyToTheNewMember(t *testing.T) {
-	before, err := New(DefaultConfig(), members("a", "b", "c"))
+	before, err := New(DefaultConfig(), partition.DefaultCount, members("a", "b", "c"))
 	require.NoError(t, err)
-	after, err := New(DefaultConfig(), append(members("a", "b", "c"), Member{ID: "d", Addr: "x"}))
+	after, err := New(DefaultConfig(), partition.DefaultCount, append(members("a", "b", "c"), Member{ID: "d", Addr: "x"}))
 	require.NoError(t, err)
 	moved, toNew := 0, 0
 	for p := range 271 {
@@ -90,25 +92,25 @@ func TestJoinMovesPartitionsOnlyToTheNewMember(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
-	_, err := New(DefaultConfig(), nil)
+	_, err := New(DefaultConfig(), partition.DefaultCount, nil)
 	assert.Error(t, err)
-	_, err = New(DefaultConfig(), []Member{{ID: "a"}, {ID: "a"}})
+	_, err = New(DefaultConfig(), partition.DefaultCount, []Member{{ID: "a"}, {ID: "a"}})
 	assert.ErrorContains(t, err, "duplicate")
-	_, err = New(Config{PartitionCount: 0, ReplicationFactor: 1, Load: 1}, members("a"))
+	_, err = New(Config{ReplicationFactor: 1, Load: 1}, 0, members("a"))
 	assert.Error(t, err)
 }
 
 func TestHolderSwaps(t *testing.T) {
 	var h Holder
 	assert.Nil(t, h.Load())
-	r, err := New(DefaultConfig(), members("a"))
+	r, err := New(DefaultConfig(), partition.DefaultCount, members("a"))
 	require.NoError(t, err)
 	h.Store(r)
 	assert.Same(t, r, h.Load())
 }
 
 func BenchmarkOwner(b *testing.B) {
-	r, err := New(DefaultConfig(), members("a", "b", "c"))
+	r, err := New(DefaultConfig(), partition.DefaultCount, members("a", "b", "c"))
 	if err != nil {
 		b.Fatal(err)
 	}

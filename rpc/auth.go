@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/security"
 )
 
@@ -88,7 +89,7 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 		if r := g.Peer.Check(from, firstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
 			// The origin is the caller's text: clipped before it is logged
 			// or echoed, so a huge one costs nothing downstream.
-			shown := clip(from)
+			shown := route.Clip(from)
 			g.Rejections.Reject(security.APIPeer, r, "method", method, "origin", shown, "remote", remote(p))
 			code := codes.Unauthenticated
 			if r.Authenticated() {
@@ -98,15 +99,6 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 		}
 	}
 	return nil
-}
-
-// clip shortens s to at most 64 bytes for logs and messages.
-func clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
 }
 
 func firstValue(ctx context.Context, key string) string {

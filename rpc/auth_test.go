@@ -19,9 +19,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
 )
@@ -205,15 +207,14 @@ func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
 	owner := newGuarded(t, "n1") // does not know n2 yet
 	pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: "n2", Secrets: [][]byte{clusterSecret}})
 	require.NoError(t, err)
-	peers := rpc.NewPeers(rpc.PeersConfig{SelfID: "n2", DialOptions: []grpc.DialOption{grpc.WithPerRPCCredentials(pa.Credentials())}})
-	t.Cleanup(peers.Close)
-	store, err := limiter.New(limiter.DefaultConfig())
+	peers, err := rpc.NewPeers(rpc.DefaultPeersConfig(), "n2", nil, grpc.WithPerRPCCredentials(pa.Credentials()))
 	require.NoError(t, err)
-	cfg := rpc.DefaultConfig()
-	cfg.NodeID, cfg.Peers = "n2", peers
-	cfg.Owner = func(string) rpc.Route { return rpc.Route{ID: "n1", Addr: owner.addr} }
-	cfg.Logger = slog.New(slog.NewTextHandler(testlog.New(t), nil))
-	ingress, err := rpc.NewService(cfg, store, nil)
+	t.Cleanup(peers.Close)
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
+	require.NoError(t, err)
+	ingress, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n2", Store: store, Now: time.Now, Peers: peers,
+		Owner:  func(string) route.Route { return route.Route{ID: "n1", Addr: owner.addr} },
+		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))})
 	require.NoError(t, err)
 	req := limiter.Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1}
 

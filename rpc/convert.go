@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // ToProtoRequest converts a validated limiter request for the wire.
@@ -17,15 +17,12 @@ func ToProtoRequest(r limiter.Request) *pb.CheckRequest { return newRequestSlab(
 
 // FromProtoResult converts an owner's answer. A per-check error keeps its
 // code and, for invalid input, its field.
-func FromProtoResult(r *pb.CheckResult) Result {
+func FromProtoResult(r *pb.CheckResult) route.Result {
 	if e := r.GetError(); e != nil {
-		if e.GetField() != "" && codes.Code(e.GetCode()) == codes.InvalidArgument {
-			return Result{Err: &limiter.ArgumentError{Field: e.GetField(), Reason: strings.TrimPrefix(e.GetMessage(), "invalid "+e.GetField()+": ")}}
-		}
-		return Result{Err: status.Error(codes.Code(e.GetCode()), e.GetMessage())}
+		return route.Result{Err: fromProtoError(e)}
 	}
 	resp := r.GetResponse()
-	return Result{
+	return route.Result{
 		Decision: limiter.Decision{
 			Allowed:      resp.GetAllowed(),
 			Limit:        resp.GetLimit(),
@@ -39,8 +36,18 @@ func FromProtoResult(r *pb.CheckResult) Result {
 	}
 }
 
+// fromProtoError converts a per-check error another member sent: invalid
+// input naming a field is a *limiter.ArgumentError again, anything else a
+// *route.Error with its code.
+func fromProtoError(e *pb.Error) error {
+	if e.GetField() != "" && codes.Code(e.GetCode()) == codes.InvalidArgument {
+		return &limiter.ArgumentError{Field: e.GetField(), Reason: strings.TrimPrefix(e.GetMessage(), "invalid "+e.GetField()+": ")}
+	}
+	return &route.Error{Code: route.Code(e.GetCode()), Message: e.GetMessage()}
+}
+
 // ToProtoResult converts a Result for the wire.
-func ToProtoResult(r Result) *pb.CheckResult { return newResultSlab(1).put(0, r) }
+func ToProtoResult(r route.Result) *pb.CheckResult { return newResultSlab(1).put(0, r) }
 
 // resultSlab holds the wire messages of one batch's answers in one array,
 // so that a batch of n costs one allocation instead of 3n: answering
@@ -61,7 +68,7 @@ func newResultSlab(n int) resultSlab { return make(resultSlab, n) }
 
 // put converts r into the slab's i-th messages (an error, rare, gets its
 // own) and returns the result.
-func (s resultSlab) put(i int, r Result) *pb.CheckResult {
+func (s resultSlab) put(i int, r route.Result) *pb.CheckResult {
 	if r.Err != nil {
 		return errorResult(r.Err)
 	}

@@ -61,7 +61,7 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 	// One server for the whole run, so state builds up across inputs; its
 	// clock moves 1 ms per batch.
 	e := newEnv(f, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
+		o.rpc = func(c *svcConfig) {
 			c.MaxBatch = fuzzMaxBatch
 			clock := newTestClock(t0)
 			c.Now = func() time.Time { clock.Advance(time.Millisecond); return clock.Now() }

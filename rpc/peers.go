@@ -4,29 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/batch"
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 )
 
-// Route names a member and where its gRPC API listens.
-type Route struct {
-	ID   string
-	Addr string
-}
-
-// PeersConfig holds the settings of the calls to other members.
+// PeersConfig holds the settings of the calls to other members. Start
+// from DefaultPeersConfig.
 type PeersConfig struct {
-	// SelfID is this node's id, sent as the origin of every call.
-	SelfID string
 	// BatchLimit is the most checks one Forward call carries. 1 turns
 	// batching off: every check is its own call. Default 128.
 	BatchLimit int
@@ -38,11 +36,6 @@ type PeersConfig struct {
 	// Timeout bounds every call to a peer. Past it the owner counts as
 	// unreachable and the fallback policy answers. Default 500ms.
 	Timeout time.Duration
-	// DialOptions are added to every peer connection (e.g. TLS).
-	// Default: plaintext.
-	DialOptions []grpc.DialOption
-	// Metrics, if set, observes every Forward call's duration and size.
-	Metrics *Metrics
 }
 
 // DefaultPeersConfig returns the defaults documented on PeersConfig.
@@ -50,20 +43,48 @@ func DefaultPeersConfig() PeersConfig {
 	return PeersConfig{BatchLimit: 128, BatchWait: 200 * time.Microsecond, MaxInflight: 4, Timeout: 500 * time.Millisecond}
 }
 
-// Peers holds one long-lived connection per member, created when the
-// member appears and closed when it goes. Safe for concurrent use.
-type Peers struct {
-	cfg    PeersConfig
-	mu     sync.Mutex
-	peers  map[string]*peer // by member ID
-	closed bool
+// Validate reports every unusable field.
+func (c PeersConfig) Validate() error {
+	var errs []error
+	if c.BatchLimit < 1 {
+		errs = append(errs, fmt.Errorf("BatchLimit must be ≥ 1 (1 turns batching off), got %d", c.BatchLimit))
+	}
+	if c.BatchWait <= 0 {
+		errs = append(errs, fmt.Errorf("BatchWait must be positive, got %s", c.BatchWait))
+	}
+	if c.MaxInflight < 1 {
+		errs = append(errs, fmt.Errorf("MaxInflight must be ≥ 1, got %d", c.MaxInflight))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("Timeout must be positive, got %s", c.Timeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("peers config: %w", err)
+	}
+	return nil
 }
+
+// Peers carries a node's calls to the other members over gRPC: it is the
+// node's route.Peers. It holds one long-lived connection per member,
+// created when the member appears and closed when it goes, and batches
+// forwarded checks per member. Safe for concurrent use.
+type Peers struct {
+	cfg     PeersConfig
+	self    string // sent as the origin of every call
+	metrics *route.Metrics
+	dial    []grpc.DialOption
+	mu      sync.Mutex
+	peers   map[string]*peer // by member ID
+	closed  bool
+}
+
+var _ route.Peers = (*Peers)(nil)
 
 // errPeerClosed fails calls to a peer that left the membership.
 var errPeerClosed = errors.New("peer connection closed")
 
 type peer struct {
-	route   Route
+	route   route.Route
 	conn    *grpc.ClientConn
 	client  pb.PeerClient
 	batcher *batch.Batcher[fwdItem, fwdResult] // nil when batching is off
@@ -84,30 +105,25 @@ type fwdResult struct {
 	id  string
 }
 
-// NewPeers returns an empty peer set.
-func NewPeers(cfg PeersConfig) *Peers {
-	d := DefaultPeersConfig()
-	if cfg.BatchLimit <= 0 {
-		cfg.BatchLimit = d.BatchLimit
+// NewPeers returns an empty peer set for the member self. metrics, if not
+// nil, observes every Forward call; dial is added to every connection
+// (TLS, a source address). Close it when done.
+func NewPeers(cfg PeersConfig, self string, metrics *route.Metrics, dial ...grpc.DialOption) (*Peers, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = d.BatchWait
+	if self == "" {
+		return nil, errors.New("peers: self must not be empty")
 	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = d.MaxInflight
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = d.Timeout
-	}
-	return &Peers{cfg: cfg, peers: map[string]*peer{}}
+	return &Peers{cfg: cfg, self: self, metrics: metrics, dial: dial, peers: map[string]*peer{}}, nil
 }
 
 // Update makes the set match members (this node excluded): connections to
 // new members are opened, those of departed or moved members closed.
-func (p *Peers) Update(members []Route) {
-	want := make(map[string]Route, len(members))
+func (p *Peers) Update(members []route.Route) {
+	want := make(map[string]route.Route, len(members))
 	for _, m := range members {
-		if m.ID != p.cfg.SelfID {
+		if m.ID != p.self {
 			want[m.ID] = m
 		}
 	}
@@ -144,7 +160,7 @@ var peerConnectParams = grpc.WithConnectParams(grpc.ConnectParams{
 
 // get returns the peer for r, connecting if needed: a ring may name an
 // owner before Update has run.
-func (p *Peers) get(r Route) (*peer, error) {
+func (p *Peers) get(r route.Route) (*peer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -154,7 +170,7 @@ func (p *Peers) get(r Route) (*peer, error) {
 		return pr, nil
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), peerConnectParams, wire.Dial()},
-		p.cfg.DialOptions...)
+		p.dial...)
 	conn, err := grpc.NewClient(r.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s at %s: %w", r.ID, r.Addr, err)
@@ -166,15 +182,15 @@ func (p *Peers) get(r Route) (*peer, error) {
 			// A call for one request carries its id; a coalesced one its own.
 			id := ""
 			if len(items) == 1 {
-				id = callID(items[0].ctx)
+				id = route.RequestIDForCall(items[0].ctx)
 			} else {
-				id = NewRequestID()
+				id = route.NewRequestID()
 			}
 			reqs := make([]*pb.CheckRequest, len(items))
 			for i, it := range items {
 				reqs[i] = it.req
 			}
-			results, err := pr.forward(context.Background(), p.cfg, reqs, id)
+			results, err := p.forward(context.Background(), pr, reqs, id)
 			if err != nil {
 				return nil, err
 			}
@@ -204,25 +220,25 @@ func (pr *peer) close() {
 // carried it (CallID of an error says the same). The error is for the
 // transport (the owner could not be asked); an answer the owner gave,
 // including a per-check error, is in the Result.
-func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Result, string, error) {
+func (p *Peers) Forward(ctx context.Context, to route.Route, req limiter.Request) (route.Result, string, error) {
 	pr, err := p.get(to)
 	if err != nil {
-		return Result{}, "", err
+		return route.Result{}, "", err
 	}
 	preq := ToProtoRequest(req)
 	var res fwdResult
 	if pr.batcher != nil {
 		res, err = pr.batcher.Do(ctx, fwdItem{req: preq, ctx: ctx})
 	} else {
-		res.id = callID(ctx)
+		res.id = route.RequestIDForCall(ctx)
 		var results []*pb.CheckResult
-		results, err = pr.forward(ctx, p.cfg, []*pb.CheckRequest{preq}, res.id)
+		results, err = p.forward(ctx, pr, []*pb.CheckRequest{preq}, res.id)
 		if err == nil {
 			res.res = results[0]
 		}
 	}
 	if err != nil {
-		return Result{}, CallID(err), fmt.Errorf("forward to %s: %w", to.ID, err)
+		return route.Result{}, route.CallID(err), fmt.Errorf("forward to %s: %w", to.ID, err)
 	}
 	return FromProtoResult(res.res), res.id, nil
 }
@@ -230,7 +246,7 @@ func (p *Peers) Forward(ctx context.Context, to Route, req limiter.Request) (Res
 // ForwardBatch sends checks to their owner in one call (they are already a
 // batch, of one request, whose id the call carries) and returns one Result
 // per check and the call's request id.
-func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, string, error) {
+func (p *Peers) ForwardBatch(ctx context.Context, to route.Route, reqs []limiter.Request) ([]route.Result, string, error) {
 	pr, err := p.get(to)
 	if err != nil {
 		return nil, "", err
@@ -240,52 +256,66 @@ func (p *Peers) ForwardBatch(ctx context.Context, to Route, reqs []limiter.Reque
 	for i, r := range reqs {
 		preqs[i] = slab.put(i, r)
 	}
-	id := callID(ctx)
-	results, err := pr.forward(ctx, p.cfg, preqs, id)
+	id := route.RequestIDForCall(ctx)
+	results, err := p.forward(ctx, pr, preqs, id)
 	if err != nil {
 		return nil, id, fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)
 	}
-	out := make([]Result, len(results))
+	out := make([]route.Result, len(results))
 	for i, r := range results {
 		out[i] = FromProtoResult(r)
 	}
 	return out, id, nil
 }
 
-// forward makes one Forward call carrying request id id; its error is a
-// *callError naming id.
-func (pr *peer) forward(ctx context.Context, cfg PeersConfig, reqs []*pb.CheckRequest, id string) ([]*pb.CheckResult, error) {
-	ctx, cancel := context.WithTimeout(outgoing(ctx, id), cfg.Timeout)
+// forward makes one Forward call to pr carrying request id id; its error
+// is a *route.CallError naming id.
+func (p *Peers) forward(ctx context.Context, pr *peer, reqs []*pb.CheckRequest, id string) ([]*pb.CheckResult, error) {
+	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: cfg.SelfID, Checks: reqs})
+	resp, err := pr.client.Forward(ctx, &pb.ForwardRequest{Origin: p.self, Checks: reqs})
 	if err == nil && len(resp.GetResults()) != len(reqs) {
 		err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
 	}
-	cfg.Metrics.forwardCall(start, len(reqs), err)
+	p.metrics.ForwardCall(start, len(reqs), err)
 	if err != nil {
-		return nil, &callError{id: id, err: err}
+		return nil, &route.CallError{ID: id, Err: err}
 	}
 	return resp.GetResults(), nil
 }
 
+// refusal converts a call's error: the member's refusal as invalid keeps
+// its field (so that a reset the owner refused says why); anything else
+// stays the transport's.
+func refusal(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	if f := grpcapi.Field(st); f != "" {
+		return &limiter.ArgumentError{Field: f, Reason: strings.TrimPrefix(st.Message(), "invalid "+f+": ")}
+	}
+	return &route.Error{Code: route.InvalidArgument, Message: st.Message()}
+}
+
 // Handoff sends key states to their new owner and returns how many it
 // merged and why it refused the others.
-func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState) (int, []string, error) {
+func (p *Peers) Handoff(ctx context.Context, to route.Route, states []limiter.KeyState) (int, []string, error) {
 	pr, err := p.get(to)
 	if err != nil {
 		return 0, nil, err
 	}
-	req := &pb.HandoffRequest{Origin: p.cfg.SelfID, States: make([]*pb.KeyState, len(states))}
+	req := &pb.HandoffRequest{Origin: p.self, States: make([]*pb.KeyState, len(states))}
 	for i, s := range states {
 		req.States[i] = ToProtoKeyState(s)
 	}
-	id := callID(ctx)
-	ctx, cancel := context.WithTimeout(outgoing(ctx, id), 4*p.cfg.Timeout) // a partition's state is bigger than a check
+	id := route.RequestIDForCall(ctx)
+	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), 4*p.cfg.Timeout) // a partition's state is bigger than a check
 	defer cancel()
 	resp, err := pr.client.Handoff(ctx, req)
 	if err != nil {
-		return 0, nil, &callError{id: id, err: fmt.Errorf("hand off %d keys to %s: %w", len(states), to.ID, err)}
+		return 0, nil, &route.CallError{ID: id, Err: fmt.Errorf("hand off %d keys to %s: %w", len(states), to.ID, refusal(err))}
 	}
 	return int(resp.GetMerged()), resp.GetRejected(), nil
 }
@@ -293,18 +323,18 @@ func (p *Peers) Handoff(ctx context.Context, to Route, states []limiter.KeyState
 // Reset asks member to to drop its state for r (never forwarding it
 // further) and returns how many states that still counted something it
 // dropped.
-func (p *Peers) Reset(ctx context.Context, to Route, r ResetRequest) (int, error) {
+func (p *Peers) Reset(ctx context.Context, to route.Route, r route.ResetRequest) (int, error) {
 	pr, err := p.get(to)
 	if err != nil {
 		return 0, err
 	}
-	id := callID(ctx)
-	ctx, cancel := context.WithTimeout(outgoing(ctx, id), p.cfg.Timeout)
+	id := route.RequestIDForCall(ctx)
+	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), p.cfg.Timeout)
 	defer cancel()
-	resp, err := pr.client.Reset(ctx, &pb.PeerResetRequest{Origin: p.cfg.SelfID, Key: r.Key,
+	resp, err := pr.client.Reset(ctx, &pb.PeerResetRequest{Origin: p.self, Key: r.Key,
 		WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm), AllWindows: r.AllWindows})
 	if err != nil {
-		return 0, &callError{id: id, err: fmt.Errorf("reset on %s: %w", to.ID, err)}
+		return 0, &route.CallError{ID: id, Err: fmt.Errorf("reset on %s: %w", to.ID, refusal(err))}
 	}
 	return int(resp.GetCleared()), nil
 }

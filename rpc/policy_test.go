@@ -11,6 +11,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -19,7 +20,7 @@ const testPolicies = "login: {algorithm: SLIDING_WINDOW_LOG, limit: 2, window: 1
 func withPolicies(t testing.TB, src string) func(*envOpts) {
 	set, err := policy.Parse("policies.yaml", []byte(src), nil)
 	require.NoError(t, err)
-	return func(o *envOpts) { o.rpc = func(c *rpc.Config) { c.Policies = set } }
+	return func(o *envOpts) { o.rpc = func(c *svcConfig) { c.Policies = set } }
 }
 
 // A check naming a policy is the policy's numbers given inline: same
@@ -130,8 +131,8 @@ func TestCheckByPolicyOverGRPC(t *testing.T) {
 }
 
 func TestInlineField(t *testing.T) {
-	assert.Equal(t, "", rpc.InlineField(0, 0, false))
-	assert.Equal(t, "limit", rpc.InlineField(1, 1, true))
-	assert.Equal(t, "window_ms", rpc.InlineField(0, -1, true))
-	assert.Equal(t, "algorithm", rpc.InlineField(0, 0, true))
+	assert.Equal(t, "", route.InlineField(0, 0, false))
+	assert.Equal(t, "limit", route.InlineField(1, 1, true))
+	assert.Equal(t, "window_ms", route.InlineField(0, -1, true))
+	assert.Equal(t, "algorithm", route.InlineField(0, 0, true))
 }

@@ -2,30 +2,15 @@ package rpc_test
 
 import (
 	"context"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/rpc"
 )
-
-// deadAddr is a loopback address nothing listens on: calls to it are
-// refused at once.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
 
 func exhaustVia(t *testing.T, e *env, req *pb.CheckRequest) {
 	t.Helper()
@@ -99,50 +84,6 @@ func TestResetInvalidArguments(t *testing.T) {
 	}
 }
 
-// With the owner unreachable a reset fails UNAVAILABLE and clears
-// nothing, not even this node's own copy: the caller must retry, and the
-// state stays consistent with what it is told.
-func TestResetOwnerUnreachableIsUnavailable(t *testing.T) {
-	peers := rpc.NewPeers(rpc.PeersConfig{SelfID: "n1", Timeout: 2 * time.Second})
-	t.Cleanup(peers.Close)
-	owner := rpc.Route{ID: "n2", Addr: deadAddr(t)}
-	e := newEnv(t, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
-			c.Owner = func(string) rpc.Route { return owner }
-			c.Peers = peers
-			c.Fallback = rpc.FallbackLocal
-		}
-	})
-	ctx := context.Background()
-	// The fallback decides here while n2 is unreachable: a local copy.
-	exhaustVia(t, e, logReq("user:1", 2, 1000))
-
-	_, err := e.srv.Reset(ctx, &pb.ResetRequest{Key: "user:1", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
-	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-	assert.ErrorContains(t, err, "owner n2")
-	assert.ErrorContains(t, err, "owner unreachable")
-	assert.Equal(t, 1, e.store.Stats().LogKeys, "nothing cleared")
-}
-
-// The owner clears; every other member is asked for its copy, and one
-// that does not answer is counted, not fatal.
-func TestResetAsksEveryOtherMember(t *testing.T) {
-	peers := rpc.NewPeers(rpc.PeersConfig{SelfID: "n1", Timeout: 2 * time.Second})
-	t.Cleanup(peers.Close)
-	e := newEnv(t, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
-			c.Peers = peers
-			c.Members = func() []rpc.Route {
-				return []rpc.Route{{ID: "n1", Addr: "self, never called"}, {ID: "n3", Addr: deadAddr(t)}}
-			}
-		}
-	})
-	exhaustVia(t, e, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 1000})
-	got, err := e.srv.Reset(context.Background(), &pb.ResetRequest{Key: "k", WindowMs: 1000})
-	require.NoError(t, err)
-	assertProtoEqual(t, &pb.ResetResponse{Owner: "n1", Existed: true, Cleared: 1, MembersAsked: 1}, got)
-}
-
 func TestPeerResetDropsLocalStateWhateverTheRing(t *testing.T) {
 	e := newEnv(t)
 	exhaustVia(t, e, logReq("k", 1, 1000))
@@ -161,7 +102,7 @@ func TestPeerResetDropsLocalStateWhateverTheRing(t *testing.T) {
 func TestResetOverGRPC(t *testing.T) {
 	set, err := policy.Parse("p.yaml", []byte(testPolicies), nil)
 	require.NoError(t, err)
-	e := newEnv(t, func(o *envOpts) { o.rpc = func(c *rpc.Config) { c.Policies = set } })
+	e := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.Policies = set } })
 	c := pb.NewRateLimiterClient(e.serveGRPC(t))
 	ctx := context.Background()
 	_, err = c.Check(ctx, &pb.CheckRequest{Key: "g", Policy: "search"})

@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 )
 
-// Server serves peerlimit.v1.RateLimiter over a Service.
+// Server serves peerlimit.v1.RateLimiter over a route.Service.
 type Server struct {
 	pb.UnimplementedRateLimiterServer
-	svc *Service
+	svc *route.Service
 	// MembersFunc answers Members; nil leaves it unimplemented.
 	MembersFunc func() *pb.MembersResponse
 }
@@ -19,17 +21,17 @@ type Server struct {
 var _ pb.RateLimiterServer = (*Server)(nil)
 
 // NewServer adapts svc to the gRPC API.
-func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+func NewServer(svc *route.Service) *Server { return &Server{svc: svc} }
 
 // Check implements pb.RateLimiterServer.
 func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckResponse, error) {
 	req, err := s.request(in)
 	if err != nil {
-		return nil, Status(err).Err()
+		return nil, grpcapi.Status(err).Err()
 	}
-	res := s.svc.Check(ctx, req)
+	res := s.svc.Check(grpcapi.Incoming(ctx), req)
 	if res.Err != nil {
-		return nil, Status(res.Err).Err()
+		return nil, grpcapi.Status(res.Err).Err()
 	}
 	return ToProto(res), nil
 }
@@ -37,12 +39,12 @@ func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckRespo
 // CheckBatch implements pb.RateLimiterServer: every item gets its own result.
 func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.CheckBatchResponse, error) {
 	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
-		return nil, Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), ErrBatchTooLarge)).Err()
+		return nil, grpcapi.Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge)).Err()
 	}
 	b := fromProtoBatch(in.GetChecks(), s.request)
-	results, err := s.svc.CheckBatch(ctx, b.reqs)
+	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.reqs)
 	if err != nil {
-		return nil, Status(err).Err()
+		return nil, grpcapi.Status(err).Err()
 	}
 	return &pb.CheckBatchResponse{Results: b.answer(results)}, nil
 }
@@ -74,7 +76,7 @@ func fromProtoBatch(checks []*pb.CheckRequest, conv func(*pb.CheckRequest) (limi
 
 // answer fills in the decided requests' results, one per request, and
 // returns every result in the batch's order.
-func (b protoBatch) answer(results []Result) []*pb.CheckResult {
+func (b protoBatch) answer(results []route.Result) []*pb.CheckResult {
 	slab := newResultSlab(len(results))
 	for j, r := range results {
 		b.results[b.idx[j]] = slab.put(j, r)
@@ -94,16 +96,16 @@ func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Members
 func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetResponse, error) {
 	algo, err := algorithmFromProto(in.GetAlgorithm())
 	if err != nil {
-		return nil, Status(err).Err()
+		return nil, grpcapi.Status(err).Err()
 	}
 	r, err := s.svc.NewResetRequest(in.GetKey(), in.GetWindowMs(), algo, in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER,
 		in.GetPolicy(), in.GetAllWindows())
 	if err != nil {
-		return nil, Status(err).Err()
+		return nil, grpcapi.Status(err).Err()
 	}
-	res, err := s.svc.Reset(ctx, r)
+	res, err := s.svc.Reset(grpcapi.Incoming(ctx), r)
 	if err != nil {
-		return nil, Status(err).Err()
+		return nil, grpcapi.Status(err).Err()
 	}
 	return &pb.ResetResponse{Owner: res.Owner, Existed: res.Existed(), Cleared: uint32(res.Cleared),
 		MembersAsked: uint32(res.MembersAsked), MembersAcknowledged: uint32(res.MembersAcknowledged),
@@ -120,13 +122,13 @@ func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 	if _, err := algorithmFromProto(in.GetAlgorithm()); err != nil {
 		return limiter.Request{}, err
 	}
-	given := InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
+	given := route.InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
 	return s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
 }
 
 func errorResult(err error) *pb.CheckResult {
 	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: &pb.Error{
-		Code: uint32(Code(err)), Field: Field(err), Message: err.Error(),
+		Code: uint32(grpcapi.Code(err)), Field: route.Field(err), Message: err.Error(),
 	}}}
 }
 
@@ -147,7 +149,7 @@ func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
 	if in != nil && in.Hits != nil {
 		hits = in.Hits
 	}
-	return NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
+	return route.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
 }
 
 func algorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
@@ -161,14 +163,14 @@ func algorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
 }
 
 // ToProto converts a decided result to the wire response.
-func ToProto(r Result) *pb.CheckResponse {
+func ToProto(r route.Result) *pb.CheckResponse {
 	out := new(pb.CheckResponse)
 	fillProto(out, r)
 	return out
 }
 
 // fillProto sets the fields of a fresh out from r.
-func fillProto(out *pb.CheckResponse, r Result) {
+func fillProto(out *pb.CheckResponse, r route.Result) {
 	d := r.Decision
 	out.Allowed = d.Allowed
 	out.Limit = d.Limit

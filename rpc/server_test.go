@@ -24,8 +24,11 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -47,38 +50,44 @@ func (c *testClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 type env struct {
 	clock *testClock
 	store *limiter.Store
-	svc   *rpc.Service
+	svc   *route.Service
 	srv   *rpc.Server
 }
 
+// svcConfig is what a route.Service is made of, in one struct that tests
+// edit.
+type svcConfig struct {
+	route.Config
+	route.Deps
+}
+
 type envOpts struct {
-	store   limiter.Config
-	rpc     func(*rpc.Config)
-	metrics *rpc.Metrics
+	store      limiter.Config
+	partitions int
+	rpc        func(*svcConfig)
+	metrics    *route.Metrics
 }
 
 func newEnv(t testing.TB, opts ...func(*envOpts)) *env {
 	t.Helper()
-	o := envOpts{store: limiter.DefaultConfig()}
+	o := envOpts{store: limiter.DefaultConfig(), partitions: partition.DefaultCount}
 	for _, f := range opts {
 		f(&o)
 	}
-	store, err := limiter.New(o.store)
+	store, err := limiter.New(o.store, o.partitions)
 	require.NoError(t, err)
 	clock := newTestClock(t0)
-	cfg := rpc.DefaultConfig()
-	cfg.NodeID = "n1"
-	cfg.Now = clock.Now
+	cfg := svcConfig{Config: route.DefaultConfig(), Deps: route.Deps{NodeID: "n1", Now: clock.Now, Store: store, Metrics: o.metrics}}
 	if o.rpc != nil {
 		o.rpc(&cfg)
 	}
-	svc, err := rpc.NewService(cfg, store, o.metrics)
+	svc, err := route.NewService(cfg.Config, cfg.Deps)
 	require.NoError(t, err)
 	return &env{clock: clock, store: store, svc: svc, srv: rpc.NewServer(svc)}
 }
 
 func withMaxBatch(n int) func(*envOpts) {
-	return func(o *envOpts) { o.rpc = func(c *rpc.Config) { c.MaxBatch = n } }
+	return func(o *envOpts) { o.rpc = func(c *svcConfig) { c.MaxBatch = n } }
 }
 
 // serveGRPC serves e over a real gRPC server on loopback and returns a
@@ -238,7 +247,7 @@ func TestServerCheckInvalidArgument(t *testing.T) {
 
 func TestServerCheckCapacity(t *testing.T) {
 	e := newEnv(t, func(o *envOpts) {
-		o.store = limiter.Config{Shards: 1, MaxKeys: 1, Overflow: limiter.OverflowReject}
+		o.store.MaxKeys, o.store.Overflow, o.partitions = 1, limiter.OverflowReject, 1
 	})
 	ctx := context.Background()
 	_, err := e.srv.Check(ctx, &pb.CheckRequest{Key: "first", Limit: 1, WindowMs: 1000})
@@ -298,7 +307,7 @@ func TestServerCheckBatch(t *testing.T) {
 func TestServerCheckBatchSameArrivalTime(t *testing.T) {
 	// A clock that moves on every reading: a batch must read it once.
 	e := newEnv(t, func(o *envOpts) {
-		o.rpc = func(c *rpc.Config) {
+		o.rpc = func(c *svcConfig) {
 			var ms atomic.Int64
 			ms.Store(t0)
 			c.Now = func() time.Time { return time.UnixMilli(ms.Add(1)) }
@@ -565,31 +574,31 @@ func TestGRPCConcurrentChecksAreExact(t *testing.T) {
 }
 
 func TestNewRequest(t *testing.T) {
-	r, err := rpc.NewRequest("k", 5, 1500, limiter.SlidingWindowLog, nil)
+	r, err := route.NewRequest("k", 5, 1500, limiter.SlidingWindowLog, nil)
 	require.NoError(t, err)
 	assert.Equal(t, limiter.Request{Key: "k", Limit: 5, Window: 1500 * time.Millisecond, Algorithm: limiter.SlidingWindowLog, Hits: 1}, r, "hits nil is 1")
 
-	r, err = rpc.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(0)))
+	r, err = route.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(0)))
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), r.Hits, "hits 0 is a peek, not the default")
 
-	r, err = rpc.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(-3)))
+	r, err = route.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(-3)))
 	require.NoError(t, err, "the store, not NewRequest, checks hits")
 	assert.Equal(t, int64(-3), r.Hits)
 
 	// The largest window a Duration holds converts exactly.
 	maxMS := int64(math.MaxInt64 / int64(time.Millisecond))
-	r, err = rpc.NewRequest("k", 5, maxMS, limiter.SlidingWindowCounter, nil)
+	r, err = route.NewRequest("k", 5, maxMS, limiter.SlidingWindowCounter, nil)
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(maxMS)*time.Millisecond, r.Window)
 	assert.Positive(t, r.Window)
 
 	// Beyond that the window is clamped, never wrapped, and the store
 	// refuses it, naming the field.
-	store, err := limiter.New(limiter.DefaultConfig())
+	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	for _, ms := range []int64{maxMS + 1, math.MaxInt64} {
-		r, err = rpc.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
+		r, err = route.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
 		require.NoError(t, err)
 		assert.Positive(t, r.Window, "window_ms %d must not wrap", ms)
 		err = store.Validate(r)
@@ -597,12 +606,12 @@ func TestNewRequest(t *testing.T) {
 		require.ErrorAs(t, err, &ae, "window_ms %d", ms)
 		assert.Equal(t, "window_ms", ae.Field)
 		assert.Contains(t, ae.Reason, "maximum")
-		assert.Equal(t, codes.InvalidArgument, rpc.Code(err))
+		assert.Equal(t, codes.InvalidArgument, grpcapi.Code(err))
 	}
 
 	// Negative windows that still fit in a Duration stay negative, so the
 	// store rejects them.
-	r, err = rpc.NewRequest("k", 5, -maxMS, limiter.SlidingWindowCounter, nil)
+	r, err = route.NewRequest("k", 5, -maxMS, limiter.SlidingWindowCounter, nil)
 	require.NoError(t, err)
 	assert.Negative(t, r.Window)
 }
@@ -611,7 +620,7 @@ func TestNewRequest(t *testing.T) {
 // 1000 − 2^58 wraps to exactly 1 s, which the store accepts.
 func TestNewRequestNegativeWindowOverflow(t *testing.T) {
 	const ms = 1000 - 1<<58
-	r, err := rpc.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
+	r, err := route.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
 	require.NoError(t, err, "the store, not NewRequest, names the bad field")
 	assert.Negative(t, r.Window, "clamped, not wrapped into a positive window")
 
@@ -631,12 +640,12 @@ func TestFromProto(t *testing.T) {
 	assert.Equal(t, int64(1), r.Hits)
 
 	_, err = rpc.FromProto(&pb.CheckRequest{Algorithm: pb.Algorithm(2)})
-	assert.Equal(t, "algorithm", rpc.Field(err))
-	assert.Equal(t, codes.InvalidArgument, rpc.Code(err))
+	assert.Equal(t, "algorithm", route.Field(err))
+	assert.Equal(t, codes.InvalidArgument, grpcapi.Code(err))
 }
 
 func TestToProto(t *testing.T) {
-	got := rpc.ToProto(rpc.Result{Owner: "n7", Decision: limiter.Decision{
+	got := rpc.ToProto(route.Result{Owner: "n7", Decision: limiter.Decision{
 		Allowed: false, Limit: 9, Remaining: 0, CurrentCount: 9,
 		RetryAfter: 1500*time.Millisecond + 999*time.Microsecond, ResetAfter: 3 * time.Second,
 	}})
@@ -654,7 +663,7 @@ func TestCodeFieldStatus(t *testing.T) {
 		{"nil", nil, codes.OK, ""},
 		{"argument", argErr, codes.InvalidArgument, "limit"},
 		{"capacity", fmt.Errorf("x: %w", limiter.ErrCapacity), codes.ResourceExhausted, ""},
-		{"batch", fmt.Errorf("x: %w", rpc.ErrBatchTooLarge), codes.ResourceExhausted, ""},
+		{"batch", fmt.Errorf("x: %w", route.ErrBatchTooLarge), codes.ResourceExhausted, ""},
 		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ""},
 		{"canceled", context.Canceled, codes.Canceled, ""},
 		{"status", status.Error(codes.Unavailable, "down"), codes.Unavailable, ""},
@@ -662,12 +671,12 @@ func TestCodeFieldStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.code, rpc.Code(tt.err))
-			assert.Equal(t, tt.field, rpc.Field(tt.err))
+			assert.Equal(t, tt.code, grpcapi.Code(tt.err))
+			assert.Equal(t, tt.field, route.Field(tt.err))
 			if tt.err == nil {
 				return
 			}
-			st := rpc.Status(tt.err)
+			st := grpcapi.Status(tt.err)
 			assert.Equal(t, tt.code, st.Code())
 			assert.Equal(t, tt.err.Error(), st.Message())
 			if tt.field == "" {
@@ -679,45 +688,36 @@ func TestCodeFieldStatus(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	store, err := limiter.New(limiter.DefaultConfig())
-	require.NoError(t, err)
-	good := rpc.DefaultConfig()
-	good.NodeID = "n1"
-	require.NoError(t, good.Validate())
-	assert.Equal(t, 1000, good.MaxBatch)
-
-	for name, mutate := range map[string]func(*rpc.Config){
-		"NodeID":   func(c *rpc.Config) { c.NodeID = "" },
-		"MaxBatch": func(c *rpc.Config) { c.MaxBatch = 0 },
-		"Now":      func(c *rpc.Config) { c.Now = nil },
+// PeersConfig's invalid values are errors naming the field, never
+// replaced by defaults.
+func TestPeersConfigValidate(t *testing.T) {
+	require.NoError(t, rpc.DefaultPeersConfig().Validate())
+	for name, mutate := range map[string]func(*rpc.PeersConfig){
+		"BatchLimit":  func(c *rpc.PeersConfig) { c.BatchLimit = 0 },
+		"BatchWait":   func(c *rpc.PeersConfig) { c.BatchWait = -time.Millisecond },
+		"MaxInflight": func(c *rpc.PeersConfig) { c.MaxInflight = 0 },
+		"Timeout":     func(c *rpc.PeersConfig) { c.Timeout = 0 },
 	} {
-		c := good
+		c := rpc.DefaultPeersConfig()
 		mutate(&c)
-		err := c.Validate()
-		require.Error(t, err, name)
-		assert.Contains(t, err.Error(), name)
-		_, err = rpc.NewService(c, store, nil)
-		assert.Error(t, err, name)
+		assert.ErrorContains(t, c.Validate(), name)
+		_, err := rpc.NewPeers(c, "n1", nil)
+		assert.ErrorContains(t, err, name)
 	}
-	_, err = rpc.NewService(good, nil, nil)
-	assert.ErrorContains(t, err, "nil store")
-
-	svc, err := rpc.NewService(good, store, nil)
-	require.NoError(t, err)
-	assert.Equal(t, 1000, svc.MaxBatch())
+	_, err := rpc.NewPeers(rpc.DefaultPeersConfig(), "", nil)
+	assert.ErrorContains(t, err, "self")
 }
 
 func TestServiceCheckBatchTooLarge(t *testing.T) {
 	e := newEnv(t, withMaxBatch(1))
 	res, err := e.svc.CheckBatch(context.Background(), make([]limiter.Request, 2))
 	assert.Nil(t, res)
-	require.ErrorIs(t, err, rpc.ErrBatchTooLarge)
+	require.ErrorIs(t, err, route.ErrBatchTooLarge)
 }
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := rpc.NewMetrics(reg)
+	m, err := route.NewMetrics(reg)
 	require.NoError(t, err)
 	e := newEnv(t, func(o *envOpts) { o.metrics = m })
 	ctx := context.Background()
@@ -737,7 +737,7 @@ func TestMetrics(t *testing.T) {
 	assert.Equal(t, 1.0, count("SLIDING_WINDOW_COUNTER", "allowed"))
 
 	// Registering twice fails rather than double-counting.
-	_, err = rpc.NewMetrics(reg)
+	_, err = route.NewMetrics(reg)
 	assert.Error(t, err)
 }
 

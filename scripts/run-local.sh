@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs a 3-node peerlimit cluster on loopback in the foreground.
-# Ctrl-C stops every node gracefully (each leaves and hands its keys off).
+# Ctrl-C stops the nodes gracefully, one after another: each leaves and
+# hands its keys to the ones still running, and the last has no one left
+# to hand them to (the cluster is gone).
 set -euo pipefail
 bin=${1:-bin/peerlimit-node}
 [ -x "$bin" ] || { echo "build first: make build" >&2; exit 1; }
@@ -8,12 +10,15 @@ bin=${1:-bin/peerlimit-node}
 # The nodes run in their own session, so Ctrl-C reaches only this script,
 # which then signals each node exactly once: a node treats a second signal
 # as "stop now", which would cut its handoff short.
+# Signalled all at once, every node would try to hand its keys to the
+# others while they leave too, and log an ERROR that it could not: stop
+# them in turn, as a rolling shutdown does.
 pids=()
 stop() {
 	trap - INT TERM EXIT
-	echo; echo "stopping the cluster (each node leaves and hands its keys off)..."
-	kill -TERM "${pids[@]}" 2>/dev/null || true
+	echo; echo "stopping the cluster, one node at a time (each leaves and hands its keys to the others)..."
 	for pid in "${pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
 		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 	done
 	exit 0

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/internal/testcerts"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
 )
 
 const peerName = "peerlimit-peer"

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 func main() {
@@ -243,11 +244,11 @@ func simulate(o options) ([]row, error) {
 // rows must not share a store.
 func simulateRow(o options, p pattern, sp spec) (row, error) {
 	name := p.name + " " + sp.String()
-	counter, err := limiter.New(limiter.DefaultConfig())
+	counter, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	if err != nil {
 		return row{}, fmt.Errorf("row %s: counter store: %w", name, err)
 	}
-	logs, err := limiter.New(limiter.DefaultConfig())
+	logs, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	if err != nil {
 		return row{}, fmt.Errorf("row %s: log store: %w", name, err)
 	}

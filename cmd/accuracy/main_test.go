@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
 )
 
 const testSeed = 1
@@ -295,7 +296,7 @@ func TestFlagsRejectBadValues(t *testing.T) {
 
 func newStore(t *testing.T) *limiter.Store {
 	t.Helper()
-	s, err := limiter.New(limiter.DefaultConfig())
+	s, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	return s
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/httpapi"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/node"
 )
 
@@ -108,7 +108,7 @@ func TestCLIMembersAndRing(t *testing.T) {
 	require.Len(t, entries, len(keys))
 	for i, e := range entries {
 		want := c.Node(2).Ring().Owner(keys[i])
-		assert.Equal(t, ringEntry{Key: keys[i], Partition: c.Node(2).Store().ShardOf(keys[i]), Owner: want.ID, GRPCAddr: want.Addr}, e)
+		assert.Equal(t, ringEntry{Key: keys[i], Partition: c.Node(2).Store().PartitionOf(keys[i]), Owner: want.ID, GRPCAddr: want.Addr}, e)
 	}
 	code, out, _ = cli(t, "ring", "--addr", addr, "user:1")
 	assert.Equal(t, exitOK, code)
@@ -134,7 +134,7 @@ func TestCLIReset(t *testing.T) {
 
 	code, out, errOut := cli(t, "reset", "--addr", addr, "--policy", "login", key)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Equal(t, "reset "+key+" on node-2: cleared 1 state(s); 1 of 1 other members answered; 0 copies dropped elsewhere\n", out)
+	assert.Equal(t, "reset "+key+" on node-2: cleared 1 state(s); 2 of 2 other members answered; 0 copies dropped elsewhere\n", out)
 	code, _, _ = cli(t, "check", "--addr", addr, "--policy", "login", key)
 	assert.Equal(t, exitOK, code, "the block is lifted")
 
@@ -142,7 +142,7 @@ func TestCLIReset(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	var r httpapi.ResetResponse
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
-	assert.Equal(t, httpapi.ResetResponse{Owner: "node-2", Existed: true, Cleared: 1, MembersAsked: 1, MembersAcknowledged: 1}, r)
+	assert.Equal(t, httpapi.ResetResponse{Owner: "node-2", Existed: true, Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2}, r)
 
 	code, out, _ = cli(t, "reset", "--addr", addr, "--window", "1h", "--algorithm", "SLIDING_WINDOW_LOG", key)
 	assert.Equal(t, exitOK, code)

@@ -6,8 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/peerlimit/peerlimit/internal/testcerts"
-	"github.com/peerlimit/peerlimit/internal/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/node"
 )
 

@@ -138,7 +138,7 @@ func TestComposeEnvoyOverlay(t *testing.T) {
 		src, dst, ok := strings.Cut(strings.TrimSuffix(s.Volumes[0], ":ro"), ":")
 		require.True(t, ok, name)
 		assert.Equal(t, o.node.EnvoyRLSConfig, dst, "%s: the flag names the mounted directory", name)
-		store, err := limiter.New(o.node.Limiter)
+		store, err := limiter.New(o.node.Limiter, o.node.Partitions)
 		require.NoError(t, err)
 		_, err = envoyrls.Load(filepath.Join(repoRoot, src), store.Validate)
 		require.NoError(t, err, "%s: the mounted directory loads under the node's caps", name)

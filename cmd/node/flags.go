@@ -11,7 +11,7 @@ import (
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/security"
 )
 
@@ -23,12 +23,51 @@ type options struct {
 	logFormat       string
 }
 
+// rawFlags holds the flags read as strings: they are converted into options
+// only once the environment has had its turn, so that a value from either
+// source is checked, and reported, the same way.
+type rawFlags struct {
+	join, gossipKey, gossipProfile string
+	fallback, overflow             string
+	clientAuth                     string
+	logLevel                       string
+}
+
 // parseFlags reads args, then fills every flag not given on the command line
 // from its PEERLIMIT_* environment twin (--grpc-addr ↔ PEERLIMIT_GRPC_ADDR).
 // A flag beats the environment, which beats the default.
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{node: node.DefaultConfig(), shutdownTimeout: 30 * time.Second, logFormat: "text"}
-	c := &o.node
+	var raw rawFlags
+	fs := newFlagSet(stderr)
+	defineClusterFlags(fs, &o.node, &raw)
+	defineLimiterFlags(fs, &o.node, &raw)
+	defineAPIFlags(fs, &o.node)
+	defineProcessFlags(fs, &o, &raw)
+	defineSecurityFlags(fs, &o.node.Security, &raw)
+
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := fillFromEnv(fs, getenv); err != nil {
+		return o, err
+	}
+	if err := raw.apply(&o, getenv); err != nil {
+		return o, err
+	}
+	// Settings that contradict each other are usage errors, reported
+	// before anything starts.
+	if err := o.node.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// newFlagSet returns the empty flag set of peerlimit-node, with its usage.
+func newFlagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("peerlimit-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -36,51 +75,74 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		fs.PrintDefaults()
 		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, members, ring, reset, healthcheck.\n")
 	}
+	return fs
+}
 
+// defineClusterFlags defines the node's identity, listen addresses, gossip,
+// ring and forwarding flags.
+func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.StringVar(&c.ID, "id", c.ID, "node id, unique in the cluster (default: host name)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gossip address other nodes should use, if not --gossip-addr (NAT, containers)")
-	join := fs.String("join", "", "comma-separated gossip addresses (host:port) of any live members; a name resolving to several nodes is joined through all of them; empty starts a new cluster")
-	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; the same on every node")
-	profile := fs.String("gossip-profile", string(c.GossipProfile), "gossip timing: lan, or local (one host, tests)")
-	partitions := fs.Int("partitions", c.Ring.PartitionCount, "ring partitions = store shards; the same on every node")
+	fs.StringVar(&raw.join, "join", "", "comma-separated gossip addresses (host:port) of any live members; a name resolving to several nodes is joined through all of them; empty starts a new cluster")
+	fs.StringVar(&raw.gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; the same on every node")
+	fs.StringVar(&raw.gossipProfile, "gossip-profile", string(c.GossipProfile), "gossip timing: lan, or local (one host, tests)")
+	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions keys hash into: the ring's unit of ownership and the store's of locking and handoff; the same on every node")
 	fs.IntVar(&c.Ring.ReplicationFactor, "ring-replication-factor", c.Ring.ReplicationFactor, "virtual points per member on the hash ring (more: evener shares); the same on every node")
 	fs.Float64Var(&c.Ring.Load, "ring-load", c.Ring.Load, "a member owns at most this × the average partitions; the same on every node")
 	fs.IntVar(&c.Peers.BatchLimit, "batch-limit", c.Peers.BatchLimit, "most forwarded checks per peer call; 1 turns batching off")
 	fs.DurationVar(&c.Peers.BatchWait, "batch-wait", c.Peers.BatchWait, "how long a forwarded check waits to share a call while others to the same peer are in flight")
 	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "concurrent batched calls per peer")
 	fs.DurationVar(&c.Peers.Timeout, "forward-timeout", c.Peers.Timeout, "deadline of a call to a peer; past it the owner counts as unreachable")
-	fallback := fs.String("fallback", c.Fallback.String(), "when a key's owner is unreachable: local (decide here), allow or deny; answers are marked degraded")
+	fs.StringVar(&raw.fallback, "fallback", c.Route.Fallback.String(), "when a key's owner is unreachable: local (decide here), allow or deny; answers are marked degraded")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
+}
 
+// defineLimiterFlags defines the caps of this node's store and how it frees
+// expired keys.
+func defineLimiterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	lc := &c.Limiter
 	fs.IntVar(&lc.MaxKeys, "max-keys", lc.MaxKeys, "cap on keys held by this node")
-	overflow := fs.String("overflow", lc.Overflow.String(), "when --max-keys or --max-log-entries is reached: evict (the soonest-expiring sampled key) or reject (the request, RESOURCE_EXHAUSTED)")
+	fs.StringVar(&raw.overflow, "overflow", lc.Overflow.String(), "when --max-keys or --max-log-entries is reached: evict (the soonest-expiring sampled key) or reject (the request, RESOURCE_EXHAUSTED)")
 	fs.IntVar(&lc.MaxKeyBytes, "max-key-bytes", lc.MaxKeyBytes, "longest key accepted, in bytes")
 	fs.DurationVar(&lc.MaxWindow, "max-window", lc.MaxWindow, "longest window accepted")
 	fs.Int64Var(&lc.MaxLogLimit, "max-log-limit", lc.MaxLogLimit, "highest limit accepted for SLIDING_WINDOW_LOG")
 	fs.Int64Var(&lc.MaxLogEntries, "max-log-entries", lc.MaxLogEntries, "cap on the entries (4 bytes each, room to grow included) all SLIDING_WINDOW_LOG keys of this node allocate; when reached, --overflow applies; at least --partitions × --max-log-limit")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
+}
 
-	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most checks in one batch call")
+// defineAPIFlags defines the bounds and the optional features of the gRPC
+// and HTTP APIs.
+func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
+	fs.IntVar(&c.Route.MaxBatch, "max-batch", c.Route.MaxBatch, "most checks in one batch call")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
-	fs.IntVar(&c.MaxInflightForwards, "max-inflight-forwards", c.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
-	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
+	fs.IntVar(&c.Route.MaxInflightForwards, "max-inflight-forwards", c.Route.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
 	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")
 	fs.BoolVar(&c.EnvoyRLSHeaders, "envoy-rls-headers", c.EnvoyRLSHeaders, "the rate limit service's answers carry the IETF RateLimit-Policy and RateLimit headers (and Retry-After when over the limit) for Envoy to add")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
+}
+
+// defineProcessFlags defines the settings of the process rather than of the
+// node: shutdown and logging.
+func defineProcessFlags(fs *flag.FlagSet, o *options, raw *rawFlags) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
-	// Security (docs/security.md). Secrets come from files, or from
-	// PEERLIMIT_API_TOKEN and PEERLIMIT_CLUSTER_SECRET, never from a flag
-	// value that ps shows.
-	sc := &c.Security
+	fs.StringVar(&raw.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
+}
+
+// defineSecurityFlags defines the TLS, mutual TLS and authentication flags
+// (docs/security.md).
+func defineSecurityFlags(fs *flag.FlagSet, sc *node.SecurityConfig, raw *rawFlags) {
+	// Secrets come from files, or from PEERLIMIT_API_TOKEN and
+	// PEERLIMIT_CLUSTER_SECRET, never from a flag value that ps shows.
 	fs.StringVar(&sc.TLSCertFile, "tls-cert-file", "", "PEM server certificate of the gRPC and HTTP APIs; with it both speak only TLS (needs --peer-tls-ca-file)")
 	fs.StringVar(&sc.TLSKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fs.StringVar(&sc.ClientCAFile, "tls-client-ca-file", "", "PEM CA verifying client certificates of the public APIs")
-	clientAuth := fs.String("tls-client-auth", "optional", "optional (verify a client certificate if one is presented) or require (RateLimiter calls and /v1/* need one)")
+	fs.StringVar(&raw.clientAuth, "tls-client-auth", "optional", "optional (verify a client certificate if one is presented) or require (RateLimiter calls and /v1/* need one)")
 	fs.StringVar(&sc.PeerCAFile, "peer-tls-ca-file", "", "PEM CA of peer certificates: verifies the peers this node dials and the callers of the Peer service")
 	fs.StringVar(&sc.PeerCertFile, "peer-tls-cert-file", "", "PEM certificate presented to peers (default: --tls-cert-file); needs the DNS name --peer-tls-server-name and both TLS usages")
 	fs.StringVar(&sc.PeerKeyFile, "peer-tls-key-file", "", "PEM key of --peer-tls-cert-file")
@@ -90,16 +152,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&sc.APITokenFile, "api-token-file", "", "bearer tokens of the public APIs, one per line (16+ bytes; any is accepted); or PEERLIMIT_API_TOKEN")
 	fs.BoolVar(&sc.AuthMetrics, "auth-metrics", false, "GET /metrics needs the public API's credentials too")
 	fs.StringVar(&sc.GossipKeyringFile, "gossip-keyring-file", "", "base64 gossip keys, one per line, the first encrypting; SIGHUP re-reads it (key rotation). Instead of --gossip-key")
+}
 
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
-
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
+// fillFromEnv sets every flag not given on the command line from its
+// PEERLIMIT_* twin, if that is set. The first value a flag rejects is the
+// error.
+func fillFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
@@ -114,60 +172,94 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 			}
 		}
 	})
-	if envErr != nil {
-		return o, envErr
-	}
+	return envErr
+}
 
+// apply converts the string flags into o, and adds the secrets that come
+// only from the environment. The first unusable value is the error.
+func (r rawFlags) apply(o *options, getenv func(string) string) error {
+	if err := r.applyPolicies(&o.node); err != nil {
+		return err
+	}
+	if err := r.applyLog(o); err != nil {
+		return err
+	}
+	o.node.Join = splitJoin(r.join)
+	if err := r.applySecurity(&o.node.Security); err != nil {
+		return err
+	}
+	applyEnvSecrets(&o.node.Security, getenv)
+	return nil
+}
+
+// applyPolicies converts --overflow, --fallback, --gossip-profile and
+// --gossip-key.
+func (r rawFlags) applyPolicies(c *node.Config) error {
 	var err error
-	if lc.Overflow, err = limiter.ParseOverflowPolicy(*overflow); err != nil {
-		return o, fmt.Errorf("--overflow: %w", err)
+	if c.Limiter.Overflow, err = limiter.ParseOverflowPolicy(r.overflow); err != nil {
+		return fmt.Errorf("--overflow: %w", err)
 	}
-	if c.Fallback, err = rpc.ParseFallbackPolicy(*fallback); err != nil {
-		return o, fmt.Errorf("--fallback: %w", err)
+	if c.Route.Fallback, err = route.ParseFallbackPolicy(r.fallback); err != nil {
+		return fmt.Errorf("--fallback: %w", err)
 	}
-	switch p := cluster.Profile(*profile); p {
+	switch p := cluster.Profile(r.gossipProfile); p {
 	case cluster.ProfileLAN, cluster.ProfileLocal:
 		c.GossipProfile = p
 	default:
-		return o, fmt.Errorf("--gossip-profile: want lan or local, got %q", *profile)
+		return fmt.Errorf("--gossip-profile: want lan or local, got %q", r.gossipProfile)
 	}
-	if *gossipKey != "" {
-		if c.GossipKey, err = security.ParseGossipKey(*gossipKey); err != nil {
-			return o, fmt.Errorf("--gossip-key: %w", err)
+	if r.gossipKey != "" {
+		if c.GossipKey, err = security.ParseGossipKey(r.gossipKey); err != nil {
+			return fmt.Errorf("--gossip-key: %w", err)
 		}
 	}
-	c.SetPartitions(*partitions)
-	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return o, fmt.Errorf("--log-level: %w", err)
+	return nil
+}
+
+// applyLog converts --log-level and checks --log-format.
+func (r rawFlags) applyLog(o *options) error {
+	if err := o.logLevel.UnmarshalText([]byte(r.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
-		return o, fmt.Errorf("--log-format: want text or json, got %q", o.logFormat)
+		return fmt.Errorf("--log-format: want text or json, got %q", o.logFormat)
 	}
-	c.Join = nil
-	for _, s := range strings.Split(*join, ",") {
+	return nil
+}
+
+// splitJoin turns --join into seeds, dropping blanks so that "" and a
+// trailing comma mean no seed rather than an empty address.
+func splitJoin(join string) []string {
+	var seeds []string
+	for _, s := range strings.Split(join, ",") {
 		if s = strings.TrimSpace(s); s != "" {
-			c.Join = append(c.Join, s)
+			seeds = append(seeds, s)
 		}
 	}
-	switch *clientAuth {
+	return seeds
+}
+
+// applySecurity converts --tls-client-auth.
+func (r rawFlags) applySecurity(sc *node.SecurityConfig) error {
+	switch r.clientAuth {
 	case "optional":
 	case "require":
 		sc.RequireClientCert = true
 	default:
-		return o, fmt.Errorf("--tls-client-auth: want optional or require, got %q", *clientAuth)
+		return fmt.Errorf("--tls-client-auth: want optional or require, got %q", r.clientAuth)
 	}
+	return nil
+}
+
+// applyEnvSecrets takes the secrets that have no flag, so that ps never
+// shows them.
+func applyEnvSecrets(sc *node.SecurityConfig, getenv func(string) string) {
 	if tok := getenv("PEERLIMIT_API_TOKEN"); tok != "" {
 		sc.APITokens = []string{tok}
 	}
 	if secret := getenv("PEERLIMIT_CLUSTER_SECRET"); secret != "" {
 		sc.ClusterSecrets = [][]byte{[]byte(secret)}
 	}
-	// Settings that contradict each other are usage errors, reported
-	// before anything starts.
-	if err := c.Validate(); err != nil {
-		return o, err
-	}
-	return o, nil
 }
 
 func envName(flagName string) string {

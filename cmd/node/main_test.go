@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,12 +54,29 @@ func TestFlagsEnvironmentAndPrecedence(t *testing.T) {
 	assert.Equal(t, 5000, o.node.Limiter.MaxKeys)
 	assert.Equal(t, "reject", o.node.Limiter.Overflow.String())
 	assert.Equal(t, []string{"a:7946", "b:7946"}, o.node.Join)
-	assert.Equal(t, "deny", o.node.Fallback.String())
+	assert.Equal(t, "deny", o.node.Route.Fallback.String())
 	assert.Equal(t, []byte("0123456789abcdef"), o.node.GossipKey)
-	assert.Equal(t, 101, o.node.Ring.PartitionCount)
-	assert.Equal(t, 101, o.node.Limiter.Shards, "one setting for both: a shard is a partition")
+	assert.Equal(t, 101, o.node.Partitions, "one setting for the ring and the store")
 	assert.EqualValues(t, 2_000_000, o.node.Limiter.MaxLogEntries)
-	assert.Equal(t, 500, o.node.MaxInflightForwards)
+	assert.Equal(t, 500, o.node.Route.MaxInflightForwards)
+}
+
+// TestStringFlagsConvertAfterTheEnvironment pins that the flags converted
+// from strings (--overflow, --log-level…) follow the same precedence as the
+// others, and that a bad value from the environment is reported by flag.
+func TestStringFlagsConvertAfterTheEnvironment(t *testing.T) {
+	env := map[string]string{
+		"PEERLIMIT_OVERFLOW":        "reject",
+		"PEERLIMIT_LOG_LEVEL":       "debug",
+		"PEERLIMIT_TLS_CLIENT_AUTH": "sometimes",
+	}
+	o, err := parseFlags([]string{"--overflow", "evict", "--tls-client-auth", "optional"}, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "evict", o.node.Limiter.Overflow.String(), "a flag beats the environment")
+	assert.Equal(t, slog.LevelDebug, o.logLevel)
+
+	_, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
+	assert.EqualError(t, err, `--tls-client-auth: want optional or require, got "sometimes"`)
 }
 
 func TestFlagErrorsAreClear(t *testing.T) {
@@ -74,7 +92,7 @@ func TestFlagErrorsAreClear(t *testing.T) {
 		{args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{args: []string{"stray"}, want: "unexpected arguments"},
 		{env: map[string]string{"PEERLIMIT_MAX_KEYS": "many"}, want: "PEERLIMIT_MAX_KEYS"},
-		{args: []string{"--max-log-entries", "1000"}, want: "MaxLogEntries (--max-log-entries) must be ≥ Shards × MaxLogLimit"},
+		{args: []string{"--max-log-entries", "1000"}, want: "MaxLogEntries (--max-log-entries) must be ≥ partitions × MaxLogLimit"},
 		{args: []string{"--max-inflight-forwards", "0"}, want: "MaxInflightForwards must be ≥ 1"},
 	} {
 		var stderr bytes.Buffer

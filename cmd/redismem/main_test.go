@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/peerlimit/peerlimit/internal/redistest"
+	"github.com/peerlimit/peerlimit/internal/testkit/redistest"
 )
 
 func TestRunMeasuresPerKeyCost(t *testing.T) {

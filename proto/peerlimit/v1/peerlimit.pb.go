@@ -87,7 +87,9 @@ type CheckRequest struct {
 	WindowMs  int64     `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
 	Algorithm Algorithm `protobuf:"varint,4,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// How many hits this request consumes, 0 ≤ hits ≤ limit. Absent means 1;
-	// 0 is a peek that reports the state and consumes nothing.
+	// 0 is a peek that reports the state and consumes nothing. A peek is
+	// always allowed (0 more hits always fit), even on an exhausted key:
+	// remaining says whether the next hit would pass.
 	Hits *int64 `protobuf:"varint,5,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
 	// A policy named in the operator's policy file (--policies), instead of
 	// limit, window_ms and algorithm: giving both is INVALID_ARGUMENT naming

@@ -1,4 +1,4 @@
-package rpc
+package route
 
 import (
 	"context"
@@ -7,31 +7,30 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/metadata"
 )
 
 // Request ids tie together the log lines that one request causes on the
 // node that received it and on the owner it was forwarded to.
 //
-// A client may send one: gRPC metadata x-request-id, or the HTTP header
-// X-Request-Id. A valid one (ValidRequestID) is used as given; an invalid
-// one is ignored, never refused: tracing must not fail a check. Nothing is
-// generated for a check that logs nothing.
+// A client may send one (gRPC metadata x-request-id, the HTTP header
+// X-Request-Id); each API puts a valid one (ValidRequestID) into the
+// request's context with WithRequestID, and ignores an invalid one, never
+// refusing it: tracing must not fail a check. Nothing is generated for a
+// check that logs nothing.
 //
 // Every call from one node to another (Forward, Handoff, Reset) carries an
-// id in its x-request-id metadata, and both nodes log it as request_id:
+// id, and both nodes log it as request_id:
 //   - a call made for one request (a forwarded Check sent alone, the
 //     forwards of one CheckBatch, a Reset) carries that request's id, or
-//     one generated for the call if the client sent none;
-//   - a Forward that coalesces checks of several requests carries an id of
+//     one generated for the call if the client sent none
+//     (RequestIDForCall);
+//   - a call that coalesces checks of several requests carries an id of
 //     its own, and the receiving node logs that one: on the sending node a
 //     line about one of those checks shows request_id (the client's, when
 //     it sent one) and forward_id (the call's).
 //
 // So one id per call, never per check, and only generated when a call is
 // made; grep for it across the nodes' logs.
-const RequestIDKey = "x-request-id"
 
 // MaxRequestIDBytes is the longest request id accepted.
 const MaxRequestIDBytes = 128
@@ -53,9 +52,7 @@ func ValidRequestID(id string) bool {
 
 type requestIDKey struct{}
 
-// WithRequestID returns ctx carrying id as its request's id, if valid; the
-// HTTP API uses it for X-Request-Id (the gRPC API reads its metadata
-// directly).
+// WithRequestID returns ctx carrying id as its request's id, if valid.
 func WithRequestID(ctx context.Context, id string) context.Context {
 	if !ValidRequestID(id) {
 		return ctx
@@ -63,17 +60,10 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
 }
 
-// RequestIDFrom returns the request id ctx carries: set by WithRequestID,
-// else the incoming gRPC metadata's x-request-id; "" when there is none or
-// it is invalid.
+// RequestIDFrom returns the request id ctx carries, or "".
 func RequestIDFrom(ctx context.Context) string {
-	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
-		return id
-	}
-	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && ValidRequestID(v[0]) {
-		return v[0]
-	}
-	return ""
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
 }
 
 // NewRequestID returns a fresh id: 16 hex digits from a non-cryptographic
@@ -89,36 +79,32 @@ func NewRequestID() string {
 	return string(out[:]) // one allocation, once per call between nodes
 }
 
-// callID is the id of a call made for the request of ctx: its id, or a
-// new one.
-func callID(ctx context.Context) string {
+// RequestIDForCall is the id of a call to another member made for the
+// request of ctx: its id, or a new one.
+func RequestIDForCall(ctx context.Context) string {
 	if id := RequestIDFrom(ctx); id != "" {
 		return id
 	}
 	return NewRequestID()
 }
 
-// outgoing returns ctx with id in the outgoing metadata of a call to a
-// peer.
-func outgoing(ctx context.Context, id string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, RequestIDKey, id)
+// CallError is a failed call to another member and the request id it
+// carried, so that the caller's log line names what the member's shows.
+// Peers implementations return their transport errors as one.
+type CallError struct {
+	ID  string
+	Err error
 }
 
-// callError is a failed call to a peer and the request id it carried, so
-// that the caller's log line names what the peer's shows.
-type callError struct {
-	id  string
-	err error
-}
+func (e *CallError) Error() string { return e.Err.Error() }
+func (e *CallError) Unwrap() error { return e.Err }
 
-func (e *callError) Error() string { return e.err.Error() }
-func (e *callError) Unwrap() error { return e.err }
-
-// CallID returns the request id of the peer call that err comes from, or "".
+// CallID returns the request id of the call to another member that err
+// comes from, or "".
 func CallID(err error) string {
-	var ce *callError
+	var ce *CallError
 	if errors.As(err, &ce) {
-		return ce.id
+		return ce.ID
 	}
 	return ""
 }
@@ -136,9 +122,9 @@ func (e *every) allow() bool {
 	return now-last >= int64(time.Second) && e.last.CompareAndSwap(last, now)
 }
 
-// idAttrs returns the log attributes naming a request and the peer call
-// that carried it: request_id is the client's id, else the call's;
-// forward_id is the call's when it differs.
+// idAttrs returns the log attributes naming a request and the call to
+// another member that carried it: request_id is the client's id, else the
+// call's; forward_id is the call's when it differs.
 func idAttrs(ctx context.Context, callID string) []any {
 	rid := RequestIDFrom(ctx)
 	switch {
@@ -150,4 +136,14 @@ func idAttrs(ctx context.Context, callID string) []any {
 		return []any{"request_id", rid}
 	}
 	return []any{"request_id", rid, "forward_id", callID}
+}
+
+// Clip shortens text a caller sent (an origin, a key) to at most 64 bytes
+// for a log line or a message, so a huge one costs nothing downstream.
+func Clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }

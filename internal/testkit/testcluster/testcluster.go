@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peerlimit/peerlimit/internal/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
 
-	"github.com/peerlimit/peerlimit/internal/wait"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 )
 
 // Cluster is a set of in-process nodes.

@@ -1,4 +1,4 @@
-package rpc
+package route
 
 import (
 	"fmt"
@@ -20,11 +20,11 @@ type PolicyLookup interface {
 // (HTTP 400) rather than NOT_FOUND, and clients treat it as their mistake
 // instead of a missing resource worth retrying elsewhere.
 func (s *Service) Policy(name string) (policy.Policy, error) {
-	if s.cfg.Policies == nil {
+	if s.deps.Policies == nil {
 		return policy.Policy{}, &limiter.ArgumentError{Field: "policy",
 			Reason: fmt.Sprintf("unknown policy %q: this node has no policies (see --policies)", name)}
 	}
-	p, ok := s.cfg.Policies.Lookup(name)
+	p, ok := s.deps.Policies.Lookup(name)
 	if !ok {
 		return policy.Policy{}, &limiter.ArgumentError{Field: "policy",
 			Reason: fmt.Sprintf("unknown policy %q", name)}

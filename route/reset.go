@@ -1,14 +1,10 @@
-package rpc
+package route
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -29,25 +25,24 @@ type ResetResult struct {
 	// Cleared is how many states the owner cleared that still counted
 	// something: 0 or 1, or more with AllWindows.
 	Cleared int
-	// MembersAsked is how many other members were asked to drop their
-	// copies, MembersAcknowledged how many answered.
+	// MembersAsked is how many members other than the owner were asked to
+	// drop their copies (the node that received the reset among them,
+	// when it is not the owner: it drops its own), MembersAcknowledged how
+	// many answered. With every member reachable both are the cluster's
+	// size minus one, whichever node received the reset.
 	MembersAsked, MembersAcknowledged int
-	// CopiesCleared is how many copies that still counted something the
-	// other members (this node included, when it is not the owner) dropped.
+	// CopiesCleared is how many copies that still counted something those
+	// members dropped.
 	CopiesCleared int
 }
 
 // Existed reports whether the owner held state that still counted.
 func (r ResetResult) Existed() bool { return r.Cleared > 0 }
 
-// ErrOwnerUnreachable is returned, wrapped, by Reset when the key's owner
-// could not be asked: UNAVAILABLE, never a success that cleared nothing.
-var ErrOwnerUnreachable = errors.New("owner unreachable")
-
 // NewResetRequest builds a ResetRequest from the public API's fields,
-// which the gRPC and the JSON API share, and validates it. A reset names
-// one limit of the key (window_ms and algorithm, or a policy) or all of
-// them (all_windows), never a mix; the extra field is named.
+// which every API shares, and validates it. A reset names one limit of
+// the key (window_ms and algorithm, or a policy) or all of them
+// (all_windows), never a mix; the extra field is named.
 func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (ResetRequest, error) {
 	r := ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
 	switch {
@@ -69,8 +64,7 @@ func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algor
 		}
 		r.Window, r.Algorithm = p.Window, p.Algorithm
 	default:
-		const maxMS = math.MaxInt64 / int64(time.Millisecond) // as NewRequest: no wrapping
-		r.Window = time.Duration(min(max(windowMS, -maxMS), maxMS)) * time.Millisecond
+		r.Window = windowFromMS(windowMS)
 	}
 	return r, s.validateReset(r)
 }
@@ -85,8 +79,8 @@ func (s *Service) validateReset(r ResetRequest) error {
 	return s.store.Validate(probe)
 }
 
-// Reset clears a key's state on its owner, then asks every other member
-// to drop its copy.
+// Reset clears a key's state on its owner, then drops every other copy:
+// this node's, and each other member's, which it asks for.
 //
 // Copies exist because a node that could not reach the owner may have
 // decided the key itself (FallbackLocal), and a node may decide keys whose
@@ -110,53 +104,11 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 		rid = NewRequestID()
 		ctx = WithRequestID(ctx, rid)
 	}
-	owner, local := s.owner(r.Key)
-	res := ResetResult{Owner: s.cfg.NodeID}
-	if local {
-		res.Cleared = s.ResetLocal(r)
-	} else {
-		n, err := s.cfg.Peers.Reset(ctx, owner, r)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ResetResult{}, ctx.Err()
-			}
-			if Code(err) == codes.InvalidArgument { // the owner refused it: say why
-				return ResetResult{}, err
-			}
-			return ResetResult{}, fmt.Errorf("reset %q: owner %s (%s): %w: %w", r.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
-		}
-		res.Owner, res.Cleared = owner.ID, n
-		res.CopiesCleared = s.ResetLocal(r)
+	res, err := s.resetOnOwner(ctx, r)
+	if err != nil {
+		return ResetResult{}, err
 	}
-
-	var others []Route
-	if s.cfg.Members != nil {
-		for _, m := range s.cfg.Members() {
-			if m.ID != s.cfg.NodeID && m.ID != res.Owner {
-				others = append(others, m)
-			}
-		}
-	}
-	res.MembersAsked = len(others)
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, m := range others {
-		wg.Go(func() {
-			n, err := s.cfg.Peers.Reset(ctx, m, r)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				s.log.Warn("reset: a member did not drop its copy; its next handoff may bring the count back",
-					"key", r.Key, "member", m.ID, "err", err, "request_id", rid)
-				return
-			}
-			res.MembersAcknowledged++
-			res.CopiesCleared += n
-		})
-	}
-	wg.Wait()
+	s.dropCopies(ctx, r, &res)
 	// An operator's action: leave a trace of every one.
 	which := []any{"all_windows", true}
 	if !r.AllWindows {
@@ -168,10 +120,65 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 	return res, nil
 }
 
+// resetOnOwner clears r on the key's owner, here or through Peers, and
+// then, when this node is not the owner, its own copy.
+func (s *Service) resetOnOwner(ctx context.Context, r ResetRequest) (ResetResult, error) {
+	owner, local := s.owner(r.Key)
+	if local {
+		return ResetResult{Owner: s.deps.NodeID, Cleared: s.ResetLocal(r)}, nil
+	}
+	n, err := s.deps.Peers.Reset(ctx, owner, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ResetResult{}, ctx.Err()
+		}
+		if CodeOf(err) == InvalidArgument { // the owner refused it: say why
+			return ResetResult{}, err
+		}
+		return ResetResult{}, fmt.Errorf("reset %q: owner %s (%s): %w: %w", r.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
+	}
+	// This node is one of the members holding a copy: it drops its own.
+	return ResetResult{Owner: owner.ID, Cleared: n, MembersAsked: 1, MembersAcknowledged: 1, CopiesCleared: s.ResetLocal(r)}, nil
+}
+
+// dropCopies asks every member but this node and the owner, in parallel,
+// to drop its copy of r, and counts into res who answered and what they
+// dropped.
+func (s *Service) dropCopies(ctx context.Context, r ResetRequest, res *ResetResult) {
+	var others []Route
+	if s.deps.Members != nil {
+		for _, m := range s.deps.Members() {
+			if m.ID != s.deps.NodeID && m.ID != res.Owner {
+				others = append(others, m)
+			}
+		}
+	}
+	res.MembersAsked += len(others)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, m := range others {
+		wg.Go(func() {
+			n, err := s.deps.Peers.Reset(ctx, m, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.Warn("reset: a member did not drop its copy; its next handoff may bring the count back",
+					"key", r.Key, "member", m.ID, "err", err, "request_id", RequestIDFrom(ctx))
+				return
+			}
+			res.MembersAcknowledged++
+			res.CopiesCleared += n
+		})
+	}
+	wg.Wait()
+}
+
 // ResetLocal drops this node's state for r, whatever the ring says, and
 // returns how many states that still counted something it dropped.
 func (s *Service) ResetLocal(r ResetRequest) int {
-	now := s.cfg.Now()
+	now := s.deps.Now()
 	if r.AllWindows {
 		return s.store.DeleteKey(now, r.Key)
 	}

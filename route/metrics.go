@@ -1,4 +1,4 @@
-package rpc
+package route
 
 import (
 	"time"
@@ -156,9 +156,9 @@ func (m *Metrics) unreachable(p FallbackPolicy) {
 	}
 }
 
-// forwardCall records one Forward call: how long it took and how many
-// checks it carried.
-func (m *Metrics) forwardCall(start time.Time, checks int, err error) {
+// ForwardCall records one call that carried checks to their owner: how
+// long it took and how many it carried. Peers implementations call it.
+func (m *Metrics) ForwardCall(start time.Time, checks int, err error) {
 	if m == nil {
 		return
 	}

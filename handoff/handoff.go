@@ -1,0 +1,201 @@
+// Package handoff moves key state to its owner: a node sends every
+// partition it holds but does not own (after a ring change, after a
+// fallback decided keys of an unreachable owner, when it leaves) to the
+// partition's owner, which merges it into its own (route.Service's
+// HandleHandoff).
+//
+// A partition is copied, sent, and only once delivered is exactly what
+// was sent forgotten (limiter.Store.Forget), so no admitted hit is lost
+// and checks decided here meanwhile see the full state.
+package handoff
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+// ChunkBytes bounds one Handoff call, well under a receiver's gRPC message
+// limit (4 MiB by default): a node may hold millions of keys.
+const ChunkBytes = 1 << 20
+
+// Deps is what a Sender works with.
+type Deps struct {
+	// Self is this node's id. Required.
+	Self string
+	// Store holds the state to hand off. Required.
+	Store *limiter.Store
+	// Peers carries the calls. Required.
+	Peers route.Peers
+	// Ring returns the current ring: who owns each partition. Required.
+	Ring func() *ring.Ring
+	// Leaving reports whether this node is leaving the cluster: it then
+	// owns nothing and hands off every partition. Nil: never.
+	Leaving func() bool
+	// Now is the node's clock. Required.
+	Now func() time.Time
+	// Logger receives a line per handoff round that moved keys, and the
+	// failures. Nil: slog.Default().
+	Logger *slog.Logger
+	// Metrics counts handoffs; nil counts nothing.
+	Metrics *Metrics
+}
+
+// Sender hands off the partitions a node holds but does not own. Run is
+// safe for concurrent use, but two rounds at once would send the same
+// state twice: the node runs them from one goroutine.
+type Sender struct {
+	d   Deps
+	log *slog.Logger
+}
+
+// New returns a Sender over d.
+func New(d Deps) (*Sender, error) {
+	switch {
+	case d.Self == "":
+		return nil, errors.New("handoff: Deps.Self must not be empty")
+	case d.Store == nil || d.Peers == nil || d.Ring == nil || d.Now == nil:
+		return nil, errors.New("handoff: Deps.Store, Peers, Ring and Now are required")
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Sender{d: d, log: log}, nil
+}
+
+// Run moves every partition this node holds but does not own to its
+// owner, and returns how many keys stayed behind because the owner could
+// not be reached (they go in a later round).
+func (s *Sender) Run(ctx context.Context) (left int) {
+	for owner, parts := range s.misplaced() {
+		if owner.ID == s.d.Self {
+			continue // leaving, but the ring has no one else yet
+		}
+		left += s.send(ctx, owner, parts)
+	}
+	return left
+}
+
+// misplaced returns the partitions this node holds but does not own, by
+// owner.
+func (s *Sender) misplaced() map[ring.Member][]int {
+	r := s.d.Ring()
+	leaving := s.d.Leaving != nil && s.d.Leaving()
+	byOwner := map[ring.Member][]int{}
+	for p := range s.d.Store.Partitions() {
+		if owner := r.PartitionOwner(p); (owner.ID != s.d.Self || leaving) && s.d.Store.PartitionLen(p) > 0 {
+			byOwner[owner] = append(byOwner[owner], p)
+		}
+	}
+	return byOwner
+}
+
+// send hands the state of parts to owner in chunks, forgetting each chunk
+// once delivered, and returns how many keys it could not deliver.
+func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left int) {
+	var states []limiter.KeyState
+	for _, p := range parts {
+		states = append(states, s.d.Store.SnapshotPartition(p, s.d.Now())...)
+	}
+	to := route.Route{ID: owner.ID, Addr: owner.Addr}
+	sent, merged := 0, 0
+	for sent < len(states) {
+		chunk := states[sent : sent+chunkLen(states[sent:])]
+		// The receiver logs what it refuses under the same request_id.
+		rid := route.NewRequestID()
+		m, rejected, err := s.d.Peers.Handoff(route.WithRequestID(ctx, rid), to, chunk)
+		if err != nil {
+			// The state never left: try again on the next round.
+			s.d.Metrics.failed()
+			s.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err, "request_id", rid)
+			return len(states) - sent
+		}
+		// Delivered: drop exactly that, keep what was admitted since.
+		s.d.Store.Forget(s.d.Now(), chunk)
+		s.d.Metrics.sent(m, len(rejected))
+		if len(rejected) > 0 {
+			s.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0], "request_id", rid)
+		}
+		sent += len(chunk)
+		merged += m
+	}
+	if merged > 0 {
+		s.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
+	}
+	return 0
+}
+
+// chunkLen returns how many of states fit in one Handoff call (at least
+// one: a single log key of 10,000 entries is ~40 KB).
+func chunkLen(states []limiter.KeyState) int {
+	size := 0
+	for i, s := range states {
+		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if size > ChunkBytes && i > 0 {
+			return i
+		}
+	}
+	return len(states)
+}
+
+// Metrics counts handoffs, sent and received. A nil *Metrics counts
+// nothing.
+type Metrics struct {
+	calls *prometheus.CounterVec // by result: sent, failed
+	keys  *prometheus.CounterVec // by direction: sent, received, refused
+}
+
+// NewMetrics registers the handoff metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoffs_total",
+			Help: "Handoff calls to new owners, by result (sent, failed: state kept and retried)."}, []string{"result"}),
+		keys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoff_keys_total",
+			Help: "Key states moved by handoff: sent (merged by the owner), received, refused (by the owner)."}, []string{"direction"}),
+	}
+	// Every series from the start, so rate() and alerts work before the
+	// first event.
+	for _, r := range []string{"sent", "failed"} {
+		m.calls.WithLabelValues(r)
+	}
+	for _, d := range []string{"sent", "received", "refused"} {
+		m.keys.WithLabelValues(d)
+	}
+	for _, c := range []prometheus.Collector{m.calls, m.keys} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) failed() {
+	if m != nil {
+		m.calls.WithLabelValues("failed").Inc()
+	}
+}
+
+func (m *Metrics) sent(merged, refused int) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues("sent").Inc()
+	m.keys.WithLabelValues("sent").Add(float64(merged))
+	m.keys.WithLabelValues("refused").Add(float64(refused))
+}
+
+// Received counts the states another member handed to this node and it
+// merged; route.Deps.OnHandoff takes it.
+func (m *Metrics) Received(merged int) {
+	if m != nil {
+		m.keys.WithLabelValues("received").Add(float64(merged))
+	}
+}

@@ -1,0 +1,281 @@
+package handoff_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var bg = context.Background()
+
+// node is a member as far as handoff is concerned: a store, a Sender, and
+// a route.Service that receives what others hand to it.
+type node struct {
+	id      string
+	store   *limiter.Store
+	svc     *route.Service
+	sender  *handoff.Sender
+	metrics *handoff.Metrics
+	reg     *prometheus.Registry
+	logs    *testlog.Capture
+	leaving atomic.Bool
+}
+
+// pair is two members, a and b, on an in-memory network, and the ring
+// they share: the test moves keys between them by choosing their owners.
+type pair struct {
+	net  *memnet.Network
+	ring atomic.Pointer[ring.Ring]
+	now  time.Time
+	a, b *node
+}
+
+func newPair(t *testing.T, timeout time.Duration) *pair {
+	t.Helper()
+	seed := rand.Uint64()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("memnet seed: %d", seed)
+		}
+	})
+	p := &pair{net: memnet.New(seed, timeout), now: time.UnixMilli(1_700_000_000_000)}
+	t.Cleanup(p.net.Close)
+	p.setRing(t, "a", "b")
+	p.a, p.b = p.start(t, "a"), p.start(t, "b")
+	return p
+}
+
+func (p *pair) setRing(t *testing.T, ids ...string) {
+	t.Helper()
+	var ms []ring.Member
+	for _, id := range ids {
+		ms = append(ms, ring.Member{ID: id, Addr: id})
+	}
+	r, err := ring.New(ring.DefaultConfig(), partition.DefaultCount, ms)
+	require.NoError(t, err)
+	p.ring.Store(r)
+}
+
+func (p *pair) start(t *testing.T, id string) *node {
+	t.Helper()
+	n := &node{id: id, reg: prometheus.NewRegistry(), logs: testlog.NewCapture()}
+	var err error
+	n.store, err = limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
+	require.NoError(t, err)
+	n.metrics, err = handoff.NewMetrics(n.reg)
+	require.NoError(t, err)
+	peers := p.net.Join(id)
+	clock := func() time.Time { return p.now }
+	n.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: n.store, Now: clock,
+		Peers: peers, Owner: p.owner, Logger: slog.New(n.logs), OnHandoff: n.metrics.Received})
+	require.NoError(t, err)
+	peers.Serve(n.svc)
+	n.sender, err = handoff.New(handoff.Deps{Self: id, Store: n.store, Peers: peers, Ring: p.ring.Load,
+		Leaving: n.leaving.Load, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
+	require.NoError(t, err)
+	return n
+}
+
+func (p *pair) owner(key string) route.Route {
+	m := p.ring.Load().Owner(key)
+	return route.Route{ID: m.ID, Addr: m.Addr}
+}
+
+// keys returns n keys the ring gives to owner.
+func (p *pair) keys(owner string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if k := fmt.Sprintf("user:%d", i); p.ring.Load().Owner(k).ID == owner {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func req(key string, hits int64) limiter.Request {
+	return limiter.Request{Key: key, Limit: 10, Window: time.Hour, Algorithm: limiter.SlidingWindowLog, Hits: hits}
+}
+
+// count is what n's store holds for key.
+func (n *node) count(t *testing.T, now time.Time, key string) int64 {
+	t.Helper()
+	d, err := n.store.Check(now, req(key, 0))
+	require.NoError(t, err)
+	return d.CurrentCount
+}
+
+// State a node holds for keys it does not own (its fallback decided them,
+// or gossip had not converged) goes to the owner, exactly once, and
+// leaves nothing behind.
+func TestRunMovesWhatANodeHoldsButDoesNotOwn(t *testing.T) {
+	p := newPair(t, time.Second)
+	theirs, mine := p.keys("b", 50), p.keys("a", 5)
+	for _, k := range append(append([]string(nil), theirs...), mine...) {
+		_, err := p.a.store.Check(p.now, req(k, 3))
+		require.NoError(t, err)
+	}
+	_, err := p.b.store.Check(p.now, req(theirs[0], 2)) // the owner's own count, merged with a's
+	require.NoError(t, err)
+
+	assert.Zero(t, p.a.sender.Run(bg))
+	for _, k := range theirs {
+		assert.Zero(t, p.a.count(t, p.now, k), k)
+	}
+	assert.EqualValues(t, 5, p.b.count(t, p.now, theirs[0]), "merged: every hit either side admitted still counts")
+	assert.EqualValues(t, 3, p.b.count(t, p.now, theirs[1]))
+	for _, k := range mine {
+		assert.EqualValues(t, 3, p.a.count(t, p.now, k), "a keeps what it owns")
+	}
+	assert.Equal(t, 50.0, counter(t, p.a.reg, "peerlimit_handoff_keys_total", "direction", "sent"))
+	assert.Equal(t, 50.0, counter(t, p.b.reg, "peerlimit_handoff_keys_total", "direction", "received"))
+
+	assert.Zero(t, p.a.sender.Run(bg), "nothing left to move")
+	assert.EqualValues(t, 5, p.b.count(t, p.now, theirs[0]), "nothing sent twice")
+}
+
+// An owner that cannot be reached keeps nothing hostage: the state stays
+// where it is, counted as left, and goes in a later round.
+func TestRunKeepsTheStateUntilTheOwnerTakesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, time.Second)
+		keys := p.keys("b", 10)
+		for _, k := range keys {
+			_, err := p.a.store.Check(p.now, req(k, 2))
+			require.NoError(t, err)
+		}
+		p.net.Cut("a", "b")
+		assert.Equal(t, 10, p.a.sender.Run(bg))
+		assert.EqualValues(t, 2, p.a.count(t, p.now, keys[0]))
+		assert.Len(t, p.a.logs.Find("handoff failed; will retry"), 1)
+		assert.Equal(t, 1.0, counter(t, p.a.reg, "peerlimit_handoffs_total", "result", "failed"))
+
+		p.net.Heal()
+		assert.Zero(t, p.a.sender.Run(bg))
+		assert.Zero(t, p.a.count(t, p.now, keys[0]))
+		assert.EqualValues(t, 2, p.b.count(t, p.now, keys[0]))
+	})
+}
+
+// While a handoff is in flight (a slow owner), the node keeps deciding
+// the partition it is sending with its full state: a check admitted
+// meanwhile stays here and goes in the next round, and nothing already
+// counted is counted twice. (An earlier version took the partition out
+// for the journey: a check then started from zero and admitted a second
+// limit.)
+func TestChecksDuringTheHandoffSeeTheFullState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 10*time.Second)
+		key := p.keys("b", 1)[0]
+		_, err := p.a.store.Check(p.now, req(key, 9))
+		require.NoError(t, err)
+		p.net.SetFaults("a", "b", memnet.Faults{Delay: time.Second})
+		left := make(chan int, 1)
+		go func() { left <- p.a.sender.Run(bg) }()
+		synctest.Wait() // the handoff waits on the link
+
+		d, err := p.a.store.Check(p.now, req(key, 1)) // a fallback decision, meanwhile
+		require.NoError(t, err)
+		assert.True(t, d.Allowed)
+		d, err = p.a.store.Check(p.now, req(key, 1))
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "the limit of 10 was used up before the handoff's end")
+
+		assert.Zero(t, <-left)
+		assert.EqualValues(t, 9, p.b.count(t, p.now, key))
+		assert.EqualValues(t, 1, p.a.count(t, p.now, key), "admitted during the journey: stays, for the next round")
+		assert.Zero(t, p.a.sender.Run(bg))
+		assert.EqualValues(t, 10, p.b.count(t, p.now, key))
+	})
+}
+
+// A leaving node owns nothing: it hands every partition to the member
+// the ring without it names.
+func TestLeavingHandsOffEverything(t *testing.T) {
+	p := newPair(t, time.Second)
+	keys := p.keys("a", 20)
+	for _, k := range keys {
+		_, err := p.a.store.Check(p.now, req(k, 1))
+		require.NoError(t, err)
+	}
+	p.a.leaving.Store(true)
+	assert.Zero(t, p.a.sender.Run(bg), "a ring that still names a: kept, nobody else yet")
+	assert.EqualValues(t, 1, p.a.count(t, p.now, keys[0]))
+
+	p.setRing(t, "b") // a dropped itself from its ring
+	assert.Zero(t, p.a.sender.Run(bg))
+	assert.Zero(t, p.a.store.Stats().LogKeys)
+	assert.EqualValues(t, 1, p.b.count(t, p.now, keys[0]))
+}
+
+// A node may hold millions of keys: one handoff goes in calls of at most
+// ChunkBytes, every key arrives.
+func TestHandoffOfManyKeysIsChunked(t *testing.T) {
+	p := newPair(t, 10*time.Second)
+	keys := p.keys("b", 30_000) // ~30k × (48 B + a 10-byte key) ≈ 1.7 MB: two chunks
+	for _, k := range keys {
+		_, err := p.a.store.Check(p.now, limiter.Request{Key: k, Limit: 10, Window: time.Hour, Hits: 3})
+		require.NoError(t, err)
+	}
+	assert.Zero(t, p.a.sender.Run(bg))
+	assert.Equal(t, 2, p.net.Calls("a", "b"))
+	assert.Equal(t, len(keys), p.b.store.Stats().CounterKeys, "every key arrived")
+	assert.Zero(t, p.a.store.Stats().CounterKeys)
+}
+
+// States the owner refuses (its caps are smaller) are counted and
+// logged on both sides under one request id, and not sent again.
+func TestRefusedStatesAreReported(t *testing.T) {
+	p := newPair(t, time.Second)
+	key := p.keys("b", 1)[0]
+	_, err := p.a.store.Check(p.now, limiter.Request{Key: key, Limit: 10, Window: time.Hour, Hits: 1})
+	require.NoError(t, err)
+	refused := limiter.KeyState{Key: key, Window: 0, Algorithm: limiter.SlidingWindowCounter}
+	merged, rejected := p.b.svc.HandleHandoff(route.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
+	assert.Zero(t, merged)
+	require.Len(t, rejected, 1)
+	got := p.b.logs.Find("refused handed-off keys")
+	require.Len(t, got, 1)
+	assert.Equal(t, "h-1", got[0].Attrs["request_id"])
+	assert.Equal(t, "a", got[0].Attrs["from"])
+}
+
+// counter reads the counter name{label=value} of reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
+}

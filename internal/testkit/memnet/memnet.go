@@ -1,0 +1,352 @@
+// Package memnet is an in-memory network between route.Services, for
+// tests: the seam that raft's InmemTransport and etcd's fake network are
+// in theirs. Each member's Peers delivers calls straight to the other
+// member's route.Handler, through faults a test injects: a link cut one
+// way or both, requests or replies dropped with a probability, a delay,
+// a paused member, a member gone. A seeded generator decides every
+// probabilistic fault, and Network.Seed names it for the failure message.
+//
+// A call behaves as one over gRPC would, as far as the request path can
+// tell:
+//   - to a member that is not on the network (never joined, or Removed):
+//     refused at once, as a closed port is;
+//   - over a cut link, or with its request dropped: no answer; the caller
+//     waits for the call's deadline (Network's timeout) and gets
+//     context.DeadlineExceeded, and the member never acts;
+//   - with its reply dropped: the member acts, the caller still times out;
+//   - to a paused member, or over a delayed link: the member acts when it
+//     resumes or the delay has passed, whether or not the caller still
+//     waits; if not, the caller has timed out meanwhile, as with a
+//     SIGSTOPped process whose kernel accepted the request.
+//
+// Timers are the standard library's, so under testing/synctest a timeout
+// or a delay passes in no real time, deterministically. A Network made in
+// a synctest bubble must be Closed in it.
+package memnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+// Faults are what happens to the calls over one link, one way.
+type Faults struct {
+	// Cut: no call gets through.
+	Cut bool
+	// DropRequests and DropReplies are probabilities, in [0, 1], that a
+	// call's request is lost (the member never acts) or its reply is (the
+	// member acted, the caller never hears).
+	DropRequests, DropReplies float64
+	// Delay holds every call this long before the member acts on it.
+	Delay time.Duration
+}
+
+// Network connects members. Its methods are safe for concurrent use.
+type Network struct {
+	seed    uint64
+	timeout time.Duration
+
+	mu      sync.Mutex
+	rng     *rand.Rand
+	members map[string]*Peers
+	faults  map[link]Faults
+	paused  map[string]chan struct{} // closed when the member resumes
+	calls   map[link]int
+	closed  bool
+
+	late sync.WaitGroup // deliveries that may outlive their callers
+}
+
+type link struct{ from, to string }
+
+// New returns an empty network whose calls time out after timeout, with
+// its probabilistic faults drawn from seed.
+func New(seed uint64, timeout time.Duration) *Network {
+	return &Network{seed: seed, timeout: timeout, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		members: map[string]*Peers{}, faults: map[link]Faults{}, paused: map[string]chan struct{}{}, calls: map[link]int{}}
+}
+
+// Seed is the seed of the network's faults, for a failure message.
+func (n *Network) Seed() uint64 { return n.seed }
+
+// Join puts member id on the network and returns its Peers, through which
+// it calls the others. It answers calls once Serve gives it a handler.
+func (n *Network) Join(id string) *Peers {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := &Peers{net: n, self: id}
+	n.members[id] = p
+	return p
+}
+
+// Remove takes member id off the network: calls to it are refused, as to
+// a crashed process's port.
+func (n *Network) Remove(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.members, id)
+}
+
+// SetFaults sets the faults of the calls from one member to another.
+func (n *Network) SetFaults(from, to string, f Faults) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults[link{from, to}] = f
+}
+
+// Cut cuts the link from one member to another, one way: from's calls to
+// to get no answer; to's calls to from still do.
+func (n *Network) Cut(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f := n.faults[link{from, to}]
+	f.Cut = true
+	n.faults[link{from, to}] = f
+}
+
+// Partition cuts every link between members of different groups, both
+// ways.
+func (n *Network) Partition(groups ...[]string) {
+	for i, g := range groups {
+		for j, h := range groups {
+			if i == j {
+				continue
+			}
+			for _, a := range g {
+				for _, b := range h {
+					n.Cut(a, b)
+				}
+			}
+		}
+	}
+}
+
+// Pause stops member id from acting on calls until Resume: they wait, and
+// are acted on when it resumes.
+func (n *Network) Pause(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.paused[id]; !ok {
+		n.paused[id] = make(chan struct{})
+	}
+}
+
+// Resume lets a paused member act on the calls that wait for it.
+func (n *Network) Resume(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.paused[id]; ok {
+		close(ch)
+		delete(n.paused, id)
+	}
+}
+
+// Heal clears every fault and resumes every paused member. Removed
+// members stay removed.
+func (n *Network) Heal() {
+	n.mu.Lock()
+	n.faults = map[link]Faults{}
+	n.mu.Unlock()
+	for _, id := range n.pausedIDs() {
+		n.Resume(id)
+	}
+}
+
+func (n *Network) pausedIDs() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := make([]string, 0, len(n.paused))
+	for id := range n.paused {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Calls returns how many calls from one member to another were made,
+// whatever became of them.
+func (n *Network) Calls(from, to string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.calls[link{from, to}]
+}
+
+// Close heals the network and waits for the deliveries still pending
+// (to paused members, over delayed links). Calls made afterwards are
+// refused.
+func (n *Network) Close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.Heal()
+	n.late.Wait()
+}
+
+// ErrRefused is the error, wrapped, of a call to a member that is not on
+// the network.
+var ErrRefused = errors.New("connection refused")
+
+// errNoAnswer is the error, wrapped, of a call that got no answer.
+var errNoAnswer = fmt.Errorf("no answer: %w", context.DeadlineExceeded)
+
+// fate is what becomes of one call: refused (an error), lost (the member
+// never acts), or delivered to h, at once or once the delay has passed
+// and wait is closed (then on its own goroutine, counted in late), its
+// reply lost or not.
+type fate struct {
+	h         route.Handler
+	refused   error
+	lost      bool
+	later     bool
+	wait      <-chan struct{}
+	delay     time.Duration
+	replyLost bool
+}
+
+func (n *Network) fate(from, to string) fate {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.calls[link{from, to}]++
+	m, ok := n.members[to]
+	if n.closed || !ok || m.handler() == nil {
+		return fate{refused: fmt.Errorf("memnet: %s is not on the network: %w", to, ErrRefused)}
+	}
+	f := n.faults[link{from, to}]
+	if f.Cut || n.rng.Float64() < f.DropRequests {
+		return fate{lost: true}
+	}
+	out := fate{h: m.handler(), wait: n.paused[to], delay: f.Delay, replyLost: n.rng.Float64() < f.DropReplies}
+	if out.later = out.wait != nil || out.delay > 0; out.later {
+		n.late.Add(1) // under mu, so that Close, once it holds mu, waits for it
+	}
+	return out
+}
+
+// call makes one call from member from to member to: act runs on the
+// member's handler, with ctx carrying the call's request id and deadline.
+func call[T any](n *Network, ctx context.Context, from, to, id string, act func(context.Context, route.Handler) T) (T, error) {
+	var zero T
+	ctx, cancel := context.WithTimeout(route.WithRequestID(ctx, id), n.timeout)
+	defer cancel()
+	f := n.fate(from, to)
+	switch {
+	case f.refused != nil:
+		return zero, &route.CallError{ID: id, Err: f.refused}
+	case f.lost:
+		<-ctx.Done()
+		return zero, &route.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
+	}
+	res, delivered := deliver(n, ctx, f, act)
+	if !delivered || f.replyLost {
+		<-ctx.Done()
+		return zero, &route.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
+	}
+	return res, nil
+}
+
+// deliver runs act on f's handler, at once on this goroutine, or, for a
+// paused member or a delayed link, on another that may outlive the call;
+// it reports false if ctx ended first.
+func deliver[T any](n *Network, ctx context.Context, f fate, act func(context.Context, route.Handler) T) (T, bool) {
+	if !f.later {
+		return act(ctx, f.h), true
+	}
+	done := make(chan T, 1)
+	go func() {
+		defer n.late.Done()
+		if f.delay > 0 {
+			time.Sleep(f.delay)
+		}
+		if f.wait != nil {
+			<-f.wait
+		}
+		done <- act(ctx, f.h)
+	}()
+	select {
+	case res := <-done:
+		return res, true
+	case <-ctx.Done():
+		var zero T
+		return zero, false
+	}
+}
+
+var _ route.Peers = (*Peers)(nil)
+
+// Peers is one member's route.Peers on a Network.
+type Peers struct {
+	net  *Network
+	self string
+
+	mu sync.Mutex
+	h  route.Handler
+}
+
+// Serve makes h answer the calls other members make to this one.
+func (p *Peers) Serve(h route.Handler) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.h = h
+}
+
+func (p *Peers) handler() route.Handler {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.h
+}
+
+// Forward implements route.Peers: one call per check.
+func (p *Peers) Forward(ctx context.Context, to route.Route, req limiter.Request) (route.Result, string, error) {
+	results, id, err := p.ForwardBatch(ctx, to, []limiter.Request{req})
+	if err != nil {
+		return route.Result{}, id, err
+	}
+	return results[0], id, nil
+}
+
+// ForwardBatch implements route.Peers.
+func (p *Peers) ForwardBatch(ctx context.Context, to route.Route, reqs []limiter.Request) ([]route.Result, string, error) {
+	id := route.RequestIDForCall(ctx)
+	res, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) []route.Result {
+		return h.HandleForward(ctx, p.self, reqs)
+	})
+	return res, id, err
+}
+
+// Reset implements route.Peers. A reset the member refuses is its
+// answer, not the transport's error: it comes back as the member's error,
+// field and all.
+func (p *Peers) Reset(ctx context.Context, to route.Route, r route.ResetRequest) (int, error) {
+	type answer struct {
+		cleared int
+		err     error
+	}
+	id := route.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+		n, err := h.HandleReset(ctx, p.self, r)
+		return answer{n, err}
+	})
+	if err == nil && a.err != nil {
+		err = &route.CallError{ID: id, Err: fmt.Errorf("reset on %s: %w", to.ID, a.err)}
+	}
+	return a.cleared, err
+}
+
+// Handoff implements route.Peers.
+func (p *Peers) Handoff(ctx context.Context, to route.Route, states []limiter.KeyState) (int, []string, error) {
+	type answer struct {
+		merged   int
+		rejected []string
+	}
+	a, err := call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) answer {
+		m, r := h.HandleHandoff(ctx, p.self, states)
+		return answer{m, r}
+	})
+	return a.merged, a.rejected, err
+}

@@ -1,0 +1,97 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// Config holds the request path's settings. Start from DefaultConfig.
+type Config struct {
+	// MaxBatch caps the checks of one CheckBatch call. Default 1000.
+	MaxBatch int
+	// Fallback is how a check is answered when its owner cannot be asked.
+	// Default FallbackLocal.
+	Fallback FallbackPolicy
+	// MaxInflightForwards caps the checks of this node waiting for their
+	// owners' answers, all peers together. A check over it is refused at
+	// once with ErrTooManyForwards (RESOURCE_EXHAUSTED, HTTP 429), not
+	// answered by the fallback: a slow owner must show as overload, and
+	// queued checks must not pile up without bound. Default 10,000.
+	MaxInflightForwards int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000}
+}
+
+// Validate reports every unusable field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("MaxBatch must be ≥ 1, got %d", c.MaxBatch))
+	}
+	if c.MaxInflightForwards < 1 {
+		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
+	}
+	if c.Fallback > FallbackDeny {
+		errs = append(errs, fmt.Errorf("Fallback: unknown policy %d", c.Fallback))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("route config: %w", err)
+	}
+	return nil
+}
+
+// Deps is what a Service works with, supplied by whoever assembles the
+// node (package node, or a test).
+type Deps struct {
+	// NodeID names this node in every answer it decides (owner). Required.
+	NodeID string
+	// Store holds the state of the keys this node decides. Required.
+	Store *limiter.Store
+	// Now is the node's clock. Only the owner's clock decides: a forwarded
+	// check is decided at the time the owner receives it, so skew between
+	// the nodes that receive requests cannot move a key's windows.
+	// Required.
+	Now func() time.Time
+	// Owner returns the member that owns a key. Nil means this node owns
+	// every key (a node alone).
+	Owner func(key string) Route
+	// Members returns every live member's route (this node may be among
+	// them), for the calls that go to all of them: Reset asks each to drop
+	// its copy of a key's state. Nil: this node knows no others.
+	Members func() []Route
+	// Peers reaches the other members. Required with Owner or Members.
+	Peers Peers
+	// Policies resolves the policy names requests may give instead of
+	// numbers. Nil: this node has none, and a request naming one is
+	// refused.
+	Policies PolicyLookup
+	// Metrics counts the request path; nil counts nothing.
+	Metrics *Metrics
+	// Logger receives the warnings of the request path, each at most once
+	// a second. Nil: slog.Default().
+	Logger *slog.Logger
+	// OnHandoff, if set, is told how many states each handoff another
+	// member made to this node merged, for metrics.
+	OnHandoff func(merged int)
+}
+
+func (d Deps) validate() error {
+	switch {
+	case d.NodeID == "":
+		return errors.New("route: Deps.NodeID must not be empty")
+	case d.Store == nil:
+		return errors.New("route: Deps.Store is required")
+	case d.Now == nil:
+		return errors.New("route: Deps.Now is required")
+	case (d.Owner != nil || d.Members != nil) && d.Peers == nil:
+		return errors.New("route: Deps.Peers is required with Owner or Members")
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package route_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is a whole number of seconds since the epoch, so 1000 ms windows
+// start exactly at t0.
+const t0 = 1_700_000_000_000
+
+// clock is a node's clock, moved by the test only.
+type clock struct{ ms atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ms.Store(t0)
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// member is one node of a test cluster: a route.Service with its own
+// store, logs and metrics, on the cluster's in-memory network.
+type member struct {
+	id    string
+	svc   *route.Service
+	store *limiter.Store
+	peers *memnet.Peers
+	logs  *testlog.Capture
+	reg   *prometheus.Registry
+}
+
+// cluster is route.Services on a memnet.Network, sharing one ring and one
+// clock: the request path of a cluster, with no gossip and no gRPC, and
+// faults injected through net.
+type cluster struct {
+	net     *memnet.Network
+	ring    *ring.Ring
+	clock   *clock
+	members map[string]*member
+}
+
+// clusterOpts adjust a test cluster.
+type clusterOpts struct {
+	seed    uint64
+	timeout time.Duration // of every call between members
+	route   func(id string, c *route.Config)
+	limiter func(id string, c *limiter.Config)
+}
+
+// newCluster starts members ids on a fresh network. The network's seed
+// is random unless given, and printed if the test fails.
+func newCluster(t testing.TB, ids []string, opts ...func(*clusterOpts)) *cluster {
+	t.Helper()
+	o := clusterOpts{seed: rand.Uint64(), timeout: 500 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("memnet seed: %d", o.seed)
+		}
+	})
+	rms := make([]ring.Member, len(ids))
+	for i, id := range ids {
+		rms[i] = ring.Member{ID: id, Addr: id + ":9090"}
+	}
+	r, err := ring.New(ring.DefaultConfig(), partition.DefaultCount, rms)
+	require.NoError(t, err)
+	c := &cluster{net: memnet.New(o.seed, o.timeout), ring: r, clock: newClock(), members: map[string]*member{}}
+	t.Cleanup(c.net.Close)
+	for _, id := range ids {
+		c.members[id] = c.start(t, id, o)
+	}
+	return c
+}
+
+func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
+	t.Helper()
+	lcfg := limiter.DefaultConfig()
+	if o.limiter != nil {
+		o.limiter(id, &lcfg)
+	}
+	store, err := limiter.New(lcfg, partition.DefaultCount)
+	require.NoError(t, err)
+	m := &member{id: id, store: store, peers: c.net.Join(id), logs: testlog.NewCapture(), reg: prometheus.NewRegistry()}
+	metrics, err := route.NewMetrics(m.reg)
+	require.NoError(t, err)
+	rcfg := route.DefaultConfig()
+	if o.route != nil {
+		o.route(id, &rcfg)
+	}
+	m.svc, err = route.NewService(rcfg, route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Owner: c.owner,
+		Members: c.routes, Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)})
+	require.NoError(t, err)
+	m.peers.Serve(m.svc)
+	return m
+}
+
+func (c *cluster) owner(key string) route.Route {
+	m := c.ring.Owner(key)
+	return route.Route{ID: m.ID, Addr: m.Addr}
+}
+
+func (c *cluster) routes() []route.Route {
+	var out []route.Route
+	for _, m := range c.ring.Members() {
+		out = append(out, route.Route{ID: m.ID, Addr: m.Addr})
+	}
+	return out
+}
+
+// key returns the first key "<prefix>:<i>" the ring gives to owner.
+func (c *cluster) key(t testing.TB, owner, prefix string) string {
+	t.Helper()
+	for i := range 10_000 {
+		if k := fmt.Sprintf("%s:%d", prefix, i); c.ring.Owner(k).ID == owner {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s's", owner)
+	return ""
+}
+
+// logReq is a request on the log algorithm, which never over-admits.
+func logReq(key string, limit int64, window time.Duration) limiter.Request {
+	return limiter.Request{Key: key, Limit: limit, Window: window, Algorithm: limiter.SlidingWindowLog, Hits: 1}
+}
+
+// counterReq is a request on the counter algorithm.
+func counterReq(key string, limit int64, window time.Duration) limiter.Request {
+	return limiter.Request{Key: key, Limit: limit, Window: window, Algorithm: limiter.SlidingWindowCounter, Hits: 1}
+}
+
+// held returns what m's own store counts for req's key and limit now, by
+// peeking at it.
+func (m *member) held(t testing.TB, now time.Time, req limiter.Request) int64 {
+	t.Helper()
+	req.Hits = 0
+	d, err := m.store.Check(now, req)
+	require.NoError(t, err)
+	return d.CurrentCount
+}
+
+// metric reads one series of reg: a counter's value, a histogram's count.
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+var bg = context.Background()

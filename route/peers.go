@@ -1,0 +1,61 @@
+package route
+
+import (
+	"context"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// Route names a member and where its gRPC API listens.
+type Route struct {
+	ID   string
+	Addr string
+}
+
+// Peers carries a node's calls to the other members: the network seam of
+// the request path. rpc.Peers is the gRPC implementation; the in-memory
+// network of internal/testkit/memnet is the other, with injected faults.
+//
+// An error is the transport's: the member could not be asked (refused,
+// unreachable, past the call's deadline, or the caller's context ended),
+// returned as a *CallError naming the request id the call carried. What
+// the member answered, a per-check error included, is a result, and a call
+// it refused is an *Error with its code (or a *limiter.ArgumentError when
+// it names a field). Every call is bounded by a deadline of the
+// implementation's. Implementations are safe for concurrent use.
+type Peers interface {
+	// Forward asks to to decide req, possibly in one call with other
+	// checks bound there, and returns its answer and the request id of
+	// the call that carried it.
+	Forward(ctx context.Context, to Route, req limiter.Request) (Result, string, error)
+	// ForwardBatch asks to to decide reqs in one call carrying ctx's
+	// request id, and returns one result per request, in order, and that
+	// id.
+	ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, string, error)
+	// Reset asks to to drop its state for r, whatever its ring says, and
+	// returns how many states that still counted something it dropped.
+	Reset(ctx context.Context, to Route, r ResetRequest) (int, error)
+	// Handoff gives to key states to merge into its own and returns how
+	// many it merged and why it refused the others.
+	Handoff(ctx context.Context, to Route, states []limiter.KeyState) (merged int, rejected []string, err error)
+}
+
+// Handler is the receiving side of Peers: what a member does with the
+// calls of the others. *Service is one; rpc.PeerServer serves it over
+// gRPC. origin is the calling member's id, as it says; ctx carries the
+// call's request id (WithRequestID) and ends when the caller stops
+// waiting.
+type Handler interface {
+	// HandleForward decides checks another member forwarded, here,
+	// whatever this node's ring says: a forwarded check is never
+	// forwarded again.
+	HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []Result
+	// HandleReset drops this node's state for r, whatever its ring says,
+	// and returns how many states that still counted something it
+	// dropped; an r this node cannot serve is refused naming the field.
+	HandleReset(ctx context.Context, origin string, r ResetRequest) (int, error)
+	// HandleHandoff merges states into this node's.
+	HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string)
+}
+
+var _ Handler = (*Service)(nil)

@@ -1,0 +1,371 @@
+// Package route is a node's request path, whatever the transport. A
+// Service finds each check's owner and either decides it on this node's
+// store, stamped with this node's clock, or forwards it to the owner
+// through Peers; when the owner cannot be asked, the fallback policy
+// answers. It also resolves named policies, resets keys cluster-wide, and
+// handles the calls other members make (Handler).
+//
+// The gRPC API (package rpc), the HTTP API (httpapi) and Envoy's rate
+// limit service (envoyrls) are faces of one Service; rpc.Peers carries its
+// calls to other members over gRPC, internal/testkit/memnet over an
+// in-memory network with injected faults.
+package route
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// FallbackPolicy says how to answer a check whose owner is unreachable.
+// Every such answer is marked Degraded and counted in
+// peerlimit_owner_unreachable_total.
+type FallbackPolicy uint8
+
+const (
+	// FallbackLocal decides on this node's own store, as if it owned the
+	// key. The state it builds is handed to the owner when it is back (or
+	// kept, if this node inherits the key), so admissions made meanwhile
+	// still count: at most one limit per side while the owner is cut off.
+	FallbackLocal FallbackPolicy = iota
+	// FallbackAllow lets the request through (fail open).
+	FallbackAllow
+	// FallbackDeny refuses it (fail closed), with a retry after of one
+	// second.
+	FallbackDeny
+)
+
+// String returns the policy's flag spelling.
+func (f FallbackPolicy) String() string {
+	return [...]string{"local", "allow", "deny"}[min(int(f), 2)]
+}
+
+// ParseFallbackPolicy reads "local", "allow" or "deny".
+func ParseFallbackPolicy(s string) (FallbackPolicy, error) {
+	for p := FallbackLocal; p <= FallbackDeny; p++ {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown fallback policy %q; want local, allow or deny", s)
+}
+
+// Result is the answer to one check: a decision and who made it, or why
+// there is none.
+type Result struct {
+	Decision limiter.Decision
+	Owner    string
+	// Degraded marks an answer given by the fallback policy because the
+	// owner could not be reached.
+	Degraded bool
+	Err      error
+}
+
+// Service routes checks to their owners and decides the ones this node
+// owns. It is safe for concurrent use.
+type Service struct {
+	cfg      Config
+	deps     Deps
+	store    *limiter.Store
+	metrics  *Metrics
+	log      *slog.Logger
+	inflight atomic.Int64 // forwarded checks waiting for their owners
+	// Warnings a fault could repeat for every request: one a second each.
+	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog every
+}
+
+// NewService returns a Service with cfg's settings over deps.
+func NewService(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := deps.validate(); err != nil {
+		return nil, err
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log}, nil
+}
+
+// MaxBatch is the largest batch CheckBatch accepts.
+func (s *Service) MaxBatch() int { return s.cfg.MaxBatch }
+
+// Store is the node's limiter state.
+func (s *Service) Store() *limiter.Store { return s.store }
+
+// NodeID is this node's id.
+func (s *Service) NodeID() string { return s.deps.NodeID }
+
+// InflightForwards returns how many forwarded checks wait for their
+// owners' answers now.
+func (s *Service) InflightForwards() int { return int(s.inflight.Load()) }
+
+// owner returns key's owner, and whether it is this node.
+func (s *Service) owner(key string) (Route, bool) {
+	if s.deps.Owner == nil {
+		return Route{ID: s.deps.NodeID}, true
+	}
+	o := s.deps.Owner(key)
+	return o, o.ID == s.deps.NodeID || o.ID == ""
+}
+
+// Check answers one request: decided here if this node owns the key,
+// else forwarded to the owner.
+func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
+	owner, local := s.owner(req.Key)
+	if local {
+		res := s.decide(s.deps.Now(), req) // the store validates
+		s.metrics.check(req.Algorithm, routeLocal, res)
+		return res
+	}
+	res := s.forward(ctx, owner, req)
+	s.metrics.check(req.Algorithm, res.route, res.Result)
+	return res.Result
+}
+
+// routed is a result and the route that answered it.
+type routed struct {
+	Result
+	route int
+}
+
+// forward answers a check another node owns: refused here if invalid or
+// over the in-flight bound, else the owner's answer, else the fallback's.
+func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request) routed {
+	// Refuse a bad request where it arrived, not after a hop.
+	if err := s.store.Validate(req); err != nil {
+		return routed{Result{Err: err}, routeForwarded}
+	}
+	if s.acquire(1) == 0 {
+		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
+	}
+	res, id, err := s.deps.Peers.Forward(ctx, owner, req)
+	s.release(1)
+	if err != nil {
+		return s.fallback(ctx, owner, req, err)
+	}
+	s.metrics.forwarded(forwardOK, 1)
+	s.ownerRefused(ctx, owner, res, id)
+	return routed{res, routeForwarded}
+}
+
+// CheckBatch answers every request, each on its own and in order. Checks
+// this node owns are decided together, stamped with one arrival time; the
+// others go to their owners, one call per owner, all at once. The error is
+// for the batch as a whole (too large); per-item failures are in the
+// results.
+func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Result, error) {
+	if len(reqs) > s.cfg.MaxBatch {
+		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
+	}
+	s.metrics.checkBatch(len(reqs))
+	out := make([]Result, len(reqs))
+	remote := s.decideOwn(reqs, out)
+	var wg sync.WaitGroup
+	n := 0
+	for owner, idx := range remote {
+		n++
+		idx = s.admit(ctx, owner, reqs, idx, out)
+		switch {
+		case len(idx) == 0:
+		case n == len(remote):
+			// The last owner's call goes out on this goroutine, whose
+			// stack is already grown (as in internal/batch and the client).
+			s.forwardBatch(ctx, owner, reqs, idx, out)
+		default:
+			wg.Go(func() { s.forwardBatch(ctx, owner, reqs, idx, out) })
+		}
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// decideOwn decides the checks of reqs this node owns into out, refuses
+// the invalid ones bound elsewhere, and returns the others' indexes by
+// owner.
+func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]int {
+	remote := map[Route][]int{}
+	now := s.deps.Now()
+	for i, r := range reqs {
+		owner, local := s.owner(r.Key)
+		if local {
+			out[i] = s.decide(now, r) // the store validates
+			s.metrics.check(r.Algorithm, routeLocal, out[i])
+			continue
+		}
+		if err := s.store.Validate(r); err != nil {
+			out[i] = Result{Err: err}
+			s.metrics.check(r.Algorithm, routeForwarded, out[i])
+			continue
+		}
+		remote[owner] = append(remote[owner], i)
+	}
+	return remote
+}
+
+// admit takes in-flight slots for the checks idx bound to owner and
+// returns those that got one. The others are refused, with one error and
+// one count for the lot.
+func (s *Service) admit(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) []int {
+	got := s.acquire(len(idx))
+	if refused := idx[got:]; len(refused) > 0 {
+		r := s.overloaded(ctx, owner, len(refused))
+		for _, i := range refused {
+			out[i] = r
+			s.metrics.check(reqs[i].Algorithm, routeForwarded, r)
+		}
+	}
+	return idx[:got]
+}
+
+// forwardBatch sends the checks idx of reqs, whose in-flight slots are
+// held, to owner in one call and fills in their results.
+func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) {
+	defer s.release(len(idx))
+	sub := make([]limiter.Request, len(idx))
+	for j, i := range idx {
+		sub[j] = reqs[i]
+	}
+	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
+	for j, i := range idx {
+		var r routed
+		if err != nil {
+			r = s.fallback(ctx, owner, reqs[i], err)
+		} else {
+			r = routed{results[j], routeForwarded}
+			s.ownerRefused(ctx, owner, r.Result, id)
+		}
+		out[i] = r.Result
+		s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
+	}
+	if err == nil {
+		s.metrics.forwarded(forwardOK, len(idx))
+	}
+}
+
+// acquire reserves up to n in-flight forward slots and returns how many
+// it got.
+func (s *Service) acquire(n int) int {
+	limit := int64(s.cfg.MaxInflightForwards)
+	if n == 1 { // the common case: one atomic add
+		if s.inflight.Add(1) <= limit {
+			return 1
+		}
+		s.inflight.Add(-1)
+		return 0
+	}
+	for {
+		cur := s.inflight.Load()
+		got := min(int64(n), limit-cur)
+		if got <= 0 {
+			return 0
+		}
+		if s.inflight.CompareAndSwap(cur, cur+got) {
+			return int(got)
+		}
+	}
+}
+
+func (s *Service) release(n int) { s.inflight.Add(-int64(n)) }
+
+// overloaded answers a check refused for the in-flight bound: counted,
+// and logged at most once a second.
+func (s *Service) overloaded(ctx context.Context, owner Route, n int) Result {
+	err := fmt.Errorf("forward refused: %d checks already wait for their owners' answers on this node, its maximum (--max-inflight-forwards): %w",
+		s.cfg.MaxInflightForwards, ErrTooManyForwards)
+	s.metrics.forwarded(forwardRefused, n)
+	if s.overloadLog.allow() {
+		s.log.Warn("too many forwarded checks in flight; refusing with RESOURCE_EXHAUSTED",
+			append([]any{"owner", owner.ID, "max_inflight_forwards", s.cfg.MaxInflightForwards}, idAttrs(ctx, "")...)...)
+	}
+	return Result{Err: err}
+}
+
+// ownerRefused warns, at most once a second, about a check the owner
+// refused as invalid although this node accepted it: the nodes' settings
+// (--max-key-bytes, --max-window, --max-log-limit, or their versions)
+// differ, and which requests pass depends on the node they reach.
+func (s *Service) ownerRefused(ctx context.Context, owner Route, res Result, id string) {
+	if res.Err == nil || CodeOf(res.Err) != InvalidArgument || !s.refusedLog.allow() {
+		return
+	}
+	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
+		append([]any{"owner", owner.ID, "field", Field(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
+}
+
+func (s *Service) decide(now time.Time, req limiter.Request) Result {
+	d, err := s.store.Check(now, req)
+	if err != nil {
+		return Result{Err: err}
+	}
+	return Result{Decision: d, Owner: s.deps.NodeID}
+}
+
+// fallback answers a check whose owner could not be asked. A caller that
+// gave up is told so; anything else is the owner's unavailability, which
+// the policy answers, marked Degraded. AP: the caller always gets an
+// answer, never a silent one.
+func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
+	if err := callerGone(ctx); err != nil {
+		return routed{Result{Err: err}, routeForwarded}
+	}
+	s.metrics.forwarded(forwardFailed, 1)
+	s.metrics.unreachable(s.cfg.Fallback)
+	if s.unreachableLog.allow() {
+		s.log.Warn("owner unreachable; answering by fallback policy", append([]any{"owner", owner.ID, "addr", owner.Addr,
+			"policy", s.cfg.Fallback.String(), "err", cause}, idAttrs(ctx, CallID(cause))...)...)
+	}
+	var res Result
+	switch s.cfg.Fallback {
+	case FallbackAllow:
+		res = Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
+	case FallbackDeny:
+		res = Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
+	default:
+		res = s.decide(s.deps.Now(), req)
+	}
+	res.Degraded = res.Err == nil
+	return routed{res, routeFallback}
+}
+
+// callerGone reports whether the caller gave up. Past its deadline it has,
+// even if ctx does not say so yet: the context's timer fires
+// asynchronously, and a forward bounded by the same deadline can fail
+// first, which must not count as the owner's unavailability.
+func callerGone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// NewRequest builds a limiter request from the public API's fields, which
+// every API shares; hits nil means 1. The store validates every field, in
+// its order, so the first bad field is named whichever API it came
+// through.
+func NewRequest(key string, limit, windowMS int64, algo limiter.Algorithm, hits *int64) (limiter.Request, error) {
+	r := limiter.Request{Key: key, Limit: limit, Window: windowFromMS(windowMS), Algorithm: algo, Hits: 1}
+	if hits != nil {
+		r.Hits = *hits
+	}
+	return r, nil
+}
+
+// windowFromMS converts a window in ms, clamped first: the multiplication
+// would wrap, and a negative window could wrap into a valid positive one.
+// A clamped window is still out of range, so the store rejects it.
+func windowFromMS(ms int64) time.Duration {
+	const maxMS = math.MaxInt64 / int64(time.Millisecond)
+	return time.Duration(min(max(ms, -maxMS), maxMS)) * time.Millisecond
+}
