@@ -532,53 +532,87 @@ func (p *parser) rateLimit(d *Domain, m *yaml.Node, where, path string) *Rule {
 		return nil
 	}
 	errs := len(p.errs)
-	r := &Rule{Domain: d.Name, Path: path, File: p.name, Line: m.Line, UnitMultiplier: 1}
-	var unitLine int
-	var haveRPU bool
-	p.fields(m, where, func(name string, k, v *yaml.Node) {
-		switch name {
-		case "unit":
-			unitLine = k.Line
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-				p.fail(v.Line, where, "unit must be one of second, minute, hour, day, week, month, year")
-				return
-			}
-			u := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(v.Value)]
-			if _, ok := UnitDuration(Unit(u)); !ok {
-				p.fail(v.Line, where, "unknown unit %q; want second, minute, hour, day, week, month or year", v.Value)
-				return
-			}
-			r.Unit = Unit(u)
-		case "requests_per_unit":
-			n, ok := p.uint32(v, where, name)
-			if !ok {
-				return
-			}
-			r.RequestsPerUnit, haveRPU = n, true
-		case "unit_multiplier":
-			n, ok := p.uint32(v, where, name)
-			if !ok {
-				return
-			}
-			if n == 0 {
-				p.fail(v.Line, where, "unit_multiplier must be at least 1")
-				return
-			}
-			r.UnitMultiplier = n
-		case "unlimited":
-			r.Unlimited, _ = p.boolean(v, where, name)
-		case "name":
-			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-				p.fail(v.Line, where, "name must be a non-empty string")
-				return
-			}
-			r.Name = v.Value
-		case "replaces":
-			r.Replaces = p.replaces(v, where)
-		default:
-			p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces", name)
+	b := &rateLimitBlock{m: m, where: where,
+		r: &Rule{Domain: d.Name, Path: path, File: p.name, Line: m.Line, UnitMultiplier: 1}}
+	p.fields(m, where, func(name string, k, v *yaml.Node) { p.rateLimitField(b, name, k, v) })
+	p.checkRateLimit(b)
+	if len(p.errs) > errs {
+		return nil
+	}
+	if !b.r.Unlimited && !p.setWindow(b) {
+		return nil
+	}
+	p.cfg.rules = append(p.cfg.rules, b.r)
+	return b.r
+}
+
+// rateLimitBlock is a rate_limit block being read: the rule so far, and
+// what the checks after its fields need.
+type rateLimitBlock struct {
+	m        *yaml.Node
+	where    string
+	r        *Rule
+	unitLine int
+	haveRPU  bool
+}
+
+// rateLimitField reads one field of a rate_limit block into its rule.
+func (p *parser) rateLimitField(b *rateLimitBlock, name string, k, v *yaml.Node) {
+	r, where := b.r, b.where
+	switch name {
+	case "unit":
+		b.unitLine = k.Line
+		if u, ok := p.unit(v, where); ok {
+			r.Unit = u
 		}
-	})
+	case "requests_per_unit":
+		n, ok := p.uint32(v, where, name)
+		if !ok {
+			return
+		}
+		r.RequestsPerUnit, b.haveRPU = n, true
+	case "unit_multiplier":
+		n, ok := p.uint32(v, where, name)
+		if !ok {
+			return
+		}
+		if n == 0 {
+			p.fail(v.Line, where, "unit_multiplier must be at least 1")
+			return
+		}
+		r.UnitMultiplier = n
+	case "unlimited":
+		r.Unlimited, _ = p.boolean(v, where, name)
+	case "name":
+		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
+			p.fail(v.Line, where, "name must be a non-empty string")
+			return
+		}
+		r.Name = v.Value
+	case "replaces":
+		r.Replaces = p.replaces(v, where)
+	default:
+		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces", name)
+	}
+}
+
+// unit reads a rate_limit's unit.
+func (p *parser) unit(v *yaml.Node, where string) (Unit, bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		p.fail(v.Line, where, "unit must be one of second, minute, hour, day, week, month, year")
+		return 0, false
+	}
+	u := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(v.Value)]
+	if _, ok := UnitDuration(Unit(u)); !ok {
+		p.fail(v.Line, where, "unknown unit %q; want second, minute, hour, day, week, month or year", v.Value)
+		return 0, false
+	}
+	return Unit(u), true
+}
+
+// checkRateLimit checks the block's fields together, once all are read.
+func (p *parser) checkRateLimit(b *rateLimitBlock) {
+	m, r, where := b.m, b.r, b.where
 	for _, name := range r.Replaces {
 		if name == r.Name {
 			p.fail(m.Line, where, "rate_limit replaces itself (%q)", name)
@@ -591,26 +625,26 @@ func (p *parser) rateLimit(d *Domain, m *yaml.Node, where, path string) *Rule {
 			}
 		}
 	} else {
-		if unitLine == 0 && !hasField(m, "unit") {
+		if b.unitLine == 0 && !hasField(m, "unit") {
 			p.fail(m.Line, where, "unit is missing (second, minute, hour, day, week, month or year)")
 		}
-		if !haveRPU && !hasField(m, "requests_per_unit") {
+		if !b.haveRPU && !hasField(m, "requests_per_unit") {
 			p.fail(m.Line, where, "requests_per_unit is missing (0 refuses every request)")
 		}
 	}
-	if len(p.errs) > errs {
-		return nil
+}
+
+// setWindow sets the rule's window, unit_multiplier units, and reports
+// whether it fits in a time.Duration.
+func (p *parser) setWindow(b *rateLimitBlock) bool {
+	r := b.r
+	unit, _ := UnitDuration(r.Unit)
+	if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
+		p.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
+		return false
 	}
-	if !r.Unlimited {
-		unit, _ := UnitDuration(r.Unit)
-		if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
-			p.fail(unitLine, where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
-			return nil
-		}
-		r.Window = unit * time.Duration(r.UnitMultiplier)
-	}
-	p.cfg.rules = append(p.cfg.rules, r)
-	return r
+	r.Window = unit * time.Duration(r.UnitMultiplier)
+	return true
 }
 
 // checkRule asks the node whether it can serve the rule, and names the

@@ -269,7 +269,6 @@ type Config struct {
 // firewall rules removed, containers reconnected) before Run returns,
 // whatever happened.
 func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) {
-	p := cfg.Profile
 	dir := filepath.Join(cfg.OutDir, sc.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -293,22 +292,51 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 
 	env := &Env{b: b, clients: clients, log: log, ids: b.Nodes(),
 		cut: map[[2]string]bool{}, up: map[string][]span{}, seen: map[string]bool{}}
-	for _, id := range env.ids[:sc.Nodes] {
-		if err := env.Start(ctx, id); err != nil {
-			return nil, err
-		}
-	}
-	if err := waitConverged(ctx, env, 30*time.Second); err != nil {
+	if err := startCluster(ctx, env, sc.Nodes); err != nil {
 		return nil, err
 	}
 	log.Info("cluster up", "nodes", sc.Nodes)
 
+	h, stepErr := runWorkload(ctx, env, cfg, sc)
+	res = Analyze(h)
+	if stepErr != nil {
+		res.Errors = append(res.Errors, stepErr.Error())
+	}
+	if err := writeHistory(dir, res.History); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// startCluster starts the first n nodes and waits until they all see
+// each other.
+func startCluster(ctx context.Context, env *Env, n int) error {
+	for _, id := range env.ids[:n] {
+		if err := env.Start(ctx, id); err != nil {
+			return err
+		}
+	}
+	return waitConverged(ctx, env, 30*time.Second)
+}
+
+// workloadKeys are the scenario's keys: KeysPerAlgorithm for each
+// algorithm, all with the profile's limit and window.
+func workloadKeys(scenario string, p Profile) []KeySpec {
 	keys := make([]KeySpec, 0, 2*p.KeysPerAlgorithm)
 	for _, alg := range []pb.Algorithm{pb.Algorithm_SLIDING_WINDOW_COUNTER, pb.Algorithm_SLIDING_WINDOW_LOG} {
 		for i := range p.KeysPerAlgorithm {
-			keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:%s:%d", sc.Name, algName(alg), i), Algorithm: alg, Limit: p.Limit, Window: p.Window})
+			keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:%s:%d", scenario, algName(alg), i), Algorithm: alg, Limit: p.Limit, Window: p.Window})
 		}
 	}
+	return keys
+}
+
+// runWorkload runs the workload and the monitor for the scenario's
+// duration while the nemesis applies its steps, and returns what
+// happened. The error is the steps' that failed or never ran.
+func runWorkload(ctx context.Context, env *Env, cfg Config, sc Scenario) (History, error) {
+	p := cfg.Profile
+	keys := workloadKeys(sc.Name, p)
 	wl := Workload{Keys: keys, Workers: p.Workers, Timeout: p.ClientTimeout,
 		Rate: p.Load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
 
@@ -325,33 +353,11 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); mon.Run(runCtx, clients, start) }()
+	go func() { defer wg.Done(); mon.Run(runCtx, env.clients, start) }()
 	var history []Op
-	go func() { defer wg.Done(); history = wl.Run(runCtx, clients, start, cfg.Seed) }()
+	go func() { defer wg.Done(); history = wl.Run(runCtx, env.clients, start, cfg.Seed) }()
 
-	var stepErr error
-	for _, st := range sc.Steps {
-		at := time.Duration(float64(st.At) * p.Scale)
-		select {
-		case <-runCtx.Done():
-		case <-time.After(time.Until(start.Add(at))):
-		}
-		if runCtx.Err() != nil {
-			stepErr = fmt.Errorf("step %q: the run ended first", st.Name)
-			break
-		}
-		ev := Event{Name: st.Name, Begin: time.Since(start), Steady: st.Steady, Fault: st.Fault}
-		if err := st.Do(runCtx, env); err != nil {
-			ev.Err = err.Error()
-			stepErr = errors.Join(stepErr, fmt.Errorf("step %q: %w", st.Name, err))
-		}
-		ev.End = time.Since(start)
-		obs := env.observable()
-		env.track(ev.Begin, ev.End, obs)
-		ev.Expect, ev.Sides = env.expectation(obs)
-		events = append(events, ev)
-		log.Info("nemesis", "step", st.Name, "at", ev.Begin.Round(time.Millisecond), "took", (ev.End - ev.Begin).Round(time.Millisecond))
-	}
+	events, stepErr := runSteps(runCtx, env, sc.Steps, p.Scale, events)
 	<-runCtx.Done()
 	wg.Wait()
 	end := time.Since(start)
@@ -359,15 +365,48 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	up := env.up
 	env.mu.Unlock()
 
-	res = Analyze(History{Scenario: sc.Name, About: sc.About, Start: start, End: end, Nodes: env.ids, Keys: keys,
-		Ops: history, Views: mon.Views(), Events: events, Up: up})
-	if stepErr != nil {
-		res.Errors = append(res.Errors, stepErr.Error())
+	return History{Scenario: sc.Name, About: sc.About, Start: start, End: end, Nodes: env.ids, Keys: keys,
+		Ops: history, Views: mon.Views(), Events: events, Up: up}, stepErr
+}
+
+// runSteps applies each step at its offset (times scale) from the run's
+// start, appending what happened to events, until the steps or the run
+// end.
+func runSteps(runCtx context.Context, env *Env, steps []Step, scale float64, events []Event) ([]Event, error) {
+	var stepErr error
+	for _, st := range steps {
+		at := time.Duration(float64(st.At) * scale)
+		select {
+		case <-runCtx.Done():
+		case <-time.After(time.Until(env.start.Add(at))):
+		}
+		if runCtx.Err() != nil {
+			stepErr = fmt.Errorf("step %q: the run ended first", st.Name)
+			break
+		}
+		ev, err := applyStep(runCtx, env, st)
+		if err != nil {
+			stepErr = errors.Join(stepErr, fmt.Errorf("step %q: %w", st.Name, err))
+		}
+		events = append(events, ev)
 	}
-	if err := writeHistory(dir, res.History); err != nil {
-		return res, err
+	return events, stepErr
+}
+
+// applyStep does one step and records it with the membership views
+// expected after it.
+func applyStep(runCtx context.Context, env *Env, st Step) (Event, error) {
+	ev := Event{Name: st.Name, Begin: env.now(), Steady: st.Steady, Fault: st.Fault}
+	err := st.Do(runCtx, env)
+	if err != nil {
+		ev.Err = err.Error()
 	}
-	return res, nil
+	ev.End = env.now()
+	obs := env.observable()
+	env.track(ev.Begin, ev.End, obs)
+	ev.Expect, ev.Sides = env.expectation(obs)
+	env.log.Info("nemesis", "step", st.Name, "at", ev.Begin.Round(time.Millisecond), "took", (ev.End - ev.Begin).Round(time.Millisecond))
+	return ev, err
 }
 
 // waitConverged waits until every running node sees every running node.

@@ -255,50 +255,7 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 			continue
 		}
 		seen[field] = fk.Line
-		switch field {
-		case "algorithm":
-			if !isString(fv) {
-				p.fail(fv.Line, name, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
-				continue
-			}
-			a, err := limiter.ParseAlgorithm(fv.Value)
-			if err != nil || fv.Value == "" {
-				p.fail(fv.Line, name, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", fv.Value)
-				continue
-			}
-			pol.Algorithm = a
-		case "limit":
-			n, msg, ok := yamlconf.Int(fv, "limit", 64)
-			if !ok {
-				p.fail(fv.Line, name, "%s", msg)
-				continue
-			}
-			if n <= 0 {
-				p.fail(fv.Line, name, "limit must be positive, got %d", n)
-				continue
-			}
-			pol.Limit = n
-		case "window":
-			if !isString(fv) {
-				p.fail(fv.Line, name, "window must be a duration with its unit, e.g. \"1m\" or \"500ms\", got %q", fv.Value)
-				continue
-			}
-			w, err := time.ParseDuration(fv.Value)
-			switch {
-			case err != nil:
-				p.fail(fv.Line, name, "window %q is not a duration; write e.g. \"1m\", \"1h30m\" or \"500ms\"", fv.Value)
-				continue
-			case w <= 0:
-				p.fail(fv.Line, name, "window must be positive, got %s", fv.Value)
-				continue
-			case w%time.Millisecond != 0:
-				p.fail(fv.Line, name, "window %s is not a whole number of milliseconds", fv.Value)
-				continue
-			}
-			pol.Window = w
-		default:
-			p.fail(fk.Line, name, "unknown field %q; want limit, window and algorithm", field)
-		}
+		p.field(&pol, fk, fv)
 	}
 	if _, ok := seen["limit"]; !ok {
 		p.fail(vn.Line, name, "limit is missing")
@@ -309,26 +266,98 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 	if len(p.errs) > errs {
 		return pol, false
 	}
-	if p.check != nil {
-		if err := p.check(pol.Request("policy", 1)); err != nil {
-			line, what := vn.Line, err.Error()
-			var ae *limiter.ArgumentError
-			if errors.As(err, &ae) {
-				what = ae.Reason
-				switch ae.Field {
-				case "limit":
-					line, what = seen["limit"], "limit "+what
-				case "window_ms":
-					line, what = seen["window"], "window (in ms) "+what
-				case "algorithm":
-					line, what = seen["algorithm"], "algorithm "+what
-				}
-			}
-			p.fail(line, name, "beyond this node's limits: %s", what)
-			return pol, false
-		}
+	if p.check != nil && !p.withinCaps(pol, vn.Line, seen) {
+		return pol, false
 	}
 	return pol, true
+}
+
+// field sets the field of pol that fk names to fv, or reports why not.
+func (p *parser) field(pol *Policy, fk, fv *yaml.Node) {
+	name := pol.Name
+	switch field := fk.Value; field {
+	case "algorithm":
+		if a, ok := p.algorithm(name, fv); ok {
+			pol.Algorithm = a
+		}
+	case "limit":
+		n, msg, ok := yamlconf.Int(fv, "limit", 64)
+		if !ok {
+			p.fail(fv.Line, name, "%s", msg)
+			return
+		}
+		if n <= 0 {
+			p.fail(fv.Line, name, "limit must be positive, got %d", n)
+			return
+		}
+		pol.Limit = n
+	case "window":
+		if w, ok := p.window(name, fv); ok {
+			pol.Window = w
+		}
+	default:
+		p.fail(fk.Line, name, "unknown field %q; want limit, window and algorithm", field)
+	}
+}
+
+// algorithm reads policy name's algorithm field.
+func (p *parser) algorithm(name string, fv *yaml.Node) (limiter.Algorithm, bool) {
+	if !isString(fv) {
+		p.fail(fv.Line, name, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		return 0, false
+	}
+	a, err := limiter.ParseAlgorithm(fv.Value)
+	if err != nil || fv.Value == "" {
+		p.fail(fv.Line, name, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", fv.Value)
+		return 0, false
+	}
+	return a, true
+}
+
+// window reads policy name's window field.
+func (p *parser) window(name string, fv *yaml.Node) (time.Duration, bool) {
+	if !isString(fv) {
+		p.fail(fv.Line, name, "window must be a duration with its unit, e.g. \"1m\" or \"500ms\", got %q", fv.Value)
+		return 0, false
+	}
+	w, err := time.ParseDuration(fv.Value)
+	switch {
+	case err != nil:
+		p.fail(fv.Line, name, "window %q is not a duration; write e.g. \"1m\", \"1h30m\" or \"500ms\"", fv.Value)
+		return 0, false
+	case w <= 0:
+		p.fail(fv.Line, name, "window must be positive, got %s", fv.Value)
+		return 0, false
+	case w%time.Millisecond != 0:
+		p.fail(fv.Line, name, "window %s is not a whole number of milliseconds", fv.Value)
+		return 0, false
+	}
+	return w, true
+}
+
+// withinCaps asks p.check about pol as a request would be, and reports
+// a refusal at the line of the field refused (seen maps fields to their
+// lines), or of the policy (line) when check names no field.
+func (p *parser) withinCaps(pol Policy, line int, seen map[string]int) bool {
+	err := p.check(pol.Request("policy", 1))
+	if err == nil {
+		return true
+	}
+	what := err.Error()
+	var ae *limiter.ArgumentError
+	if errors.As(err, &ae) {
+		what = ae.Reason
+		switch ae.Field {
+		case "limit":
+			line, what = seen["limit"], "limit "+what
+		case "window_ms":
+			line, what = seen["window"], "window (in ms) "+what
+		case "algorithm":
+			line, what = seen["algorithm"], "algorithm "+what
+		}
+	}
+	p.fail(line, pol.Name, "beyond this node's limits: %s", what)
+	return false
 }
 
 // isString reports whether n is a string scalar: a quoted or plain

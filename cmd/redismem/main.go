@@ -162,15 +162,49 @@ func measure(ctx context.Context, rdb *redis.Client, c Case) (Result, error) {
 	if err != nil {
 		return r, err
 	}
+	w, err := writeKeys(ctx, rdb, c)
+	r.RedisKeys = w.redisKeys
+	if err != nil {
+		return r, err
+	}
+	if r.Encoding, err = checkWritten(ctx, rdb, c, w); err != nil {
+		return r, err
+	}
+	after, err := settledMemory(ctx, rdb)
+	if err != nil {
+		return r, err
+	}
+	r.ClientBufDelta = after.clients - before.clients
+	r.Bytes = (after.used - after.clients) - (before.used - before.clients)
+	r.BytesPerKey = float64(r.Bytes) / float64(c.Keys)
+	if c.Entries > 0 {
+		r.BytesPerEntry = r.BytesPerKey / float64(c.Entries)
+	}
+	r.KeyStringBytes = float64(w.keyBytes) / float64(c.Keys)
+	return r, nil
+}
 
+// written is what writeKeys stored.
+type written struct {
+	redisKeys int    // Redis keys written
+	keyBytes  int    // the limited keys' names, summed
+	sample    string // the first Redis key written, to inspect
+}
+
+func (w *written) add(redisKey string) {
+	w.redisKeys++
+	if w.sample == "" {
+		w.sample = redisKey
+	}
+}
+
+// writeKeys writes the state of c's keys with pipelined commands.
+func writeKeys(ctx context.Context, rdb *redis.Client, c Case) (written, error) {
 	// A fixed "now", aligned as the seeds' scripts would see it.
 	now := time.UnixMilli(1_700_000_000_000)
 	nowMS := now.UnixMilli()
-	windowMS := Window.Milliseconds()
-	winID := nowMS / windowMS
 	rng := rand.New(rand.NewPCG(1, 2))
-	keyBytes := 0
-	var sample string
+	var w written
 
 	const pipeCmds = 2000 // commands per pipeline round trip
 	pipe := rdb.Pipeline()
@@ -183,64 +217,68 @@ func measure(ctx context.Context, rdb *redis.Client, c Case) (Result, error) {
 	}
 	for i := 0; i < c.Keys; i++ {
 		key := BenchKey(i)
-		keyBytes += len(key)
+		w.keyBytes += len(key)
 		if c.Entries == 0 {
-			for _, id := range []int64{winID - 1, winID} {
-				k := key + ":" + strconv.FormatInt(id, 10)
-				pipe.IncrBy(ctx, k, 100)
-				pipe.Expire(ctx, k, 2*Window)
-				r.RedisKeys++
-				if sample == "" {
-					sample = k
-				}
-			}
+			queueCounter(ctx, pipe, key, nowMS, &w)
 		} else {
-			// L admitted requests spread over the last window, one ZADD each.
-			for j := 0; j < c.Entries; j++ {
-				ms := nowMS - windowMS + int64(j+1)*windowMS/int64(c.Entries)
-				member := strconv.FormatInt(ms, 10) + "-" + strconv.FormatFloat(rng.Float64(), 'g', 14, 64)
-				pipe.ZAdd(ctx, key, redis.Z{Score: float64(ms), Member: member})
-			}
-			pipe.PExpire(ctx, key, 2*Window)
-			r.RedisKeys++
-			if sample == "" {
-				sample = key
-			}
+			queueLog(ctx, pipe, key, c.Entries, nowMS, rng, &w)
 		}
 		if err := flush(false); err != nil {
-			return r, fmt.Errorf("write: %w", err)
+			return w, fmt.Errorf("write: %w", err)
 		}
 	}
 	if err := flush(true); err != nil {
-		return r, fmt.Errorf("write: %w", err)
+		return w, fmt.Errorf("write: %w", err)
 	}
+	return w, nil
+}
+
+// queueCounter queues seed 000's state of key at nowMS: full counters for
+// the current and the previous window.
+func queueCounter(ctx context.Context, pipe redis.Pipeliner, key string, nowMS int64, w *written) {
+	winID := nowMS / Window.Milliseconds()
+	for _, id := range []int64{winID - 1, winID} {
+		k := key + ":" + strconv.FormatInt(id, 10)
+		pipe.IncrBy(ctx, k, 100)
+		pipe.Expire(ctx, k, 2*Window)
+		w.add(k)
+	}
+}
+
+// queueLog queues seed 001's state of key at nowMS: a log of entries
+// members.
+func queueLog(ctx context.Context, pipe redis.Pipeliner, key string, entries int, nowMS int64, rng *rand.Rand, w *written) {
+	windowMS := Window.Milliseconds()
+	// L admitted requests spread over the last window, one ZADD each.
+	for j := 0; j < entries; j++ {
+		ms := nowMS - windowMS + int64(j+1)*windowMS/int64(entries)
+		member := strconv.FormatInt(ms, 10) + "-" + strconv.FormatFloat(rng.Float64(), 'g', 14, 64)
+		pipe.ZAdd(ctx, key, redis.Z{Score: float64(ms), Member: member})
+	}
+	pipe.PExpire(ctx, key, 2*Window)
+	w.add(key)
+}
+
+// checkWritten checks that Redis holds what writeKeys wrote and returns
+// the encoding Redis chose for it.
+func checkWritten(ctx context.Context, rdb *redis.Client, c Case, w written) (string, error) {
 	n, err := rdb.DBSize(ctx).Result()
 	if err != nil {
-		return r, fmt.Errorf("dbsize: %w", err)
+		return "", fmt.Errorf("dbsize: %w", err)
 	}
-	if n != int64(r.RedisKeys) {
-		return r, fmt.Errorf("dbsize %d, want %d", n, r.RedisKeys)
+	if n != int64(w.redisKeys) {
+		return "", fmt.Errorf("dbsize %d, want %d", n, w.redisKeys)
 	}
 	if c.Entries > 0 {
-		if got, err := rdb.ZCard(ctx, sample).Result(); err != nil || got != int64(c.Entries) {
-			return r, fmt.Errorf("zcard %s = %d (%v), want %d", sample, got, err, c.Entries)
+		if got, err := rdb.ZCard(ctx, w.sample).Result(); err != nil || got != int64(c.Entries) {
+			return "", fmt.Errorf("zcard %s = %d (%v), want %d", w.sample, got, err, c.Entries)
 		}
 	}
-	if r.Encoding, err = rdb.ObjectEncoding(ctx, sample).Result(); err != nil {
-		return r, fmt.Errorf("object encoding: %w", err)
-	}
-	after, err := settledMemory(ctx, rdb)
+	enc, err := rdb.ObjectEncoding(ctx, w.sample).Result()
 	if err != nil {
-		return r, err
+		return enc, fmt.Errorf("object encoding: %w", err)
 	}
-	r.ClientBufDelta = after.clients - before.clients
-	r.Bytes = (after.used - after.clients) - (before.used - before.clients)
-	r.BytesPerKey = float64(r.Bytes) / float64(c.Keys)
-	if c.Entries > 0 {
-		r.BytesPerEntry = r.BytesPerKey / float64(c.Entries)
-	}
-	r.KeyStringBytes = float64(keyBytes) / float64(c.Keys)
-	return r, nil
+	return enc, nil
 }
 
 type memReading struct {

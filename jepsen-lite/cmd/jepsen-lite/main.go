@@ -33,41 +33,20 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("jepsen-lite", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bin := fs.String("bin", "bin/peerlimit-node", "the node binary (make build)")
-	profile := fs.String("profile", "full", "full, or short (40 % of the time, as in the test command)")
-	out := fs.String("out", "out/chaos", "where the report, charts, histories and node logs go")
-	only := fs.String("scenarios", "", "comma-separated scenario names; empty runs all")
-	baseIP := fs.String("base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
-	project := fs.String("docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
-	compose := fs.String("compose", "", "docker mode: the compose command with its -p and -f options, for graceful leaves (compose stop)")
-	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "workload randomness")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
 		return 2
 	}
-	var p jepsenlite.Profile
-	switch *profile {
-	case "full":
-		p = jepsenlite.FullProfile()
-	case "short":
-		p = jepsenlite.ShortProfile()
-	default:
-		fmt.Fprintf(stderr, "jepsen-lite: -profile: want full or short, got %q\n", *profile)
+	p, ok := profileNamed(o.profile, stderr)
+	if !ok {
 		return 2
 	}
-	var scenarios []jepsenlite.Scenario
-	names := strings.FieldsFunc(*only, func(r rune) bool { return r == ',' })
-	for _, sc := range jepsenlite.Scenarios() {
-		if len(names) == 0 || slices.Contains(names, sc.Name) {
-			scenarios = append(scenarios, sc)
-		}
-	}
+	scenarios := selectScenarios(o.only)
 	if len(scenarios) == 0 {
-		fmt.Fprintf(stderr, "jepsen-lite: -scenarios: none of %q exists\n", *only)
+		fmt.Fprintf(stderr, "jepsen-lite: -scenarios: none of %q exists\n", o.only)
 		return 2
 	}
-	absBin, err := filepath.Abs(*bin)
+	absBin, err := filepath.Abs(o.bin)
 	if err != nil {
 		fmt.Fprintln(stderr, "jepsen-lite:", err)
 		return 2
@@ -78,20 +57,100 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, *baseIP, p.NodeArgs), OutDir: *out, Profile: p, Seed: *seed, Logger: log}
-	mode := "processes on " + *baseIP + "…"
-	if *project != "" {
-		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: *project, Compose: strings.Fields(*compose)})
-		mode = "compose project " + *project
-	}
+	cfg, mode := o.config(absBin, p, log)
 
+	results, failed := runScenarios(ctx, cfg, scenarios, mode, stdout, stderr)
+	if err := jepsenlite.WriteReport(o.out, p, results, o.command(p), o.project); err != nil {
+		fmt.Fprintln(stderr, "jepsen-lite: report:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(o.out, "report.md"))
+	if failed || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// options are the command's flags.
+type options struct {
+	bin, profile, out, only, baseIP, project, compose string
+	seed                                              uint64
+}
+
+// parseFlags reads args; flag reports its errors and the usage to stderr.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("jepsen-lite", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.bin, "bin", "bin/peerlimit-node", "the node binary (make build)")
+	fs.StringVar(&o.profile, "profile", "full", "full, or short (40 % of the time, as in the test command)")
+	fs.StringVar(&o.out, "out", "out/chaos", "where the report, charts, histories and node logs go")
+	fs.StringVar(&o.only, "scenarios", "", "comma-separated scenario names; empty runs all")
+	fs.StringVar(&o.baseIP, "base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
+	fs.StringVar(&o.project, "docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
+	fs.StringVar(&o.compose, "compose", "", "docker mode: the compose command with its -p and -f options, for graceful leaves (compose stop)")
+	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "workload randomness")
+	return o, fs.Parse(args)
+}
+
+// profileNamed returns the -profile called name, or reports that there
+// is none.
+func profileNamed(name string, stderr io.Writer) (jepsenlite.Profile, bool) {
+	switch name {
+	case "full":
+		return jepsenlite.FullProfile(), true
+	case "short":
+		return jepsenlite.ShortProfile(), true
+	default:
+		fmt.Fprintf(stderr, "jepsen-lite: -profile: want full or short, got %q\n", name)
+		return jepsenlite.Profile{}, false
+	}
+}
+
+// selectScenarios returns the scenarios named in only, comma-separated,
+// in the harness's order; all of them when only is empty.
+func selectScenarios(only string) []jepsenlite.Scenario {
+	var scenarios []jepsenlite.Scenario
+	names := strings.FieldsFunc(only, func(r rune) bool { return r == ',' })
+	for _, sc := range jepsenlite.Scenarios() {
+		if len(names) == 0 || slices.Contains(names, sc.Name) {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	return scenarios
+}
+
+// config is the run's configuration, on local processes or, with
+// -docker-project, on a compose project, and the nodes' description for
+// the log.
+func (o options) config(absBin string, p jepsenlite.Profile, log *slog.Logger) (jepsenlite.Config, string) {
+	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
+	mode := "processes on " + o.baseIP + "…"
+	if o.project != "" {
+		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: o.project, Compose: strings.Fields(o.compose)})
+		mode = "compose project " + o.project
+	}
+	return cfg, mode
+}
+
+// command is how the report says to run the chaos tests again.
+func (o options) command(p jepsenlite.Profile) string {
+	if o.project != "" {
+		return "make compose-test"
+	}
+	return fmt.Sprintf("make chaos CHAOS_PROFILE=%s", p.Name)
+}
+
+// runScenarios runs each scenario until ctx ends, printing a line per
+// scenario, and reports whether any failed.
+func runScenarios(ctx context.Context, cfg jepsenlite.Config, scenarios []jepsenlite.Scenario, mode string, stdout, stderr io.Writer) ([]*jepsenlite.Result, bool) {
 	var results []*jepsenlite.Result
 	failed := false
 	for _, sc := range scenarios {
 		if ctx.Err() != nil {
 			break
 		}
-		log.Info("scenario", "name", sc.Name, "about", sc.About, "nodes", mode)
+		cfg.Logger.Info("scenario", "name", sc.Name, "about", sc.About, "nodes", mode)
 		res, err := jepsenlite.Run(ctx, cfg, sc)
 		if err != nil {
 			fmt.Fprintf(stderr, "jepsen-lite: %s: %v\n", sc.Name, err)
@@ -101,28 +160,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		results = append(results, res)
-		switch {
-		case res.Skipped != "":
-			fmt.Fprintf(stdout, "%-10s SKIPPED: %s\n", sc.Name, res.Skipped)
-		case len(res.Violations()) > 0 || len(res.Errors) > 0 || res.Unsettled > 0:
+		if !printResult(stdout, sc.Name, res) {
 			failed = true
-			fmt.Fprintf(stdout, "%-10s FAILED: %d violations, %d degraded after settling, errors %v\n", sc.Name, len(res.Violations()), res.Unsettled, res.Errors)
-		default:
-			fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×\n",
-				sc.Name, res.All.Ops, 100*res.All.AnsweredShare(), res.Log.Worst, res.CounterFixed.Worst)
 		}
 	}
-	command := fmt.Sprintf("make chaos CHAOS_PROFILE=%s", p.Name)
-	if *project != "" {
-		command = "make compose-test"
+	return results, failed
+}
+
+// printResult prints the scenario's line and reports whether it passed
+// (or was skipped).
+func printResult(stdout io.Writer, name string, res *jepsenlite.Result) bool {
+	switch {
+	case res.Skipped != "":
+		fmt.Fprintf(stdout, "%-10s SKIPPED: %s\n", name, res.Skipped)
+	case len(res.Violations()) > 0 || len(res.Errors) > 0 || res.Unsettled > 0:
+		fmt.Fprintf(stdout, "%-10s FAILED: %d violations, %d degraded after settling, errors %v\n", name, len(res.Violations()), res.Unsettled, res.Errors)
+		return false
+	default:
+		fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×\n",
+			name, res.All.Ops, 100*res.All.AnsweredShare(), res.Log.Worst, res.CounterFixed.Worst)
 	}
-	if err := jepsenlite.WriteReport(*out, p, results, command, *project); err != nil {
-		fmt.Fprintln(stderr, "jepsen-lite: report:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(*out, "report.md"))
-	if failed || ctx.Err() != nil {
-		return 1
-	}
-	return 0
+	return true
 }
