@@ -1,17 +1,24 @@
 // Command loadgen is the project's load generator: it sends rate-limit
 // checks to a peerlimit cluster, or to a Redis server running the classic
 // Lua scripts of the seed documents, from many concurrent callers, and
-// reports throughput, decisions and per-call latency.
+// reports throughput, decisions, per-call latency and its own CPU time.
 //
 // Usage:
 //
 //	loadgen -target peerlimit|redis
-//	  -endpoints a:9090,b:9091      peerlimit gRPC endpoints
+//	  -api grpc|http|envoy          how peerlimit is asked (below); default grpc
+//	  -endpoints a:9090,b:9091      peerlimit gRPC endpoints (-api grpc, envoy)
+//	  -http-endpoints a:8080,b:8081 peerlimit HTTP endpoints (-api http)
 //	  -route node|random|owner      node: every call to the first endpoint;
-//	                                random: a random endpoint per call (raw gRPC,
-//	                                one connection per endpoint); owner: the Go
-//	                                client library with owner routing
+//	                                random: a random endpoint per call (one
+//	                                connection per endpoint for gRPC); owner: the
+//	                                Go client library with owner routing (-api
+//	                                grpc only). Default owner with -api grpc,
+//	                                random with http and envoy
 //	  -coalesce=true                the client's coalescing (only with -route owner)
+//	  -rls-domain bench-counter     -api envoy: the domain of every request
+//	  -rls-descriptor-key key       -api envoy: the key of the descriptor's one
+//	                                entry (its value is the check's key)
 //	  -redis 127.0.0.1:6379         Redis address (-target redis)
 //	  -workers 64                   concurrent callers
 //	  -duration 10s                 hard bound on the run's time (always applies)
@@ -29,11 +36,36 @@
 //	                                certificate for mutual TLS)
 //	  -api-token-file PATH          bearer token of peerlimit's API (first line)
 //
+// The APIs, each the way a client without peerlimit's Go library sends
+// checks:
+//
+//   - grpc: the RateLimiter service, Check or CheckBatch (-route node or
+//     random: raw gRPC with grpc-go's default protobuf codec; -route owner:
+//     the Go client).
+//   - http: POST /v1/check (or /v1/check:batch with -batch > 1) with a JSON
+//     body, through net/http with keep-alive and an idle pool that holds a
+//     connection per worker for every endpoint, opened before the clock
+//     starts; https with -tls-* flags, the token as "Authorization: Bearer".
+//   - envoy: Envoy's rate limit service, ShouldRateLimit, through Envoy's
+//     generated Go client (go-control-plane) with grpc-go's default codec:
+//     domain -rls-domain, one descriptor with one entry
+//     (-rls-descriptor-key = the key), hits_addend 1. The nodes must serve
+//     it (--envoy-rls-config) with a rule for that descriptor in that
+//     domain, which decides limit, window and algorithm: -limit, -window
+//     and -algorithm do not apply, and -batch is 1. OK counts as allowed,
+//     OVER_LIMIT as denied, an RPC error as an error. A descriptor that no
+//     limited rule matches would be answered OK without any check, so the
+//     run refuses to start when the warm-up call says so, and such an
+//     answer during the run is an error.
+//
 // Checks counts the checks that were decided (allowed + denied); errors
 // counts the checks that were not (a failed call of a batch of N counts N).
 // Latency is per call (a batch call carries -batch checks), over the calls
 // that got an answer, in microseconds. A call cut short because the run
 // ended (duration, -count, SIGINT) is neither a check nor an error.
+// cpu_seconds is the load generator's own CPU time (user + system, every
+// thread) over the same load phase, so cpu_seconds / checks is its CPU per
+// check; 0 where the system does not report it.
 //
 // -timeout bounds each call of the node and random routes and of Redis.
 // With -route owner the Go client bounds each attempt on one node by it
@@ -115,11 +147,18 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 // Config is one run's configuration; the flags fill it.
 type Config struct {
-	Target    string   // "peerlimit" or "redis"
-	Endpoints []string // peerlimit gRPC addresses
-	Route     string   // "node", "random" or "owner"
-	Coalesce  bool     // the client's coalescing, with Route "owner"
-	Redis     string   // Redis address
+	Target        string   // "peerlimit" or "redis"
+	API           string   // "grpc", "http" or "envoy", with Target "peerlimit"
+	Endpoints     []string // peerlimit gRPC addresses (API grpc and envoy)
+	HTTPEndpoints []string // peerlimit HTTP addresses (API http)
+	Route         string   // "node", "random" or "owner" (API grpc only)
+	Coalesce      bool     // the client's coalescing, with Route "owner"
+	Redis         string   // Redis address
+
+	// RLSDomain and RLSDescriptorKey make API envoy's requests: the
+	// domain, and the key of the one descriptor entry whose value is the
+	// check's key.
+	RLSDomain, RLSDescriptorKey string
 
 	Workers  int
 	Duration time.Duration // hard bound on the load phase
@@ -158,6 +197,10 @@ const (
 	targetPeerlimit = "peerlimit"
 	targetRedis     = "redis"
 
+	apiGRPC  = "grpc"
+	apiHTTP  = "http"
+	apiEnvoy = "envoy"
+
 	routeNode   = "node"
 	routeRandom = "random"
 	routeOwner  = "owner"
@@ -172,24 +215,27 @@ const (
 // defaultConfig is the configuration with every flag at its default.
 func defaultConfig() Config {
 	return Config{
-		Target:    targetPeerlimit,
-		Endpoints: []string{"127.0.0.1:9090", "127.0.0.1:9091", "127.0.0.1:9092"},
-		Route:     routeOwner,
-		Coalesce:  true,
-		Redis:     "127.0.0.1:6379",
-		Workers:   64,
-		Duration:  10 * time.Second,
-		Timeout:   2 * time.Second,
-		Keys:      10_000,
-		Dist:      distUniform,
-		ZipfS:     1.1,
-		Seed:      1,
-		KeyPrefix: "loadgen:",
-		Algorithm: algoCounter,
-		Limit:     1_000_000_000,
-		Window:    time.Minute,
-		Batch:     1,
-		Progress:  true,
+		Target:           targetPeerlimit,
+		API:              apiGRPC,
+		Endpoints:        []string{"127.0.0.1:9090", "127.0.0.1:9091", "127.0.0.1:9092"},
+		HTTPEndpoints:    []string{"127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"},
+		Route:            routeOwner,
+		Coalesce:         true,
+		Redis:            "127.0.0.1:6379",
+		RLSDescriptorKey: "key",
+		Workers:          64,
+		Duration:         10 * time.Second,
+		Timeout:          2 * time.Second,
+		Keys:             10_000,
+		Dist:             distUniform,
+		ZipfS:            1.1,
+		Seed:             1,
+		KeyPrefix:        "loadgen:",
+		Algorithm:        algoCounter,
+		Limit:            1_000_000_000,
+		Window:           time.Minute,
+		Batch:            1,
+		Progress:         true,
 	}
 }
 
@@ -200,9 +246,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	endpoints := strings.Join(cfg.Endpoints, ",")
+	httpEndpoints := strings.Join(cfg.HTTPEndpoints, ",")
 	fs.StringVar(&cfg.Target, "target", cfg.Target, "what to load: peerlimit or redis")
-	fs.StringVar(&endpoints, "endpoints", endpoints, "peerlimit gRPC endpoints, comma-separated")
-	fs.StringVar(&cfg.Route, "route", cfg.Route, "peerlimit routing: node (every call to the first endpoint), random (a random endpoint per call), owner (the Go client, owner routing)")
+	fs.StringVar(&cfg.API, "api", cfg.API, "how peerlimit is asked: grpc (RateLimiter service), http (POST /v1/check, JSON, keep-alive), envoy (Envoy's RateLimitService/ShouldRateLimit; the nodes need --envoy-rls-config)")
+	fs.StringVar(&endpoints, "endpoints", endpoints, "peerlimit gRPC endpoints, comma-separated (-api grpc and envoy)")
+	fs.StringVar(&httpEndpoints, "http-endpoints", httpEndpoints, "peerlimit HTTP endpoints, comma-separated (-api http)")
+	fs.StringVar(&cfg.Route, "route", cfg.Route, "peerlimit routing: node (every call to the first endpoint), random (a random endpoint per call), owner (the Go client, owner routing; -api grpc only). Default: owner with -api grpc, random with http and envoy")
+	fs.StringVar(&cfg.RLSDomain, "rls-domain", "", "-api envoy: the domain of every ShouldRateLimit request (required; a domain of the nodes' --envoy-rls-config)")
+	fs.StringVar(&cfg.RLSDescriptorKey, "rls-descriptor-key", cfg.RLSDescriptorKey, "-api envoy: the key of the request's one descriptor entry; its value is the check's key")
 	fs.BoolVar(&cfg.Coalesce, "coalesce", cfg.Coalesce, "the Go client's coalescing of concurrent checks (only with -route owner)")
 	fs.StringVar(&cfg.Redis, "redis", cfg.Redis, "Redis address (-target redis)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent callers")
@@ -236,17 +287,31 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.Endpoints = splitList(endpoints)
+	cfg.HTTPEndpoints = splitList(httpEndpoints)
 
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// The Go client's owner routing exists only over gRPC: the other APIs
+	// stand for clients without it, which pick a node.
+	if !set["route"] && cfg.API != apiGRPC {
+		cfg.Route = routeRandom
+	}
 	// A flag that would be silently ignored is a mistake worth stopping for.
 	switch {
 	case set["coalesce"] && (cfg.Target != targetPeerlimit || cfg.Route != routeOwner):
 		return cfg, errors.New("-coalesce applies only to -target peerlimit -route owner")
-	case cfg.Target == targetRedis && (set["endpoints"] || set["route"]):
-		return cfg, errors.New("-endpoints and -route apply only to -target peerlimit; use -redis for the Redis address")
+	case cfg.Target == targetRedis && (set["endpoints"] || set["route"] || set["api"] || set["http-endpoints"]):
+		return cfg, errors.New("-api, -endpoints, -http-endpoints and -route apply only to -target peerlimit; use -redis for the Redis address")
 	case cfg.Target == targetPeerlimit && set["redis"]:
 		return cfg, errors.New("-redis applies only to -target redis; use -endpoints for peerlimit")
+	case cfg.API == apiHTTP && set["endpoints"]:
+		return cfg, errors.New("-endpoints are gRPC addresses; with -api http use -http-endpoints")
+	case cfg.API != apiHTTP && set["http-endpoints"]:
+		return cfg, errors.New("-http-endpoints applies only to -api http")
+	case cfg.API != apiEnvoy && (set["rls-domain"] || set["rls-descriptor-key"]):
+		return cfg, errors.New("-rls-domain and -rls-descriptor-key apply only to -api envoy")
+	case cfg.API == apiEnvoy && (set["limit"] || set["window"] || set["algorithm"]):
+		return cfg, errors.New("-limit, -window and -algorithm do not apply to -api envoy: the rule of -rls-domain in the nodes' --envoy-rls-config decides them")
 	case cfg.Target != targetPeerlimit && (cfg.tlsOn() || cfg.TokenFile != ""):
 		return cfg, errors.New("-tls-* and -api-token-file apply only to -target peerlimit")
 	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
@@ -275,16 +340,30 @@ func (c Config) validate() error {
 		default:
 			return fmt.Errorf("-route must be node, random or owner, got %q", c.Route)
 		}
-		if len(c.Endpoints) == 0 {
-			return errors.New("-endpoints is empty: give at least one peerlimit gRPC address")
-		}
-		for _, ep := range c.Endpoints {
-			if _, _, err := net.SplitHostPort(ep); err != nil {
-				return fmt.Errorf("-endpoints: %q is not host:port: %w", ep, err)
+		switch c.API {
+		case apiGRPC:
+		case apiHTTP, apiEnvoy:
+			if c.Route == routeOwner {
+				return fmt.Errorf("-route owner is the Go client, which speaks gRPC: use -api grpc, or -route node or random with -api %s", c.API)
 			}
+		default:
+			return fmt.Errorf("-api must be grpc, http or envoy, got %q", c.API)
+		}
+		if err := checkAddrs(c.peerlimitEndpoints(), c.endpointsFlag()); err != nil {
+			return err
 		}
 		if c.Window%time.Millisecond != 0 {
 			return fmt.Errorf("-window must be a whole number of milliseconds for peerlimit, got %s", c.Window)
+		}
+		if c.API == apiEnvoy {
+			switch {
+			case c.RLSDomain == "":
+				return errors.New("-rls-domain is required with -api envoy: a domain of the nodes' --envoy-rls-config")
+			case c.RLSDescriptorKey == "":
+				return errors.New("-rls-descriptor-key must not be empty")
+			case c.Batch != 1:
+				return fmt.Errorf("-batch must be 1 with -api envoy (one descriptor per request), got %d", c.Batch)
+			}
 		}
 	case targetRedis:
 		if _, _, err := net.SplitHostPort(c.Redis); err != nil {
@@ -324,16 +403,49 @@ func (c Config) validate() error {
 	return nil
 }
 
+// peerlimitEndpoints are the addresses c's API calls: HTTP or gRPC.
+func (c Config) peerlimitEndpoints() []string {
+	if c.API == apiHTTP {
+		return c.HTTPEndpoints
+	}
+	return c.Endpoints
+}
+
+// endpointsFlag names the flag of peerlimitEndpoints.
+func (c Config) endpointsFlag() string {
+	if c.API == apiHTTP {
+		return "-http-endpoints"
+	}
+	return "-endpoints"
+}
+
+// checkAddrs checks a non-empty list of host:port addresses given by flag.
+func checkAddrs(addrs []string, flag string) error {
+	if len(addrs) == 0 {
+		return fmt.Errorf("%s is empty: give at least one peerlimit address", flag)
+	}
+	for _, ep := range addrs {
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			return fmt.Errorf("%s: %q is not host:port: %w", flag, ep, err)
+		}
+	}
+	return nil
+}
+
 // Result is what a run measured. Its JSON form is the command's output
 // format; other tools read it, so the field names are fixed.
 type Result struct {
 	Target string `json:"target"`
-	Route  string `json:"route"` // "" for redis
+	// API is how peerlimit was asked: grpc, http or envoy; "" for redis.
+	API   string `json:"api,omitempty"`
+	Route string `json:"route"` // "" for redis
+	// RLSDomain is the domain of API envoy's requests.
+	RLSDomain string `json:"rls_domain,omitempty"`
 	// Coalesce is the Go client's coalescing, for route owner.
 	Coalesce  bool    `json:"coalesce,omitempty"`
 	Workers   int     `json:"workers"`
 	Batch     int     `json:"batch"`
-	Algorithm string  `json:"algorithm"`
+	Algorithm string  `json:"algorithm"` // "" for API envoy: the domain's rule decides
 	Keys      int     `json:"keys"`
 	Dist      string  `json:"dist"`
 	DurationS float64 `json:"duration_s"` // of the load phase, setup excluded
@@ -347,6 +459,11 @@ type Result struct {
 	LatencyUnit string      `json:"latency_unit"`
 	LatencyUS   Percentiles `json:"latency_us"`
 	StartedAt   time.Time   `json:"started_at"`
+	// CPUSeconds is this process's CPU time, user + system over every
+	// thread, during the load phase (the same span as DurationS); 0 where
+	// the system does not report it. Divided by Checks, it is the load
+	// generator's CPU per check.
+	CPUSeconds float64 `json:"cpu_seconds"`
 
 	// Calls is the number of calls that got an answer (the latency
 	// samples' population).
@@ -402,9 +519,12 @@ func summary(res Result, cfg Config) string {
 	var b strings.Builder
 	switch res.Target {
 	case targetPeerlimit:
-		fmt.Fprintf(&b, "peerlimit %s, route %s", strings.Join(cfg.Endpoints, ","), res.Route)
+		fmt.Fprintf(&b, "peerlimit %s %s, route %s", res.API, strings.Join(cfg.peerlimitEndpoints(), ","), res.Route)
 		if res.Route == routeOwner {
 			fmt.Fprintf(&b, " (coalescing %s)", onOff(cfg.Coalesce))
+		}
+		if res.API == apiEnvoy {
+			fmt.Fprintf(&b, ", domain %s, descriptor %s=<key>", res.RLSDomain, cfg.RLSDescriptorKey)
 		}
 	default:
 		fmt.Fprintf(&b, "redis %s", cfg.Redis)
@@ -413,8 +533,12 @@ func summary(res Result, cfg Config) string {
 	if dist == distZipf {
 		dist = fmt.Sprintf("zipf s=%g", cfg.ZipfS)
 	}
-	fmt.Fprintf(&b, "\n  %s limit %d per %s, %d keys %s, %d workers, batch %d\n",
-		res.Algorithm, cfg.Limit, cfg.Window, res.Keys, dist, res.Workers, res.Batch)
+	if res.API == apiEnvoy {
+		fmt.Fprintf(&b, "\n  the domain's limit, %d keys %s, %d workers, batch %d\n", res.Keys, dist, res.Workers, res.Batch)
+	} else {
+		fmt.Fprintf(&b, "\n  %s limit %d per %s, %d keys %s, %d workers, batch %d\n",
+			res.Algorithm, cfg.Limit, cfg.Window, res.Keys, dist, res.Workers, res.Batch)
+	}
 	fmt.Fprintf(&b, "  %.2fs: %d checks, %.0f checks/s; allowed %d, denied %d, errors %d",
 		res.DurationS, res.Checks, res.ChecksPerS, res.Allowed, res.Denied, res.Errors)
 	if res.Target == targetPeerlimit {
@@ -423,6 +547,13 @@ func summary(res Result, cfg Config) string {
 	l := res.LatencyUS
 	fmt.Fprintf(&b, "\n  latency per call (%d calls): p50 %s, p90 %s, p99 %s, p99.9 %s\n",
 		res.Calls, fmtUS(l.P50), fmtUS(l.P90), fmtUS(l.P99), fmtUS(l.P999))
+	if res.CPUSeconds > 0 {
+		fmt.Fprintf(&b, "  loadgen CPU %.2fs", res.CPUSeconds)
+		if res.Checks > 0 {
+			fmt.Fprintf(&b, ", %.1fµs per check", res.CPUSeconds*1e6/float64(res.Checks))
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 

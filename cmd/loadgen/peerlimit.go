@@ -64,33 +64,54 @@ func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerl
 		return t, nil
 	}
 
-	endpoints := cfg.Endpoints
-	if cfg.Route == routeNode {
-		endpoints = endpoints[:1]
+	conns, err := dialEndpoints(ctx, cfg, tlsCfg, token)
+	if err != nil {
+		return nil, err
 	}
-	// No wire.Dial(), unlike the Go client: these routes stand for a
-	// client that is not peerlimit's (another language, say), so they keep
-	// grpc-go's default protobuf codec, as such a client would have. The
-	// token goes over plaintext too: the cluster's choice, not ours.
+	t.conns = conns
+	for _, conn := range conns {
+		t.apis = append(t.apis, pb.NewRateLimiterClient(conn))
+	}
+	return t, nil
+}
+
+// routeEndpoints are the endpoints cfg's route calls: the first one for
+// route node, every one otherwise.
+func routeEndpoints(cfg *Config, endpoints []string) []string {
+	if cfg.Route == routeNode {
+		return endpoints[:1]
+	}
+	return endpoints
+}
+
+// dialEndpoints opens one gRPC connection per endpoint of cfg's route and
+// connects them. No wire.Dial(), unlike the Go client: these routes stand
+// for a client that is not peerlimit's (another language, an Envoy), so
+// they keep grpc-go's default protobuf codec, as such a client would have.
+// The token goes over plaintext too: the cluster's choice, not ours.
+func dialEndpoints(ctx context.Context, cfg *Config, tlsCfg *tls.Config, token string) ([]*grpc.ClientConn, error) {
+	endpoints := routeEndpoints(cfg, cfg.Endpoints)
 	opts := client.Credentials(tlsCfg, token, true)
+	var conns []*grpc.ClientConn
 	for _, ep := range endpoints {
 		conn, err := grpc.NewClient(ep, opts...)
 		if err != nil {
-			_ = t.close()
+			for _, c := range conns {
+				_ = c.Close()
+			}
 			return nil, fmt.Errorf("connecting to %s: %w", ep, err)
 		}
-		t.conns = append(t.conns, conn)
-		t.apis = append(t.apis, pb.NewRateLimiterClient(conn))
+		conns = append(conns, conn)
 	}
 	// Connect before the clock starts, so that the first calls do not pay
 	// for it. An endpoint that is down is only a warning: the run then
 	// counts its calls as errors, as a chaos experiment wants.
-	for i, conn := range t.conns {
+	for i, conn := range conns {
 		if err := waitReady(ctx, conn); err != nil {
 			fmt.Fprintf(cfg.Stderr, "loadgen: warning: %s is not reachable yet: %v\n", endpoints[i], err)
 		}
 	}
-	return t, nil
+	return conns, nil
 }
 
 func (c *Config) tlsOn() bool {

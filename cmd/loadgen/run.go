@@ -130,6 +130,7 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	errs := &errorLog{}
 	loadCtx, cancelLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer cancelLoad()
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, w := range workers {
@@ -148,6 +149,7 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, cpuOK1 := processCPU()
 	stopProgress()
 
 	res := Result{
@@ -155,9 +157,15 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 		Keys: cfg.Keys, Dist: cfg.Dist, DurationS: elapsed.Seconds(),
 		LatencyUnit: "call", StartedAt: start.UTC(),
 	}
+	if cpuOK && cpuOK1 {
+		res.CPUSeconds = (cpu1 - cpu0).Seconds()
+	}
 	if cfg.Target == targetPeerlimit {
-		res.Route = cfg.Route
+		res.API, res.Route = cfg.API, cfg.Route
 		res.Coalesce = cfg.Route == routeOwner && cfg.Coalesce
+		if cfg.API == apiEnvoy {
+			res.Algorithm, res.RLSDomain = "", cfg.RLSDomain
+		}
 	}
 	lats := make([]*reservoir, len(workers))
 	for i, w := range workers {
@@ -177,8 +185,13 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 
 // openTarget connects to cfg's target.
 func openTarget(ctx context.Context, cfg *Config, keys []string) (target, error) {
-	if cfg.Target == targetRedis {
+	switch {
+	case cfg.Target == targetRedis:
 		return newRedisTarget(ctx, cfg, keys)
+	case cfg.API == apiHTTP:
+		return newHTTPTarget(ctx, cfg, keys)
+	case cfg.API == apiEnvoy:
+		return newEnvoyTarget(ctx, cfg, keys)
 	}
 	return newPeerlimitTarget(ctx, cfg, keys)
 }
@@ -189,7 +202,7 @@ func warn(cfg Config, w io.Writer) {
 		return
 	}
 	// Both are node flags; the nodes may have been started with others.
-	if cfg.Algorithm == algoLog && cfg.Limit > 10_000 {
+	if cfg.API != apiEnvoy && cfg.Algorithm == algoLog && cfg.Limit > 10_000 {
 		fmt.Fprintf(w, "loadgen: warning: -limit %d with -algorithm log: nodes refuse log limits over --max-log-limit (default 10000)\n", cfg.Limit)
 	}
 	if cfg.Batch > 1000 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 // fakeTarget answers in process: even keys are allowed, odd keys denied.
 type fakeTarget struct {
 	delay     time.Duration // per call
+	spin      time.Duration // per call, busy: uses the CPU
 	block     bool          // calls wait for their context to end
 	failKey   int           // > 0: keys that are multiples of it fail on their own
 	callErr   error         // every call fails so
@@ -47,6 +49,9 @@ func (f *fakeTarget) call(ctx context.Context, keys []int, o *outcome) error {
 			return ctx.Err()
 		case <-time.After(f.delay):
 		}
+	}
+	for end := time.Now().Add(f.spin); time.Now().Before(end); {
+		// Busy on purpose: the CPU time is what a test measures.
 	}
 	if f.callErr != nil {
 		return f.callErr
@@ -154,6 +159,23 @@ func TestLoadStopsOnCancel(t *testing.T) {
 	assert.LessOrEqual(t, res.LatencyUS.P99, res.LatencyUS.P999)
 }
 
+// The load generator reports its own CPU time over the load phase: here
+// two workers spin, so it is a good part of the phase's length (less on a
+// busy machine), and never more than the cores could give.
+func TestLoadMeasuresItsCPU(t *testing.T) {
+	cfg := fakeConfig()
+	cfg.Workers, cfg.Duration = 2, 300*time.Millisecond
+	res := load(context.Background(), cfg, &fakeTarget{spin: 50 * time.Microsecond})
+	require.Positive(t, res.Checks)
+	assert.Positive(t, res.CPUSeconds)
+	assert.Greater(t, res.CPUSeconds, 0.05, "two spinning workers for 0.3 s, even on a busy machine")
+	assert.LessOrEqual(t, res.CPUSeconds, res.DurationS*float64(runtime.NumCPU())+0.05)
+
+	// Blocked workers use next to no CPU.
+	res = load(context.Background(), cfg, &fakeTarget{block: true})
+	assert.Less(t, res.CPUSeconds, 0.1)
+}
+
 func TestLoadReportsTheConfiguration(t *testing.T) {
 	cfg := fakeConfig()
 	cfg.Count, cfg.Batch, cfg.Algorithm, cfg.Dist, cfg.Route = 10, 2, algoLog, distZipf, routeRandom
@@ -169,9 +191,19 @@ func TestLoadReportsTheConfiguration(t *testing.T) {
 	assert.Equal(t, "call", res.LatencyUnit)
 	assert.WithinDuration(t, began, res.StartedAt, time.Second)
 	assert.Equal(t, time.UTC, res.StartedAt.Location())
+	assert.Equal(t, apiGRPC, res.API)
+	assert.Empty(t, res.RLSDomain)
+
+	cfg.API, cfg.RLSDomain = apiEnvoy, "edge"
+	res = load(context.Background(), cfg, &fakeTarget{})
+	assert.Equal(t, apiEnvoy, res.API)
+	assert.Equal(t, "edge", res.RLSDomain)
+	assert.Empty(t, res.Algorithm, "the domain's rule decides it")
 
 	cfg.Target = targetRedis
-	assert.Empty(t, load(context.Background(), cfg, &fakeTarget{}).Route, "redis has no route")
+	res = load(context.Background(), cfg, &fakeTarget{})
+	assert.Empty(t, res.Route, "redis has no route")
+	assert.Empty(t, res.API, "nor API")
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
