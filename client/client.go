@@ -138,14 +138,15 @@ type Config struct {
 	// DisableCoalescing sends every Check as its own call instead of
 	// gathering concurrent checks bound for one node into CheckBatch calls.
 	DisableCoalescing bool
-	// CoalesceLimit is the most checks in one coalesced call. Default 100.
+	// CoalesceLimit is the most checks in one coalesced batch. Default 100.
 	CoalesceLimit int
-	// CoalesceWait is how long a check waits to share a call while others
-	// to the same node are in flight; an idle connection sends at once.
-	// Default 200µs.
+	// Deprecated: CoalesceWait is no longer used. A check goes at once on
+	// an idle connection, and otherwise with the next batch, as soon as an
+	// earlier one is answered (MaxInflightBatches).
 	CoalesceWait time.Duration
-	// MaxInflightBatches caps concurrent coalesced calls per node.
-	// Default 4.
+	// MaxInflightBatches caps the coalesced batches out to one node at
+	// once, sent and not yet answered: while they are out, checks gather
+	// for the next. Default 2.
 	MaxInflightBatches int
 	// RetryBackoff is how long a node that failed is avoided, doubling with
 	// each further failure up to MaxRetryBackoff. An avoided node is still
@@ -160,7 +161,7 @@ type Config struct {
 // the caller's.
 func DefaultConfig() Config {
 	return Config{AttemptTimeout: time.Second, RefreshInterval: 10 * time.Second, CoalesceLimit: 100,
-		CoalesceWait: 200 * time.Microsecond, MaxInflightBatches: 4, RetryBackoff: 100 * time.Millisecond,
+		MaxInflightBatches: 2, RetryBackoff: 100 * time.Millisecond,
 		MaxRetryBackoff: 5 * time.Second}
 }
 
@@ -201,7 +202,6 @@ func (c Config) withDefaults() Config {
 	}
 	set(&c.AttemptTimeout, d.AttemptTimeout)
 	set(&c.RefreshInterval, d.RefreshInterval)
-	set(&c.CoalesceWait, d.CoalesceWait)
 	set(&c.RetryBackoff, d.RetryBackoff)
 	set(&c.MaxRetryBackoff, max(d.MaxRetryBackoff, c.RetryBackoff))
 	if c.CoalesceLimit == 0 {
@@ -248,7 +248,7 @@ type node struct {
 	addr    string
 	conn    *grpc.ClientConn
 	api     pb.RateLimiterClient
-	batcher *batch.Batcher[*pb.CheckRequest, *pb.CheckResult] // nil without coalescing
+	coalescer *coalescer // nil without coalescing
 
 	failures  atomic.Int32
 	downUntil atomic.Int64 // unix ns
@@ -299,13 +299,10 @@ func (c *Client) node(addr string) (*node, error) {
 	}
 	n := &node{addr: addr, conn: conn, api: pb.NewRateLimiterClient(conn)}
 	if !c.cfg.DisableCoalescing {
-		n.batcher = batch.New(c.cfg.CoalesceLimit, c.cfg.MaxInflightBatches, c.cfg.CoalesceWait,
-			func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
-				ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
-				defer cancel()
-				resp, err := n.api.CheckBatch(ctx, &pb.CheckBatchRequest{Checks: reqs})
-				return resp.GetResults(), err
-			})
+		if n.coalescer, err = newCoalescer(c.cfg, n.api); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
 	}
 	c.nodes[addr] = n
 	c.publish()
@@ -322,8 +319,8 @@ func (c *Client) publish() {
 }
 
 func (n *node) close() {
-	if n.batcher != nil {
-		n.batcher.Close()
+	if n.coalescer != nil {
+		n.coalescer.close()
 	}
 	_ = n.conn.Close()
 }
@@ -363,8 +360,8 @@ func (c *Client) CheckPolicyN(ctx context.Context, key, policy string, n int64) 
 
 func (c *Client) check(ctx context.Context, key string, req *pb.CheckRequest) (Decision, error) {
 	res, err := c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
-		if nd.batcher != nil {
-			return nd.batcher.Do(ctx, req)
+		if nd.coalescer != nil {
+			return nd.coalescer.batcher.Do(ctx, req)
 		}
 		resp, err := nd.api.Check(ctx, req)
 		if err != nil {

@@ -34,11 +34,14 @@ import (
 //	single/*    unary Check, 64 concurrent callers; p50/p99 per call
 //	batch100/*  CheckBatch of 100 checks, 8 concurrent callers; ns/op and
 //	            checks/s per check, p50/p99 per batch call
+//	idle        one caller, every check sent to a node that does not own
+//	            its key: the latency of a forwarded check on an idle
+//	            cluster (target: p99 under 1 ms)
 //
 // batching=off sets every node's Peers.BatchLimit to 1: each forwarded check
-// is its own Forward RPC. batching=on keeps the defaults. (A CheckBatch is
-// forwarded as one call per owner either way; the per-peer batcher only
-// carries unary Checks.)
+// is its own Forward RPC. batching=on keeps the defaults: forwarded checks
+// go in batches on one ForwardStream per pair of nodes, those of unary
+// Checks and of CheckBatch calls alike.
 //
 // Run: go test ./node -run '^$' -bench Cluster -benchtime 3s -count 3
 func BenchmarkCluster(b *testing.B) {
@@ -57,6 +60,7 @@ func BenchmarkCluster(b *testing.B) {
 			b.Run(s.name, func(b *testing.B) { benchClusterBatch(b, s, 100) })
 		}
 	})
+	b.Run("idle", func(b *testing.B) { benchClusterIdle(b, setups[1]) })
 }
 
 const (
@@ -104,7 +108,8 @@ func startClusterEnv(b *testing.B, s clusterSetup) *clusterEnv {
 		if !s.batching {
 			cfg.Peers.BatchLimit = 1
 		}
-		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithChainUnaryInterceptor(env.countForwards))
+		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithChainUnaryInterceptor(env.countForwards),
+			grpc.WithChainStreamInterceptor(env.countStreamForwards))
 	})
 	for _, n := range env.c.Live() {
 		conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -140,6 +145,29 @@ func (env *clusterEnv) countForwards(ctx context.Context, method string, req, re
 		env.fwdChecks.Add(int64(len(fr.GetChecks())))
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// countStreamForwards counts the batches a node sends on its
+// ForwardStreams, as countForwards counts Forward calls.
+func (env *clusterEnv) countStreamForwards(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStream{ClientStream: s, env: env}, nil
+}
+
+type countingStream struct {
+	grpc.ClientStream
+	env *clusterEnv
+}
+
+func (s *countingStream) SendMsg(m any) error {
+	if fr, ok := m.(*pb.ForwardRequest); ok {
+		s.env.fwdRPCs.Add(1)
+		s.env.fwdChecks.Add(int64(len(fr.GetChecks())))
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 // after adds checks/fwd-rpc to the benchmark's line, and logs what went
@@ -277,6 +305,49 @@ func benchClusterBatch(b *testing.B, s clusterSetup, size int) {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
+	rec.report(b, elapsed)
+	env.after(b, rec.degraded)
+}
+
+// One caller, each check to a node that does not own its key: what a
+// forwarded check costs in latency when nothing else is going on.
+func benchClusterIdle(b *testing.B, s clusterSetup) {
+	env := startClusterEnv(b, s)
+	keys := clusterBenchKeyList()
+	nodes := env.c.Live()
+	// Each key goes to the first node that is not its owner.
+	via := make([]int, len(keys))
+	for k, key := range keys {
+		owner := nodes[0].Ring().Owner(key).ID
+		for via[k] = 0; env.ids[via[k]] == owner; via[k]++ {
+		}
+	}
+	rec := newLatencyRecorder(1, b.N+1)
+	w := rec.worker()
+	req := &pb.CheckRequest{Limit: clusterBenchLimit, WindowMs: 60_000}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		k := i % len(keys)
+		req.Key = keys[k]
+		t0 := time.Now()
+		resp, err := env.clients[via[k]].Check(context.Background(), req)
+		w.lat = append(w.lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.checks++
+		if resp.GetOwner() != env.ids[via[k]] {
+			w.forwarded++
+		}
+		if resp.GetDegraded() {
+			w.degraded++
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	rec.done(w)
 	rec.report(b, elapsed)
 	env.after(b, rec.degraded)
 }

@@ -28,9 +28,11 @@ type Peers interface {
 	// checks bound there, and returns its answer and the request id of
 	// the call that carried it.
 	Forward(ctx context.Context, to Route, req limiter.Request) (Result, string, error)
-	// ForwardBatch asks to to decide reqs in one call carrying ctx's
-	// request id, and returns one result per request, in order, and that
-	// id.
+	// ForwardBatch asks to to decide reqs, in as few calls as the
+	// transport allows, and returns one result per request, in order, and
+	// the request id of a call that carried them. A request whose call
+	// failed while others of the batch were answered has a Result whose
+	// Err is a *CallError; the error is for the batch as a whole.
 	ForwardBatch(ctx context.Context, to Route, reqs []limiter.Request) ([]Result, string, error)
 	// Reset asks to to drop its state for r, whatever its ring says, and
 	// returns how many states that still counted something it dropped.

@@ -13,6 +13,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -235,20 +236,30 @@ func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.
 		sub[j] = reqs[i]
 	}
 	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
+	ok := 0
 	for j, i := range idx {
 		var r routed
-		if err != nil {
+		switch {
+		case err != nil:
 			r = s.fallback(ctx, owner, reqs[i], err)
-		} else {
+		case isCallError(results[j].Err):
+			r = s.fallback(ctx, owner, reqs[i], results[j].Err)
+		default:
 			r = routed{results[j], routeForwarded}
 			s.ownerRefused(ctx, owner, r.Result, id)
+			ok++
 		}
 		out[i] = r.Result
 		s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
 	}
-	if err == nil {
-		s.metrics.forwarded(forwardOK, len(idx))
-	}
+	s.metrics.forwarded(forwardOK, ok)
+}
+
+// isCallError reports whether err is the transport's (the check never got
+// an answer from its owner) rather than the owner's answer.
+func isCallError(err error) bool {
+	var ce *CallError
+	return err != nil && errors.As(err, &ce)
 }
 
 // acquire reserves up to n in-flight forward slots and returns how many

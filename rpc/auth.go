@@ -6,10 +6,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/security"
@@ -57,15 +57,29 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	return h(ctx, req)
 }
 
-// Stream is the stream server interceptor. Neither service has streaming
-// methods today; one added later is guarded like the unary ones, and a
-// Peer stream, whose origin is unknown before its first message, is
-// refused while peer authentication is on.
+// Stream is the stream server interceptor, guarding a stream when it
+// opens like a unary call. A Peer stream names its origin in its metadata
+// (grpcapi.OriginKey), since its messages come only after the check; the
+// Peer server checks each batch again (PeerServer.Admit, AdmitPeer).
 func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := g.check(ss.Context(), info.FullMethod, nil); err != nil {
+	origin := originOf(grpcapi.FirstValue(ss.Context(), grpcapi.OriginKey))
+	if err := g.check(ss.Context(), info.FullMethod, origin); err != nil {
 		return err
 	}
 	return h(srv, ss)
+}
+
+// originOf is the origin a stream names in its metadata, as a request
+// would in its message.
+type originOf string
+
+func (o originOf) GetOrigin() string { return string(o) }
+
+// AdmitPeer checks one batch of a Peer stream (ctx is the stream's) from
+// origin as a Peer call is checked: its credentials, and that origin is a
+// member now.
+func (g *Guard) AdmitPeer(ctx context.Context, origin string) error {
+	return g.check(ctx, peerPrefix+"ForwardStream", originOf(origin))
 }
 
 func (g *Guard) check(ctx context.Context, method string, req any) error {
@@ -73,7 +87,7 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 	case g.Client != nil && (strings.HasPrefix(method, rateLimiterPrefix) || strings.HasPrefix(method, EnvoyRLSPrefix)):
 		auth := ""
 		if g.Client.NeedsToken() {
-			auth = firstValue(ctx, "authorization")
+			auth = grpcapi.FirstValue(ctx, "authorization")
 		}
 		ai, p := authInfo(ctx)
 		if r := g.Client.Check(auth, ai.ClientCert); r != security.OK {
@@ -86,7 +100,7 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 			from = o.GetOrigin()
 		}
 		ai, p := authInfo(ctx)
-		if r := g.Peer.Check(from, firstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
+		if r := g.Peer.Check(from, grpcapi.FirstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
 			// The origin is the caller's text: clipped before it is logged
 			// or echoed, so a huge one costs nothing downstream.
 			shown := route.Clip(from)
@@ -99,13 +113,6 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 		}
 	}
 	return nil
-}
-
-func firstValue(ctx context.Context, key string) string {
-	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 func authInfo(ctx context.Context) (security.AuthInfo, *grpcpeer.Peer) {

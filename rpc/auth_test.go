@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -60,7 +61,9 @@ func newGuarded(t *testing.T, members ...string) *guarded {
 	require.NoError(t, err)
 	gs := grpc.NewServer(append(rpc.NewStrictCodec().ServerOptions(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
 	pb.RegisterRateLimiterServer(gs, g.srv)
-	pb.RegisterPeerServer(gs, rpc.NewPeerServer(g.svc))
+	peerSrv := rpc.NewPeerServer(g.svc)
+	peerSrv.Admit = guard.AdmitPeer
+	pb.RegisterPeerServer(gs, peerSrv)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -229,4 +232,43 @@ func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
 	require.NoError(t, res.Err)
 	assert.False(t, res.Degraded)
 	assert.Equal(t, "n1", res.Owner)
+}
+
+// A ForwardStream is guarded when it opens, by the origin its metadata
+// names, and each batch again: a member removed from the membership while
+// its stream is open is refused at its next batch, PERMISSION_DENIED, and
+// its batch decides nothing.
+func TestGuardPeerStreamOnOpenAndEveryBatch(t *testing.T) {
+	g := newGuarded(t, "n1", "n2")
+	peer := pb.NewPeerClient(g.conn)
+	batch := func(seq uint64) *pb.ForwardRequest {
+		return &pb.ForwardRequest{Origin: "n2", Seq: seq, Checks: []*pb.CheckRequest{{Key: "s", Limit: 10, WindowMs: 60_000}}}
+	}
+	open := func(md ...string) pb.Peer_ForwardStreamClient {
+		ctx, cancel := ctxWith(md...)
+		t.Cleanup(cancel)
+		s, err := peer.ForwardStream(ctx)
+		require.NoError(t, err)
+		return s
+	}
+
+	// No token: refused when the stream opens.
+	s := open(grpcapi.OriginKey, "n2")
+	require.NoError(t, s.Send(batch(1)))
+	_, err := s.Recv()
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+
+	// A member with the secret: answered, until it is no longer a member.
+	s = open(grpcapi.OriginKey, "n2", security.PeerTokenKey, security.PeerToken(clusterSecret, "n2"))
+	require.NoError(t, s.Send(batch(1)))
+	resp, err := s.Recv()
+	require.NoError(t, err)
+	assert.True(t, resp.GetResults()[0].GetResponse().GetAllowed())
+	g.peerAuth.SetMembers([]string{"n1"}) // n2 left (this PeerAuth has no grace)
+	require.NoError(t, s.Send(batch(2)))
+	_, err = s.Recv()
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	d, err := g.store.Check(g.clock.Now(), limiter.Request{Key: "s", Limit: 10, Window: time.Minute})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, d.CurrentCount, "only the first batch was decided")
 }

@@ -2,6 +2,12 @@ package rpc
 
 import (
 	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -16,6 +22,10 @@ import (
 type PeerServer struct {
 	pb.UnimplementedPeerServer
 	svc *route.Service
+	// Admit, if set, checks each batch of a ForwardStream as Guard checks
+	// a call: from a current member, with good credentials. Nil admits
+	// every batch (peer authentication off).
+	Admit func(ctx context.Context, origin string) error
 }
 
 var _ pb.PeerServer = (*PeerServer)(nil)
@@ -27,7 +37,11 @@ func NewPeerServer(svc *route.Service) *PeerServer {
 
 // Forward implements pb.PeerServer: decide here, never forward again.
 func (s *PeerServer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	ctx = grpcapi.Incoming(ctx)
+	return &pb.ForwardResponse{Results: s.forward(grpcapi.Incoming(ctx), in)}, nil
+}
+
+// forward decides a batch of forwarded checks and returns their answers.
+func (s *PeerServer) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.CheckResult {
 	b := fromProtoBatch(in.GetChecks(), FromProto)
 	for i, r := range b.results {
 		if r != nil { // refused before the store saw it: an algorithm or field this node does not know
@@ -35,7 +49,7 @@ func (s *PeerServer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Fo
 			break
 		}
 	}
-	return &pb.ForwardResponse{Results: b.answer(s.svc.HandleForward(ctx, in.GetOrigin(), b.reqs))}, nil
+	return b.answer(s.svc.HandleForward(ctx, in.GetOrigin(), b.reqs))
 }
 
 // Handoff implements pb.PeerServer: merge the states into the store.
@@ -65,4 +79,54 @@ func (s *PeerServer) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.Pe
 		return nil, grpcapi.Status(err).Err()
 	}
 	return &pb.PeerResetResponse{Cleared: uint32(cleared)}, nil
+}
+
+// ForwardStream implements pb.PeerServer: Forward for every batch of a
+// long-lived stream, answered in order with its seq. The stream's origin
+// (x-peerlimit-origin) was checked when it opened (Guard.Stream); each
+// batch must name the same origin, and is checked again with Admit, so
+// that a member that left or was refused since cannot go on forwarding.
+func (s *PeerServer) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
+	ctx := stream.Context()
+	origin := grpcapi.FirstValue(ctx, grpcapi.OriginKey)
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			return endOfStream(err)
+		}
+		if in.GetOrigin() != origin {
+			return status.Errorf(codes.InvalidArgument, "peerlimit: origin %q differs from the stream's %q", route.Clip(in.GetOrigin()), route.Clip(origin))
+		}
+		if s.Admit != nil {
+			if err := s.Admit(ctx, origin); err != nil {
+				return err
+			}
+		}
+		if err := stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, in), in)}); err != nil {
+			return err
+		}
+	}
+}
+
+// batchContext is the context a batch of a ForwardStream is decided in:
+// the stream's, with the batch's request id, and already ended if the
+// sender has stopped waiting for it (it then answered the checks by its
+// fallback, and HandleForward says so).
+func batchContext(ctx context.Context, in *pb.ForwardRequest) context.Context {
+	ctx = route.WithRequestID(ctx, in.GetRequestId())
+	if dl := in.GetDeadlineUnixMs(); dl > 0 && time.Now().UnixMilli() > dl {
+		late, cancel := context.WithCancelCause(ctx)
+		cancel(context.DeadlineExceeded)
+		return late
+	}
+	return ctx
+}
+
+// endOfStream is what a stream handler returns when Recv fails: nothing
+// when the caller closed its side, else the error.
+func endOfStream(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
 }

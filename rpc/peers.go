@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/internal/batch"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -25,22 +24,24 @@ import (
 // PeersConfig holds the settings of the calls to other members. Start
 // from DefaultPeersConfig.
 type PeersConfig struct {
-	// BatchLimit is the most checks one Forward call carries. 1 turns
-	// batching off: every check is its own call. Default 128.
+	// BatchLimit is the most checks one batch of forwarded checks carries.
+	// 1 turns batching off: every check is its own Forward call. Default
+	// 128.
 	BatchLimit int
-	// BatchWait is how long a check waits for others to share its call
-	// while calls to the same peer are in flight. Default 200µs.
-	BatchWait time.Duration
-	// MaxInflight caps concurrent batched calls per peer. Default 4.
+	// MaxInflight is the most batches out to one peer at once, sent and
+	// not yet answered. While they are out, checks bound there gather, and
+	// go together as soon as one is answered: under load a batch carries
+	// what arrived during the one before it. Default 1.
 	MaxInflight int
-	// Timeout bounds every call to a peer. Past it the owner counts as
-	// unreachable and the fallback policy answers. Default 500ms.
+	// Timeout bounds every call to a peer, and the wait for each batch's
+	// answer. Past it the owner counts as unreachable and the fallback
+	// policy answers. Default 500ms.
 	Timeout time.Duration
 }
 
 // DefaultPeersConfig returns the defaults documented on PeersConfig.
 func DefaultPeersConfig() PeersConfig {
-	return PeersConfig{BatchLimit: 128, BatchWait: 200 * time.Microsecond, MaxInflight: 4, Timeout: 500 * time.Millisecond}
+	return PeersConfig{BatchLimit: 128, MaxInflight: 1, Timeout: 500 * time.Millisecond}
 }
 
 // Validate reports every unusable field.
@@ -48,9 +49,6 @@ func (c PeersConfig) Validate() error {
 	var errs []error
 	if c.BatchLimit < 1 {
 		errs = append(errs, fmt.Errorf("BatchLimit must be ≥ 1 (1 turns batching off), got %d", c.BatchLimit))
-	}
-	if c.BatchWait <= 0 {
-		errs = append(errs, fmt.Errorf("BatchWait must be positive, got %s", c.BatchWait))
 	}
 	if c.MaxInflight < 1 {
 		errs = append(errs, fmt.Errorf("MaxInflight must be ≥ 1, got %d", c.MaxInflight))
@@ -84,25 +82,10 @@ var _ route.Peers = (*Peers)(nil)
 var errPeerClosed = errors.New("peer connection closed")
 
 type peer struct {
-	route   route.Route
-	conn    *grpc.ClientConn
-	client  pb.PeerClient
-	batcher *batch.Batcher[fwdItem, fwdResult] // nil when batching is off
-}
-
-// fwdItem is one check waiting in a peer's batcher, with the context of
-// the request it belongs to: a call that carries only it carries its
-// request id (see RequestIDKey).
-type fwdItem struct {
-	req *pb.CheckRequest
-	ctx context.Context
-}
-
-// fwdResult is the owner's answer to one check and the id of the call
-// that carried it.
-type fwdResult struct {
-	res *pb.CheckResult
-	id  string
+	route  route.Route
+	conn   *grpc.ClientConn
+	client pb.PeerClient
+	link   *forwardLink // nil when batching is off
 }
 
 // NewPeers returns an empty peer set for the member self. metrics, if not
@@ -178,28 +161,10 @@ func (p *Peers) get(r route.Route) (*peer, error) {
 	conn.Connect() // dial now, not on the first forward
 	pr := &peer{route: r, conn: conn, client: pb.NewPeerClient(conn)}
 	if p.cfg.BatchLimit > 1 {
-		pr.batcher = batch.New(p.cfg.BatchLimit, p.cfg.MaxInflight, p.cfg.BatchWait, func(items []fwdItem) ([]fwdResult, error) {
-			// A call for one request carries its id; a coalesced one its own.
-			id := ""
-			if len(items) == 1 {
-				id = route.RequestIDForCall(items[0].ctx)
-			} else {
-				id = route.NewRequestID()
-			}
-			reqs := make([]*pb.CheckRequest, len(items))
-			for i, it := range items {
-				reqs[i] = it.req
-			}
-			results, err := p.forward(context.Background(), pr, reqs, id)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]fwdResult, len(results))
-			for i, r := range results {
-				out[i] = fwdResult{res: r, id: id}
-			}
-			return out, nil
-		})
+		if pr.link, err = newForwardLink(p, pr); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
 	}
 	if old, ok := p.peers[r.ID]; ok {
 		go old.close() // its address changed (a restart); don't close under p.mu
@@ -209,14 +174,14 @@ func (p *Peers) get(r route.Route) (*peer, error) {
 }
 
 func (pr *peer) close() {
-	if pr.batcher != nil {
-		pr.batcher.Close()
+	if pr.link != nil {
+		pr.link.close()
 	}
 	_ = pr.conn.Close()
 }
 
 // Forward sends one check to its owner, batched with others bound there,
-// and returns the owner's answer and the request id of the call that
+// and returns the owner's answer and the request id of the batch that
 // carried it (CallID of an error says the same). The error is for the
 // transport (the owner could not be asked); an answer the owner gave,
 // including a per-check error, is in the Result.
@@ -227,8 +192,8 @@ func (p *Peers) Forward(ctx context.Context, to route.Route, req limiter.Request
 	}
 	preq := ToProtoRequest(req)
 	var res fwdResult
-	if pr.batcher != nil {
-		res, err = pr.batcher.Do(ctx, fwdItem{req: preq, ctx: ctx})
+	if pr.link != nil {
+		res, err = pr.link.batcher.Do(ctx, fwdItem{req: preq, ctx: ctx})
 	} else {
 		res.id = route.RequestIDForCall(ctx)
 		var results []*pb.CheckResult
@@ -243,9 +208,10 @@ func (p *Peers) Forward(ctx context.Context, to route.Route, req limiter.Request
 	return FromProtoResult(res.res), res.id, nil
 }
 
-// ForwardBatch sends checks to their owner in one call (they are already a
-// batch, of one request, whose id the call carries) and returns one Result
-// per check and the call's request id.
+// ForwardBatch sends checks to their owner, in the peer's batches with
+// everything else bound there (or, with batching off, in one Forward call
+// carrying the request's id), and returns one Result per check and the
+// request id of a batch that carried them.
 func (p *Peers) ForwardBatch(ctx context.Context, to route.Route, reqs []limiter.Request) ([]route.Result, string, error) {
 	pr, err := p.get(to)
 	if err != nil {
@@ -255,6 +221,9 @@ func (p *Peers) ForwardBatch(ctx context.Context, to route.Route, reqs []limiter
 	slab := newRequestSlab(len(reqs))
 	for i, r := range reqs {
 		preqs[i] = slab.put(i, r)
+	}
+	if pr.link != nil {
+		return pr.link.forwardAll(ctx, preqs)
 	}
 	id := route.RequestIDForCall(ctx)
 	results, err := p.forward(ctx, pr, preqs, id)

@@ -49,6 +49,34 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	return &pb.CheckBatchResponse{Results: b.answer(results)}, nil
 }
 
+// CheckStream implements pb.RateLimiterServer: CheckBatch for every batch
+// of a long-lived stream, answered in order with its seq. A batch over
+// the maximum is answered with that error, and the stream goes on.
+func (s *Server) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
+	ctx := grpcapi.Incoming(stream.Context())
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			return endOfStream(err)
+		}
+		out := &pb.CheckStreamResponse{Seq: in.GetSeq()}
+		if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
+			out.Error = errorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
+		} else {
+			b := fromProtoBatch(in.GetChecks(), s.request)
+			results, err := s.svc.CheckBatch(ctx, b.reqs)
+			if err != nil {
+				out.Error = errorProto(err)
+			} else {
+				out.Results = b.answer(results)
+			}
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
 // protoBatch is a batch of wire checks converted for the Service: the
 // valid ones as requests, the invalid ones already answered.
 type protoBatch struct {
@@ -127,9 +155,11 @@ func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 }
 
 func errorResult(err error) *pb.CheckResult {
-	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: &pb.Error{
-		Code: uint32(grpcapi.Code(err)), Field: route.Field(err), Message: err.Error(),
-	}}}
+	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: errorProto(err)}}
+}
+
+func errorProto(err error) *pb.Error {
+	return &pb.Error{Code: uint32(grpcapi.Code(err)), Field: route.Field(err), Message: err.Error()}
 }
 
 // FromProto converts and range-checks a wire request that carries its

@@ -694,7 +694,6 @@ func TestPeersConfigValidate(t *testing.T) {
 	require.NoError(t, rpc.DefaultPeersConfig().Validate())
 	for name, mutate := range map[string]func(*rpc.PeersConfig){
 		"BatchLimit":  func(c *rpc.PeersConfig) { c.BatchLimit = 0 },
-		"BatchWait":   func(c *rpc.PeersConfig) { c.BatchWait = -time.Millisecond },
 		"MaxInflight": func(c *rpc.PeersConfig) { c.MaxInflight = 0 },
 		"Timeout":     func(c *rpc.PeersConfig) { c.Timeout = 0 },
 	} {

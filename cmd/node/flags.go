@@ -21,6 +21,9 @@ type options struct {
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	logFormat       string
+	// deprecated says, for each flag given that no longer does anything,
+	// why: main logs it, so that an old configuration still starts.
+	deprecated []string
 }
 
 // rawFlags holds the flags read as strings: they are converted into options
@@ -31,6 +34,7 @@ type rawFlags struct {
 	fallback, overflow             string
 	clientAuth                     string
 	logLevel                       string
+	batchWait                      time.Duration // deprecated
 }
 
 // parseFlags reads args, then fills every flag not given on the command line
@@ -93,8 +97,8 @@ func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.IntVar(&c.Ring.ReplicationFactor, "ring-replication-factor", c.Ring.ReplicationFactor, "virtual points per member on the hash ring (more: evener shares); the same on every node")
 	fs.Float64Var(&c.Ring.Load, "ring-load", c.Ring.Load, "a member owns at most this × the average partitions; the same on every node")
 	fs.IntVar(&c.Peers.BatchLimit, "batch-limit", c.Peers.BatchLimit, "most forwarded checks per peer call; 1 turns batching off")
-	fs.DurationVar(&c.Peers.BatchWait, "batch-wait", c.Peers.BatchWait, "how long a forwarded check waits to share a call while others to the same peer are in flight")
-	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "concurrent batched calls per peer")
+	fs.DurationVar(&raw.batchWait, "batch-wait", 0, "deprecated, ignored: a forwarded check goes at once on an idle link, else with the next batch (see --max-inflight-batches)")
+	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "batches of forwarded checks out to one peer at once; while they are out, checks gather for the next")
 	fs.DurationVar(&c.Peers.Timeout, "forward-timeout", c.Peers.Timeout, "deadline of a call to a peer; past it the owner counts as unreachable")
 	fs.StringVar(&raw.fallback, "fallback", c.Route.Fallback.String(), "when a key's owner is unreachable: local (decide here), allow or deny; answers are marked degraded")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
@@ -189,6 +193,10 @@ func (r rawFlags) apply(o *options, getenv func(string) string) error {
 		return err
 	}
 	applyEnvSecrets(&o.node.Security, getenv)
+	if r.batchWait != 0 {
+		o.deprecated = append(o.deprecated, "--batch-wait is ignored: a forwarded check goes at once on an idle link, "+
+			"else with the next batch as soon as one is answered (--max-inflight-batches)")
+	}
 	return nil
 }
 

@@ -35,6 +35,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, hopts)
 	}
 	opts.node.Logger = slog.New(h)
+	for _, why := range opts.deprecated {
+		opts.node.Logger.Warn("deprecated flag", "why", why)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

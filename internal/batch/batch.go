@@ -6,12 +6,68 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"time"
 )
 
 // ErrClosed fails the calls of a closed Batcher.
 var ErrClosed = errors.New("batcher closed")
+
+// SendFunc sends reqs as one batch and calls done exactly once, with one
+// result per request, in order, or with an error for them all. It may call
+// done before it returns (a send that waits for its answer, such as a
+// unary call) or later, on another goroutine (a stream's reader); done
+// does not block. The Batcher never runs two SendFuncs at once, so a send
+// may write to a stream that allows one writer at a time.
+type SendFunc[Req, Res any] func(reqs []Req, done func([]Res, error))
+
+// Config bounds a Batcher.
+type Config struct {
+	// Limit is the most requests one batch carries.
+	Limit int
+	// Window is the most batches in flight at once (sent, not yet
+	// answered). With all of them out, new requests wait, and go in the
+	// next batch as soon as one is answered. 1 is group commit at its
+	// leanest: under load, a batch carries everything that arrived while
+	// the one before was out.
+	Window int
+}
+
+// Validate reports an unusable Config.
+func (c Config) Validate() error {
+	if c.Limit < 1 || c.Window < 1 {
+		return fmt.Errorf("batch: Limit and Window must be ≥ 1, got %d and %d", c.Limit, c.Window)
+	}
+	return nil
+}
+
+// Batcher coalesces concurrent requests to one destination into batches.
+// A request on an idle link goes at once, alone, on its caller's
+// goroutine: nothing waits for a batch to fill. While Window batches are
+// out, requests gather, and whoever learns that one was answered (the
+// goroutine that received the answer) sends the next, with everything
+// that gathered, up to Limit. So the busier the link, the bigger the
+// batches and the lower the cost per request, and a request costs its
+// caller no goroutine hand-off beyond being woken with its answer: the
+// Batcher has no goroutine of its own.
+//
+// At most twice what the window holds (2 × Window × Limit) wait to be
+// sent; a caller past that waits for room, bounded by its context, so
+// memory does not grow with a slow destination. Safe for concurrent use.
+type Batcher[Req, Res any] struct {
+	cfg  Config
+	send SendFunc[Req, Res]
+
+	mu       sync.Mutex
+	pending  []*call[Req, Res] // waiting to be sent, in arrival order
+	inflight int               // batches sent and not yet answered
+	flushing bool              // a goroutine is sending: no other may
+	closed   bool
+	waiting  int           // callers waiting for room
+	room     chan struct{} // closed (and replaced) to wake them
+
+	busy sync.WaitGroup // batches in flight and flushes under way, for Close
+}
 
 // call is one request waiting for its answer.
 type call[Req, Res any] struct {
@@ -21,167 +77,196 @@ type call[Req, Res any] struct {
 	done chan struct{}
 }
 
-// Batcher coalesces concurrent requests to one destination into batched
-// sends. It sends at once when no send is in flight (an idle link gains
-// nothing by waiting); otherwise requests gather until the batch is full
-// or wait has passed since the first of them, and at most maxInflight sends
-// run at a time. Under load this is group commit: the busier the link, the
-// bigger the batches, the lower the cost per request. With several
-// batches' worth waiting it stops accepting, so callers wait (bounded by
-// their contexts) instead of memory growing.
-//
-// send must return one result per request, in order; it runs on one of
-// maxInflight sender goroutines, which live as long as the Batcher: a
-// goroutine per send grew its stack through the whole gRPC call path every
-// time (runtime.newstack and copystack were 9% of a forwarding node's CPU,
-// 6% of a coalescing client's). Safe for concurrent use.
-type Batcher[Req, Res any] struct {
-	limit       int
-	maxInflight int
-	wait        time.Duration
-	send        func(reqs []Req) ([]Res, error)
-
-	in   chan *call[Req, Res]
-	stop chan struct{}
-	done chan struct{}
-}
-
-// New starts a Batcher; Close stops it.
-func New[Req, Res any](limit, maxInflight int, wait time.Duration, send func([]Req) ([]Res, error)) *Batcher[Req, Res] {
-	limit, maxInflight = max(limit, 1), max(maxInflight, 1) // with 0, nothing would ever be sent
-	b := &Batcher[Req, Res]{limit: limit, maxInflight: maxInflight, wait: wait, send: send,
-		in: make(chan *call[Req, Res], limit), stop: make(chan struct{}), done: make(chan struct{})}
-	go b.run()
-	return b
+// New returns a Batcher sending through send.
+func New[Req, Res any](cfg Config, send SendFunc[Req, Res]) (*Batcher[Req, Res], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Batcher[Req, Res]{cfg: cfg, send: send, room: make(chan struct{})}, nil
 }
 
 // Do sends req with others and waits for its answer or ctx. If ctx ends
 // after req was sent, the destination may still act on it.
 func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (res Res, err error) {
 	c := &call[Req, Res]{req: req, done: make(chan struct{})}
-	select {
-	case b.in <- c:
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-b.stop:
-		return res, ErrClosed
+	if err := b.enqueue(ctx, c); err != nil {
+		return res, err
 	}
+	b.flush(c)
 	select {
 	case <-c.done:
 		return c.res, c.err
-	case <-b.done:
-		// run has stopped; c may have been answered just before.
-		select {
-		case <-c.done:
-			return c.res, c.err
-		default:
-			return res, ErrClosed
-		}
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
 }
 
-// Close fails what has not been sent, waits for what has, and stops.
-func (b *Batcher[Req, Res]) Close() {
-	close(b.stop)
-	<-b.done
-}
-
-func (b *Batcher[Req, Res]) run() {
-	defer close(b.done)
-	var (
-		pending  []*call[Req, Res]
-		inflight int
-		senders  sync.WaitGroup
-		timer    = time.NewTimer(time.Hour)
-		timerOn  bool
-		// Both hold at most maxInflight, the most batches ever out, so
-		// neither side ever blocks on them.
-		sends    = make(chan []*call[Req, Res], b.maxInflight)
-		finished = make(chan struct{}, b.maxInflight)
-	)
-	for range b.maxInflight {
-		senders.Go(func() {
-			for batch := range sends {
-				b.exchange(batch)
-				finished <- struct{}{}
-			}
-		})
+// DoAll sends reqs, which go in as few batches as Limit allows (with
+// others' requests), and waits for every answer or ctx: a caller that has
+// a batch already need not wait for each request in turn. The error is
+// ctx's or ErrClosed; a batch's send error is in each of its results'
+// errs.
+func (b *Batcher[Req, Res]) DoAll(ctx context.Context, reqs []Req) (res []Res, errs []error, err error) {
+	if len(reqs) == 0 {
+		return nil, nil, nil
 	}
-	timer.Stop()
-	defer timer.Stop()
-	flush := func() {
-		for len(pending) > 0 && inflight < b.maxInflight {
-			n := min(len(pending), b.limit)
-			batch := append([]*call[Req, Res](nil), pending[:n]...)
-			pending = pending[n:]
-			inflight++
-			sends <- batch
+	calls := make([]call[Req, Res], len(reqs))
+	for i := range calls {
+		calls[i] = call[Req, Res]{req: reqs[i], done: make(chan struct{})}
+		if err := b.enqueue(ctx, &calls[i]); err != nil {
+			return nil, nil, err
 		}
-		if len(pending) == 0 {
-			pending = nil // let the backing array go
-			if timerOn {
-				timer.Stop()
-				timerOn = false
-			}
-		}
+		// As they are added: more than the pending bound would otherwise
+		// wait for room that only a send makes.
+		b.flush(&calls[i])
 	}
-	in := b.in
-	for {
+	res, errs = make([]Res, len(reqs)), make([]error, len(reqs))
+	for i := range calls {
 		select {
-		case c := <-in:
-			pending = append(pending, c)
-			switch {
-			case len(pending) >= b.limit || inflight == 0:
-				flush()
-			case !timerOn:
-				timer.Reset(b.wait)
-				timerOn = true
-			}
-		case <-timer.C:
-			timerOn = false
-			flush()
-		case <-finished:
-			inflight--
-			flush() // what gathered meanwhile goes now
-		case <-b.stop:
-			for _, c := range pending {
-				c.err = ErrClosed
-				close(c.done)
-			}
-			// Calls still queued, or queued by a Do racing Close, get
-			// ErrClosed from Do once done is closed. Batches already
-			// handed to the senders are sent and answered.
-			close(sends)
-			senders.Wait()
-			return
+		case <-calls[i].done:
+			res[i], errs[i] = calls[i].res, calls[i].err
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
 		}
-		// Backpressure: with several batches' worth waiting, stop taking
-		// more; callers then wait in do, bounded by their contexts.
-		if len(pending) >= b.maxInflight*b.limit {
-			in = nil
-		} else {
-			in = b.in
+	}
+	return res, errs, nil
+}
+
+// enqueue adds c to the pending requests, once there is room for it.
+func (b *Batcher[Req, Res]) enqueue(ctx context.Context, c *call[Req, Res]) error {
+	b.mu.Lock()
+	for !b.closed && len(b.pending) >= b.maxPending() {
+		room := b.room
+		b.waiting++
+		b.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.waiting--
+			b.mu.Unlock()
+			return ctx.Err()
 		}
+		b.mu.Lock()
+		b.waiting--
+	}
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.pending = append(b.pending, c)
+	return nil
+}
+
+func (b *Batcher[Req, Res]) maxPending() int { return 2 * b.cfg.Limit * b.cfg.Window }
+
+// flush sends pending batches while the window has room, on this
+// goroutine, unless another goroutine is sending already (it will send
+// these too). A caller (own set) stops once its own request is answered,
+// which a send that waits for its answer does before it returns; if
+// requests are still pending then, a new goroutine carries on, so that no
+// caller is kept sending other callers' batches under sustained load.
+func (b *Batcher[Req, Res]) flush(own *call[Req, Res]) {
+	b.mu.Lock()
+	if b.flushing {
+		b.mu.Unlock()
+		return
+	}
+	b.flushing = true
+	for b.canSend() && (own == nil || !own.answered()) {
+		batch := b.take()
+		b.mu.Unlock()
+		b.sendBatch(batch)
+		b.mu.Lock()
+	}
+	b.flushing = false
+	more := b.canSend()
+	if more {
+		b.busy.Add(1)
+	}
+	b.mu.Unlock()
+	if more {
+		go func() {
+			defer b.busy.Done()
+			b.flush(nil)
+		}()
 	}
 }
 
-func (b *Batcher[Req, Res]) exchange(batch []*call[Req, Res]) {
+// canSend reports whether a batch should go now. Requires b.mu held.
+func (b *Batcher[Req, Res]) canSend() bool {
+	return len(b.pending) > 0 && b.inflight < b.cfg.Window && !b.closed
+}
+
+// take removes the next batch from pending and counts it in flight.
+// Requires b.mu held.
+func (b *Batcher[Req, Res]) take() []*call[Req, Res] {
+	n := min(len(b.pending), b.cfg.Limit)
+	batch := append([]*call[Req, Res](nil), b.pending[:n]...)
+	clear(b.pending[:n]) // let answered calls go
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 {
+		b.pending = nil // let the backing array go
+	}
+	if b.waiting > 0 {
+		close(b.room)
+		b.room = make(chan struct{})
+	}
+	b.inflight++
+	b.busy.Add(1)
+	return batch
+}
+
+// sendBatch sends batch and, when its answer comes, hands each request
+// its result and sends what gathered meanwhile.
+func (b *Batcher[Req, Res]) sendBatch(batch []*call[Req, Res]) {
 	reqs := make([]Req, len(batch))
 	for i, c := range batch {
 		reqs[i] = c.req
 	}
-	results, err := b.send(reqs)
-	if err == nil && len(results) != len(batch) {
-		err = errors.New("batch answered with a different number of results")
-	}
-	for i, c := range batch {
-		if err != nil {
-			c.err = err
-		} else {
-			c.res = results[i]
+	b.send(reqs, func(results []Res, err error) {
+		if err == nil && len(results) != len(batch) {
+			err = fmt.Errorf("batch of %d answered with %d results", len(batch), len(results))
 		}
+		for i, c := range batch {
+			if err != nil {
+				c.err = err
+			} else {
+				c.res = results[i]
+			}
+			close(c.done)
+		}
+		b.mu.Lock()
+		b.inflight--
+		b.mu.Unlock()
+		b.flush(nil) // this goroutine learnt of the free slot: it sends next
+		b.busy.Done()
+	})
+}
+
+func (c *call[Req, Res]) answered() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close fails what has not been sent with ErrClosed, and waits for the
+// batches in flight to be answered (their SendFunc must call done, if
+// only with an error, for Close to return).
+func (b *Batcher[Req, Res]) Close() {
+	b.mu.Lock()
+	b.closed = true
+	pending := b.pending
+	b.pending = nil
+	close(b.room) // callers waiting for room see closed
+	b.room = make(chan struct{})
+	b.mu.Unlock()
+	for _, c := range pending {
+		c.err = ErrClosed
 		close(c.done)
 	}
+	b.busy.Wait()
 }

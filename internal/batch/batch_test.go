@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,129 +13,74 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
 // The batcher tests drive a batcher whose send is a fake the test answers
-// by hand: each send announces itself with the checks it carries, then
-// blocks until the test replies. No network.
+// by hand, as a stream's reader would: each send records the requests it
+// carries and returns at once; the test calls its done later, from its own
+// goroutine. No network.
 //
-// Most run in a synctest bubble. synctest.Wait returns only once every
-// goroutine of the bubble (the batcher's loop, its sends, the callers) is
-// blocked, so "every call so far has been taken in by the loop" is a fact,
-// not a guess; and the bubble's clock moves only when everything is
-// blocked, so time.Since(start) == 0 proves something happened without
-// waiting for any timer, and == BatchWait proves the timer did it.
+// They run in a synctest bubble: synctest.Wait returns only once every
+// goroutine of the bubble is blocked, so "every call so far has been taken
+// in" is a fact, not a guess, and the bubble's clock moves only when
+// everything is blocked, so time.Since(start) == 0 proves that nothing
+// waited for a timer.
 
-// btSend is one call of the fake send.
+// btSend is one batch handed to the fake send.
 type btSend struct {
-	reqs  []*pb.CheckRequest
-	reply chan btReply
+	reqs []string
+	done func([]string, error)
 }
 
-type btReply struct {
-	results []*pb.CheckResult
-	err     error
+// btPeer is the fake far end: sends are recorded, answered by the test.
+type btPeer struct {
+	mu    sync.Mutex
+	sends []*btSend
+	// writers counts sends running at once: the Batcher must never run
+	// two (a stream allows one writer).
+	writers, maxWriters int
 }
 
-func (s *btSend) keys() []string {
-	out := make([]string, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = r.GetKey()
-	}
-	return out
+func (p *btPeer) send(reqs []string, done func([]string, error)) {
+	p.mu.Lock()
+	p.writers++
+	p.maxWriters = max(p.maxWriters, p.writers)
+	p.sends = append(p.sends, &btSend{reqs: reqs, done: done})
+	p.writers--
+	p.mu.Unlock()
 }
 
-// btEcho answers each check with a response naming its key, so every
-// caller can tell whether it got its own answer.
-func btEcho(reqs []*pb.CheckRequest) []*pb.CheckResult {
-	out := make([]*pb.CheckResult, len(reqs))
-	for i, r := range reqs {
-		out[i] = &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{
-			Allowed: true, Limit: r.GetLimit(), Owner: r.GetKey()}}}
-	}
-	return out
-}
-
-func (s *btSend) echo()                                 { s.reply <- btReply{results: btEcho(s.reqs)} }
-func (s *btSend) answer(res []*pb.CheckResult, e error) { s.reply <- btReply{results: res, err: e} }
-
-// btPeer is the fake far end: its send blocks until the test answers.
-type btPeer struct{ sends chan *btSend }
-
-func newBTPeer() *btPeer { return &btPeer{sends: make(chan *btSend, 64)} }
-
-func (p *btPeer) send(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
-	s := &btSend{reqs: reqs, reply: make(chan btReply, 1)}
-	p.sends <- s
-	r := <-s.reply
-	return r.results, r.err
-}
-
-// next returns the next send, waiting for it as long as it takes: in a
-// bubble, if nothing else can happen, the fake clock runs to the next
-// timer (and the caller's time assertion says so).
-func (p *btPeer) next() *btSend { return <-p.sends }
-
-// nextWithin is next on the real clock, failing the test after d.
-func (p *btPeer) nextWithin(t *testing.T, d time.Duration) *btSend {
-	t.Helper()
-	select {
-	case s := <-p.sends:
-		return s
-	case <-time.After(d):
-		t.Fatalf("no send within %s", d)
+// next returns the oldest unanswered send, or nil.
+func (p *btPeer) next() *btSend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.sends) == 0 {
 		return nil
 	}
+	s := p.sends[0]
+	p.sends = p.sends[1:]
+	return s
 }
 
-// started returns the sends that have started and not been taken yet.
-func (p *btPeer) started() []*btSend {
-	var out []*btSend
-	for {
-		select {
-		case s := <-p.sends:
-			out = append(out, s)
-		default:
-			return out
-		}
-	}
-}
+// echo answers each request with itself, so every caller can tell whether
+// it got its own answer.
+func (s *btSend) echo() { s.done(append([]string(nil), s.reqs...), nil) }
 
-// none asserts that no send has started.
-func (p *btPeer) none(t *testing.T) {
-	t.Helper()
-	select {
-	case s := <-p.sends:
-		t.Fatalf("unexpected send of %v", s.keys())
-	default:
-	}
-}
-
-// btCall is one caller of do, running in its own goroutine.
+// btCall is one caller of Do, running in its own goroutine.
 type btCall struct {
 	key  string
-	res  *pb.CheckResult
+	res  string
 	err  error
 	done chan struct{}
 }
 
-func btDo(ctx context.Context, b *Batcher[*pb.CheckRequest, *pb.CheckResult], key string) *btCall {
+func btDo(ctx context.Context, b *Batcher[string, string], key string) *btCall {
 	c := &btCall{key: key, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.res, c.err = b.Do(ctx, &pb.CheckRequest{Key: key, Limit: 10, WindowMs: 1000})
+		c.res, c.err = b.Do(ctx, key)
 	}()
-	return c
-}
-
-// btDoSettled starts a caller and waits (in a bubble) until it and the
-// batcher's loop are blocked again: the call is pending, in flight,
-// queued, or answered, whichever the batcher decided.
-func btDoSettled(ctx context.Context, b *Batcher[*pb.CheckRequest, *pb.CheckResult], key string) *btCall {
-	c := btDo(ctx, b, key)
-	synctest.Wait()
+	synctest.Wait() // it has sent, or is waiting: whichever the batcher decided
 	return c
 }
 
@@ -146,12 +93,12 @@ func (c *btCall) finished() bool {
 	}
 }
 
-// own asserts that the caller got the answer to its own check.
+// own asserts that the caller got the answer to its own request.
 func (c *btCall) own(t *testing.T) {
 	t.Helper()
 	<-c.done
 	require.NoError(t, c.err, c.key)
-	assert.Equal(t, c.key, c.res.GetResponse().GetOwner(), "%s got another caller's answer", c.key)
+	assert.Equal(t, c.key, c.res, "%s got another caller's answer", c.key)
 }
 
 func btKeys(from, to int) []string {
@@ -162,25 +109,40 @@ func btKeys(from, to int) []string {
 	return out
 }
 
+func newBT(t *testing.T, limit, window int) (*Batcher[string, string], *btPeer) {
+	t.Helper()
+	p := &btPeer{}
+	b, err := New(Config{Limit: limit, Window: window}, p.send)
+	require.NoError(t, err)
+	return b, p
+}
+
 // btNoLeaks fails the test if goroutines it started outlive it.
 func btNoLeaks(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }
 
-// An idle link sends each check at once, alone: a BatchWait of an hour
-// never comes into it.
-func TestBatcherIdleLinkSendsAtOnceAlone(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Limit: 0, Window: 1}, {Limit: 1, Window: 0}, {Limit: -1, Window: -1}} {
+		_, err := New(c, (&btPeer{}).send)
+		assert.ErrorContains(t, err, "Limit and Window must be ≥ 1")
+	}
+}
+
+// An idle link sends each request at once, alone, on its caller's
+// goroutine: nothing waits for a batch to fill.
+func TestIdleLinkSendsAtOnceAlone(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](8, 4, time.Hour, p.send)
+		b, p := newBT(t, 8, 1)
 		for _, key := range btKeys(0, 2) {
 			start := time.Now()
 			c := btDo(context.Background(), b, key)
 			s := p.next()
-			assert.Equal(t, []string{key}, s.keys())
-			assert.Zero(t, time.Since(start), "sent without waiting for BatchWait")
+			require.NotNil(t, s, "sent before its caller waits")
+			assert.Equal(t, []string{key}, s.reqs)
+			assert.Zero(t, time.Since(start))
 			s.echo()
 			c.own(t)
 		}
@@ -188,425 +150,331 @@ func TestBatcherIdleLinkSendsAtOnceAlone(t *testing.T) {
 	})
 }
 
-// The same on the real clock: with BatchWait an hour, each call must come
-// back within its 10s deadline, in a send of its own.
-func TestBatcherIdleLinkSendsAtOnceRealClock(t *testing.T) {
-	btNoLeaks(t)
-	var sizes []int
-	b := New[*pb.CheckRequest, *pb.CheckResult](8, 4, time.Hour, func(reqs []*pb.CheckRequest) ([]*pb.CheckResult, error) {
-		sizes = append(sizes, len(reqs)) // one send at a time: the calls are sequential
-		return btEcho(reqs), nil
-	})
-	defer b.Close()
-	for _, key := range btKeys(0, 4) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := b.Do(ctx, &pb.CheckRequest{Key: key, Limit: 1, WindowMs: 1000})
-		cancel()
-		require.NoError(t, err, "an idle batcher must not wait for BatchWait")
-		assert.Equal(t, key, res.GetResponse().GetOwner())
-	}
-	assert.Equal(t, []int{1, 1, 1, 1, 1}, sizes)
-}
-
-// While a call is in flight, later calls gather; when it returns they go
-// in as few sends as BatchLimit allows (10 calls, limit 4: 4, 4, 2), each
-// caller getting its own answer, in order.
-func TestBatcherGathersCallsWhileOneIsInFlight(t *testing.T) {
+// While the window is full, later requests gather; each answer lets the
+// next batch go with everything that gathered, up to Limit (7 requests,
+// limit 3: 3, 3, 1), each caller getting its own answer.
+func TestRequestsGatherWhileTheWindowIsFull(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
-		start := time.Now()
+		b, p := newBT(t, 3, 1)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
-		require.Equal(t, []string{"k0"}, s0.keys())
-
+		require.Equal(t, []string{"k0"}, s0.reqs)
 		var calls []*btCall
-		for _, key := range btKeys(1, 10) {
-			calls = append(calls, btDoSettled(context.Background(), b, key))
+		for _, key := range btKeys(1, 6) {
+			calls = append(calls, btDo(context.Background(), b, key))
 		}
-		p.none(t) // all gathered behind k0, none sent
+		assert.Nil(t, p.next(), "all gathered behind k0, none sent")
 
 		s0.echo()
 		first.own(t)
+		calls = append(calls, btDo(context.Background(), b, "k7"))
 		var got [][]string
-		for range 3 {
-			s := p.next()
-			synctest.Wait() // let the loop take in what it can before this send ends
-			got = append(got, s.keys())
-			s.echo()
+		for s := p.next(); s != nil; s = p.next() {
+			got = append(got, s.reqs)
+			s.echo() // answered on this goroutine: it sends the next batch
 		}
-		assert.Equal(t, [][]string{btKeys(1, 4), btKeys(5, 8), btKeys(9, 10)}, got)
+		assert.Equal(t, [][]string{btKeys(1, 3), btKeys(4, 6), {"k7"}}, got)
 		for _, c := range calls {
 			c.own(t)
 		}
-		synctest.Wait()
-		p.none(t)
-		assert.Zero(t, time.Since(start), "no BatchWait timer was involved")
+		assert.Zero(t, p.maxWriters-1, "one send at a time")
 		b.Close()
 	})
 }
 
-// A full batch goes at once, an hour's BatchWait notwithstanding, if a send
-// slot is free; with every slot taken (MaxInflight) it waits for one.
-func TestBatcherSendsFullBatchWithoutWaiting(t *testing.T) {
+// A window of 2 keeps two batches out at once; a third waits for either.
+func TestWindowPipelinesBatches(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](3, 2, time.Hour, p.send)
-		start := time.Now()
-		first := btDo(context.Background(), b, "k0")
-		s0 := p.next() // idle link: alone, at once; one slot of two now taken
-
-		var calls []*btCall
-		for _, key := range btKeys(1, 2) {
-			calls = append(calls, btDoSettled(context.Background(), b, key))
-			p.none(t) // a partial batch waits while k0 is in flight
-		}
-		calls = append(calls, btDoSettled(context.Background(), b, "k3"))
-		s1 := p.next()
-		assert.Equal(t, btKeys(1, 3), s1.keys(), "full: sent with a slot free")
-		assert.Zero(t, time.Since(start), "without waiting for BatchWait")
-
-		// Both slots taken: a full batch has to wait for one.
-		for _, key := range btKeys(4, 6) {
-			calls = append(calls, btDoSettled(context.Background(), b, key))
-		}
-		p.none(t)
-		s0.echo()
-		first.own(t)
-		s2 := p.next()
-		assert.Equal(t, btKeys(4, 6), s2.keys(), "sent when a slot freed")
+		b, p := newBT(t, 2, 2)
+		calls := []*btCall{btDo(context.Background(), b, "k0"), btDo(context.Background(), b, "k1")}
+		s0, s1 := p.next(), p.next()
+		require.NotNil(t, s1, "a second batch goes before the first is answered")
+		assert.Equal(t, []string{"k0"}, s0.reqs)
+		assert.Equal(t, []string{"k1"}, s1.reqs)
+		calls = append(calls, btDo(context.Background(), b, "k2"), btDo(context.Background(), b, "k3"))
+		assert.Nil(t, p.next(), "window full")
 		s1.echo()
+		s2 := p.next()
+		require.NotNil(t, s2)
+		assert.Equal(t, btKeys(2, 3), s2.reqs)
+		s0.echo()
 		s2.echo()
 		for _, c := range calls {
 			c.own(t)
 		}
-		assert.Zero(t, time.Since(start))
 		b.Close()
 	})
-}
-
-// With a send in flight and a slot free, a partial batch goes when
-// BatchWait has passed since its first check: not before, and not later
-// because more checks joined it.
-func TestBatcherTimerFlushesPartialBatch(t *testing.T) {
-	btNoLeaks(t)
-	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](4, 2, 5*time.Millisecond, p.send)
-		first := btDo(context.Background(), b, "k0")
-		s0 := p.next()
-
-		start := time.Now()
-		c1 := btDoSettled(context.Background(), b, "k1")
-		time.Sleep(3 * time.Millisecond) // fake clock
-		p.none(t)
-		c2 := btDoSettled(context.Background(), b, "k2")
-		p.none(t)
-		s1 := p.next() // nothing else can happen: the clock runs to the timer
-		assert.Equal(t, btKeys(1, 2), s1.keys())
-		assert.Equal(t, 5*time.Millisecond, time.Since(start))
-		assert.False(t, first.finished(), "k0 still in flight")
-		s1.echo()
-		c1.own(t)
-		c2.own(t)
-		s0.echo()
-		first.own(t)
-		b.Close()
-	})
-}
-
-// The same on the real clock, polling with a deadline: the only thing
-// that can send k1 while k0 is held in flight is the 5ms timer.
-func TestBatcherTimerFlushesPartialBatchRealClock(t *testing.T) {
-	btNoLeaks(t)
-	p := newBTPeer()
-	b := New[*pb.CheckRequest, *pb.CheckResult](4, 2, 5*time.Millisecond, p.send)
-	defer b.Close()
-	first := btDo(context.Background(), b, "k0")
-	s0 := p.nextWithin(t, 10*time.Second)
-	defer s0.echo() // never leave a send blocked, even on failure
-
-	start := time.Now()
-	c1 := btDo(context.Background(), b, "k1")
-	s1 := p.nextWithin(t, 10*time.Second)
-	elapsed := time.Since(start)
-	assert.Equal(t, []string{"k1"}, s1.keys())
-	assert.GreaterOrEqual(t, elapsed, 5*time.Millisecond, "not before BatchWait")
-	assert.False(t, first.finished(), "k0 still in flight")
-	s1.echo()
-	c1.own(t)
 }
 
 // Every caller gets its own answer; an error of the send, or an answer of
-// the wrong length, goes to every call of that batch and no other.
-func TestBatcherResultsReachTheirCallers(t *testing.T) {
+// the wrong length, goes to every request of that batch and no other.
+func TestResultsReachTheirCallers(t *testing.T) {
 	errSend := errors.New("connection reset")
-	perCheckErr := &pb.CheckResult{Result: &pb.CheckResult_Error{Error: &pb.Error{Code: 3, Field: "limit", Message: "bad"}}}
 	for _, tc := range []struct {
 		name  string
 		reply func(s *btSend)
-		check func(t *testing.T, calls []*btCall)
-	}{{
-		name: "own results, a per-check error included",
-		reply: func(s *btSend) {
-			res := btEcho(s.reqs)
-			res[1] = perCheckErr
-			s.answer(res, nil)
-		},
-		check: func(t *testing.T, calls []*btCall) {
-			calls[0].own(t)
-			<-calls[1].done
-			require.NoError(t, calls[1].err)
-			assert.Equal(t, "limit", calls[1].res.GetError().GetField())
-			calls[2].own(t)
-		},
-	}, {
-		name:  "send error",
-		reply: func(s *btSend) { s.answer(nil, errSend) },
-		check: func(t *testing.T, calls []*btCall) {
-			for _, c := range calls {
-				<-c.done
-				assert.ErrorIs(t, c.err, errSend, c.key)
-				assert.Nil(t, c.res)
-			}
-		},
-	}, {
-		name:  "too few results",
-		reply: func(s *btSend) { s.answer(btEcho(s.reqs)[:2], nil) },
-		check: func(t *testing.T, calls []*btCall) {
-			for _, c := range calls {
-				<-c.done
-				assert.ErrorContains(t, c.err, "different number", c.key)
-				assert.Nil(t, c.res)
-			}
-		},
-	}, {
-		name:  "too many results",
-		reply: func(s *btSend) { s.answer(append(btEcho(s.reqs), perCheckErr), nil) },
-		check: func(t *testing.T, calls []*btCall) {
-			for _, c := range calls {
-				<-c.done
-				assert.ErrorContains(t, c.err, "different number", c.key)
-			}
-		},
-	}, {
-		name:  "no results, no error",
-		reply: func(s *btSend) { s.answer(nil, nil) },
-		check: func(t *testing.T, calls []*btCall) {
-			for _, c := range calls {
-				<-c.done
-				assert.ErrorContains(t, c.err, "different number", c.key)
-			}
-		},
-	}} {
+		want  func(t *testing.T, c *btCall)
+	}{
+		{"own results", (*btSend).echo, func(t *testing.T, c *btCall) { c.own(t) }},
+		{"send error", func(s *btSend) { s.done(nil, errSend) }, func(t *testing.T, c *btCall) {
+			<-c.done
+			assert.ErrorIs(t, c.err, errSend, c.key)
+			assert.Empty(t, c.res)
+		}},
+		{"too few results", func(s *btSend) { s.done(s.reqs[:1], nil) }, func(t *testing.T, c *btCall) {
+			<-c.done
+			assert.ErrorContains(t, c.err, "batch of 3 answered with 1 results", c.key)
+		}},
+		{"too many results", func(s *btSend) { s.done(append(s.reqs, "x"), nil) }, func(t *testing.T, c *btCall) {
+			<-c.done
+			assert.ErrorContains(t, c.err, "answered with 4 results", c.key)
+		}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			btNoLeaks(t)
 			synctest.Test(t, func(t *testing.T) {
-				p := newBTPeer()
-				b := New[*pb.CheckRequest, *pb.CheckResult](3, 2, time.Hour, p.send)
+				b, p := newBT(t, 3, 1)
 				first := btDo(context.Background(), b, "k0")
 				s0 := p.next()
 				var calls []*btCall
 				for _, key := range btKeys(1, 3) {
-					calls = append(calls, btDoSettled(context.Background(), b, key))
+					calls = append(calls, btDo(context.Background(), b, key))
 				}
-				s1 := p.next()
-				require.Equal(t, btKeys(1, 3), s1.keys())
-				tc.reply(s1)
-				tc.check(t, calls)
-				assert.False(t, first.finished(), "another batch is not affected")
 				s0.echo()
 				first.own(t)
+				s1 := p.next()
+				require.Equal(t, btKeys(1, 3), s1.reqs)
+				tc.reply(s1)
+				for _, c := range calls {
+					tc.want(t, c)
+				}
 				b.Close()
 			})
 		})
 	}
 }
 
-// A caller whose context ends while its check waits gets ctx.Err() at once
-// (cancel) or at its deadline; the other callers are unaffected.
-func TestBatcherCallerContextEnds(t *testing.T) {
+// A caller whose context ends while its request waits gets ctx.Err() at
+// once; the request still goes (nothing unsends it), and the others are
+// unaffected.
+func TestCallerContextEnds(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
+		b, p := newBT(t, 4, 1)
 		first := btDo(context.Background(), b, "k0")
 		s0 := p.next()
-
-		ctx1, cancel1 := context.WithCancel(context.Background())
-		c1 := btDoSettled(ctx1, b, "k1")
-		c2 := btDoSettled(context.Background(), b, "k2")
-		start := time.Now()
-		cancel1()
+		ctx, cancel := context.WithCancel(context.Background())
+		c1 := btDo(ctx, b, "k1")
+		c2 := btDo(context.Background(), b, "k2")
+		cancel()
 		synctest.Wait()
 		require.True(t, c1.finished(), "a cancelled caller returns at once")
 		assert.ErrorIs(t, c1.err, context.Canceled)
-		assert.Nil(t, c1.res)
-		assert.Zero(t, time.Since(start))
-
-		ctx3, cancel3 := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel3()
-		c3 := btDoSettled(ctx3, b, "k3")
-		<-c3.done
-		assert.ErrorIs(t, c3.err, context.DeadlineExceeded)
-		assert.Equal(t, 50*time.Millisecond, time.Since(start), "returned at its deadline")
-
 		assert.False(t, c2.finished())
-		assert.False(t, first.finished())
-		p.none(t)
+
 		s0.echo()
 		first.own(t)
 		s1 := p.next()
-		// k1 and k3 gave up before they were sent; the batcher sends them
-		// anyway (nothing unsends a pending call). Only k2's answer matters.
-		assert.Contains(t, s1.keys(), "k2")
+		assert.Equal(t, btKeys(1, 2), s1.reqs)
 		s1.echo()
 		c2.own(t)
 		b.Close()
 	})
 }
 
-// Close fails the checks not yet sent with ErrClosed, at once, and
-// waits for the ones in flight, which get their answers.
-func TestBatcherCloseFailsPendingAndWaitsForInflight(t *testing.T) {
+// A send that waits for its answer (a unary call) runs on the caller's
+// goroutine; under sustained load its caller is not kept sending other
+// callers' batches: once its own answer is in, it returns, and a goroutine
+// of the Batcher's sends the rest.
+func TestSynchronousSendReturnsItsCaller(t *testing.T) {
 	btNoLeaks(t)
 	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, p.send)
-		first := btDo(context.Background(), b, "k0")
-		s0 := p.next()
-		c1 := btDoSettled(context.Background(), b, "k1")
-		c2 := btDoSettled(context.Background(), b, "k2")
-
-		closed := make(chan struct{})
-		go func() { b.Close(); close(closed) }()
-		synctest.Wait()
-		for _, c := range []*btCall{c1, c2} {
-			require.True(t, c.finished(), c.key)
-			assert.ErrorIs(t, c.err, ErrClosed, c.key)
-		}
-		select {
-		case <-closed:
-			t.Fatal("close returned with a send in flight")
-		default:
-		}
-		assert.False(t, first.finished())
-
-		s0.echo()
-		<-closed
-		first.own(t)
-		p.none(t)
-	})
-}
-
-// After Close, Do fails with ErrClosed rather than waiting.
-func TestBatcherDoAfterCloseFails(t *testing.T) {
-	btNoLeaks(t)
-	synctest.Test(t, func(t *testing.T) {
-		b := New[*pb.CheckRequest, *pb.CheckResult](4, 1, time.Hour, newBTPeer().send)
-		b.Close()
-		for i := range 20 {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := b.Do(ctx, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 1000})
-			cancel()
-			require.ErrorIs(t, err, ErrClosed, "call %d after close", i)
-		}
-	})
-}
-
-// Calls that reached the batcher's queue (b.in) but not its pending list
-// when close ran must fail with ErrClosed too.
-func TestBatcherCloseFailsQueuedCalls(t *testing.T) {
-	btNoLeaks(t)
-	synctest.Test(t, func(t *testing.T) {
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](2, 1, time.Hour, p.send)
-		first := btDo(context.Background(), b, "k0")
-		s0 := p.next()
-		// k1, k2 pending (= MaxInflight*BatchLimit: the loop stops taking
-		// more); k3, k4 wait in the queue.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var calls []*btCall
-		for _, key := range btKeys(1, 4) {
-			calls = append(calls, btDoSettled(ctx, b, key))
-		}
-		require.Len(t, b.in, 2, "k3 and k4 are queued")
-		closed := make(chan struct{})
-		go func() { b.Close(); close(closed) }()
-		synctest.Wait()
-		s0.echo()
-		<-closed
-		first.own(t)
-		for _, c := range calls {
-			<-c.done
-			assert.ErrorIs(t, c.err, ErrClosed, c.key)
-		}
-	})
-}
-
-// Backpressure: with MaxInflight sends stuck and MaxInflight*BatchLimit
-// checks pending, the batcher takes no more than its queue holds
-// (BatchLimit); further callers wait in do until their deadline, and are
-// never sent.
-func TestBatcherBackpressureBoundsWaitingCalls(t *testing.T) {
-	btNoLeaks(t)
-	synctest.Test(t, func(t *testing.T) {
-		const limit, inflight = 2, 2
-		p := newBTPeer()
-		b := New[*pb.CheckRequest, *pb.CheckResult](limit, inflight, time.Hour, p.send)
-		var calls []*btCall
-		calls = append(calls, btDoSettled(context.Background(), b, "k0")) // idle: alone
-		calls = append(calls, btDoSettled(context.Background(), b, "k1"))
-		calls = append(calls, btDoSettled(context.Background(), b, "k2")) // full: sent
-		s0, s1 := p.next(), p.next()
-		require.Equal(t, []string{"k0"}, s0.keys())
-		require.Equal(t, btKeys(1, 2), s1.keys())
-
-		for _, key := range btKeys(3, 8) { // 4 pending, then 2 queued
-			calls = append(calls, btDoSettled(context.Background(), b, key))
-		}
-		p.none(t)
-		require.Equal(t, limit, len(b.in), "the queue is full: the loop stopped taking calls")
-
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		var blocked []*btCall
-		for _, key := range btKeys(9, 11) {
-			blocked = append(blocked, btDoSettled(ctx, b, key))
-		}
-		for _, c := range blocked {
-			assert.False(t, c.finished(), "%s waits for room", c.key)
-		}
-		for _, c := range blocked {
-			<-c.done
-			assert.ErrorIs(t, c.err, context.DeadlineExceeded, c.key)
-		}
-		assert.Equal(t, time.Second, time.Since(start), "they waited for their deadline")
-		assert.Equal(t, limit, len(b.in), "and never got in")
-
-		// Release the sends one at a time (each frees one slot, so at most
-		// one new send starts): everything accepted goes, in order, in
-		// full batches; nothing else does.
-		sent := append(s0.keys(), s1.keys()...)
-		held := []*btSend{s0, s1}
-		for len(held) > 0 {
-			held[0].echo()
-			held = held[1:]
-			synctest.Wait()
-			for _, s := range p.started() {
-				assert.Len(t, s.reqs, limit)
-				sent = append(sent, s.keys()...)
-				held = append(held, s)
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var batches [][]string
+		b, err := New(Config{Limit: 10, Window: 1}, func(reqs []string, done func([]string, error)) {
+			mu.Lock()
+			batches = append(batches, reqs)
+			n := len(batches)
+			mu.Unlock()
+			if n == 1 {
+				<-release // the first send is slow: others gather meanwhile
 			}
+			done(reqs, nil)
+		})
+		require.NoError(t, err)
+		first := btDo(context.Background(), b, "k0")
+		var calls []*btCall
+		for _, key := range btKeys(1, 5) {
+			calls = append(calls, btDo(context.Background(), b, key))
 		}
-		assert.Equal(t, btKeys(0, 8), sent, "accepted: %d pending + %d queued + the %d in flight", inflight*limit, limit, inflight*limit-1)
+		close(release)
+		first.own(t) // returned although k1..k5 were still pending
 		for _, c := range calls {
 			c.own(t)
 		}
+		mu.Lock()
+		assert.Equal(t, [][]string{{"k0"}, btKeys(1, 5)}, batches)
+		mu.Unlock()
+		b.Close()
+	})
+}
+
+// Close fails the requests not yet sent with ErrClosed, at once, waits
+// for the ones in flight, which get their answers, and Do then fails.
+func TestCloseFailsPendingAndWaitsForInflight(t *testing.T) {
+	btNoLeaks(t)
+	synctest.Test(t, func(t *testing.T) {
+		b, p := newBT(t, 4, 1)
+		first := btDo(context.Background(), b, "k0")
+		s0 := p.next()
+		c1 := btDo(context.Background(), b, "k1")
+		closed := make(chan struct{})
+		go func() { b.Close(); close(closed) }()
+		synctest.Wait()
+		require.True(t, c1.finished())
+		assert.ErrorIs(t, c1.err, ErrClosed)
+		select {
+		case <-closed:
+			t.Fatal("Close returned with a batch in flight")
+		default:
+		}
+		s0.echo()
+		<-closed
+		first.own(t)
+		assert.Nil(t, p.next(), "nothing sent after Close")
+		_, err := b.Do(context.Background(), "late")
+		assert.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+// Backpressure: with the window full and 2 × Window × Limit requests
+// pending, further callers wait for room, bounded by their contexts; an
+// answer makes room, and a waiting caller gets in.
+func TestBackpressureBoundsWaitingRequests(t *testing.T) {
+	btNoLeaks(t)
+	synctest.Test(t, func(t *testing.T) {
+		const limit, window = 2, 1
+		b, p := newBT(t, limit, window)
+		var calls []*btCall
+		calls = append(calls, btDo(context.Background(), b, "k0")) // the window is full
+		for _, key := range btKeys(1, 4) {                         // 2 × Window × Limit pending
+			calls = append(calls, btDo(context.Background(), b, key))
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		blocked := btDo(ctx, b, "k6")
+		assert.False(t, blocked.finished(), "waits for room")
+		<-blocked.done
+		assert.ErrorIs(t, blocked.err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start), "until its deadline")
+
+		waiter := btDo(context.Background(), b, "k7")
+		p.next().echo() // k0 answered: k1, k2 go, making room for k7
+		synctest.Wait()
+		var sent []string
+		for s := p.next(); s != nil; s = p.next() {
+			sent = append(sent, s.reqs...)
+			s.echo()
+			synctest.Wait()
+		}
+		assert.Equal(t, append(btKeys(1, 4), "k7"), sent, "k6 gave up before it got in")
+		for _, c := range append(calls, waiter) {
+			c.own(t)
+		}
+		b.Close()
+	})
+}
+
+// Under concurrent callers and answers from other goroutines, in any
+// order of events, every caller gets its own answer, at most Limit
+// requests go in a batch, Window batches are out at most, and nothing
+// leaks. The seed is printed on failure.
+func TestConcurrentCallersGetTheirOwnAnswers(t *testing.T) {
+	btNoLeaks(t)
+	seed := rand.Uint64()
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	}()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	delays := make([]time.Duration, 64)
+	for i := range delays {
+		delays[i] = time.Duration(rng.IntN(200)) * time.Microsecond
+	}
+	const limit, window = 5, 2
+	var mu sync.Mutex
+	out, maxOut, maxLen := 0, 0, 0
+	b, err := New(Config{Limit: limit, Window: window}, func(reqs []string, done func([]string, error)) {
+		mu.Lock()
+		out++
+		maxOut, maxLen = max(maxOut, out), max(maxLen, len(reqs))
+		d := delays[len(reqs)*7%len(delays)]
+		mu.Unlock()
+		time.AfterFunc(d, func() { // the answer comes on another goroutine
+			mu.Lock()
+			out--
+			mu.Unlock()
+			done(reqs, nil)
+		})
+	})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				key := fmt.Sprintf("w%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := b.Do(ctx, key)
+				cancel()
+				if assert.NoError(t, err) {
+					assert.Equal(t, key, res)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.Close()
+	assert.LessOrEqual(t, maxOut, window)
+	assert.LessOrEqual(t, maxLen, limit)
+}
+
+// DoAll sends many requests for one caller, more than the pending bound
+// included, in batches of Limit, and hands back each answer in order.
+func TestDoAllSendsManyInBatches(t *testing.T) {
+	btNoLeaks(t)
+	synctest.Test(t, func(t *testing.T) {
+		b, p := newBT(t, 2, 1)
+		keys := btKeys(0, 6) // 7 > 2 × Window × Limit
+		var res []string
+		var errs []error
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			res, errs, err = b.DoAll(context.Background(), keys)
+			done <- err
+		}()
+		synctest.Wait()
+		var sent [][]string
+		for s := p.next(); s != nil; s = p.next() {
+			sent = append(sent, s.reqs)
+			s.echo()
+			synctest.Wait()
+		}
+		require.NoError(t, <-done)
+		assert.Equal(t, [][]string{{"k0"}, {"k1", "k2"}, {"k3", "k4"}, {"k5", "k6"}}, sent)
+		assert.Equal(t, keys, res)
+		for _, err := range errs {
+			assert.NoError(t, err)
+		}
+		r, e, err := b.DoAll(context.Background(), nil)
+		assert.Nil(t, r)
+		assert.Nil(t, e)
+		assert.NoError(t, err)
 		b.Close()
 	})
 }

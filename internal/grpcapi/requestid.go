@@ -13,12 +13,17 @@ import (
 // nodes carries one.
 const RequestIDKey = "x-request-id"
 
+// OriginKey is the gRPC metadata key in which a member calling another
+// names itself on a stream (Peer.ForwardStream), whose messages come only
+// after the access check.
+const OriginKey = "x-peerlimit-origin"
+
 // Incoming returns a server call's ctx carrying the request id of its
 // incoming metadata, if it has a valid one; an invalid one is ignored,
 // never refused.
 func Incoming(ctx context.Context) context.Context {
-	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 {
-		return route.WithRequestID(ctx, v[0])
+	if id := FirstValue(ctx, RequestIDKey); id != "" {
+		return route.WithRequestID(ctx, id)
 	}
 	return ctx
 }
@@ -26,4 +31,13 @@ func Incoming(ctx context.Context) context.Context {
 // Outgoing returns ctx with id in the metadata of an outgoing call.
 func Outgoing(ctx context.Context, id string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, RequestIDKey, id)
+}
+
+// FirstValue returns the first value of key in a server call's incoming
+// metadata, or "".
+func FirstValue(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }

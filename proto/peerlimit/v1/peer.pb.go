@@ -28,10 +28,19 @@ const (
 type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The id of the forwarding node, for logs and metrics.
-	Origin        string          `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	Checks        []*CheckRequest `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Origin string          `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Checks []*CheckRequest `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	// On a ForwardStream: the batch's number, which its answer carries
+	// back. Unset on Forward.
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// On a ForwardStream: the request id the batch carries (x-request-id
+	// metadata on Forward), and when the sender stops waiting for the
+	// answer (Unix ms, by the sender's clock), after which it has answered
+	// the checks by its fallback policy.
+	RequestId      string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	DeadlineUnixMs int64  `protobuf:"varint,5,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ForwardRequest) Reset() {
@@ -78,10 +87,33 @@ func (x *ForwardRequest) GetChecks() []*CheckRequest {
 	return nil
 }
 
+func (x *ForwardRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 type ForwardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per check, in order.
-	Results       []*CheckResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*CheckResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The seq of the batch answered.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +153,13 @@ func (x *ForwardResponse) GetResults() []*CheckResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *ForwardResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type HandoffRequest struct {
@@ -461,12 +500,17 @@ var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\\\n" +
+	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\xb7\x01\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
-	"\x06checks\x18\x02 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"F\n" +
+	"\x06checks\x18\x02 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12(\n" +
+	"\x10deadline_unix_ms\x18\x05 \x01(\x03R\x0edeadlineUnixMs\"X\n" +
 	"\x0fForwardResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\"X\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"X\n" +
 	"\x0eHandoffRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\"\xfb\x01\n" +
@@ -490,9 +534,10 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\vall_windows\x18\x05 \x01(\bR\n" +
 	"allWindows\"-\n" +
 	"\x11PeerResetResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\rR\acleared2\xe0\x01\n" +
+	"\acleared\x18\x01 \x01(\rR\acleared2\xb2\x02\n" +
 	"\x04Peer\x12F\n" +
-	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12F\n" +
+	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12P\n" +
+	"\rForwardStream\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
 	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12H\n" +
 	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
@@ -528,13 +573,15 @@ var file_peerlimit_v1_peer_proto_depIdxs = []int32{
 	9, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
 	9, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	0, // 5: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	2, // 6: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5, // 7: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	1, // 8: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	4, // 9: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6, // 10: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
+	0, // 6: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	2, // 7: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	5, // 8: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	1, // 9: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	1, // 10: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	4, // 11: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6, // 12: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
 	5, // [5:5] is the sub-list for extension extendee
 	0, // [0:5] is the sub-list for field type_name

@@ -23,9 +23,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Forward_FullMethodName = "/peerlimit.v1.Peer/Forward"
-	Peer_Handoff_FullMethodName = "/peerlimit.v1.Peer/Handoff"
-	Peer_Reset_FullMethodName   = "/peerlimit.v1.Peer/Reset"
+	Peer_Forward_FullMethodName       = "/peerlimit.v1.Peer/Forward"
+	Peer_ForwardStream_FullMethodName = "/peerlimit.v1.Peer/ForwardStream"
+	Peer_Handoff_FullMethodName       = "/peerlimit.v1.Peer/Handoff"
+	Peer_Reset_FullMethodName         = "/peerlimit.v1.Peer/Reset"
 )
 
 // PeerClient is the client API for Peer service.
@@ -37,6 +38,16 @@ type PeerClient interface {
 	// node's ring says another node owns the key (gossip not yet converged),
 	// it decides locally and the state is handed over later.
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// ForwardStream is Forward on one long-lived stream per pair of members:
+	// the sender writes batches of checks as they gather, a batch may go
+	// before the answer to the one before has come back, and the receiver
+	// answers each, in order, with the seq it came with. It saves the cost
+	// of a call per batch (headers, a stream, a handler goroutine on each
+	// side). The caller names itself in the x-peerlimit-origin metadata of
+	// the stream; every message's origin must be the same. A node that does
+	// not serve it (UNIMPLEMENTED: an older version, mid-upgrade) is sent
+	// Forward calls instead.
+	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error)
 	// Handoff gives this node the state of keys whose partition it now owns.
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
@@ -65,6 +76,19 @@ func (c *peerClient) Forward(ctx context.Context, in *ForwardRequest, opts ...gr
 	}
 	return out, nil
 }
+
+func (c *peerClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_ForwardStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardRequest, ForwardResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamClient = grpc.BidiStreamingClient[ForwardRequest, ForwardResponse]
 
 func (c *peerClient) Handoff(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -95,6 +119,16 @@ type PeerServer interface {
 	// node's ring says another node owns the key (gossip not yet converged),
 	// it decides locally and the state is handed over later.
 	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// ForwardStream is Forward on one long-lived stream per pair of members:
+	// the sender writes batches of checks as they gather, a batch may go
+	// before the answer to the one before has come back, and the receiver
+	// answers each, in order, with the seq it came with. It saves the cost
+	// of a call per batch (headers, a stream, a handler goroutine on each
+	// side). The caller names itself in the x-peerlimit-origin metadata of
+	// the stream; every message's origin must be the same. A node that does
+	// not serve it (UNIMPLEMENTED: an older version, mid-upgrade) is sent
+	// Forward calls instead.
+	ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error
 	// Handoff gives this node the state of keys whose partition it now owns.
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
@@ -116,6 +150,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error {
+	return status.Error(codes.Unimplemented, "method ForwardStream not implemented")
 }
 func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Handoff not implemented")
@@ -161,6 +198,13 @@ func _Peer_Forward_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Peer_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ForwardStream(&grpc.GenericServerStream[ForwardRequest, ForwardResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]
 
 func _Peer_Handoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HandoffRequest)
@@ -218,6 +262,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Reset_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ForwardStream",
+			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "peerlimit/v1/peer.proto",
 }

@@ -373,6 +373,121 @@ func (x *CheckBatchResponse) GetResults() []*CheckResult {
 	return nil
 }
 
+type CheckStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batch's number, which its answer carries back.
+	Seq           uint64          `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Checks        []*CheckRequest `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckStreamRequest) Reset() {
+	*x = CheckStreamRequest{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckStreamRequest) ProtoMessage() {}
+
+func (x *CheckStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckStreamRequest.ProtoReflect.Descriptor instead.
+func (*CheckStreamRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CheckStreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CheckStreamRequest) GetChecks() []*CheckRequest {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+type CheckStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// One result per check, in order; empty when error is set.
+	Results []*CheckResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// Why the whole batch was refused (too many checks), if it was.
+	Error         *Error `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckStreamResponse) Reset() {
+	*x = CheckStreamResponse{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckStreamResponse) ProtoMessage() {}
+
+func (x *CheckStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckStreamResponse.ProtoReflect.Descriptor instead.
+func (*CheckStreamResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckStreamResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CheckStreamResponse) GetResults() []*CheckResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *CheckStreamResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type CheckResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Result:
@@ -386,7 +501,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[4]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +513,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[4]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +526,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{4}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckResult) GetResult() isCheckResult_Result {
@@ -469,7 +584,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +596,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +609,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{5}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -526,7 +641,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +653,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +666,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{6}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{8}
 }
 
 type MembersResponse struct {
@@ -570,7 +685,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +697,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +710,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{7}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MembersResponse) GetSelf() string {
@@ -640,7 +755,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +767,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +780,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{8}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Member) GetId() string {
@@ -714,7 +829,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +841,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +854,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{9}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResetRequest) GetKey() string {
@@ -800,7 +915,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +927,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +940,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{10}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetResponse) GetOwner() string {
@@ -895,7 +1010,14 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x11CheckBatchRequest\x122\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"I\n" +
 	"\x12CheckBatchResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\"\x7f\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\"Z\n" +
+	"\x12CheckStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
+	"\x06checks\x18\x02 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"\x87\x01\n" +
+	"\x13CheckStreamResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x123\n" +
+	"\aresults\x18\x02 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\x12)\n" +
+	"\x05error\x18\x03 \x01(\v2\x13.peerlimit.v1.ErrorR\x05error\"\x7f\n" +
 	"\vCheckResult\x129\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1b.peerlimit.v1.CheckResponseH\x00R\bresponse\x12+\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.peerlimit.v1.ErrorH\x00R\x05errorB\b\n" +
@@ -932,11 +1054,12 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x0ecopies_cleared\x18\x06 \x01(\rR\rcopiesCleared*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x012\xaa\x02\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x012\x82\x03\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.peerlimit.v1.CheckRequest\x1a\x1b.peerlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
-	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponse\x12F\n" +
+	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponse\x12V\n" +
+	"\vCheckStream\x12 .peerlimit.v1.CheckStreamRequest\x1a!.peerlimit.v1.CheckStreamResponse(\x010\x01\x12F\n" +
 	"\aMembers\x12\x1c.peerlimit.v1.MembersRequest\x1a\x1d.peerlimit.v1.MembersResponse\x12@\n" +
 	"\x05Reset\x12\x1a.peerlimit.v1.ResetRequest\x1a\x1b.peerlimit.v1.ResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
@@ -953,42 +1076,49 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
-	(Algorithm)(0),             // 0: peerlimit.v1.Algorithm
-	(*CheckRequest)(nil),       // 1: peerlimit.v1.CheckRequest
-	(*CheckResponse)(nil),      // 2: peerlimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),  // 3: peerlimit.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil), // 4: peerlimit.v1.CheckBatchResponse
-	(*CheckResult)(nil),        // 5: peerlimit.v1.CheckResult
-	(*Error)(nil),              // 6: peerlimit.v1.Error
-	(*MembersRequest)(nil),     // 7: peerlimit.v1.MembersRequest
-	(*MembersResponse)(nil),    // 8: peerlimit.v1.MembersResponse
-	(*Member)(nil),             // 9: peerlimit.v1.Member
-	(*ResetRequest)(nil),       // 10: peerlimit.v1.ResetRequest
-	(*ResetResponse)(nil),      // 11: peerlimit.v1.ResetResponse
+	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
+	(*CheckRequest)(nil),        // 1: peerlimit.v1.CheckRequest
+	(*CheckResponse)(nil),       // 2: peerlimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 3: peerlimit.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),  // 4: peerlimit.v1.CheckBatchResponse
+	(*CheckStreamRequest)(nil),  // 5: peerlimit.v1.CheckStreamRequest
+	(*CheckStreamResponse)(nil), // 6: peerlimit.v1.CheckStreamResponse
+	(*CheckResult)(nil),         // 7: peerlimit.v1.CheckResult
+	(*Error)(nil),               // 8: peerlimit.v1.Error
+	(*MembersRequest)(nil),      // 9: peerlimit.v1.MembersRequest
+	(*MembersResponse)(nil),     // 10: peerlimit.v1.MembersResponse
+	(*Member)(nil),              // 11: peerlimit.v1.Member
+	(*ResetRequest)(nil),        // 12: peerlimit.v1.ResetRequest
+	(*ResetResponse)(nil),       // 13: peerlimit.v1.ResetResponse
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	1,  // 1: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	5,  // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
-	2,  // 3: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
-	6,  // 4: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
-	9,  // 5: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	0,  // 6: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 7: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3,  // 8: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	7,  // 9: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	10, // 10: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	2,  // 11: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4,  // 12: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	8,  // 13: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	11, // 14: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	7,  // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
+	1,  // 3: peerlimit.v1.CheckStreamRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	7,  // 4: peerlimit.v1.CheckStreamResponse.results:type_name -> peerlimit.v1.CheckResult
+	8,  // 5: peerlimit.v1.CheckStreamResponse.error:type_name -> peerlimit.v1.Error
+	2,  // 6: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
+	8,  // 7: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
+	11, // 8: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
+	0,  // 9: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 10: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3,  // 11: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	5,  // 12: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	9,  // 13: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	12, // 14: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	2,  // 15: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4,  // 16: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	6,  // 17: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	10, // 18: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	13, // 19: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -997,7 +1127,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 		return
 	}
 	file_peerlimit_v1_peerlimit_proto_msgTypes[0].OneofWrappers = []any{}
-	file_peerlimit_v1_peerlimit_proto_msgTypes[4].OneofWrappers = []any{
+	file_peerlimit_v1_peerlimit_proto_msgTypes[6].OneofWrappers = []any{
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
@@ -1007,7 +1137,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

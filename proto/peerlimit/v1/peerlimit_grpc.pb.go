@@ -23,10 +23,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimiter_Check_FullMethodName      = "/peerlimit.v1.RateLimiter/Check"
-	RateLimiter_CheckBatch_FullMethodName = "/peerlimit.v1.RateLimiter/CheckBatch"
-	RateLimiter_Members_FullMethodName    = "/peerlimit.v1.RateLimiter/Members"
-	RateLimiter_Reset_FullMethodName      = "/peerlimit.v1.RateLimiter/Reset"
+	RateLimiter_Check_FullMethodName       = "/peerlimit.v1.RateLimiter/Check"
+	RateLimiter_CheckBatch_FullMethodName  = "/peerlimit.v1.RateLimiter/CheckBatch"
+	RateLimiter_CheckStream_FullMethodName = "/peerlimit.v1.RateLimiter/CheckStream"
+	RateLimiter_Members_FullMethodName     = "/peerlimit.v1.RateLimiter/Members"
+	RateLimiter_Reset_FullMethodName       = "/peerlimit.v1.RateLimiter/Reset"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -41,6 +42,14 @@ type RateLimiterClient interface {
 	// own, in order: one bad item is an error in its result, never a failed
 	// call.
 	CheckBatch(ctx context.Context, in *CheckBatchRequest, opts ...grpc.CallOption) (*CheckBatchResponse, error)
+	// CheckStream is CheckBatch on one long-lived stream: a client writes
+	// batches as its checks gather, without waiting for the answer to the
+	// one before, and the node answers each, in order, with the seq it came
+	// with. It is how the Go client sends concurrent checks to a node: a
+	// check then costs a share of a message, not of a call. Every batch is
+	// bounded by max_batch like CheckBatch; one over it is answered with
+	// its error and the stream goes on.
+	CheckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckStreamRequest, CheckStreamResponse], error)
 	// Members lists the members this node sees and its ring (which member
 	// owns each partition), so that clients can send checks straight to
 	// their owners.
@@ -82,6 +91,19 @@ func (c *rateLimiterClient) CheckBatch(ctx context.Context, in *CheckBatchReques
 	return out, nil
 }
 
+func (c *rateLimiterClient) CheckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckStreamRequest, CheckStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RateLimiter_ServiceDesc.Streams[0], RateLimiter_CheckStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CheckStreamRequest, CheckStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_CheckStreamClient = grpc.BidiStreamingClient[CheckStreamRequest, CheckStreamResponse]
+
 func (c *rateLimiterClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MembersResponse)
@@ -114,6 +136,14 @@ type RateLimiterServer interface {
 	// own, in order: one bad item is an error in its result, never a failed
 	// call.
 	CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error)
+	// CheckStream is CheckBatch on one long-lived stream: a client writes
+	// batches as its checks gather, without waiting for the answer to the
+	// one before, and the node answers each, in order, with the seq it came
+	// with. It is how the Go client sends concurrent checks to a node: a
+	// check then costs a share of a message, not of a call. Every batch is
+	// bounded by max_batch like CheckBatch; one over it is answered with
+	// its error and the stream goes on.
+	CheckStream(grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]) error
 	// Members lists the members this node sees and its ring (which member
 	// owns each partition), so that clients can send checks straight to
 	// their owners.
@@ -140,6 +170,9 @@ func (UnimplementedRateLimiterServer) Check(context.Context, *CheckRequest) (*Ch
 }
 func (UnimplementedRateLimiterServer) CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckBatch not implemented")
+}
+func (UnimplementedRateLimiterServer) CheckStream(grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method CheckStream not implemented")
 }
 func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
@@ -204,6 +237,13 @@ func _RateLimiter_CheckBatch_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_CheckStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RateLimiterServer).CheckStream(&grpc.GenericServerStream[CheckStreamRequest, CheckStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_CheckStreamServer = grpc.BidiStreamingServer[CheckStreamRequest, CheckStreamResponse]
+
 func _RateLimiter_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MembersRequest)
 	if err := dec(in); err != nil {
@@ -264,6 +304,13 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RateLimiter_Reset_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "CheckStream",
+			Handler:       _RateLimiter_CheckStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "peerlimit/v1/peerlimit.proto",
 }

@@ -1,0 +1,163 @@
+package rpc_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/wire"
+	"github.com/peerlimit/peerlimit/limiter"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/rpc"
+)
+
+// Concurrent forwards to one owner share its ForwardStream: they are
+// answered exactly (one owner decides them all), in batches.
+func TestForwardStreamCarriesConcurrentForwardsExactly(t *testing.T) {
+	b := startOwner(t, limiter.DefaultConfig())
+	a := startIngress(t, b.route, nil)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 25 {
+				got, err := a.srv.Check(context.Background(), logReq(fmt.Sprintf("b:%d", i%5), 30, 60_000))
+				if assert.NoError(t, err, "worker %d", w) && got.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 5*30, allowed.Load(), "400 checks of 5 keys, limit 30 each")
+	batches := metric(t, a.reg, "peerlimit_forward_batch_size")
+	assert.Positive(t, batches)
+	assert.LessOrEqual(t, batches, 400.0)
+	assert.Equal(t, 400.0, metric(t, a.reg, "peerlimit_forwards_total", "result", "ok"))
+}
+
+// oldPeer is a node of a version without ForwardStream: Forward only.
+type oldPeer struct {
+	pb.UnimplementedPeerServer
+	inner *rpc.PeerServer
+	calls atomic.Int64
+}
+
+func (o *oldPeer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	o.calls.Add(1)
+	return o.inner.Forward(ctx, in)
+}
+
+// A peer that does not serve ForwardStream (an older node, mid-upgrade)
+// is sent Forward calls instead, and nothing is answered by the fallback.
+func TestForwardFallsBackToCallsForOlderPeers(t *testing.T) {
+	logs := testlog.NewCapture()
+	owner := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.NodeID, c.Logger = "n2", slog.New(logs) } })
+	old := &oldPeer{inner: rpc.NewPeerServer(owner.svc)}
+	addr := serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) })
+	a := startIngress(t, route.Route{ID: "n2", Addr: addr}, nil)
+	for i := range 3 {
+		got, err := a.srv.Check(context.Background(), logReq(fmt.Sprintf("b:%d", i), 5, 60_000))
+		require.NoError(t, err)
+		assert.False(t, got.Degraded, "check %d", i)
+		assert.Equal(t, "n2", got.Owner)
+	}
+	assert.Equal(t, int64(3), old.calls.Load())
+}
+
+// Every batch of a stream must name the stream's origin; one that names
+// another ends the stream, INVALID_ARGUMENT, and decides nothing.
+func TestForwardStreamRefusesAnotherOrigin(t *testing.T) {
+	b := startOwner(t, limiter.DefaultConfig())
+	stream := openForwardStream(t, b.route.Addr, "n1")
+	require.NoError(t, stream.Send(&pb.ForwardRequest{Origin: "n1", Seq: 1, Checks: []*pb.CheckRequest{logReq("k", 5, 60_000)}}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, resp.GetSeq())
+	assert.True(t, resp.GetResults()[0].GetResponse().GetAllowed())
+
+	require.NoError(t, stream.Send(&pb.ForwardRequest{Origin: "n3", Seq: 2, Checks: []*pb.CheckRequest{logReq("k", 5, 60_000)}}))
+	_, err = stream.Recv()
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	d, err := b.store.Check(b.clock.Now(), limiter.Request{Key: "k", Limit: 5, Window: 60_000_000_000, Algorithm: limiter.SlidingWindowLog})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, d.CurrentCount, "the refused batch decided nothing")
+}
+
+// CheckStream answers each batch in order with its seq; a batch over the
+// maximum is answered with its error, and the stream goes on.
+func TestCheckStreamAnswersEveryBatch(t *testing.T) {
+	e := newEnv(t, withMaxBatch(2))
+	conn := e.serveGRPC(t)
+	stream, err := pb.NewRateLimiterClient(conn).CheckStream(context.Background())
+	require.NoError(t, err)
+	batches := [][]*pb.CheckRequest{
+		{logReq("a", 1, 1000), logReq("a", 1, 1000)},
+		{logReq("b", 1, 1000), logReq("c", 1, 1000), logReq("d", 1, 1000)}, // over the maximum
+		{{Key: "e", Limit: 0, WindowMs: 1000}},                             // an invalid item
+	}
+	for i, checks := range batches {
+		require.NoError(t, stream.Send(&pb.CheckStreamRequest{Seq: uint64(10 + i), Checks: checks}))
+	}
+	got := make([]*pb.CheckStreamResponse, len(batches))
+	for i := range batches {
+		got[i], err = stream.Recv()
+		require.NoError(t, err)
+		assert.EqualValues(t, 10+i, got[i].GetSeq(), "answered in order")
+	}
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	assert.ErrorIs(t, err, io.EOF)
+
+	require.Len(t, got[0].GetResults(), 2)
+	assert.True(t, got[0].GetResults()[0].GetResponse().GetAllowed())
+	assert.False(t, got[0].GetResults()[1].GetResponse().GetAllowed(), "one state: the second is over the limit")
+	assert.EqualValues(t, codes.ResourceExhausted, got[1].GetError().GetCode())
+	assert.Empty(t, got[1].GetResults())
+	assert.Equal(t, "limit", got[2].GetResults()[0].GetError().GetField())
+}
+
+func openForwardStream(t *testing.T, addr, origin string) pb.Peer_ForwardStreamClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), wire.Dial())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), grpcapi.OriginKey, origin))
+	t.Cleanup(cancel)
+	stream, err := pb.NewPeerClient(conn).ForwardStream(ctx)
+	require.NoError(t, err)
+	return stream
+}
+
+// serve runs a gRPC server with register's services on loopback until the
+// test ends, and returns its address.
+func serve(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(rpc.NewStrictCodec().ServerOptions()...)
+	register(gs)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	t.Cleanup(func() {
+		gs.Stop()
+		assert.NoError(t, <-served)
+	})
+	return lis.Addr().String()
+}
