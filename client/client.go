@@ -245,9 +245,9 @@ type member struct{ id, addr string }
 
 // node is a connection to one cluster node.
 type node struct {
-	addr    string
-	conn    *grpc.ClientConn
-	api     pb.RateLimiterClient
+	addr      string
+	conn      *grpc.ClientConn
+	api       pb.RateLimiterClient
 	coalescer *coalescer // nil without coalescing
 
 	failures  atomic.Int32
