@@ -715,6 +715,9 @@ var notInJSON = map[protoreflect.Name]string{
 	"MembersRequest":  "GET /v1/members takes no body",
 	"MembersResponse": "GET /v1/members (httpapi.Members) shows each member's partition count and share for people; the RPC carries the raw partition table for clients",
 	"Member":          "part of MembersResponse; see httpapi.MemberInfo",
+	"CheckStreamRequest": "RateLimiter.CheckStream is a gRPC stream for clients that coalesce (the Go client); " +
+		"HTTP has no streams, and POST /v1/check:batch is its one-call twin",
+	"CheckStreamResponse": "see CheckStreamRequest",
 }
 
 // pendingJSONFields are proto fields known to be missing from the JSON API

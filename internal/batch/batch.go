@@ -113,13 +113,19 @@ func (b *Batcher[Req, Res]) DoAll(ctx context.Context, reqs []Req) (res []Res, e
 	calls := make([]call[Req, Res], len(reqs))
 	for i := range calls {
 		calls[i] = call[Req, Res]{req: reqs[i], done: make(chan struct{})}
+		if b.tryEnqueue(&calls[i]) {
+			continue
+		}
+		// No room: send what is pending first, which makes room (more
+		// than the bound would otherwise wait forever), then wait for it.
+		if i > 0 {
+			b.flush(&calls[i-1])
+		}
 		if err := b.enqueue(ctx, &calls[i]); err != nil {
 			return nil, nil, err
 		}
-		// As they are added: more than the pending bound would otherwise
-		// wait for room that only a send makes.
-		b.flush(&calls[i])
 	}
+	b.flush(&calls[len(calls)-1]) // together, as far as Limit allows
 	res, errs = make([]Res, len(reqs)), make([]error, len(reqs))
 	for i := range calls {
 		select {
@@ -130,6 +136,18 @@ func (b *Batcher[Req, Res]) DoAll(ctx context.Context, reqs []Req) (res []Res, e
 		}
 	}
 	return res, errs, nil
+}
+
+// tryEnqueue adds c to the pending requests if there is room, and
+// reports whether it did.
+func (b *Batcher[Req, Res]) tryEnqueue(c *call[Req, Res]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || len(b.pending) >= b.maxPending() {
+		return false
+	}
+	b.pending = append(b.pending, c)
+	return true
 }
 
 // enqueue adds c to the pending requests, once there is room for it.

@@ -466,7 +466,7 @@ func TestDoAllSendsManyInBatches(t *testing.T) {
 			synctest.Wait()
 		}
 		require.NoError(t, <-done)
-		assert.Equal(t, [][]string{{"k0"}, {"k1", "k2"}, {"k3", "k4"}, {"k5", "k6"}}, sent)
+		assert.Equal(t, [][]string{{"k0", "k1"}, {"k2", "k3"}, {"k4", "k5"}, {"k6"}}, sent, "together, in batches of Limit")
 		assert.Equal(t, keys, res)
 		for _, err := range errs {
 			assert.NoError(t, err)
