@@ -193,7 +193,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 // the invalid ones bound elsewhere, and returns the others' indexes by
 // owner.
 func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]int {
-	remote := map[Route][]int{}
+	var remote map[Route][]int // made at the first remote check: a batch to its owner has none
 	now := s.deps.Now()
 	for i, r := range reqs {
 		owner, local := s.owner(r.Key)
@@ -206,6 +206,9 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]in
 			out[i] = Result{Err: err}
 			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
+		}
+		if remote == nil {
+			remote = map[Route][]int{}
 		}
 		remote[owner] = append(remote[owner], i)
 	}
