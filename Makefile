@@ -65,7 +65,7 @@ clean:
 	rm -rf bin
 
 # A 3-node cluster against Redis + the seeds' Lua scripts on this machine:
-# throughput, latency and memory per key (docs/benchmarks.md). About 7 min;
+# throughput, latency, CPU per check and memory per key (docs/benchmarks.md). About 11 min;
 # BENCH_REPEATS, BENCH_DURATION and BENCH_OUT tune it.
 bench-compare:
 	GO=$(GO) ./scripts/bench-compare.sh

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peerlimit/peerlimit/client"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -278,4 +279,37 @@ func TestRestartWithSameIDRejoins(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, restarted.ID(), resp.Owner)
 	assert.False(t, resp.Degraded)
+}
+
+// A node leaves promptly although its clients and peers keep streams open
+// to it (a Go client's CheckStream, the other nodes' ForwardStreams),
+// which never end by themselves: the streams end after the message in
+// hand, the idle ones are cut, and Shutdown returns within its deadline,
+// without an error. The client goes on through the others.
+func TestGracefulLeaveEndsOpenStreams(t *testing.T) {
+	c := testcluster.New(t, 3, nil)
+	var endpoints []string
+	for _, n := range c.Live() {
+		endpoints = append(endpoints, n.GRPCAddr())
+	}
+	cl, err := client.New(context.Background(), client.Config{Endpoints: endpoints})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	limit := client.Limit{Limit: 1 << 30, Window: time.Minute}
+	keys := manyKeys(60) // some on every node: a CheckStream to each
+	for _, k := range keys {
+		_, err := cl.Check(context.Background(), k, limit)
+		require.NoError(t, err)
+	}
+	// Forwards too: every node's ForwardStreams to the others are open.
+	consume(t, c.Live(), keys, 1)
+
+	leaver := c.Node(1)
+	c.Leave(1) // fails the test if Shutdown ran into its 10 s deadline
+	c.WaitConverged()
+	for _, k := range keys {
+		d, err := cl.Check(context.Background(), k, limit)
+		require.NoError(t, err)
+		assert.NotEqual(t, leaver.ID(), d.Owner, k)
+	}
 }

@@ -59,6 +59,7 @@ type Node struct {
 	rls *envoyRLS
 
 	grpcSrv *grpc.Server
+	drain   *rpc.Drain // ends the gRPC streams at Shutdown
 	httpSrv *http.Server
 	grpcLn  net.Listener
 	httpLn  net.Listener
@@ -204,7 +205,8 @@ func (n *Node) initRequestPath() error {
 }
 
 func (n *Node) initGRPC() error {
-	unary := []grpc.UnaryServerInterceptor{n.recoverUnary}
+	n.drain = rpc.NewDrain()
+	unary := []grpc.UnaryServerInterceptor{n.drain.Unary, n.recoverUnary}
 	if g := n.sec.guard(); g != nil {
 		unary = append(unary, g.Unary)
 	}
@@ -217,7 +219,7 @@ func (n *Node) initGRPC() error {
 		// to a goroutine per stream, so it cannot stall calls.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	api := rpc.NewServer(n.svc)
-	api.MembersFunc = n.membersProto
+	api.MembersFunc, api.Drain = n.membersProto, n.drain
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	pb.RegisterPeerServer(n.grpcSrv, rpc.NewPeerServer(n.svc))
 	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log); err != nil {
@@ -432,14 +434,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 			n.httpSrv.Close()
 		}
-		done := make(chan struct{})
-		go func() { n.grpcSrv.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			n.grpcSrv.Stop() // cuts the remaining calls; GracefulStop then returns
-			<-done
-			errs = append(errs, fmt.Errorf("grpc graceful stop: %w", ctx.Err()))
+		if err := n.stopGRPC(ctx); err != nil {
+			errs = append(errs, err)
 		}
 		// Decisions made by calls that were in flight during the handoff.
 		if left := n.handoff.Run(ctx); left > 0 {
@@ -449,6 +445,29 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.log.Info("stopped")
 	})
 	return n.stopErr
+}
+
+// stopGRPC stops the gRPC server once the calls and stream messages under
+// way are answered. Streams end after the message in hand, and once
+// nothing is under way what is left, the idle streams clients and peers
+// keep open, is cut (rpc.Drain). If ctx ends first, everything is cut and
+// the error says so.
+func (n *Node) stopGRPC(ctx context.Context) error {
+	quiet := n.drain.Start()
+	done := make(chan struct{})
+	go func() { n.grpcSrv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-quiet:
+		n.grpcSrv.Stop() // only idle streams are left; GracefulStop then returns
+		<-done
+		return nil
+	case <-ctx.Done():
+		n.grpcSrv.Stop() // cuts the remaining calls; GracefulStop then returns
+		<-done
+		return fmt.Errorf("grpc graceful stop: %w", ctx.Err())
+	}
 }
 
 // Kill stops the node at once, as a crash would: no leave, no handoff. Its

@@ -26,6 +26,8 @@ type PeerServer struct {
 	// a call: from a current member, with good credentials. Nil admits
 	// every batch (peer authentication off).
 	Admit func(ctx context.Context, origin string) error
+	// Drain, if set, ends ForwardStreams when the node shuts down.
+	Drain *Drain
 }
 
 var _ pb.PeerServer = (*PeerServer)(nil)
@@ -94,18 +96,28 @@ func (s *PeerServer) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
 		if err != nil {
 			return endOfStream(err)
 		}
-		if in.GetOrigin() != origin {
-			return status.Errorf(codes.InvalidArgument, "peerlimit: origin %q differs from the stream's %q", route.Clip(in.GetOrigin()), route.Clip(origin))
+		if !s.Drain.enter() {
+			return errDraining // not decided: its sender falls back for it
 		}
-		if s.Admit != nil {
-			if err := s.Admit(ctx, origin); err != nil {
-				return err
-			}
-		}
-		if err := stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, in), in)}); err != nil {
+		err = s.forwardBatch(ctx, stream, origin, in)
+		s.Drain.leave()
+		if err != nil || s.Drain.draining() {
 			return err
 		}
 	}
+}
+
+// forwardBatch checks, decides and answers one batch of a ForwardStream.
+func (s *PeerServer) forwardBatch(ctx context.Context, stream pb.Peer_ForwardStreamServer, origin string, in *pb.ForwardRequest) error {
+	if in.GetOrigin() != origin {
+		return status.Errorf(codes.InvalidArgument, "peerlimit: origin %q differs from the stream's %q", route.Clip(in.GetOrigin()), route.Clip(origin))
+	}
+	if s.Admit != nil {
+		if err := s.Admit(ctx, origin); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, in), in)})
 }
 
 // batchContext is the context a batch of a ForwardStream is decided in:

@@ -16,6 +16,8 @@ type Server struct {
 	svc *route.Service
 	// MembersFunc answers Members; nil leaves it unimplemented.
 	MembersFunc func() *pb.MembersResponse
+	// Drain, if set, ends CheckStreams when the node shuts down.
+	Drain *Drain
 }
 
 var _ pb.RateLimiterServer = (*Server)(nil)
@@ -59,22 +61,32 @@ func (s *Server) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
 		if err != nil {
 			return endOfStream(err)
 		}
-		out := &pb.CheckStreamResponse{Seq: in.GetSeq()}
-		if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
-			out.Error = errorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
-		} else {
-			b := fromProtoBatch(in.GetChecks(), s.request)
-			results, err := s.svc.CheckBatch(ctx, b.reqs)
-			if err != nil {
-				out.Error = errorProto(err)
-			} else {
-				out.Results = b.answer(results)
-			}
+		if !s.Drain.enter() {
+			return errDraining // not decided: the client retries it elsewhere
 		}
-		if err := stream.Send(out); err != nil {
+		err = stream.Send(s.checkStreamBatch(ctx, in))
+		s.Drain.leave()
+		if err != nil || s.Drain.draining() {
 			return err
 		}
 	}
+}
+
+// checkStreamBatch decides one batch of a CheckStream.
+func (s *Server) checkStreamBatch(ctx context.Context, in *pb.CheckStreamRequest) *pb.CheckStreamResponse {
+	out := &pb.CheckStreamResponse{Seq: in.GetSeq()}
+	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
+		out.Error = errorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
+		return out
+	}
+	b := fromProtoBatch(in.GetChecks(), s.request)
+	results, err := s.svc.CheckBatch(ctx, b.reqs)
+	if err != nil {
+		out.Error = errorProto(err)
+	} else {
+		out.Results = b.answer(results)
+	}
+	return out
 }
 
 // protoBatch is a batch of wire checks converted for the Service: the

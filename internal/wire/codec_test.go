@@ -102,7 +102,9 @@ func TestCodecRefusesMalformed(t *testing.T) {
 // checked like any request, field by field (see the package doc). It must
 // never panic.
 func FuzzCodecMatchesProtobufGo(f *testing.F) {
-	for _, m := range []proto.Message{batchRequest(3), batchResponse(3)} {
+	for _, m := range []proto.Message{batchRequest(3), batchResponse(3),
+		&pb.ForwardRequest{Origin: "n1", Seq: 7, RequestId: "r-1", DeadlineUnixMs: 1_700_000_000_000, Checks: batchRequest(2).GetChecks()},
+		&pb.CheckStreamResponse{Seq: 9, Error: &pb.Error{Code: 8, Message: "too many"}}} {
 		data, err := proto.Marshal(m)
 		require.NoError(f, err)
 		f.Add(data)
@@ -113,6 +115,12 @@ func FuzzCodecMatchesProtobufGo(f *testing.F) {
 			func() proto.Message { return &pb.CheckBatchRequest{} },
 			func() proto.Message { return &pb.CheckBatchResponse{} },
 			func() proto.Message { return &pb.HandoffRequest{} },
+			// The messages of the streams: every batch between nodes
+			// and from the Go client is one of these.
+			func() proto.Message { return &pb.ForwardRequest{} },
+			func() proto.Message { return &pb.ForwardResponse{} },
+			func() proto.Message { return &pb.CheckStreamRequest{} },
+			func() proto.Message { return &pb.CheckStreamResponse{} },
 		} {
 			want, got := newMsg(), newMsg()
 			// Unknown fields are compared by their presence only:
