@@ -24,11 +24,11 @@ import (
 // The zero Drain is not usable; NewDrain makes one. Safe for concurrent
 // use.
 type Drain struct {
-	mu       sync.Mutex
-	started  bool
-	busy     int
-	quiet    chan struct{}
-	closed   bool // quiet is closed
+	mu      sync.Mutex
+	started bool
+	busy    int
+	quiet   chan struct{}
+	closed  bool // quiet is closed
 }
 
 // NewDrain returns a Drain not started.
