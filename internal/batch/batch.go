@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrClosed fails the calls of a closed Batcher.
@@ -69,12 +70,24 @@ type Batcher[Req, Res any] struct {
 	busy sync.WaitGroup // batches in flight and flushes under way, for Close
 }
 
-// call is one request waiting for its answer.
+// call is one request waiting for its answer. The calls of one DoAll
+// share their done channel, closed when the last of them is answered:
+// one channel for a caller's batch, not one per request.
 type call[Req, Res any] struct {
-	req  Req
-	res  Res
-	err  error
-	done chan struct{}
+	req   Req
+	res   Res
+	err   error
+	done  chan struct{}
+	group *atomic.Int32 // DoAll: how many of the calls sharing done are unanswered
+}
+
+// answer records c's result and, once it (or its whole group) is
+// answered, closes done.
+func (c *call[Req, Res]) answer(res Res, err error) {
+	c.res, c.err = res, err
+	if c.group == nil || c.group.Add(-1) == 0 {
+		close(c.done)
+	}
 }
 
 // New returns a Batcher sending through send.
@@ -110,44 +123,51 @@ func (b *Batcher[Req, Res]) DoAll(ctx context.Context, reqs []Req) (res []Res, e
 	if len(reqs) == 0 {
 		return nil, nil, nil
 	}
+	done, left := make(chan struct{}), new(atomic.Int32)
+	left.Store(int32(len(reqs)))
 	calls := make([]call[Req, Res], len(reqs))
 	for i := range calls {
-		calls[i] = call[Req, Res]{req: reqs[i], done: make(chan struct{})}
-		if b.tryEnqueue(&calls[i]) {
+		calls[i] = call[Req, Res]{req: reqs[i], done: done, group: left}
+	}
+	for i := 0; i < len(calls); {
+		if n := b.enqueueSome(calls[i:]); n > 0 {
+			i += n
 			continue
 		}
 		// No room: send what is pending first, which makes room (more
 		// than the bound would otherwise wait forever), then wait for it.
-		if i > 0 {
-			b.flush(&calls[i-1])
-		}
+		b.flush(&calls[0])
 		if err := b.enqueue(ctx, &calls[i]); err != nil {
 			return nil, nil, err
 		}
+		i++
 	}
-	b.flush(&calls[len(calls)-1]) // together, as far as Limit allows
+	b.flush(&calls[0]) // together, as far as Limit allows
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
 	res, errs = make([]Res, len(reqs)), make([]error, len(reqs))
 	for i := range calls {
-		select {
-		case <-calls[i].done:
-			res[i], errs[i] = calls[i].res, calls[i].err
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
+		res[i], errs[i] = calls[i].res, calls[i].err
 	}
 	return res, errs, nil
 }
 
-// tryEnqueue adds c to the pending requests if there is room, and
-// reports whether it did.
-func (b *Batcher[Req, Res]) tryEnqueue(c *call[Req, Res]) bool {
+// enqueueSome adds as many of calls to the pending requests as there is
+// room for, and returns how many.
+func (b *Batcher[Req, Res]) enqueueSome(calls []call[Req, Res]) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || len(b.pending) >= b.maxPending() {
-		return false
+	if b.closed {
+		return 0
 	}
-	b.pending = append(b.pending, c)
-	return true
+	n := min(len(calls), b.maxPending()-len(b.pending))
+	for i := range n {
+		b.pending = append(b.pending, &calls[i])
+	}
+	return max(n, 0)
 }
 
 // enqueue adds c to the pending requests, once there is room for it.
@@ -247,12 +267,11 @@ func (b *Batcher[Req, Res]) sendBatch(batch []*call[Req, Res]) {
 			err = fmt.Errorf("batch of %d answered with %d results", len(batch), len(results))
 		}
 		for i, c := range batch {
-			if err != nil {
-				c.err = err
-			} else {
-				c.res = results[i]
+			var res Res
+			if err == nil {
+				res = results[i]
 			}
-			close(c.done)
+			c.answer(res, err)
 		}
 		b.mu.Lock()
 		b.inflight--
@@ -283,8 +302,8 @@ func (b *Batcher[Req, Res]) Close() {
 	b.room = make(chan struct{})
 	b.mu.Unlock()
 	for _, c := range pending {
-		c.err = ErrClosed
-		close(c.done)
+		var zero Res
+		c.answer(zero, ErrClosed)
 	}
 	b.busy.Wait()
 }
