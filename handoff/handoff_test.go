@@ -17,6 +17,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -146,8 +147,8 @@ func TestRunMovesWhatANodeHoldsButDoesNotOwn(t *testing.T) {
 	for _, k := range mine {
 		assert.EqualValues(t, 3, p.a.count(t, p.now, k), "a keeps what it owns")
 	}
-	assert.Equal(t, 50.0, counter(t, p.a.reg, "peerlimit_handoff_keys_total", "direction", "sent"))
-	assert.Equal(t, 50.0, counter(t, p.b.reg, "peerlimit_handoff_keys_total", "direction", "received"))
+	assert.Equal(t, 50.0, metrictest.Value(t, p.a.reg, "peerlimit_handoff_keys_total", "direction", "sent"))
+	assert.Equal(t, 50.0, metrictest.Value(t, p.b.reg, "peerlimit_handoff_keys_total", "direction", "received"))
 
 	assert.Zero(t, p.a.sender.Run(bg), "nothing left to move")
 	assert.EqualValues(t, 5, p.b.count(t, p.now, theirs[0]), "nothing sent twice")
@@ -167,7 +168,7 @@ func TestRunKeepsTheStateUntilTheOwnerTakesIt(t *testing.T) {
 		assert.Equal(t, 10, p.a.sender.Run(bg))
 		assert.EqualValues(t, 2, p.a.count(t, p.now, keys[0]))
 		assert.Len(t, p.a.logs.Find("handoff failed; will retry"), 1)
-		assert.Equal(t, 1.0, counter(t, p.a.reg, "peerlimit_handoffs_total", "result", "failed"))
+		assert.Equal(t, 1.0, metrictest.Value(t, p.a.reg, "peerlimit_handoffs_total", "result", "failed"))
 
 		p.net.Heal()
 		assert.Zero(t, p.a.sender.Run(bg))
@@ -257,25 +258,4 @@ func TestRefusedStatesAreReported(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "h-1", got[0].Attrs["request_id"])
 	assert.Equal(t, "a", got[0].Attrs["from"])
-}
-
-// counter reads the counter name{label=value} of reg.
-func counter(t *testing.T, reg *prometheus.Registry, name string, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no series %s{%s=%q}", name, label, value)
-	return 0
 }

@@ -743,24 +743,7 @@ func TestMetrics(t *testing.T) {
 // counterValue reads one local series of peerlimit_checks_total from reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, algo, outcome string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "peerlimit_checks_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["algorithm"] == algo && labels["outcome"] == outcome && labels["route"] == "local" {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series algorithm=%s outcome=%s", algo, outcome)
-	return 0
+	return metric(t, reg, "peerlimit_checks_total", "algorithm", algo, "outcome", outcome, "route", "local")
 }
 
 func TestStrictCodec(t *testing.T) {
