@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -144,27 +145,7 @@ func (h *harness) call(t testing.TB, domain string, ds ...*rlscommon.RateLimitDe
 
 func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := h.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if got[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return metrictest.Value(t, h.reg, name, labels...)
 }
 
 func limitOf(rpu uint32, unit Unit) *rlspb.RateLimitResponse_RateLimit {

@@ -152,13 +152,21 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	cpu1, cpuOK1 := processCPU()
 	stopProgress()
 
+	res := summarize(cfg, workers, start, elapsed)
+	if cpuOK && cpuOK1 {
+		res.CPUSeconds = (cpu1 - cpu0).Seconds()
+	}
+	res.FirstErrors = errs.first()
+	return res
+}
+
+// summarize adds the workers' counts and latencies up into the run's
+// Result.
+func summarize(cfg Config, workers []*worker, start time.Time, elapsed time.Duration) Result {
 	res := Result{
 		Target: cfg.Target, Workers: cfg.Workers, Batch: cfg.Batch, Algorithm: cfg.Algorithm,
 		Keys: cfg.Keys, Dist: cfg.Dist, DurationS: elapsed.Seconds(),
 		LatencyUnit: "call", StartedAt: start.UTC(),
-	}
-	if cpuOK && cpuOK1 {
-		res.CPUSeconds = (cpu1 - cpu0).Seconds()
 	}
 	if cfg.Target == targetPeerlimit {
 		res.API, res.Route = cfg.API, cfg.Route
@@ -179,7 +187,6 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	res.Checks = res.Allowed + res.Denied
 	res.ChecksPerS = float64(res.Checks) / elapsed.Seconds()
 	res.LatencyUS = mergePercentiles(lats)
-	res.FirstErrors = errs.first()
 	return res
 }
 
