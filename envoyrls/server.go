@@ -115,7 +115,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	dom := cfg.Domain(req.GetDomain())
 	b := s.cfg.Metrics.bind(cfg)
 	dc := b.domain(dom)
-	resp, degraded, err := s.answer(ctx, req, dom, b, dc)
+	// Envoy's x-request-id (it sends one with every call) names the
+	// checks' forwards in both nodes' logs.
+	resp, degraded, err := s.answer(grpcapi.Incoming(ctx), req, dom, b, dc)
 	code := codeError
 	switch {
 	case err != nil:

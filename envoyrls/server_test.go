@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -517,4 +518,27 @@ func TestDegradedAnswersAreFlagged(t *testing.T) {
 	assert.True(t, resp.GetDynamicMetadata().GetFields()[DegradedKey].GetBoolValue())
 	assert.Nil(t, h.call(t, "edge", desc("ldap=1")).GetDynamicMetadata(), "nothing was checked")
 	assert.Equal(t, 1.0, h.metric(t, "peerlimit_envoy_rls_degraded_total", "domain", "edge"))
+}
+
+// idOf records the request id the checks of a call carry.
+type idOf struct {
+	Checker
+	got string
+}
+
+func (c *idOf) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error) {
+	c.got = route.RequestIDFrom(ctx)
+	return c.Checker.CheckBatch(ctx, reqs)
+}
+
+// Envoy's x-request-id goes with the call's checks, so that the nodes'
+// log lines about them (a forward, the owner's refusal) name it.
+func TestEnvoyRequestIDReachesTheChecks(t *testing.T) {
+	h := newHarness(t, nil)
+	ids := &idOf{Checker: h.srv.cfg.Checker}
+	h.srv.cfg.Checker = ids
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-request-id", "envoy-7"))
+	_, err := h.srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("remote_address=1")}})
+	require.NoError(t, err)
+	assert.Equal(t, "envoy-7", ids.got)
 }
