@@ -73,6 +73,13 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the key's state would be empty.
 	ResetAfter time.Duration
+	// RefillAfter is the time until the hits counted now start to leave the
+	// window, if no other traffic came; it runs down as time passes and is
+	// at most one window. For SlidingWindowLog, when the oldest hit in the
+	// window leaves (one hit's room comes back), zero when it holds none; for
+	// SlidingWindowCounter, when the current epoch-aligned fixed window ends,
+	// never zero.
+	RefillAfter time.Duration
 	// Owner is the node that decided.
 	Owner string
 	// Degraded is true when the key's owner was unreachable and the node
@@ -775,6 +782,7 @@ func fromProto(r *pb.CheckResult) (Decision, error) {
 		CurrentCount: resp.GetCurrentCount(),
 		RetryAfter:   time.Duration(resp.GetRetryAfterMs()) * time.Millisecond,
 		ResetAfter:   time.Duration(resp.GetResetAfterMs()) * time.Millisecond,
+		RefillAfter:  time.Duration(resp.GetRefillAfterMs()) * time.Millisecond,
 		Owner:        resp.GetOwner(),
 		Degraded:     resp.GetDegraded(),
 	}, nil

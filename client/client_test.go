@@ -89,6 +89,8 @@ func TestCheckCheckNAndPeek(t *testing.T) {
 	assert.False(t, d.Allowed)
 	assert.Positive(t, d.RetryAfter)
 	assert.Equal(t, c.Node(0).Ring().Owner("user:1").ID, d.Owner)
+	assert.Positive(t, d.RefillAfter, "the counter's fixed window always has time left")
+	assert.LessOrEqual(t, d.RefillAfter, perMinute.Window)
 
 	d, err = cl.CheckN(ctx, "user:1", perMinute, 0)
 	require.NoError(t, err)
@@ -97,6 +99,7 @@ func TestCheckCheckNAndPeek(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 	assert.EqualValues(t, 3, d.Remaining)
+	assert.Equal(t, time.Second, d.RefillAfter, "the log's oldest hits are the 7 just counted: a whole window to go")
 }
 
 func TestInvalidInputIsNotRetried(t *testing.T) {

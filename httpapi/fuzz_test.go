@@ -137,6 +137,7 @@ func checkResponseInvariants(t *testing.T, r CheckResponse) {
 	require.LessOrEqual(t, r.Remaining, r.Limit)
 	require.GreaterOrEqual(t, r.CurrentCount, int64(0))
 	require.GreaterOrEqual(t, r.ResetAfterMS, int64(0))
+	require.GreaterOrEqual(t, r.RefillAfterMS, int64(0))
 	if r.Allowed {
 		require.Zero(t, r.RetryAfterMS, "allowed with retry_after_ms")
 	} else {

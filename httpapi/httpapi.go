@@ -112,14 +112,15 @@ type CheckRequest struct {
 
 // CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
 type CheckResponse struct {
-	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	CurrentCount int64  `json:"current_count"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	Owner        string `json:"owner"`
-	Degraded     bool   `json:"degraded"`
+	Allowed       bool   `json:"allowed"`
+	Limit         int64  `json:"limit"`
+	Remaining     int64  `json:"remaining"`
+	CurrentCount  int64  `json:"current_count"`
+	RetryAfterMS  int64  `json:"retry_after_ms"`
+	ResetAfterMS  int64  `json:"reset_after_ms"`
+	RefillAfterMS int64  `json:"refill_after_ms"`
+	Owner         string `json:"owner"`
+	Degraded      bool   `json:"degraded"`
 }
 
 // CheckBatchRequest is the JSON form of peerlimit.v1.CheckBatchRequest.
@@ -454,14 +455,15 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 func toJSON(r route.Result) CheckResponse {
 	d := r.Decision
 	return CheckResponse{
-		Allowed:      d.Allowed,
-		Limit:        d.Limit,
-		Remaining:    d.Remaining,
-		CurrentCount: d.CurrentCount,
-		RetryAfterMS: d.RetryAfter.Milliseconds(),
-		ResetAfterMS: d.ResetAfter.Milliseconds(),
-		Owner:        r.Owner,
-		Degraded:     r.Degraded,
+		Allowed:       d.Allowed,
+		Limit:         d.Limit,
+		Remaining:     d.Remaining,
+		CurrentCount:  d.CurrentCount,
+		RetryAfterMS:  d.RetryAfter.Milliseconds(),
+		ResetAfterMS:  d.ResetAfter.Milliseconds(),
+		RefillAfterMS: d.RefillAfter.Milliseconds(),
+		Owner:         r.Owner,
+		Degraded:      r.Degraded,
 	}
 }
 

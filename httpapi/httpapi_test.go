@@ -165,8 +165,8 @@ func TestCheckHappyPathLog(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	// Exact JSON: int64 fields are numbers, and zero fields are present.
-	assertJSON(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, Owner: "n1"}, rec.Body.Bytes())
-	for _, f := range []string{`"allowed":true`, `"limit":2`, `"remaining":1`, `"current_count":0`, `"retry_after_ms":0`, `"reset_after_ms":1000`, `"owner":"n1"`} {
+	assertJSON(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, rec.Body.Bytes())
+	for _, f := range []string{`"allowed":true`, `"limit":2`, `"remaining":1`, `"current_count":0`, `"retry_after_ms":0`, `"reset_after_ms":1000`, `"refill_after_ms":1000`, `"owner":"n1"`} {
 		assert.Contains(t, rec.Body.String(), f)
 	}
 
@@ -175,35 +175,35 @@ func TestCheckHappyPathLog(t *testing.T) {
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.UseNumber()
 	require.NoError(t, dec.Decode(&raw))
-	for _, f := range []string{"limit", "remaining", "current_count", "retry_after_ms", "reset_after_ms"} {
+	for _, f := range []string{"limit", "remaining", "current_count", "retry_after_ms", "reset_after_ms", "refill_after_ms"} {
 		assert.IsType(t, json.Number(""), raw[f], "field %s", f)
 	}
 	assert.IsType(t, true, raw["allowed"])
 	assert.Equal(t, "n1", raw["owner"])
 
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 1000, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, e.check(body))
 
 	// The third request at the same millisecond is denied: a 200, not an
 	// error, and the oldest hit leaves the window in exactly 1000 ms.
 	denied := e.check(body)
-	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1000, ResetAfterMS: 1000, Owner: "n1"}, denied)
+	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1000, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, denied)
 
 	// 1 ms before retry_after_ms it is still denied; at retry_after_ms it is allowed.
 	e.clock.Advance(999 * time.Millisecond)
-	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1, ResetAfterMS: 1, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1, ResetAfterMS: 1, RefillAfterMS: 1, Owner: "n1"}, e.check(body))
 	e.clock.Advance(time.Millisecond)
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, CurrentCount: 0, ResetAfterMS: 1000, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, CurrentCount: 0, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, e.check(body))
 }
 
 func TestCheckDefaultsToCounter(t *testing.T) {
 	e := newEnv(t)
 	// No algorithm and no hits: the sliding window counter, one hit each.
 	body := `{"key":"k","limit":2,"window_ms":1000}`
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, CurrentCount: 0, ResetAfterMS: 2000, Owner: "n1"}, e.check(body))
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 2000, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, CurrentCount: 0, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, e.check(body))
 	// Denied: the 2 hits of this window must decay to an estimate of 1,
 	// which happens 1 ms into the next window: 1000 + 1.
-	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1001, ResetAfterMS: 2000, Owner: "n1"}, e.check(body))
+	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1001, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, e.check(body))
 
 	st := e.store.Stats()
 	assert.Equal(t, 1, st.CounterKeys, "no algorithm is SLIDING_WINDOW_COUNTER")
@@ -484,10 +484,10 @@ func TestCheckBatch(t *testing.T) {
 
 	// Items are decided in order against shared state: key a is allowed,
 	// allowed, then denied, with bad items in between changing nothing.
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[0]))
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 5, Remaining: 0, ResetAfterMS: 2000, Owner: "n1"}, batchResponse(t, results[2]))
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[4]))
-	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1000, ResetAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[6]))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[0]))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 5, Remaining: 0, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[2]))
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[4]))
+	assert.Equal(t, CheckResponse{Allowed: false, Limit: 2, Remaining: 0, CurrentCount: 2, RetryAfterMS: 1000, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"}, batchResponse(t, results[6]))
 
 	for i, field := range map[int]string{1: "key", 3: "algorithm", 5: "hits", 7: "key"} {
 		got := batchError(t, results[i])
@@ -670,16 +670,16 @@ func TestOverHTTP(t *testing.T) {
 	resp, b := post("/v1/check", `{"key":"net","limit":1,"window_ms":1000}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-	assertJSON(t, CheckResponse{Allowed: true, Limit: 1, ResetAfterMS: 2000, Owner: "n1"}, b)
+	assertJSON(t, CheckResponse{Allowed: true, Limit: 1, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, b)
 
 	resp, b = post("/v1/check", `{"key":"net","limit":1,"window_ms":1000}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	assertJSON(t, CheckResponse{Limit: 1, CurrentCount: 1, RetryAfterMS: 1001, ResetAfterMS: 2000, Owner: "n1"}, b)
+	assertJSON(t, CheckResponse{Limit: 1, CurrentCount: 1, RetryAfterMS: 1001, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}, b)
 
 	resp, b = post("/v1/check:batch", `{"checks":[{"key":"net","limit":1,"window_ms":1000,"hits":0},{"key":"x","limit":0,"window_ms":1000}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assertJSON(t, CheckBatchResponse{Results: []CheckResult{
-		{Response: &CheckResponse{Allowed: true, Limit: 1, CurrentCount: 1, ResetAfterMS: 2000, Owner: "n1"}},
+		{Response: &CheckResponse{Allowed: true, Limit: 1, CurrentCount: 1, ResetAfterMS: 2000, RefillAfterMS: 1000, Owner: "n1"}},
 		{Error: &Error{Code: "INVALID_ARGUMENT", Field: "limit", Message: "invalid limit: must be positive, got 0"}},
 	}}, b)
 

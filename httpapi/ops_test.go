@@ -30,10 +30,10 @@ func withPolicySet(t *testing.T) (func(*envOpts), *policy.Set) {
 func TestCheckByPolicyJSON(t *testing.T) {
 	opt, _ := withPolicySet(t)
 	e := newEnv(t, opt)
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, Owner: "n1"},
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"},
 		e.check(`{"key":"u","policy":"login"}`))
 	// The same state as the policy's numbers inline.
-	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, CurrentCount: 1, ResetAfterMS: 1000, Owner: "n1"},
+	assert.Equal(t, CheckResponse{Allowed: true, Limit: 2, CurrentCount: 1, ResetAfterMS: 1000, RefillAfterMS: 1000, Owner: "n1"},
 		e.check(`{"key":"u","limit":2,"window_ms":1000,"algorithm":"SLIDING_WINDOW_LOG"}`))
 	assert.False(t, e.check(`{"key":"u","policy":"login"}`).Allowed)
 	assert.Equal(t, int64(100), e.check(`{"key":"u","policy":"search","hits":0}`).Remaining)

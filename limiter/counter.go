@@ -49,6 +49,15 @@ func decideCounter(s *counterState, now, w, limit, hits int64) counterResult {
 	return r
 }
 
+// refillAfter is the time (ms) from now until s's current window ends, from
+// which on the hits counted in it weigh less and less: in (0, w] once
+// decideCounter has rolled s to now's window. now is clamped to the window's
+// start as decideCounter clamps a clock that stepped back. It is derived from
+// s, not carried in counterResult, which the hot path keeps small.
+func (s *counterState) refillAfter(now, w int64) int64 {
+	return (s.window+1)*w - max(now, s.window*w)
+}
+
 // roll moves s forward to window id (id ≥ s.window).
 func (s *counterState) roll(id int64) {
 	switch id - s.window {

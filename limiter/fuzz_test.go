@@ -48,6 +48,12 @@ func checkDecisionContract(t *testing.T, req Request, d Decision) {
 		t.Fatalf("retry %s / reset %s beyond two windows of %s", d.RetryAfter, d.ResetAfter, req.Window)
 	case d.Allowed && req.Hits > 0 && d.ResetAfter <= 0:
 		t.Fatalf("consumed hits but reset after %s", d.ResetAfter)
+	case d.RefillAfter < 0 || d.RefillAfter > req.Window:
+		t.Fatalf("refill after %s outside [0, %s]", d.RefillAfter, req.Window)
+	case req.Algorithm == SlidingWindowCounter && d.RefillAfter == 0:
+		t.Fatalf("counter refill after 0: its current window always has time left")
+	case req.Algorithm == SlidingWindowLog && d.RefillAfter > d.ResetAfter:
+		t.Fatalf("log refill after %s beyond its reset after %s: the oldest hit leaves first", d.RefillAfter, d.ResetAfter)
 	}
 }
 
@@ -79,9 +85,11 @@ func FuzzTrafficMatchesModel(f *testing.F) {
 			}
 			checkDecisionContract(t, req, d)
 			allowed, count, retry, reset := refs[k].check(now, limit, hits)
-			if d.Allowed != allowed || d.CurrentCount != count || d.RetryAfter.Milliseconds() != retry || d.ResetAfter.Milliseconds() != reset {
-				t.Fatalf("op %d (%s w=%d limit=%d hits=%d t=%d): store %+v, model allowed=%v count=%d retry=%d reset=%d",
-					i/4, a, w, limit, hits, now, d, allowed, count, retry, reset)
+			refill := refs[k].refill(now)
+			if d.Allowed != allowed || d.CurrentCount != count || d.RetryAfter.Milliseconds() != retry || d.ResetAfter.Milliseconds() != reset ||
+				d.RefillAfter.Milliseconds() != refill {
+				t.Fatalf("op %d (%s w=%d limit=%d hits=%d t=%d): store %+v, model allowed=%v count=%d retry=%d reset=%d refill=%d",
+					i/4, a, w, limit, hits, now, d, allowed, count, retry, reset, refill)
 			}
 		}
 	})

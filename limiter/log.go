@@ -62,9 +62,28 @@ func decideLog(s *logState, now, w, limit, hits int64, maxCap int) logResult {
 	return r
 }
 
-// at returns the i-th oldest timestamp.
+// refillAfter is the time (ms) from now until s's oldest entry leaves
+// window w, giving one hit's room back; 0 when s is empty. now is clamped to
+// the newest entry as decideLog clamps a clock that stepped back. It is
+// derived from s, not carried in logResult, which the hot path keeps at
+// four words.
+func (s *logState) refillAfter(now, w int64) int64 {
+	if s.n == 0 {
+		return 0
+	}
+	return s.at(0) + w - max(now, s.newest())
+}
+
+// at returns the i-th oldest timestamp (0 ≤ i < n).
 func (s *logState) at(i int32) int64 {
-	return s.base + int64(s.ring[(s.head+i)%int32(len(s.ring))])
+	// No division: at runs several times per decision (prune, reset and
+	// refill times), where a modulo cost measurably more. head < len and
+	// i < n ≤ len ≤ 2^30, so one subtraction wraps j.
+	j, c := s.head+i, int32(len(s.ring))
+	if j >= c {
+		j -= c
+	}
+	return s.base + int64(s.ring[j])
 }
 
 func (s *logState) newest() int64 { return s.at(s.n - 1) }

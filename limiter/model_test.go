@@ -89,6 +89,23 @@ func (m *refModel) check(t, limit, hits int64) (allowed bool, count, retry, rese
 	return allowed, count, retry, reset
 }
 
+// refill is, after check at t, the time until the hits counted at t start
+// to leave the window: brute force for the log (the first later millisecond
+// at which the count drops, 0 if there is nothing to drop), the rest of t's
+// fixed window for the counter.
+func (m *refModel) refill(t int64) int64 {
+	if m.algo != SlidingWindowLog {
+		return (t/m.w+1)*m.w - t
+	}
+	n := m.count(t)
+	for d := int64(1); n > 0; d++ {
+		if m.count(t+d) < n {
+			return d
+		}
+	}
+	return 0
+}
+
 // TestStoreMatchesReferenceModel drives the store and the model with the
 // same random traffic (several keys, both algorithms, random limits, hits,
 // peeks, gaps from 0 to several windows) and requires identical answers.
@@ -132,6 +149,7 @@ func TestStoreMatchesReferenceModel(t *testing.T) {
 			require.Equal(t, count, d.CurrentCount, ctx...)
 			require.Equal(t, retry, d.RetryAfter.Milliseconds(), ctx...)
 			require.Equal(t, reset, d.ResetAfter.Milliseconds(), ctx...)
+			require.Equal(t, refs[k].refill(now), d.RefillAfter.Milliseconds(), ctx...)
 			used := count
 			if allowed {
 				used += hits

@@ -76,6 +76,15 @@ type Decision struct {
 	// ResetAfter is the time until the key's state would be empty if no
 	// other traffic came; zero when the key holds nothing.
 	ResetAfter time.Duration
+	// RefillAfter is the time until the hits counted now start to leave the
+	// window, if no other traffic came: for the log, when its oldest hit in the
+	// window leaves it (one hit's room comes back); for the counter, when its
+	// current fixed window (epoch-aligned: floor(now / W)) ends, from which on
+	// the hits counted in it weigh less and less over the next window. It runs
+	// down as time passes and is at most one window. For the log it is zero when
+	// the key holds no hit in the window; for the counter it is never zero
+	// (W − (now mod W), in (0, W]).
+	RefillAfter time.Duration
 }
 
 // ArgumentError reports a request field that cannot be served. Field is the

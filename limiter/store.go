@@ -255,7 +255,7 @@ func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decis
 		}
 		sh.putCounter(k, st)
 	}
-	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }
 
 // checkLog decides r against the log of k at now (ms), within the log
@@ -264,7 +264,7 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	st, ok := sh.logs[k]
 	if !ok {
 		if r.Hits == 0 { // a peek at an absent key: nothing to count, nothing to create
-			return decision(r.Limit, 0, true, 0, 0, 0), nil
+			return decision(r.Limit, 0, true, 0, 0, 0, 0), nil
 		}
 		// A new key with hits ≤ limit is always allowed, so it will be
 		// stored: make room under the key cap first.
@@ -296,10 +296,10 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	if !ok {
 		sh.putLog(k, st)
 	}
-	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter), nil
+	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }
 
-func decision(limit, hits int64, allowed bool, count, retryMS, resetMS int64) Decision {
+func decision(limit, hits int64, allowed bool, count, retryMS, resetMS, refillMS int64) Decision {
 	used := count
 	if allowed {
 		used += hits
@@ -311,6 +311,7 @@ func decision(limit, hits int64, allowed bool, count, retryMS, resetMS int64) De
 		CurrentCount: count,
 		RetryAfter:   time.Duration(retryMS) * time.Millisecond,
 		ResetAfter:   time.Duration(resetMS) * time.Millisecond,
+		RefillAfter:  time.Duration(refillMS) * time.Millisecond,
 	}
 }
 

@@ -30,6 +30,7 @@ func FromProtoResult(r *pb.CheckResult) route.Result {
 			CurrentCount: resp.GetCurrentCount(),
 			RetryAfter:   time.Duration(resp.GetRetryAfterMs()) * time.Millisecond,
 			ResetAfter:   time.Duration(resp.GetResetAfterMs()) * time.Millisecond,
+			RefillAfter:  time.Duration(resp.GetRefillAfterMs()) * time.Millisecond,
 		},
 		Owner:    resp.GetOwner(),
 		Degraded: resp.GetDegraded(),

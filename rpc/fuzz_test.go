@@ -99,6 +99,8 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 			require.LessOrEqual(t, resp.GetRemaining(), resp.GetLimit(), "item %d", i)
 			require.GreaterOrEqual(t, resp.GetCurrentCount(), int64(0), "item %d", i)
 			require.GreaterOrEqual(t, resp.GetResetAfterMs(), int64(0), "item %d", i)
+			require.GreaterOrEqual(t, resp.GetRefillAfterMs(), int64(0), "item %d", i)
+			require.LessOrEqual(t, resp.GetRefillAfterMs(), req.GetWindowMs(), "item %d: refill beyond one window", i)
 			if resp.GetAllowed() {
 				require.Zero(t, resp.GetRetryAfterMs(), "item %d", i)
 			} else {

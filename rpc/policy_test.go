@@ -32,18 +32,18 @@ func TestCheckByPolicy(t *testing.T) {
 
 	got, err := e.srv.Check(ctx, login)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000, 1000), got)
 	got, err = e.srv.Check(ctx, logReq("user:1", 2, 1000)) // the same limit, inline
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000, 1000), got)
 	got, err = e.srv.Check(ctx, login)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000), got)
+	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000, 1000), got)
 
 	// hits travels with the policy: 0 peeks.
 	got, err = e.srv.Check(ctx, &pb.CheckRequest{Key: "user:2", Policy: "search", Hits: ptr(int64(0))})
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 100, 100, 0, 0, 0), got)
+	assertProtoEqual(t, resp(true, 100, 100, 0, 0, 0, 40_000), got)
 	assert.Equal(t, 1, e.store.Stats().LogKeys+e.store.Stats().CounterKeys, "a peek creates no state")
 }
 
@@ -89,11 +89,11 @@ func TestCheckBatchByPolicy(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.Len(t, out.Results, 5)
-	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000), out.Results[0].GetResponse())
+	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000, 1000), out.Results[0].GetResponse())
 	assert.Equal(t, "policy", out.Results[1].GetError().GetField())
-	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000), out.Results[2].GetResponse())
+	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000, 1000), out.Results[2].GetResponse())
 	assert.Equal(t, "limit", out.Results[3].GetError().GetField())
-	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000), out.Results[4].GetResponse())
+	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000, 1000), out.Results[4].GetResponse())
 }
 
 // The owner never resolves a policy: a forwarded check carrying a name is
@@ -125,7 +125,7 @@ func TestCheckByPolicyOverGRPC(t *testing.T) {
 	c := pb.NewRateLimiterClient(e.serveGRPC(t))
 	got, err := c.Check(context.Background(), &pb.CheckRequest{Key: "g", Policy: "login"})
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000, 1000), got)
 	_, err = c.Check(context.Background(), &pb.CheckRequest{Key: "g", Policy: "absent"})
 	requireInvalid(t, err, "policy")
 }

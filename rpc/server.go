@@ -220,6 +220,7 @@ func fillProto(out *pb.CheckResponse, r route.Result) {
 	out.CurrentCount = d.CurrentCount
 	out.RetryAfterMs = d.RetryAfter.Milliseconds()
 	out.ResetAfterMs = d.ResetAfter.Milliseconds()
+	out.RefillAfterMs = d.RefillAfter.Milliseconds()
 	out.Owner = r.Owner
 	out.Degraded = r.Degraded
 }

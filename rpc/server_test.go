@@ -116,9 +116,9 @@ func logReq(key string, limit, windowMS int64) *pb.CheckRequest {
 	return &pb.CheckRequest{Key: key, Limit: limit, WindowMs: windowMS, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG}
 }
 
-func resp(allowed bool, limit, remaining, count, retry, reset int64) *pb.CheckResponse {
+func resp(allowed bool, limit, remaining, count, retry, reset, refill int64) *pb.CheckResponse {
 	return &pb.CheckResponse{Allowed: allowed, Limit: limit, Remaining: remaining, CurrentCount: count,
-		RetryAfterMs: retry, ResetAfterMs: reset, Owner: "n1"}
+		RetryAfterMs: retry, ResetAfterMs: reset, RefillAfterMs: refill, Owner: "n1"}
 }
 
 func assertProtoEqual(t *testing.T, want, got proto.Message, msgAndArgs ...any) {
@@ -154,24 +154,24 @@ func TestServerCheck(t *testing.T) {
 
 	got, err := e.srv.Check(ctx, req)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000, 1000), got)
 	got, err = e.srv.Check(ctx, req)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 0, 1, 0, 1000, 1000), got)
 
 	// A denial is an answer, not an error.
 	got, err = e.srv.Check(ctx, req)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000), got)
+	assertProtoEqual(t, resp(false, 2, 0, 2, 1000, 1000, 1000), got)
 
 	e.clock.Advance(999 * time.Millisecond)
 	got, err = e.srv.Check(ctx, req)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(false, 2, 0, 2, 1, 1), got)
+	assertProtoEqual(t, resp(false, 2, 0, 2, 1, 1, 1), got)
 	e.clock.Advance(time.Millisecond)
 	got, err = e.srv.Check(ctx, req)
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000), got)
+	assertProtoEqual(t, resp(true, 2, 1, 0, 0, 1000, 1000), got)
 }
 
 func TestServerCheckCounterAndHits(t *testing.T) {
@@ -180,9 +180,9 @@ func TestServerCheckCounterAndHits(t *testing.T) {
 	// The zero algorithm is the counter; hits absent is 1.
 	req := &pb.CheckRequest{Key: "k", Limit: 2, WindowMs: 1000}
 	for i, want := range []*pb.CheckResponse{
-		resp(true, 2, 1, 0, 0, 2000),
-		resp(true, 2, 0, 1, 0, 2000),
-		resp(false, 2, 0, 2, 1001, 2000),
+		resp(true, 2, 1, 0, 0, 2000, 1000),
+		resp(true, 2, 0, 1, 0, 2000, 1000),
+		resp(false, 2, 0, 2, 1001, 2000, 1000),
 	} {
 		got, err := e.srv.Check(ctx, req)
 		require.NoError(t, err)
@@ -196,13 +196,13 @@ func TestServerCheckCounterAndHits(t *testing.T) {
 	for range 3 {
 		got, err := e.srv.Check(ctx, peek)
 		require.NoError(t, err)
-		assertProtoEqual(t, resp(true, 3, 3, 0, 0, 0), got)
+		assertProtoEqual(t, resp(true, 3, 3, 0, 0, 0, 1000), got)
 	}
 	assert.Equal(t, 1, e.store.Stats().CounterKeys)
 
 	got, err := e.srv.Check(ctx, &pb.CheckRequest{Key: "fresh", Limit: 3, WindowMs: 1000, Hits: ptr(int64(3))})
 	require.NoError(t, err)
-	assertProtoEqual(t, resp(true, 3, 0, 0, 0, 2000), got)
+	assertProtoEqual(t, resp(true, 3, 0, 0, 0, 2000, 1000), got)
 }
 
 func invalidRequests() []struct {
@@ -284,10 +284,10 @@ func TestServerCheckBatch(t *testing.T) {
 	require.Len(t, out.GetResults(), len(in.Checks))
 
 	for i, want := range map[int]*pb.CheckResponse{
-		0: resp(true, 2, 1, 0, 0, 1000),
-		2: resp(true, 5, 0, 0, 0, 2000),
-		4: resp(true, 2, 0, 1, 0, 1000),
-		6: resp(false, 2, 0, 2, 1000, 1000),
+		0: resp(true, 2, 1, 0, 0, 1000, 1000),
+		2: resp(true, 5, 0, 0, 0, 2000, 1000),
+		4: resp(true, 2, 0, 1, 0, 1000, 1000),
+		6: resp(false, 2, 0, 2, 1000, 1000, 1000),
 	} {
 		r := out.GetResults()[i]
 		assert.Nil(t, r.GetError(), "item %d", i)
@@ -319,7 +319,7 @@ func TestServerCheckBatchSameArrivalTime(t *testing.T) {
 	require.Len(t, out.GetResults(), 3)
 	assert.True(t, out.GetResults()[0].GetResponse().GetAllowed())
 	for _, r := range out.GetResults()[1:] {
-		assertProtoEqual(t, resp(false, 1, 0, 1, 1, 1), r.GetResponse())
+		assertProtoEqual(t, resp(false, 1, 0, 1, 1, 1, 1), r.GetResponse())
 	}
 	// Single checks each read the clock, so the window has moved on.
 	got, err := e.srv.Check(context.Background(), req)
@@ -413,9 +413,9 @@ func TestGRPC(t *testing.T) {
 	t.Run("check", func(t *testing.T) {
 		req := logReq("grpc", 2, 1000)
 		for _, want := range []*pb.CheckResponse{
-			resp(true, 2, 1, 0, 0, 1000),
-			resp(true, 2, 0, 1, 0, 1000),
-			resp(false, 2, 0, 2, 1000, 1000),
+			resp(true, 2, 1, 0, 0, 1000, 1000),
+			resp(true, 2, 0, 1, 0, 1000, 1000),
+			resp(false, 2, 0, 2, 1000, 1000, 1000),
 		} {
 			got, err := client.Check(ctx, req)
 			require.NoError(t, err)
@@ -442,9 +442,9 @@ func TestGRPC(t *testing.T) {
 		}})
 		require.NoError(t, err)
 		require.Len(t, out.GetResults(), 4)
-		assertProtoEqual(t, resp(true, 1, 0, 0, 0, 1000), out.GetResults()[0].GetResponse())
+		assertProtoEqual(t, resp(true, 1, 0, 0, 0, 1000, 1000), out.GetResults()[0].GetResponse())
 		assertProtoEqual(t, &pb.Error{Code: 3, Field: "algorithm", Message: out.GetResults()[1].GetError().GetMessage()}, out.GetResults()[1].GetError())
-		assertProtoEqual(t, resp(false, 1, 0, 1, 1000, 1000), out.GetResults()[2].GetResponse())
+		assertProtoEqual(t, resp(false, 1, 0, 1, 1000, 1000, 1000), out.GetResults()[2].GetResponse())
 		assertProtoEqual(t, &pb.Error{Code: 3, Field: "key", Message: "invalid key: must not be empty"}, out.GetResults()[3].GetError())
 	})
 
@@ -533,7 +533,7 @@ func TestGRPC(t *testing.T) {
 		require.NoError(t, conn.Invoke(ctx, checkMethod, good, &reply, grpc.ForceCodecV2(rawCodec{})))
 		var got pb.CheckResponse
 		require.NoError(t, proto.Unmarshal(reply, &got))
-		assertProtoEqual(t, resp(true, 1, 0, 0, 0, 2000), &got)
+		assertProtoEqual(t, resp(true, 1, 0, 0, 0, 2000, 1000), &got)
 	})
 }
 
@@ -647,9 +647,21 @@ func TestFromProto(t *testing.T) {
 func TestToProto(t *testing.T) {
 	got := rpc.ToProto(route.Result{Owner: "n7", Decision: limiter.Decision{
 		Allowed: false, Limit: 9, Remaining: 0, CurrentCount: 9,
-		RetryAfter: 1500*time.Millisecond + 999*time.Microsecond, ResetAfter: 3 * time.Second,
+		RetryAfter: 1500*time.Millisecond + 999*time.Microsecond, ResetAfter: 3 * time.Second, RefillAfter: 2 * time.Second,
 	}})
-	assertProtoEqual(t, &pb.CheckResponse{Allowed: false, Limit: 9, CurrentCount: 9, RetryAfterMs: 1500, ResetAfterMs: 3000, Owner: "n7"}, got)
+	assertProtoEqual(t, &pb.CheckResponse{Allowed: false, Limit: 9, CurrentCount: 9, RetryAfterMs: 1500, ResetAfterMs: 3000,
+		RefillAfterMs: 2000, Owner: "n7"}, got)
+}
+
+// What an owner answers a forward comes back as the Result it decided,
+// every field of it: a field the conversion forgot would read as zero on
+// the node the client asked.
+func TestForwardedResultRoundTrips(t *testing.T) {
+	want := route.Result{Owner: "n7", Degraded: true, Decision: limiter.Decision{
+		Allowed: true, Limit: 9, Remaining: 4, CurrentCount: 5,
+		RetryAfter: 1500 * time.Millisecond, ResetAfter: 3 * time.Second, RefillAfter: 2 * time.Second,
+	}}
+	assert.Equal(t, want, rpc.FromProtoResult(rpc.ToProtoResult(want)))
 }
 
 func TestCodeFieldStatus(t *testing.T) {

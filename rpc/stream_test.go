@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,6 +51,25 @@ func TestForwardStreamCarriesConcurrentForwardsExactly(t *testing.T) {
 	assert.Positive(t, batches)
 	assert.LessOrEqual(t, batches, 400.0)
 	assert.Equal(t, 400.0, metric(t, a.reg, "peerlimit_forwards_total", "result", "ok"))
+}
+
+// A forwarded check's answer is the owner's whole decision, as if the
+// client had asked the owner: RefillAfterMs too, running down with time.
+func TestForwardedCheckCarriesTheOwnersDecision(t *testing.T) {
+	b := startOwner(t, limiter.DefaultConfig())
+	a := startIngress(t, b.route, nil)
+	req := logReq("b:refill", 2, 1000)
+	for i, want := range []*pb.CheckResponse{
+		{Allowed: true, Limit: 2, Remaining: 1, ResetAfterMs: 1000, RefillAfterMs: 1000, Owner: "n2"},
+		{Allowed: true, Limit: 2, CurrentCount: 1, ResetAfterMs: 1000, RefillAfterMs: 600, Owner: "n2"},
+		{Limit: 2, CurrentCount: 2, RetryAfterMs: 200, ResetAfterMs: 600, RefillAfterMs: 200, Owner: "n2"},
+	} {
+		got, err := a.srv.Check(context.Background(), req)
+		require.NoError(t, err)
+		assertProtoEqual(t, want, got, "check ", i)
+		a.clock.Advance(400 * time.Millisecond)
+		b.clock.Advance(400 * time.Millisecond)
+	}
 }
 
 // oldPeer is a node of a version without ForwardStream: Forward only.

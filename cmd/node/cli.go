@@ -310,7 +310,7 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if c.json {
 		c.printJSON(httpapi.CheckResponse{Allowed: resp.Allowed, Limit: resp.Limit, Remaining: resp.Remaining,
 			CurrentCount: resp.CurrentCount, RetryAfterMS: resp.RetryAfterMs, ResetAfterMS: resp.ResetAfterMs,
-			Owner: resp.Owner, Degraded: resp.Degraded})
+			RefillAfterMS: resp.RefillAfterMs, Owner: resp.Owner, Degraded: resp.Degraded})
 	} else {
 		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 		if resp.Allowed {

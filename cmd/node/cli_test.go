@@ -59,7 +59,10 @@ func TestCLICheck(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	var resp httpapi.CheckResponse
 	require.NoError(t, json.Unmarshal([]byte(out), &resp))
-	assert.Equal(t, httpapi.CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: resp.ResetAfterMS, Owner: owner}, resp)
+	assert.Equal(t, httpapi.CheckResponse{Allowed: true, Limit: 2, Remaining: 0, CurrentCount: 1, ResetAfterMS: resp.ResetAfterMS,
+		RefillAfterMS: resp.RefillAfterMS, Owner: owner}, resp)
+	assert.Positive(t, resp.RefillAfterMS, "the log holds hits")
+	assert.LessOrEqual(t, resp.RefillAfterMS, resp.ResetAfterMS, "the first hit leaves no later than the newest")
 
 	// Denied is its own exit code.
 	code, out, _ = cli(t, "check", "--addr", addr, "--limit", "2", "--window", "1h", "--algorithm", "sliding_window_log", "user:42")

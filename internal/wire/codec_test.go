@@ -24,7 +24,7 @@ func batchResponse(n int) *pb.CheckBatchResponse {
 		}
 		out.Results = append(out.Results, &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{
 			Allowed: i%2 == 0, Limit: 1e12, Remaining: int64(i), CurrentCount: 7, RetryAfterMs: int64(i), ResetAfterMs: 60_000,
-			Owner: "node2", Degraded: i%5 == 0}}})
+			RefillAfterMs: int64(i % 4), Owner: "node2", Degraded: i%5 == 0}}})
 	}
 	return out
 }

@@ -193,7 +193,14 @@ type CheckResponse struct {
 	// received the request answered by its fallback policy (decide locally,
 	// allow or deny) instead. The answer is then less exact; it is never
 	// silently so.
-	Degraded      bool `protobuf:"varint,8,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,8,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// Time until the hits counted now start to leave the window if no other
+	// traffic came; it runs down as time passes and is at most window_ms. For
+	// the log, when its oldest hit in the window leaves (one hit's room comes
+	// back), 0 when it holds none; for the counter, when its current fixed
+	// window (epoch-aligned) ends, from which on its hits weigh less and less:
+	// window_ms − (now mod window_ms), never 0.
+	RefillAfterMs int64 `protobuf:"varint,9,opt,name=refill_after_ms,json=refillAfterMs,proto3" json:"refill_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +289,13 @@ func (x *CheckResponse) GetDegraded() bool {
 		return x.Degraded
 	}
 	return false
+}
+
+func (x *CheckResponse) GetRefillAfterMs() int64 {
+	if x != nil {
+		return x.RefillAfterMs
+	}
+	return 0
 }
 
 type CheckBatchRequest struct {
@@ -997,7 +1011,7 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x17\n" +
 	"\x04hits\x18\x05 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
 	"\x06policy\x18\x06 \x01(\tR\x06policyB\a\n" +
-	"\x05_hits\"\x80\x02\n" +
+	"\x05_hits\"\xa8\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1006,7 +1020,8 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x0eretry_after_ms\x18\x05 \x01(\x03R\fretryAfterMs\x12$\n" +
 	"\x0ereset_after_ms\x18\x06 \x01(\x03R\fresetAfterMs\x12\x14\n" +
 	"\x05owner\x18\a \x01(\tR\x05owner\x12\x1a\n" +
-	"\bdegraded\x18\b \x01(\bR\bdegraded\"G\n" +
+	"\bdegraded\x18\b \x01(\bR\bdegraded\x12&\n" +
+	"\x0frefill_after_ms\x18\t \x01(\x03R\rrefillAfterMs\"G\n" +
 	"\x11CheckBatchRequest\x122\n" +
 	"\x06checks\x18\x01 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"I\n" +
 	"\x12CheckBatchResponse\x123\n" +

@@ -115,6 +115,11 @@ func (m *CheckResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RefillAfterMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RefillAfterMs))
+		i--
+		dAtA[i] = 0x48
+	}
 	if m.Degraded {
 		i--
 		if m.Degraded {
@@ -879,6 +884,9 @@ func (m *CheckResponse) SizeVT() (n int) {
 	if m.Degraded {
 		n += 2
 	}
+	if m.RefillAfterMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.RefillAfterMs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1529,6 +1537,25 @@ func (m *CheckResponse) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Degraded = bool(v != 0)
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RefillAfterMs", wireType)
+			}
+			m.RefillAfterMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RefillAfterMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
