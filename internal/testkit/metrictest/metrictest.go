@@ -3,9 +3,15 @@
 package metrictest
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Value returns the series name{labels...} of g (labels as name, value
@@ -45,4 +51,38 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) f
 	}
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// Scrape is the Gatherer of the metrics a process serves at url (a
+// node's GET /metrics), read in Prometheus' protobuf exposition format:
+// what a Prometheus server would see, for tests that drive a real node.
+func Scrape(url string) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+		var mfs []*dto.MetricFamily
+		for {
+			mf := &dto.MetricFamily{}
+			switch err := dec.Decode(mf); {
+			case err == nil:
+				mfs = append(mfs, mf)
+			case errors.Is(err, io.EOF):
+				return mfs, nil
+			default:
+				return nil, fmt.Errorf("GET %s: %w", url, err)
+			}
+		}
+	})
 }
