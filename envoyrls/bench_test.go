@@ -58,9 +58,9 @@ func BenchmarkInProcess(b *testing.B) {
 	require.NoError(b, err)
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: time.Now})
 	require.NoError(b, err)
-	cfg, err := envoyrls.Parse("bench.yaml", []byte(benchConfig), store.Validate)
+	cfg, err := envoyrls.Parse("bench.yaml", []byte(benchConfig), envoyrls.LoadOptions{Check: store.Validate})
 	require.NoError(b, err)
-	srv, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024})
+	srv, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Settings: envoyrls.DefaultSettings()})
 	require.NoError(b, err)
 	ctx := context.Background()
 

@@ -69,7 +69,7 @@ func startRLSCluster(t *testing.T, n int) *rlsCluster {
 	path := filepath.Join(t.TempDir(), "rls.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(clusterConfig), 0o600))
 	c := testcluster.New(t, n, func(cfg *node.Config) {
-		cfg.EnvoyRLSConfig, cfg.EnvoyRLSHeaders = path, true
+		cfg.EnvoyRLSConfig, cfg.EnvoyRLS.Headers = path, true
 	})
 	rc := &rlsCluster{c: c}
 	for i := range n {
@@ -173,6 +173,38 @@ func TestClusterNestedDescriptorsOnTheirOwners(t *testing.T) {
 	assert.Equal(t, `"route_/checkout.user";q=3;w=3600`, hdr["RateLimit-Policy"])
 	assert.Regexp(t, `^"route_/checkout.user";r=0;t=\d+$`, hdr["RateLimit"])
 	assert.NotEmpty(t, hdr["Retry-After"])
+}
+
+// duration_until_reset comes from the owner's decision, carried back over
+// the forward: a counter's is the rest of its fixed window (here the hour)
+// on whichever node the descriptor is asked, not the whole window the
+// adapter falls back to when an owner does not say.
+func TestClusterDurationUntilResetCrossesTheForward(t *testing.T) {
+	rc := startRLSCluster(t, 3)
+	var d *rlscommon.RateLimitDescriptor
+	for i := 0; i < 1000 && d == nil; i++ {
+		if c := descriptor(fmt.Sprintf("user=d%d", i)); rc.owner(0, "edge", c) != rc.c.Node(0).ID() {
+			d = c
+		}
+	}
+	require.NotNil(t, d, "no descriptor owned away from node 0")
+	const hour = time.Hour
+	for i, cl := range rc.clients {
+		before := time.Now()
+		resp, err := cl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge",
+			Descriptors: []*rlscommon.RateLimitDescriptor{d}})
+		after := time.Now()
+		require.NoError(t, err, "node %d", i)
+		require.Nil(t, resp.GetDynamicMetadata(), "node %d: no owner was unreachable", i)
+		got := resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+		end := before.Truncate(hour).Add(hour) // the counter's windows are epoch-aligned, as Truncate is
+		if after.Truncate(hour) != before.Truncate(hour) {
+			t.Logf("node %d: the call crossed an hour boundary; its duration (%v) may be either window's", i, got)
+			continue
+		}
+		assert.LessOrEqual(t, got, end.Sub(before), "node %d: at most the rest of the hour when asked", i)
+		assert.GreaterOrEqual(t, got, end.Sub(after)-time.Millisecond, "node %d: at least the rest of the hour when answered", i)
+	}
 }
 
 // A node dies: every call to the survivors is still answered, flagged

@@ -2,9 +2,12 @@
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, from every
 // node of the cluster.
 //
-// Its configuration is the one envoyproxy/ratelimit users already write: a
-// domain and a tree of descriptors, each with a key, an optional value and
-// an optional rate_limit {unit, requests_per_unit, unit_multiplier}, plus a
+// Its configuration is the one envoyproxy/ratelimit users already write,
+// every field of it with upstream's meaning: a domain and a tree of
+// descriptors, each with a key, an optional value (wildcards included)
+// and an optional rate_limit {unit, requests_per_unit}, and upstream's
+// flags beside it (shadow_mode, quota_mode, metadata, detailed_metric,
+// value_to_metric, share_threshold). peerlimit adds unit_multiplier and a
 // per-descriptor algorithm (the sliding window counter by default, the
 // exact log for low limits):
 //
@@ -19,19 +22,21 @@
 //	  - key: to_number
 //	    rate_limit: {unit: day, requests_per_unit: 100}
 //
-// A request's descriptor is matched level by level as envoyproxy/ratelimit
-// does (Match); each matched descriptor becomes one limiter check keyed by
-// the domain and the request's entries (Key), and the checks go through
-// the node's request path, each to its key's owner, batched per owner.
-// docs/envoy.md describes the format, the Envoy side and what differs from
-// envoyproxy/ratelimit.
+// A request's descriptor is matched level by level exactly as
+// envoyproxy/ratelimit does (Match); each matched descriptor becomes one
+// limiter check keyed by the domain and the request's entries (Key), and
+// the checks go through the node's request path, each to its key's owner,
+// batched per owner. The answer follows upstream's rules (answer.go), and
+// is counted in upstream's statistics under their Prometheus names
+// (stats.go). docs/envoy.md describes the format, the Envoy side and what
+// differs from envoyproxy/ratelimit; compat_test.go checks it.
 package envoyrls
 
 import (
-	"strings"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
@@ -64,13 +69,14 @@ func UnitDuration(u Unit) (time.Duration, bool) {
 	return 0, false
 }
 
-// Rule is the rate_limit of one configured descriptor. Immutable once
-// loaded.
+// Rule is the rate_limit of one configured descriptor, with the flags
+// that go with it. Immutable once loaded.
 type Rule struct {
 	Domain string
 	// Path names the descriptor as envoyproxy/ratelimit's statistics do:
-	// each level's key, "_value" when it has one, joined by dots
-	// ("message_type_marketing.to_number"). It labels the metrics.
+	// each level's composite key (its key, or key_value when it has a
+	// value), joined by dots ("message_type_marketing.to_number"). It
+	// labels the metrics.
 	Path string
 	File string
 	Line int
@@ -91,8 +97,23 @@ type Rule struct {
 	// ShadowMode counts and reports the rule as usual, but its descriptor
 	// is always answered OK.
 	ShadowMode bool
+	// QuotaMode: the descriptor being over its limit fails the request
+	// only when every quota-mode descriptor of the request is over.
+	QuotaMode bool
+	// DetailedMetric puts the request's values into the rule's statistics
+	// key (upstream's detailed_metric).
+	DetailedMetric bool
+	// Metadata is merged into the answer's dynamic metadata when the
+	// descriptor passes (Settings.ResponseMetadata). Nil: none.
+	Metadata *structpb.Struct
 
-	index   int                                // in Config.rules, for the metrics
+	index int     // in Config.rules, for the metrics
+	nodes []*node // the descriptors from the domain's top down to the rule's own
+	// perValueStats: the statistics key depends on the request's values
+	// (detailed_metric, or value_to_metric on some level of the path).
+	perValueStats bool
+	// shares: some level of the path has share_threshold.
+	shares  bool
 	current *rlspb.RateLimitResponse_RateLimit // the answer's current_limit, shared
 	header  string                             // the policy name, a Structured Field String
 	policy  string                             // the RateLimit-Policy value
@@ -101,6 +122,11 @@ type Rule struct {
 // finish computes what every answer of the rule shares.
 func (r *Rule) finish(index int) {
 	r.index = index
+	r.perValueStats = r.DetailedMetric
+	for _, n := range r.nodes {
+		r.perValueStats = r.perValueStats || n.valueToMetric
+		r.shares = r.shares || n.share
+	}
 	if r.Unlimited {
 		return
 	}
@@ -121,31 +147,41 @@ type Domain struct {
 	Name string
 	File string
 	Line int
-	root level
+	root *level
 	// index in Config.domains, for the metrics.
 	index int
 }
 
-// level is the descriptors at one depth under one parent.
+// level is the descriptors at one depth under one parent, held as
+// envoyproxy/ratelimit holds them: by composite key (the key, or
+// key_value when the descriptor has a value), and the ones whose
+// composite key holds a '*' also in a list, in the order they were read.
 type level struct {
-	keys map[string]*keyNodes
+	nodes     map[string]*node
+	wildcards []*node
 }
 
-// keyNodes are the descriptors of one key at one level: by exact value,
-// by value prefix (a value ending in "*", longest prefix first), and the
-// one without a value, which matches any.
-type keyNodes struct {
-	exact    map[string]*node
-	prefixes []*node
-	any      *node
-}
+func newLevel() *level { return &level{nodes: map[string]*node{}} }
 
 type node struct {
-	value    string // as written; "" for any
-	prefix   string // value without its "*", for prefix nodes
-	line     int
-	rule     *Rule  // nil: a placeholder for nested descriptors
-	children *level // nil: a leaf
+	key   string // as written
+	value string // as written; "" for none
+	// composite is key, or key_value: what a request entry's key_value is
+	// looked up by and what the statistics key is made of.
+	composite string
+	// glob is composite as a pattern, when it holds a '*'; nil otherwise.
+	glob *glob
+	file string
+	line int
+	rule *Rule // nil: a placeholder for nested descriptors
+	// children is nil for a leaf.
+	children *level
+	// valueToMetric puts the request's value into the statistics key when
+	// this level matched through a wildcard or as the key's default.
+	valueToMetric bool
+	// share: the values this wildcard matches share one counter (and one
+	// statistics key): share_threshold.
+	share bool
 }
 
 // Config is every domain of a configuration. Immutable once loaded, and
@@ -169,59 +205,3 @@ func (c *Config) Domains() []*Domain { return c.domains }
 
 // Rules returns every rule, in the order they were loaded.
 func (c *Config) Rules() []*Rule { return c.rules }
-
-// Entry is one key/value pair of a request's descriptor.
-type Entry interface {
-	GetKey() string
-	GetValue() string
-}
-
-// Match returns the rule a request descriptor's entries select, or nil
-// when none does. As in envoyproxy/ratelimit, the entries are matched
-// level by level from the domain's top: at each level an entry selects
-// the descriptor with its key and exactly its value, else the one with
-// its key and the longest matching value prefix ("value*"), else the one
-// with its key and no value. The first entry that selects nothing, or a
-// descriptor without nested ones, ends the walk. The rule applies only if
-// the walk reached the last entry and that descriptor has a rate_limit:
-// a request with more (or fewer) entries than the configured depth
-// matches nothing. No backtracking: an exact value without nested
-// descriptors hides a wildcard sibling that has them.
-//
-// Match takes no lock and allocates nothing.
-func Match[E Entry](d *Domain, entries []E) *Rule {
-	if d == nil || len(entries) == 0 {
-		return nil
-	}
-	lvl := &d.root
-	for i, e := range entries {
-		kn := lvl.keys[e.GetKey()]
-		if kn == nil {
-			return nil
-		}
-		v := e.GetValue()
-		n := kn.exact[v]
-		if n == nil {
-			for _, p := range kn.prefixes {
-				if strings.HasPrefix(v, p.prefix) {
-					n = p
-					break
-				}
-			}
-		}
-		if n == nil {
-			n = kn.any
-		}
-		if n == nil {
-			return nil
-		}
-		if i == len(entries)-1 {
-			return n.rule
-		}
-		if n.children == nil {
-			return nil
-		}
-		lvl = n.children
-	}
-	return nil
-}

@@ -142,7 +142,7 @@ func readEnvoySide(t *testing.T) envoySide {
 
 func TestEnvoyBootstrapPointsAtTheComposeCluster(t *testing.T) {
 	e := readEnvoySide(t)
-	cfg, err := envoyrls.Load(filepath.Join(repoRoot, "deploy/envoy/rls"), nil)
+	cfg, err := envoyrls.Load(filepath.Join(repoRoot, "deploy/envoy/rls"), envoyrls.LoadOptions{})
 	require.NoError(t, err)
 	assert.NotNil(t, cfg.Domain(e.filter.GetDomain()), "the filter's domain %q is configured", e.filter.GetDomain())
 	assert.Equal(t, "V3", e.filter.GetRateLimitService().GetTransportApiVersion().String())
@@ -268,7 +268,7 @@ func cmpOr(s, def string) string {
 func TestDocsEnvoyScenarios(t *testing.T) {
 	e := readEnvoySide(t)
 	cfg := node.DefaultLocalConfig("docs")
-	cfg.EnvoyRLSConfig, cfg.EnvoyRLSHeaders = filepath.Join(repoRoot, "deploy/envoy/rls"), true
+	cfg.EnvoyRLSConfig, cfg.EnvoyRLS.Headers = filepath.Join(repoRoot, "deploy/envoy/rls"), true
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	n, err := node.Start(cfg)
 	require.NoError(t, err)

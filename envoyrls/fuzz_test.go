@@ -41,7 +41,7 @@ func FuzzParseConfig(f *testing.F) {
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := Parse("f.yaml", data, store.Validate)
+		cfg, err := Parse("f.yaml", data, LoadOptions{Check: store.Validate})
 		if err != nil {
 			require.Nil(t, cfg)
 			for _, e := range unjoin(err) {
@@ -84,8 +84,9 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(&rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{over}})
 	seed(&rlspb.RateLimitRequest{Domain: "example7", Descriptors: []*rlscommon.RateLimitDescriptor{desc("key_1=value_1", "user=bkthomps"), desc("key_2=value_2", "user=bkthomps")}})
 	seed(&rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{{}}})
+	seed(&rlspb.RateLimitRequest{Domain: "upstream", Descriptors: []*rlscommon.RateLimitDescriptor{desc("service=service_1"), desc("unspec=u"), desc("route=r", "method=GET")}})
 	h := newHarness(f, func(c *ServerConfig) {
-		c.Headers, c.MaxKeyBytes = true, 64
+		c.Settings.Headers, c.Settings.ResponseMetadata, c.MaxKeyBytes = true, true, 64
 		c.Logger = slog.New(slog.DiscardHandler) // t.Log is not allowed in a fuzz target
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {

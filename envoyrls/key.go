@@ -28,35 +28,57 @@ const hashedPrefix = "envoy#sha256:"
 // counter instead of an error, which Envoy, failing open by default,
 // would turn into an unlimited request.
 func Key[E Entry](domain string, entries []E, maxBytes int) string {
+	return sharedKey(domain, entries, nil, maxBytes)
+}
+
+// sharedKey is Key, except that an entry whose shared[i] is not empty is
+// written as its key and that pattern, marked by '*' in place of the
+// netstring's ':' ("4:wild,7*wild_f*,"), so that every value a
+// share_threshold wildcard matches has the one key, and no value, not
+// even the pattern's own text, has that key by itself.
+func sharedKey[E Entry](domain string, entries []E, shared []string, maxBytes int) string {
+	value := func(i int) (string, byte) {
+		if i < len(shared) && shared[i] != "" {
+			return shared[i], '*'
+		}
+		return entries[i].GetValue(), ':'
+	}
 	n := len(keyPrefix) + netstringLen(domain)
-	for _, e := range entries {
-		n += netstringLen(e.GetKey()) + netstringLen(e.GetValue())
+	for i, e := range entries {
+		v, _ := value(i)
+		n += netstringLen(e.GetKey()) + netstringLen(v)
 	}
 	if n > maxBytes {
-		h := sha256.New()
-		var buf [20]byte
-		write := func(s string) {
-			h.Write(strconv.AppendInt(buf[:0], int64(len(s)), 10))
-			h.Write([]byte{':'})
-			h.Write([]byte(s))
-			h.Write([]byte{','})
-		}
-		write(domain)
-		for _, e := range entries {
-			write(e.GetKey())
-			write(e.GetValue())
-		}
-		return hashedPrefix + hex.EncodeToString(h.Sum(nil))
+		return hashedKey(domain, entries, value)
 	}
 	var b strings.Builder
 	b.Grow(n)
 	b.WriteString(keyPrefix)
-	writeNetstring(&b, domain)
-	for _, e := range entries {
-		writeNetstring(&b, e.GetKey())
-		writeNetstring(&b, e.GetValue())
+	writeNetstring(&b, domain, ':')
+	for i, e := range entries {
+		writeNetstring(&b, e.GetKey(), ':')
+		v, sep := value(i)
+		writeNetstring(&b, v, sep)
 	}
 	return b.String()
+}
+
+// hashedKey is the SHA-256 form of sharedKey's key, for one too long.
+func hashedKey[E Entry](domain string, entries []E, value func(int) (string, byte)) string {
+	h := sha256.New()
+	var buf [20]byte
+	write := func(s string, sep byte) {
+		h.Write(strconv.AppendInt(buf[:0], int64(len(s)), 10))
+		h.Write([]byte{sep})
+		h.Write([]byte(s))
+		h.Write([]byte{','})
+	}
+	write(domain, ':')
+	for i, e := range entries {
+		write(e.GetKey(), ':')
+		write(value(i))
+	}
+	return hashedPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
 func netstringLen(s string) int {
@@ -69,10 +91,10 @@ func netstringLen(s string) int {
 	}
 }
 
-func writeNetstring(b *strings.Builder, s string) {
+func writeNetstring(b *strings.Builder, s string, sep byte) {
 	var buf [20]byte
 	b.Write(strconv.AppendInt(buf[:0], int64(len(s)), 10))
-	b.WriteByte(':')
+	b.WriteByte(sep)
 	b.WriteString(s)
 	b.WriteByte(',')
 }

@@ -1,23 +1,34 @@
 package envoyrls
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts the service's calls and descriptors. Labels come from the
+// Metrics counts the service's calls and descriptors, in two sets.
+//
+// peerlimit's own (peerlimit_envoy_rls_*) have labels from the
 // configuration only (domain names and descriptor paths), never from what
 // a request carries, so their number stays bounded: calls for a domain
-// the configuration does not define count under domain "(unknown)". The
-// counters of a configuration are resolved once, when it is first used,
-// so counting costs an atomic add, not a label lookup. A nil *Metrics
-// counts nothing.
+// the configuration does not define count under domain "(unknown)".
+//
+// envoyproxy/ratelimit's (ratelimit_service_rate_limit_*, stats.go) are
+// named and labelled as its Prometheus exporter names them, so that
+// dashboards and alerts port; their keys can come from request values
+// (detailed_metric, value_to_metric), and MaxStatsKeys bounds those.
+//
+// The counters of a configuration are resolved once, when it is first
+// used, so counting a descriptor whose key comes from the configuration
+// costs atomic adds, not label lookups. A nil *Metrics counts nothing.
 type Metrics struct {
-	requests    *prometheus.CounterVec
-	descriptors *prometheus.CounterVec
-	degraded    *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	descriptors  *prometheus.CounterVec
+	degraded     *prometheus.CounterVec
+	globalShadow *prometheus.CounterVec
+	stats        *upstreamStats
 
 	mu    sync.Mutex // serialises bind's rebuilds
 	bound atomic.Pointer[boundMetrics]
@@ -48,8 +59,12 @@ const (
 
 var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_mode", "unlimited"}
 
-// NewMetrics registers the service's metrics with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// NewMetrics registers the service's metrics with reg; s gives the
+// near-limit ratio and the bound on statistics keys from request values.
+func NewMetrics(reg prometheus.Registerer, s Settings) (*Metrics, error) {
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("envoyrls: %w", err)
+	}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_requests_total",
 			Help: "ShouldRateLimit calls, by domain and overall code (OK, OVER_LIMIT, or ERROR for a call answered with a gRPC error)."},
@@ -60,8 +75,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_degraded_total",
 			Help: "ShouldRateLimit calls with at least one descriptor answered by the fallback policy because its owner was unreachable."},
 			[]string{"domain"}),
+		globalShadow: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_global_shadow_mode_total",
+			Help: "ShouldRateLimit calls answered OK by --envoy-rls-shadow-mode that would have been OVER_LIMIT (upstream's ratelimit.service.global_shadow_mode)."},
+			[]string{"domain"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.degraded} {
+	m.stats = newUpstreamStats(s)
+	for _, c := range append([]prometheus.Collector{m.requests, m.descriptors, m.degraded, m.globalShadow}, m.stats.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -71,16 +90,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // boundMetrics are the counters of one configuration, by index.
 type boundMetrics struct {
+	m       *Metrics
 	cfg     *Config
 	domains []*domainCounters
 	rules   [][numOutcomes]prometheus.Counter
-	unknown *domainCounters
+	// ruleStats are each rule's upstream statistics under its configured
+	// key; nil for an unlimited rule, which has none.
+	ruleStats []*statCounters
+	unknown   *domainCounters
 }
 
 type domainCounters struct {
+	name     string
 	requests [numCodes]prometheus.Counter
 	degraded prometheus.Counter
+	shadowed prometheus.Counter // by the global shadow mode
 	override [numOutcomes]prometheus.Counter
+	// overrideStats count the requests' own limits whose statistics key
+	// is past MaxStatsKeys: under "<domain>.override".
+	overrideStats *statCounters
 }
 
 // bind returns cfg's counters, resolving them on first use.
@@ -96,16 +124,20 @@ func (m *Metrics) bind(cfg *Config) *boundMetrics {
 	if b := m.bound.Load(); b != nil && b.cfg == cfg {
 		return b
 	}
-	b := &boundMetrics{cfg: cfg, unknown: m.domainCounters(unknownDomain)}
+	b := &boundMetrics{m: m, cfg: cfg, unknown: m.domainCounters(unknownDomain)}
 	for _, d := range cfg.domains {
 		b.domains = append(b.domains, m.domainCounters(d.Name))
 	}
 	b.rules = make([][numOutcomes]prometheus.Counter, len(cfg.rules))
+	b.ruleStats = make([]*statCounters, len(cfg.rules))
 	for i, r := range cfg.rules {
 		for o := range numOutcomes {
 			if (o == outcomeUnlimited) == r.Unlimited {
 				b.rules[i][o] = m.descriptors.WithLabelValues(r.Domain, r.Path, outcomeNames[o])
 			}
+		}
+		if !r.Unlimited {
+			b.ruleStats[i] = m.stats.counters(r.Domain + "." + r.Path)
 		}
 	}
 	m.bound.Store(b)
@@ -113,7 +145,8 @@ func (m *Metrics) bind(cfg *Config) *boundMetrics {
 }
 
 func (m *Metrics) domainCounters(name string) *domainCounters {
-	c := &domainCounters{degraded: m.degraded.WithLabelValues(name)}
+	c := &domainCounters{name: name, degraded: m.degraded.WithLabelValues(name), shadowed: m.globalShadow.WithLabelValues(name),
+		overrideStats: m.stats.counters(name + ".override")}
 	for i := range numCodes {
 		c.requests[i] = m.requests.WithLabelValues(name, codeNames[i])
 	}
@@ -150,6 +183,13 @@ func (b *boundMetrics) descriptor(dc *domainCounters, r *Rule, outcome int) {
 	}
 	if c != nil {
 		c.Inc()
+	}
+}
+
+// globalShadow counts a call turned OK by the global shadow mode.
+func (dc *domainCounters) globalShadow() {
+	if dc != nil {
+		dc.shadowed.Inc()
 	}
 }
 

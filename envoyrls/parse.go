@@ -7,15 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/peerlimit/peerlimit/internal/yamlconf"
@@ -64,18 +61,28 @@ const (
 	maxDepth = 32
 )
 
+// LoadOptions says how Load and Parse read a configuration.
+type LoadOptions struct {
+	// Check, if not nil, is asked about every rate limit as a request
+	// would be (the node passes its store's Validate), so that a limit
+	// the node cannot serve (a log over --max-log-limit, a window over
+	// --max-window) is refused at load, not on every request.
+	Check func(limiter.Request) error
+	// MergeDomains lets several files (or documents) define one domain,
+	// each adding its top-level descriptors, as envoyproxy/ratelimit's
+	// MERGE_DOMAIN_CONFIG does: nothing merges deeper, and a top-level
+	// descriptor defined twice is still an error. Files are read in name
+	// order, so which wildcard comes first is the same on every load and
+	// every node. Off, a domain defined twice is an error.
+	MergeDomains bool
+}
+
 // Load reads the configuration at path: one YAML file, or a directory
 // whose *.yaml and *.yml files (not hidden ones, not subdirectories) are
 // read in name order. Each YAML document is one domain; documents are
-// separated by "---", so one file may hold several domains. A domain
-// defined twice is an error.
-//
-// check, if not nil, is asked about every rate limit as a request would
-// be (the node passes its store's Validate), so that a limit the node
-// cannot serve (a log over --max-log-limit, a window over --max-window) is
-// refused at load, not on every request. Every problem found is reported,
-// each as an *Error, joined.
-func Load(path string, check func(limiter.Request) error) (*Config, error) {
+// separated by "---", so one file may hold several domains. Every problem
+// found is reported, each as an *Error, joined.
+func Load(path string, o LoadOptions) (*Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoy rls config: %w", err)
@@ -86,7 +93,7 @@ func Load(path string, check func(limiter.Request) error) (*Config, error) {
 			return nil, err
 		}
 	}
-	p := &parser{check: check, cfg: &Config{Source: path, byName: map[string]*Domain{}}}
+	p := newParser(path, o)
 	sum := sha256.New()
 	for _, f := range files {
 		data, err := readFile(f)
@@ -105,8 +112,8 @@ func Load(path string, check func(limiter.Request) error) (*Config, error) {
 }
 
 // Parse reads one file's contents, named file in messages; see Load.
-func Parse(file string, data []byte, check func(limiter.Request) error) (*Config, error) {
-	p := &parser{check: check, cfg: &Config{Source: file, byName: map[string]*Domain{}}}
+func Parse(file string, data []byte, o LoadOptions) (*Config, error) {
+	p := newParser(file, o)
 	p.file(file, data)
 	if err := p.result(); err != nil {
 		return nil, err
@@ -150,12 +157,17 @@ func readFile(path string) ([]byte, error) {
 }
 
 type parser struct {
-	check func(limiter.Request) error
-	cfg   *Config
-	errs  []error
-	name  string // the file being read
-	// descriptorCount counts the descriptors read, aliases once per use.
-	descriptorCount int
+	opts LoadOptions
+	cfg  *Config
+	errs []error
+	name string // the file being read
+	// descriptorCount counts the descriptors read, aliases once per use;
+	// metadataCount the metadata values.
+	descriptorCount, metadataCount int
+}
+
+func newParser(source string, o LoadOptions) *parser {
+	return &parser{opts: o, cfg: &Config{Source: source, byName: map[string]*Domain{}}}
 }
 
 func (p *parser) fail(line int, where, format string, args ...any) {
@@ -244,39 +256,47 @@ func (p *parser) domain(root *yaml.Node) {
 		p.fail(root.Line, "", "want a mapping with domain and descriptors, e.g. {domain: edge, descriptors: [...]}")
 		return
 	}
-	d := &Domain{File: p.name, Line: root.Line, root: level{keys: map[string]*keyNodes{}}}
-	var descs *yaml.Node
-	p.fields(root, "", func(name string, k, v *yaml.Node) {
-		switch name {
-		case "domain":
-			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-				p.fail(v.Line, "", "domain must be a non-empty string")
-				return
-			}
-			d.Name, d.Line = v.Value, k.Line
-		case "descriptors":
-			descs = v
-		default:
-			p.fail(k.Line, "", "unknown field %q; want domain and descriptors", name)
-		}
-	})
-	if d.Name == "" {
+	name, line, descs := p.domainFields(root)
+	if name == "" {
 		if !hasField(root, "domain") {
 			p.fail(root.Line, "", "domain is missing")
 		}
 		return
 	}
-	where := fmt.Sprintf("domain %q", d.Name)
-	if prev := p.cfg.byName[d.Name]; prev != nil {
-		p.fail(d.Line, where, "defined twice (first at %s:%d)", prev.File, prev.Line)
+	d := p.cfg.byName[name]
+	switch {
+	case d == nil:
+		d = &Domain{Name: name, File: p.name, Line: line, root: newLevel(), index: len(p.cfg.domains)}
+		p.cfg.byName[name] = d
+		p.cfg.domains = append(p.cfg.domains, d)
+	case !p.opts.MergeDomains:
+		p.fail(line, fmt.Sprintf("domain %q", name), "defined twice (first at %s:%d); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains", d.File, d.Line)
 		return
 	}
-	d.index = len(p.cfg.domains)
-	p.cfg.byName[d.Name] = d
-	p.cfg.domains = append(p.cfg.domains, d)
 	if descs != nil {
-		p.descriptors(d, &d.root, descs, "", "", 1)
+		p.descriptors(d, d.root, descs, scope{}, 1)
 	}
+}
+
+// domainFields reads a domain document's fields: its name and the line
+// naming it ("" when absent or not a non-empty string), and its
+// descriptors (nil when absent).
+func (p *parser) domainFields(root *yaml.Node) (name string, line int, descs *yaml.Node) {
+	p.fields(root, "", func(field string, k, v *yaml.Node) {
+		switch field {
+		case "domain":
+			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
+				p.fail(v.Line, "", "domain must be a non-empty string")
+				return
+			}
+			name, line = v.Value, k.Line
+		case "descriptors":
+			descs = v
+		default:
+			p.fail(k.Line, "", "unknown field %q; want domain and descriptors", field)
+		}
+	})
+	return name, line, descs
 }
 
 // hasField reports whether mapping m has the field name. yaml.v3 numbers
@@ -285,10 +305,22 @@ func hasField(m *yaml.Node, name string) bool {
 	return fieldLine(m, name, 0) > 0
 }
 
-// descriptors reads one level's list into lvl. chain names the parent
-// descriptors ("" at the top) and path is the parent's statistics path.
-func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, chain, path string, depth int) {
-	where := p.where(d, chain)
+// scope is where a list of descriptors sits: under which descriptors.
+type scope struct {
+	chain string  // the parents, named for messages; "" at the top
+	path  string  // the parents' statistics path
+	nodes []*node // the parents, from the top
+}
+
+// under is the scope of n's nested descriptors; n is named chain, path
+// in the scope s.
+func (s scope) under(n *node, chain, path string) scope {
+	return scope{chain: chain, path: path, nodes: append(slices.Clip(s.nodes), n)}
+}
+
+// descriptors reads one level's list into lvl.
+func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, s scope, depth int) {
+	where := p.where(d, s.chain)
 	if list.Kind == yaml.ScalarNode && list.ShortTag() == "!!null" {
 		return
 	}
@@ -307,7 +339,7 @@ func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, chain, path
 			}
 			return
 		}
-		p.descriptor(d, lvl, deref(item), chain, path, depth)
+		p.descriptor(d, lvl, deref(item), s, depth)
 	}
 }
 
@@ -320,8 +352,8 @@ func (p *parser) where(d *Domain, chain string) string {
 }
 
 // descriptor reads one descriptor and adds it to lvl.
-func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, parentPath string, depth int) {
-	parentWhere := p.where(d, parentChain)
+func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, s scope, depth int) {
+	parentWhere := p.where(d, s.chain)
 	if m.Kind != yaml.MappingNode {
 		p.fail(m.Line, parentWhere, "a descriptor must be a mapping with key and optionally value, rate_limit, descriptors")
 		return
@@ -333,17 +365,18 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, pa
 		}
 		return
 	}
-	chain, path := f.names(parentChain, parentPath)
+	chain, path := f.names(s.chain, s.path)
 	where := p.where(d, chain)
 	if !p.place(lvl, &f, where) {
 		return
 	}
-	p.descriptorRule(d, &f, where, path)
+	p.levelFlags(&f, where)
+	p.descriptorRule(d, &f, where, path, s)
 	if f.children != nil {
 		n := f.n
-		n.children = &level{keys: map[string]*keyNodes{}}
-		p.descriptors(d, n.children, f.children, chain, path, depth+1)
-		if len(n.children.keys) == 0 {
+		n.children = newLevel()
+		p.descriptors(d, n.children, f.children, s.under(n, chain, path), depth+1)
+		if len(n.children.nodes) == 0 {
 			n.children = nil
 		}
 	}
@@ -352,17 +385,22 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, parentChain, pa
 // descriptorFields is one descriptor's fields as read, each checked on
 // its own; how they fit together is checked by the steps that use them.
 type descriptorFields struct {
-	n       *node // the descriptor, its value set; placed and given its rule later
+	n       *node // the descriptor, its key and value set; placed and given its rule later
 	key     string
 	keyLine int // 0 when key is absent or not a non-empty string
 	// The fields read by later steps; nil when absent.
-	rl, children, algo, shadow *yaml.Node
+	rl, children, algo, metadata *yaml.Node
+	// The flags, each with upstream's name; absent ones are not in it.
+	flags map[string]*yaml.Node
 }
+
+// descriptorFlags are the descriptor's boolean fields.
+var descriptorFlags = []string{"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 
 // readDescriptor reads descriptor m's fields, reporting the unknown
 // ones and those of the wrong kind.
 func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
-	f := descriptorFields{n: &node{line: m.Line}}
+	f := descriptorFields{n: &node{file: p.name, line: m.Line}}
 	p.fields(m, where, func(name string, k, v *yaml.Node) {
 		switch name {
 		case "key":
@@ -371,6 +409,7 @@ func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
 				return
 			}
 			f.key, f.keyLine = v.Value, k.Line
+			f.n.key = v.Value
 		case "value":
 			// Any scalar, as written: Envoy's values are strings, and
 			// "value: 0100" means the text 0100, not the number 64.
@@ -386,15 +425,15 @@ func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
 			f.children = v
 		case "algorithm":
 			f.algo = v
-		case "shadow_mode":
-			f.shadow = v
-		case "detailed_metric":
-			// Accepted for envoyproxy/ratelimit files; no effect: metrics
-			// are labelled by descriptor path, never by request values,
-			// so their number stays bounded by the configuration.
-			p.boolean(v, where, name)
+		case "metadata":
+			f.metadata = v
+		case "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold":
+			if f.flags == nil {
+				f.flags = map[string]*yaml.Node{}
+			}
+			f.flags[name] = v
 		default:
-			p.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, algorithm, shadow_mode, detailed_metric, descriptors", name)
+			p.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, descriptors, algorithm, metadata or one of %s", name, strings.Join(descriptorFlags, ", "))
 		}
 	})
 	return f
@@ -412,342 +451,50 @@ func (f *descriptorFields) names(parentChain, parentPath string) (chain, path st
 	if parentChain != "" {
 		chain = parentChain + " / " + label
 	}
-	path = f.key
-	if f.n.value != "" {
-		path += "_" + f.n.value
-	}
+	path = compositeKey(f.key, f.n.value)
 	if parentPath != "" {
 		path = parentPath + "." + path
 	}
 	return chain, path
 }
 
-// place adds the descriptor to lvl and reports whether it could.
+// compositeKey is what envoyproxy/ratelimit files a descriptor under and
+// matches an entry by: its key, or key_value when it has a value.
+func compositeKey(key, value string) string {
+	if value == "" {
+		return key
+	}
+	return key + "_" + value
+}
+
+// place adds the descriptor to lvl and reports whether it could: a
+// second descriptor with the same composite key at one level is refused,
+// whatever its key and value say apart (upstream would match both by the
+// same key_value).
 func (p *parser) place(lvl *level, f *descriptorFields, where string) bool {
-	// Place it, refusing a second descriptor with the same key and value.
-	kn := lvl.keys[f.key]
-	if kn == nil {
-		kn = &keyNodes{exact: map[string]*node{}}
-		lvl.keys[f.key] = kn
-	}
-	if prev := sameValue(kn, f.n); prev != nil {
-		p.fail(f.keyLine, where, "defined twice at this level (first at line %d)", prev.line)
-		return false
-	}
-	insertNode(kn, f.n)
-	return true
-}
-
-// sameValue returns the node of kn with n's value, if there is one. It
-// sets n.prefix for a value ending in "*", which insertNode orders by.
-func sameValue(kn *keyNodes, n *node) *node {
-	var prev *node
-	switch {
-	case n.value == "":
-		prev = kn.any
-	case strings.HasSuffix(n.value, "*"):
-		n.prefix = strings.TrimSuffix(n.value, "*")
-		for _, q := range kn.prefixes {
-			if q.value == n.value {
-				prev = q
-			}
-		}
-	default:
-		prev = kn.exact[n.value]
-	}
-	return prev
-}
-
-// insertNode adds n, whose value kn does not hold yet, to kn.
-func insertNode(kn *keyNodes, n *node) {
-	switch {
-	case n.value == "":
-		kn.any = n
-	case n.prefix != "" || n.value == "*":
-		// Longest prefix first, so the first that matches is the most
-		// specific; equal lengths keep the file's order.
-		i := len(kn.prefixes)
-		for i > 0 && len(kn.prefixes[i-1].prefix) < len(n.prefix) {
-			i--
-		}
-		kn.prefixes = slices.Insert(kn.prefixes, i, n)
-	default:
-		kn.exact[n.value] = n
-	}
-}
-
-// descriptorRule gives the placed descriptor its rule: its rate_limit,
-// with the algorithm and shadow_mode given beside it, and asks the node
-// whether it can serve the rule.
-func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path string) {
 	n := f.n
-	if f.rl != nil {
-		n.rule = p.rateLimit(d, f.rl, where, path)
-	}
-	if f.algo != nil {
-		p.setAlgorithm(f, where)
-	}
-	if f.shadow != nil {
-		p.setShadowMode(f, where)
-	}
-	if n.rule != nil && !n.rule.Unlimited && p.check != nil {
-		p.checkRule(n.rule, f.rl, f.algo, where)
-	}
-}
-
-// setAlgorithm applies the descriptor's algorithm to its rule. A
-// rate_limit that failed to read has no rule and is not reported again.
-func (p *parser) setAlgorithm(f *descriptorFields, where string) {
-	a, ok := p.algorithm(f.algo, where)
-	r := f.n.rule
-	switch {
-	case !ok:
-	case r == nil && f.rl == nil:
-		p.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
-	case r != nil && r.Unlimited:
-		p.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
-	case r != nil:
-		r.Algorithm = a
-	}
-}
-
-// setShadowMode applies the descriptor's shadow_mode to its rule. A
-// rate_limit that failed to read has no rule and is not reported again.
-func (p *parser) setShadowMode(f *descriptorFields, where string) {
-	on, ok := p.boolean(f.shadow, where, "shadow_mode")
-	r := f.n.rule
-	switch {
-	case !ok:
-	case r == nil && f.rl == nil:
-		p.fail(f.shadow.Line, where, "shadow_mode applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
-	case r != nil:
-		r.ShadowMode = on
-	}
-}
-
-// rateLimit reads a rate_limit block.
-func (p *parser) rateLimit(d *Domain, m *yaml.Node, where, path string) *Rule {
-	if m.Kind != yaml.MappingNode {
-		p.fail(m.Line, where, "rate_limit must be a mapping, e.g. {unit: minute, requests_per_unit: 100}")
-		return nil
-	}
-	errs := len(p.errs)
-	b := &rateLimitBlock{m: m, where: where,
-		r: &Rule{Domain: d.Name, Path: path, File: p.name, Line: m.Line, UnitMultiplier: 1}}
-	p.fields(m, where, func(name string, k, v *yaml.Node) { p.rateLimitField(b, name, k, v) })
-	p.checkRateLimit(b)
-	if len(p.errs) > errs {
-		return nil
-	}
-	if !b.r.Unlimited && !p.setWindow(b) {
-		return nil
-	}
-	p.cfg.rules = append(p.cfg.rules, b.r)
-	return b.r
-}
-
-// rateLimitBlock is a rate_limit block being read: the rule so far, and
-// what the checks after its fields need.
-type rateLimitBlock struct {
-	m        *yaml.Node
-	where    string
-	r        *Rule
-	unitLine int
-	haveRPU  bool
-}
-
-// rateLimitField reads one field of a rate_limit block into its rule.
-func (p *parser) rateLimitField(b *rateLimitBlock, name string, k, v *yaml.Node) {
-	r, where := b.r, b.where
-	switch name {
-	case "unit":
-		b.unitLine = k.Line
-		if u, ok := p.unit(v, where); ok {
-			r.Unit = u
+	n.composite = compositeKey(n.key, n.value)
+	if prev := lvl.nodes[n.composite]; prev != nil {
+		if prev.key == n.key {
+			p.fail(f.keyLine, where, "defined twice at this level (first at %s)", p.at(prev))
+		} else {
+			p.fail(f.keyLine, where, "its key_value %q is also that of the descriptor at %s: descriptors are matched by key_value, as in envoyproxy/ratelimit, so one of them could never match", n.composite, p.at(prev))
 		}
-	case "requests_per_unit":
-		n, ok := p.uint32(v, where, name)
-		if !ok {
-			return
-		}
-		r.RequestsPerUnit, b.haveRPU = n, true
-	case "unit_multiplier":
-		n, ok := p.uint32(v, where, name)
-		if !ok {
-			return
-		}
-		if n == 0 {
-			p.fail(v.Line, where, "unit_multiplier must be at least 1")
-			return
-		}
-		r.UnitMultiplier = n
-	case "unlimited":
-		r.Unlimited, _ = p.boolean(v, where, name)
-	case "name":
-		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-			p.fail(v.Line, where, "name must be a non-empty string")
-			return
-		}
-		r.Name = v.Value
-	case "replaces":
-		r.Replaces = p.replaces(v, where)
-	default:
-		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces", name)
-	}
-}
-
-// unit reads a rate_limit's unit.
-func (p *parser) unit(v *yaml.Node, where string) (Unit, bool) {
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		p.fail(v.Line, where, "unit must be one of second, minute, hour, day, week, month, year")
-		return 0, false
-	}
-	u := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(v.Value)]
-	if _, ok := UnitDuration(Unit(u)); !ok {
-		p.fail(v.Line, where, "unknown unit %q; want second, minute, hour, day, week, month or year", v.Value)
-		return 0, false
-	}
-	return Unit(u), true
-}
-
-// checkRateLimit checks the block's fields together, once all are read.
-func (p *parser) checkRateLimit(b *rateLimitBlock) {
-	m, r, where := b.m, b.r, b.where
-	for _, name := range r.Replaces {
-		if name == r.Name {
-			p.fail(m.Line, where, "rate_limit replaces itself (%q)", name)
-		}
-	}
-	if r.Unlimited {
-		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
-			if hasField(m, f) {
-				p.fail(m.Line, where, "%s has no use with unlimited: true", f)
-			}
-		}
-	} else {
-		if b.unitLine == 0 && !hasField(m, "unit") {
-			p.fail(m.Line, where, "unit is missing (second, minute, hour, day, week, month or year)")
-		}
-		if !b.haveRPU && !hasField(m, "requests_per_unit") {
-			p.fail(m.Line, where, "requests_per_unit is missing (0 refuses every request)")
-		}
-	}
-}
-
-// setWindow sets the rule's window, unit_multiplier units, and reports
-// whether it fits in a time.Duration.
-func (p *parser) setWindow(b *rateLimitBlock) bool {
-	r := b.r
-	unit, _ := UnitDuration(r.Unit)
-	if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
-		p.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
 		return false
 	}
-	r.Window = unit * time.Duration(r.UnitMultiplier)
+	lvl.nodes[n.composite] = n
+	if strings.Contains(n.composite, "*") {
+		n.glob = newGlob(n.composite)
+		lvl.wildcards = append(lvl.wildcards, n)
+	}
 	return true
 }
 
-// checkRule asks the node whether it can serve the rule, and names the
-// line of the field it refuses.
-func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
-	err := p.check(limiter.Request{Key: "envoy", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm, Hits: 1})
-	if err == nil {
-		return
+// at names where n was read: its line, and its file when it is not the
+// one being read (merged domains).
+func (p *parser) at(n *node) string {
+	if n.file != p.name {
+		return fmt.Sprintf("%s:%d", n.file, n.line)
 	}
-	line, what := rl.Line, err.Error()
-	var ae *limiter.ArgumentError
-	if errors.As(err, &ae) {
-		what = ae.Reason
-		switch ae.Field {
-		case "limit":
-			line, what = fieldLine(rl, "requests_per_unit", rl.Line), "requests_per_unit "+what
-		case "window_ms":
-			line, what = fieldLine(rl, "unit", rl.Line), fmt.Sprintf("the window (%s) in milliseconds %s", r.Window, what)
-		case "algorithm":
-			if algo != nil {
-				line = algo.Line
-			}
-			what = "algorithm " + what
-		}
-	}
-	p.fail(line, where, "beyond this node's limits: %s", what)
-}
-
-func fieldLine(m *yaml.Node, name string, def int) int {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == name {
-			return m.Content[i].Line
-		}
-	}
-	return def
-}
-
-func (p *parser) replaces(v *yaml.Node, where string) []string {
-	if v.Kind != yaml.SequenceNode {
-		p.fail(v.Line, where, "replaces must be a list of {name: ...}")
-		return nil
-	}
-	var out []string
-	for _, item := range v.Content {
-		item = deref(item)
-		if item.Kind != yaml.MappingNode {
-			p.fail(item.Line, where, "replaces must be a list of {name: ...}")
-			continue
-		}
-		var name string
-		p.fields(item, where, func(f string, k, fv *yaml.Node) {
-			if f != "name" {
-				p.fail(k.Line, where, "unknown field %q in replaces; want name", f)
-				return
-			}
-			if fv.Kind != yaml.ScalarNode || fv.ShortTag() == "!!null" || fv.Value == "" {
-				p.fail(fv.Line, where, "replaces: name must be a non-empty string")
-				return
-			}
-			name = fv.Value
-		})
-		if name == "" {
-			if !hasField(item, "name") {
-				p.fail(item.Line, where, "replaces: name is missing")
-			}
-			continue
-		}
-		out = append(out, name)
-	}
-	return out
-}
-
-func (p *parser) algorithm(v *yaml.Node, where string) (limiter.Algorithm, bool) {
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
-		p.fail(v.Line, where, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
-		return 0, false
-	}
-	a, err := limiter.ParseAlgorithm(v.Value)
-	if err != nil {
-		p.fail(v.Line, where, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", v.Value)
-		return 0, false
-	}
-	return a, true
-}
-
-func (p *parser) uint32(v *yaml.Node, where, field string) (uint32, bool) {
-	n, msg, ok := yamlconf.Int(v, field, 32)
-	if !ok {
-		p.fail(v.Line, where, "%s", msg)
-		return 0, false
-	}
-	if n < 0 || n > math.MaxUint32 {
-		p.fail(v.Line, where, "%s must be between 0 and %d, got %d", field, uint32(math.MaxUint32), n)
-		return 0, false
-	}
-	return uint32(n), true
-}
-
-func (p *parser) boolean(v *yaml.Node, where, field string) (bool, bool) {
-	var b bool
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-		p.fail(v.Line, where, "%s must be true or false, got %q", field, v.Value)
-		return false, false
-	}
-	return b, true
+	return fmt.Sprintf("line %d", n.line)
 }

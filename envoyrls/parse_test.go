@@ -17,11 +17,12 @@ import (
 )
 
 // storeCheck is what a node passes: its store's validation, default caps.
-func storeCheck(t testing.TB) func(limiter.Request) error {
+// storeCheck loads with a default store's checks.
+func storeCheck(t testing.TB) LoadOptions {
 	t.Helper()
 	s, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
-	return s.Validate
+	return LoadOptions{Check: s.Validate}
 }
 
 // The README of envoyproxy/ratelimit, examples 1-9, plus this service's
@@ -205,14 +206,14 @@ func TestLoadDirectory(t *testing.T) {
 	assert.Equal(t, dir, cfg.Source)
 
 	write("c.yaml", "domain: a\ndescriptors: []\n")
-	_, err = Load(dir, nil)
+	_, err = Load(dir, LoadOptions{})
 	require.Error(t, err)
-	assert.Equal(t, filepath.Join(dir, "c.yaml")+`:1: domain "a": defined twice (first at `+filepath.Join(dir, "a.yml")+`:1)`, err.Error())
+	assert.Equal(t, filepath.Join(dir, "c.yaml")+`:1: domain "a": defined twice (first at `+filepath.Join(dir, "a.yml")+`:1); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains`, err.Error())
 
 	empty := t.TempDir()
-	_, err = Load(empty, nil)
+	_, err = Load(empty, LoadOptions{})
 	assert.ErrorContains(t, err, "has no .yaml or .yml files")
-	_, err = Load(filepath.Join(empty, "missing.yaml"), nil)
+	_, err = Load(filepath.Join(empty, "missing.yaml"), LoadOptions{})
 	assert.ErrorContains(t, err, "no such file")
 }
 
@@ -232,7 +233,7 @@ func TestParseErrors(t *testing.T) {
 		{"not UTF-8", "domain: a\n# \xff\n", []string{`f.yaml:2: not UTF-8 text`}},
 		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", []string{`f.yaml:2: domain "a": descriptors must be a list`}},
 		{"missing key", "domain: a\ndescriptors:\n  - value: v\n", []string{`f.yaml:3: domain "a": key is missing`}},
-		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"`}},
+		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"; want key, value, rate_limit, descriptors, algorithm, metadata or one of shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold`}},
 		{"duplicate", "domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
 			[]string{`f.yaml:5: domain "a", descriptor k=v: defined twice at this level (first at line 3)`}},
 		{"duplicate wildcard", "domain: a\ndescriptors:\n  - key: k\n  - {key: k}\n", []string{`f.yaml:4: domain "a", descriptor k: defined twice at this level (first at line 3)`}},
@@ -275,6 +276,28 @@ func TestParseErrors(t *testing.T) {
 		{"nested error names the chain", "domain: a\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n      - key: j\n        rate_limit: {unit: eon, requests_per_unit: 1}\n",
 			[]string{`f.yaml:7: domain "a", descriptor k=v / j: unknown unit "eon"`}},
 		{"merge keys", "domain: a\ndescriptors:\n  - <<: {key: k}\n", []string{`f.yaml:3: domain "a": merge keys (<<) are not supported`}},
+		{"key_value collision", "domain: a\ndescriptors:\n  - key: a_b\n  - key: a\n    value: b\n",
+			[]string{`f.yaml:4: domain "a", descriptor a=b: its key_value "a_b" is also that of the descriptor at line 3: descriptors are matched by key_value`}},
+		{"quota without limit", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: quota_mode applies to this descriptor's own rate_limit, and it has none`}},
+		{"detailed without limit", "domain: a\ndescriptors:\n  - key: k\n    detailed_metric: true\n    descriptors: [{key: j, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: detailed_metric applies to this descriptor's own rate_limit`}},
+		{"quota when unlimited", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unlimited: true}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: quota_mode has no use with unlimited: true`}},
+		{"metadata without limit", "domain: a\ndescriptors:\n  - key: k\n    metadata: {m: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: metadata is answered with this descriptor's own rate_limit, and it has none`}},
+		{"metadata not a mapping", "domain: a\ndescriptors:\n  - key: k\n    metadata: [a]\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: metadata must be a mapping`}},
+		{"metadata infinity", "domain: a\ndescriptors:\n  - key: k\n    metadata: {m: .inf}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: metadata: ".inf" is not a finite number`}},
+		{"metadata field twice", "domain: a\ndescriptors:\n  - key: k\n    metadata:\n      m: 1\n      m: 2\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:6: domain "a", descriptor k: m given twice (first at line 5)`}},
+		{"share without wildcard", "domain: a\ndescriptors:\n  - key: files\n    value: files/a\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			[]string{`f.yaml:5: domain "a", descriptor files=files/a: share_threshold needs a wildcard ('*') in the key or value, and "files_files/a" has none`}},
+		{"value_to_metric not bool", "domain: a\ndescriptors:\n  - key: k\n    value_to_metric: 1\n",
+			[]string{`f.yaml:4: domain "a", descriptor k: value_to_metric must be true or false, got "1"`}},
+		{"domain twice without merging", "domain: a\n---\ndomain: a\n",
+			[]string{`f.yaml:3: domain "a": defined twice (first at f.yaml:1); to let several files add descriptors to one domain`, `--envoy-rls-merge-domains`}},
 		{"every error, each with its line", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: x}\n  - key: j\n    rate_limit: {unit: sec, requests_per_unit: 1}\n",
 			[]string{`f.yaml:4: domain "a", descriptor k: requests_per_unit must be a whole number, got "x"`, `f.yaml:6: domain "a", descriptor j: unknown unit "sec"`}},
 	} {
@@ -307,7 +330,7 @@ func TestParseAliasExpansionIsBounded(t *testing.T) {
 	// descriptors field uses the last one: 6^12 descriptors if expanded.
 	b.WriteString("descriptors: *l12\n")
 	start := time.Now()
-	_, err := Parse("bomb.yaml", []byte(b.String()), nil)
+	_, err := Parse("bomb.yaml", []byte(b.String()), LoadOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more than 100000 descriptors")
 	assert.Less(t, time.Since(start), 10*time.Second)
@@ -328,7 +351,7 @@ func TestParseManyErrorsAreCapped(t *testing.T) {
 	for i := range 30 {
 		b.WriteString("  - {key: k" + itoa(i) + ", rate_limit: {unit: x, requests_per_unit: 1}}\n")
 	}
-	_, err := Parse("f.yaml", []byte(b.String()), nil)
+	_, err := Parse("f.yaml", []byte(b.String()), LoadOptions{})
 	require.Error(t, err)
 	errs := unjoin(err)
 	assert.Len(t, errs, maxErrors+1)

@@ -3,8 +3,6 @@ package envoyrls
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/peerlimit/peerlimit/limiter"
 )
 
 // Registry is the node's current configuration: loaded from a file or
@@ -18,16 +16,16 @@ import (
 // what is already counted; one whose window or algorithm changed starts
 // on a fresh state, and the old one expires by itself.
 type Registry struct {
-	path  string
-	check func(limiter.Request) error
-	mu    sync.Mutex // serialises Reload
-	cur   atomic.Pointer[Config]
+	path string
+	opts LoadOptions
+	mu   sync.Mutex // serialises Reload
+	cur  atomic.Pointer[Config]
 }
 
-// NewRegistry loads the configuration at path; see Load for check.
-func NewRegistry(path string, check func(limiter.Request) error) (*Registry, error) {
-	r := &Registry{path: path, check: check}
-	cfg, err := Load(path, check)
+// NewRegistry loads the configuration at path; see Load.
+func NewRegistry(path string, o LoadOptions) (*Registry, error) {
+	r := &Registry{path: path, opts: o}
+	cfg, err := Load(path, o)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +55,7 @@ func (r *Registry) Reload() (*Config, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cfg, err := Load(r.path, r.check)
+	cfg, err := Load(r.path, r.opts)
 	if err != nil {
 		return nil, err
 	}

@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
@@ -49,10 +45,9 @@ type ServerConfig struct {
 	// MaxKeyBytes is the node's key size limit: longer descriptor keys are
 	// hashed (see Key). Required: the store's (limiter.Config.MaxKeyBytes).
 	MaxKeyBytes int
-	// Headers adds the IETF RateLimit-Policy and RateLimit fields of the
-	// most restrictive descriptor to every answer's
-	// response_headers_to_add, and Retry-After to OVER_LIMIT answers.
-	Headers bool
+	// Settings say how to answer; the zero value is not valid (no
+	// near-limit ratio): start from DefaultSettings.
+	Settings Settings
 	// Metrics, if not nil, counts calls and descriptors.
 	Metrics *Metrics
 	// Logger receives the warnings about unknown domains (at most one a
@@ -81,6 +76,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	case cfg.MaxKeyBytes < 1:
 		return nil, fmt.Errorf("envoyrls: MaxKeyBytes must be ≥ 1 (the store's), got %d", cfg.MaxKeyBytes)
 	}
+	if err := cfg.Settings.Validate(); err != nil {
+		return nil, fmt.Errorf("envoyrls: %w", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -96,20 +94,24 @@ const DegradedKey = "peerlimit.degraded"
 
 // plan is how one request descriptor is answered.
 type plan struct {
-	rule    *Rule // nil: no limit applies (no match, replaced, unknown domain)
-	check   int   // index of its check in the batch; -1: none
-	tooMany bool  // hits over the limit: never allowed, checked as a peek
-	refund  bool  // is_negative_hits: not supported, checked as a peek, never denied
+	rule    *Rule   // nil: no limit applies (no match, replaced, unknown domain)
+	matched Matched // how the rule was selected; zero for a request's own limit
+	check   int     // index of its check in the batch; -1: none
+	hits    int64   // the hits it asks for; 0 for a peek or a refund
+	tooMany bool    // hits over the limit: never allowed, checked as a peek
+	refund  bool    // is_negative_hits: not supported, checked as a peek, never denied
+	d       limiter.Decision
 }
 
 // ShouldRateLimit implements rlspb.RateLimitServiceServer.
 //
 // Every descriptor is checked on its key's owner, all in one CheckBatch;
-// the answer is OVER_LIMIT when any descriptor not in shadow mode is over.
-// Descriptors under the limit consume their hits even when another one is
-// over, as in envoyproxy/ratelimit. RLS has no per-descriptor error, so a
-// bad descriptor (or a check that fails: capacity, the caller gone) fails
-// the whole call with the gRPC status naming it.
+// the answer is OVER_LIMIT when any descriptor neither in shadow mode nor
+// in quota mode is over, or when every quota-mode one is. Descriptors
+// under the limit consume their hits even when another one is over, as in
+// envoyproxy/ratelimit. RLS has no per-descriptor error, so a bad
+// descriptor (or a check that fails: capacity, the caller gone) fails the
+// whole call with the gRPC status naming it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	cfg := s.cfg.Rules.Current()
 	dom := cfg.Domain(req.GetDomain())
@@ -138,16 +140,17 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 	}
 	descs := req.GetDescriptors()
 	resp := okResponse(len(descs))
-	if dom == nil {
-		// As in envoyproxy/ratelimit: a domain without configuration
-		// limits nothing. Said in the log, since it is often a typo.
-		s.warnUnknownDomain(req.GetDomain())
-		return resp, false, nil
-	}
 	// Made here rather than returned by plan, and kept out of any struct
 	// that holds resp, so that it does not escape: the compiler can then
 	// keep a small one on the stack.
 	plans := make([]plan, len(descs))
+	if dom == nil {
+		// As in envoyproxy/ratelimit: a domain without configuration
+		// limits nothing. Said in the log, since it is often a typo.
+		s.warnUnknownDomain(req.GetDomain())
+		s.addMetadata(resp, req, plans, false)
+		return resp, false, nil
+	}
 	if err := s.plan(plans, dom, descs); err != nil {
 		return nil, false, err
 	}
@@ -159,7 +162,8 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 	if err != nil {
 		return nil, false, err
 	}
-	degraded := s.assemble(resp, plans, results, b, dc)
+	s.saturate(ctx, plans, reqs, results)
+	degraded := s.assemble(resp, req, plans, results, b, dc)
 	return resp, degraded, nil
 }
 
@@ -222,9 +226,9 @@ func (s *Server) plan(plans []plan, dom *Domain, descs []*rlscommon.RateLimitDes
 			plans[i].rule = r
 			continue
 		}
-		if r := Match(dom, d.GetEntries()); r != nil {
-			plans[i].rule = r
-			replacing = append(replacing, r.Replaces...)
+		if m := Match(dom, d.GetEntries()); m.Rule != nil {
+			plans[i].rule, plans[i].matched = m.Rule, m
+			replacing = append(replacing, m.Rule.Replaces...)
 		}
 	}
 	if len(replacing) > 0 {
@@ -256,8 +260,8 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 		if r == nil || r.Unlimited || r.RequestsPerUnit == 0 {
 			continue
 		}
-		lr := limiter.Request{Key: Key(dom.Name, d.GetEntries(), s.cfg.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
-			Window: r.Window, Algorithm: r.Algorithm, Hits: p.hits(req, d)}
+		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.cfg.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
+			Window: r.Window, Algorithm: r.Algorithm, Hits: p.checkHits(req, d)}
 		if s.cfg.Validate != nil {
 			if err := s.cfg.Validate(lr); err != nil {
 				return nil, descriptorError(i, err)
@@ -269,10 +273,28 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 	return reqs, nil
 }
 
-// hits is how many hits descriptor d's check consumes. A refund or more
-// hits than the limit consume none: p notes which, and its check is a
-// peek.
-func (p *plan) hits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescriptor) int64 {
+// key is the limiter key of the planned descriptor with entries in
+// domain: the entries' (Key), except that a level matched through a
+// share_threshold wildcard is counted under the wildcard, not the value,
+// so that every value it matches shares the count, as upstream.
+func (p *plan) key(domain string, entries []*rlscommon.RateLimitDescriptor_Entry, maxBytes int) string {
+	r := p.rule
+	if r.index < 0 || !r.shares {
+		return Key(domain, entries, maxBytes)
+	}
+	shared := make([]string, len(entries))
+	for i, n := range r.nodes {
+		if n.share && p.matched.how(i) == byWildcard {
+			shared[i] = n.composite
+		}
+	}
+	return sharedKey(domain, entries, shared, maxBytes)
+}
+
+// checkHits is how many hits descriptor d's check consumes, and sets
+// p.hits to those it asks for. A refund or more hits than the limit
+// consume none: p notes which, and its check is a peek.
+func (p *plan) checkHits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescriptor) int64 {
 	hits := int64(max(req.GetHitsAddend(), 1)) // 0 is unset: one hit
 	if h := d.GetHitsAddend(); h != nil {
 		hits = int64(min(h.GetValue(), math.MaxInt64)) // set, even to 0 (a peek)
@@ -280,6 +302,7 @@ func (p *plan) hits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescripto
 	if d.GetIsNegativeHits() {
 		p.refund, hits = true, 0
 	}
+	p.hits = hits
 	if hits > int64(p.rule.RequestsPerUnit) {
 		p.tooMany, hits = true, 0
 	}
@@ -304,127 +327,33 @@ func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan
 	return results, nil
 }
 
-// assemble folds the decisions into resp: each limited descriptor's
-// status and its count in the metrics, the headers of the most
-// restrictive one, and the degraded metadata. It reports whether a
-// fallback decided any descriptor.
-func (s *Server) assemble(resp *rlspb.RateLimitResponse, plans []plan, results []route.Result, b *boundMetrics, dc *domainCounters) bool {
-	degraded := false
-	hdr := headerPick{i: -1}       // the most restrictive descriptor, for the headers
-	var durs []durationpb.Duration // one per descriptor, allocated at the first limited one
-	for i, p := range plans {
-		r := p.rule
-		st := resp.Statuses[i]
-		switch {
-		case r == nil: // OK, no limit
+// saturate spends what is left of each limit whose descriptor asked for
+// more: its check was refused (or, over the limit itself, only peeked),
+// and consumed nothing, but where there was room, the room is taken now.
+// The count then stops at the limit, as envoyproxy/ratelimit's counts
+// all hits, past the limit: this is what makes Envoy's usage reported
+// after the fact (a stream's tokens, sent with apply_on_stream_done as
+// one large hits_addend) exhaust a quota that a peek then refuses,
+// instead of being dropped whole and letting every later request in. A
+// single hit refused has no room to take, so a client retrying while
+// refused still consumes nothing. Best effort, in one more CheckBatch:
+// the answer is already OVER_LIMIT whatever it does, so its failure
+// fails nothing; the next check sees the count as it is.
+func (s *Server) saturate(ctx context.Context, plans []plan, reqs []limiter.Request, results []route.Result) {
+	var fills []limiter.Request
+	for _, p := range plans {
+		if p.check < 0 || p.hits == 0 {
 			continue
-		case r.Unlimited:
-			st.LimitRemaining = math.MaxUint32
-			b.descriptor(dc, r, outcomeUnlimited)
-			continue
 		}
-		d, deg := p.decision(results)
-		degraded = degraded || deg
-		if durs == nil {
-			durs = make([]durationpb.Duration, len(plans))
-		}
-		outcome := fillStatus(st, p, d, &durs[i])
-		if outcome == outcomeOverLimit {
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		}
-		b.descriptor(dc, r, outcome)
-		if s.cfg.Headers {
-			hdr.consider(resp.Statuses, i, d, r.Window)
+		d := results[p.check].Decision
+		if room := d.Remaining; room > 0 && (!d.Allowed || p.tooMany) {
+			fill := reqs[p.check]
+			fill.Hits = room
+			fills = append(fills, fill)
 		}
 	}
-	if hdr.i >= 0 {
-		addHeaders(resp, plans[hdr.i].rule, resp.Statuses[hdr.i], hdr.t)
-	}
-	if degraded {
-		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{DegradedKey: structpb.NewBoolValue(true)}}
-	}
-	return degraded
-}
-
-// decision is the decision for planned descriptor p, a limited one, and
-// whether a fallback made it.
-func (p *plan) decision(results []route.Result) (d limiter.Decision, degraded bool) {
-	if p.check >= 0 {
-		res := results[p.check]
-		d, degraded = res.Decision, res.Degraded
-	} else { // requests_per_unit 0: refused without a check
-		d = limiter.Decision{RetryAfter: p.rule.Window, ResetAfter: p.rule.Window}
-	}
-	if p.tooMany {
-		// Never allowed, however long one waits: say a window rather
-		// than the peek's "now".
-		d.RetryAfter = max(d.RetryAfter, p.rule.Window)
-	}
-	return d, degraded
-}
-
-// fillStatus fills st, planned as p, from decision d, with dur as its
-// duration until reset, and returns the outcome to count: OVER_LIMIT only
-// when over and not in shadow mode.
-func fillStatus(st *rlspb.RateLimitResponse_DescriptorStatus, p plan, d limiter.Decision, dur *durationpb.Duration) int {
-	r := p.rule
-	over := (!d.Allowed || p.tooMany) && !p.refund
-	remaining := d.Remaining
-	if over {
-		remaining = 0
-	}
-	reset := min(d.ResetAfter, r.Window)
-	dur.Seconds, dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
-	st.CurrentLimit, st.DurationUntilReset = r.current, dur
-	st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
-	switch {
-	case !over:
-		return outcomeOK
-	case r.ShadowMode:
-		return outcomeShadowMode
-	}
-	st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-	return outcomeOverLimit
-}
-
-// headerPick is the descriptor whose limit the headers describe.
-type headerPick struct {
-	i int   // index of the descriptor; -1: none yet
-	t int64 // its ratelimitheader.T
-}
-
-// consider makes descriptor i, decided by d, the pick if it is more
-// restrictive than the pick so far; sts are the answer's statuses, i's
-// already filled.
-func (h *headerPick) consider(sts []*rlspb.RateLimitResponse_DescriptorStatus, i int, d limiter.Decision, window time.Duration) {
-	// An OVER_LIMIT descriptor wins, the one to wait longest for
-	// first (the request passes only when all have room); among
-	// the others, the one with the least remaining.
-	st := sts[i]
-	t := ratelimitheader.T(st.Code == rlspb.RateLimitResponse_OK, d.ResetAfter, d.RetryAfter, window)
-	switch {
-	case h.i < 0:
-		h.i, h.t = i, t
-	case st.Code == rlspb.RateLimitResponse_OVER_LIMIT:
-		if sts[h.i].Code != rlspb.RateLimitResponse_OVER_LIMIT || t > h.t {
-			h.i, h.t = i, t
-		}
-	case sts[h.i].Code != rlspb.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < sts[h.i].LimitRemaining:
-		h.i, h.t = i, t
-	}
-}
-
-// addHeaders adds the RateLimit-Policy and RateLimit fields of rule r,
-// whose descriptor has status st and ratelimitheader.T t, and Retry-After
-// when the answer is OVER_LIMIT.
-func addHeaders(resp *rlspb.RateLimitResponse, r *Rule, st *rlspb.RateLimitResponse_DescriptorStatus, t int64) {
-	resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
-		{Key: ratelimitheader.PolicyField, Value: r.policy},
-		{Key: ratelimitheader.Field, Value: ratelimitheader.Value(r.header, int64(st.LimitRemaining), t)},
-	}
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corepb.HeaderValue{Key: ratelimitheader.RetryAfter, Value: strconv.FormatInt(t, 10)})
+	if len(fills) > 0 {
+		_, _ = s.cfg.Checker.CheckBatch(ctx, fills)
 	}
 }
 
@@ -457,7 +386,7 @@ func (s *Server) override(i int, o *rlscommon.RateLimitDescriptor_RateLimitOverr
 	if mult != 1 {
 		r.current.UnitMultiplier = wrapperspb.UInt32(mult)
 	}
-	if s.cfg.Headers {
+	if s.cfg.Settings.Headers {
 		keys := make([]string, len(entries))
 		for j, e := range entries {
 			keys[j] = e.GetKey()

@@ -95,6 +95,24 @@ descriptors:
             - name: specific_limit
           requests_per_unit: 10
           unit: second
+---
+domain: upstream
+descriptors:
+  - key: service
+    value: service_*
+    quota_mode: true
+    share_threshold: true
+    value_to_metric: true
+    metadata: {service_with_quota: {name: any}}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: unspec
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: m*
+        rate_limit: {unit: minute, requests_per_unit: 3}
 `
 
 type harness struct {
@@ -114,9 +132,9 @@ func newHarness(t testing.TB, edit func(*ServerConfig)) *harness {
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: clk.Now})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := NewMetrics(reg, DefaultSettings())
 	require.NoError(t, err)
-	scfg := ServerConfig{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Metrics: m,
+	scfg := ServerConfig{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Settings: DefaultSettings(), Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))}
 	if edit != nil {
 		edit(&scfg)
@@ -169,8 +187,8 @@ func TestNestedDescriptorsAndOverallCode(t *testing.T) {
 		assert.True(t, sameLimit(t, limitOf(5, rlspb.RateLimitResponse_RateLimit_DAY), s0.GetCurrentLimit()))
 		assert.Equal(t, uint32(99-i), s1.GetLimitRemaining())
 		assert.True(t, sameLimit(t, limitOf(100, rlspb.RateLimitResponse_RateLimit_DAY), s1.GetCurrentLimit()))
-		// The log's state is empty a day after its newest hit.
-		assert.Equal(t, 24*time.Hour, s0.GetDurationUntilReset().AsDuration())
+		// The log's first hit leaves the window a day after it came.
+		assert.Equal(t, 24*time.Hour-time.Duration(i)*time.Second, s0.GetDurationUntilReset().AsDuration())
 		h.clk.Add(time.Second)
 	}
 	resp := h.call(t, "messaging", marketing, anyMsg)
@@ -238,25 +256,50 @@ func TestHitsAddend(t *testing.T) {
 	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
 	assert.Equal(t, uint32(4), st.GetLimitRemaining(), "a descriptor's explicit 0 peeks")
 
-	// More than the limit can never pass: OVER_LIMIT, nothing consumed.
+	// More than the limit can never pass: OVER_LIMIT, and what was left
+	// is used up, as upstream, which counts every hit.
 	d.HitsAddend = wrapperspb.UInt64(11)
 	st = call(0, d)
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, st.GetCode())
 	assert.Zero(t, st.GetLimitRemaining())
 	d.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, d).GetCode())
-	assert.Equal(t, uint32(3), call(0, ip()).GetLimitRemaining(), "the refused hits took nothing")
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, ip()).GetCode(), "the refused hits took what was left")
+	d.HitsAddend = wrapperspb.UInt64(0)
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, d).GetCode(), "a peek finds nothing left")
 
 	// Refunds (is_negative_hits) are not supported: a peek, never denied.
-	d = ip()
+	other := func() *rlscommon.RateLimitDescriptor { return desc("remote_address=5.6.7.8") }
+	d = other()
 	d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(3), true
 	st = call(0, d)
 	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
-	assert.Equal(t, uint32(3), st.GetLimitRemaining())
-	assert.Equal(t, uint32(1), call(2, ip()).GetLimitRemaining())
-	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(2, ip()).GetCode(), "2 more do not fit in 1")
+	assert.Equal(t, uint32(10), st.GetLimitRemaining())
+	assert.Equal(t, uint32(1), call(9, other()).GetLimitRemaining())
+	st = call(2, other())
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, st.GetCode(), "2 more do not fit in 1")
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(1, other()).GetCode(), "and they took the 1 left")
 	st = call(0, d)
 	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode(), "a refund is never refused")
+}
+
+// A single hit refused consumes nothing: a client retrying while refused
+// is not locked out longer. (The log makes it exact: one hit leaving
+// frees exactly one.)
+func TestRefusedHitsAreNotCounted(t *testing.T) {
+	h := newHarness(t, nil)
+	burst := desc("burst=client-2") // a log, 3 per 30 s
+	for range 3 {
+		assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
+	}
+	h.clk.Add(time.Second)
+	for range 20 {
+		assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, h.call(t, "edge", burst).GetOverallCode())
+	}
+	h.clk.Add(29 * time.Second) // the three hits leave at t=30 s
+	for range 3 {
+		assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
+	}
 }
 
 // A request's own limit replaces the configuration's, shadow mode
@@ -414,7 +457,7 @@ func TestCheckErrorFailsTheCall(t *testing.T) {
 	require.NoError(t, err)
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: full, Now: h.clk.Now})
 	require.NoError(t, err)
-	srv, err := NewServer(ServerConfig{Rules: h.srv.cfg.Rules, Checker: svc, MaxKeyBytes: 1024})
+	srv, err := NewServer(ServerConfig{Rules: h.srv.cfg.Rules, Checker: svc, MaxKeyBytes: 1024, Settings: DefaultSettings()})
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("remote_address=1")}})
@@ -433,7 +476,7 @@ func headers(resp *rlspb.RateLimitResponse) map[string]string {
 }
 
 func TestHeaders(t *testing.T) {
-	h := newHarness(t, func(c *ServerConfig) { c.Headers = true })
+	h := newHarness(t, func(c *ServerConfig) { c.Settings.Headers = true })
 	ip, burst := desc("remote_address=1.2.3.4"), desc("burst=c")
 	resp := h.call(t, "edge", ip, burst)
 	// The most restrictive: burst has 2 of 3 left, the address 9 of 10.
@@ -473,7 +516,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestHeaderValuesAreEnvoyHeaderValues(t *testing.T) {
-	h := newHarness(t, func(c *ServerConfig) { c.Headers = true })
+	h := newHarness(t, func(c *ServerConfig) { c.Settings.Headers = true })
 	resp := h.call(t, "edge", desc("remote_address=1.2.3.4"))
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		require.NoError(t, (&corepb.HeaderValue{Key: hv.GetKey(), Value: hv.GetValue()}).Validate(), "Envoy's own validation")
@@ -487,7 +530,7 @@ func TestMetricsBindOncePerConfig(t *testing.T) {
 	cfg := h.srv.cfg.Rules.Current()
 	b1 := h.srv.cfg.Metrics.bind(cfg)
 	assert.Same(t, b1, h.srv.cfg.Metrics.bind(cfg))
-	other, err := Parse("o.yaml", []byte("domain: edge\ndescriptors: []\n"), nil)
+	other, err := Parse("o.yaml", []byte("domain: edge\ndescriptors: []\n"), LoadOptions{})
 	require.NoError(t, err)
 	b2 := h.srv.cfg.Metrics.bind(other)
 	assert.NotSame(t, b1, b2)

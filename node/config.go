@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/ring"
@@ -91,10 +92,11 @@ type Config struct {
 	// pointed at the node sees UNIMPLEMENTED rather than answers that
 	// limit nothing.
 	EnvoyRLSConfig string
-	// EnvoyRLSHeaders adds the IETF RateLimit-Policy and RateLimit fields
-	// (and Retry-After when over the limit) to the rate limit service's
-	// answers, for Envoy to add to its responses. Needs EnvoyRLSConfig.
-	EnvoyRLSHeaders bool
+	// EnvoyRLS are the rate limit service's settings (headers, domain
+	// merging, response metadata, global shadow and quota modes, the
+	// near-limit ratio, the bound on statistics keys). Any but the
+	// defaults needs EnvoyRLSConfig.
+	EnvoyRLS envoyrls.Settings
 	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
 	// Default off: they reveal internals, and a CPU profile costs CPU.
 	Pprof bool
@@ -126,6 +128,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
 		Security:        DefaultSecurityConfig(),
+		EnvoyRLS:        envoyrls.DefaultSettings(),
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Now:             time.Now,
 	}
@@ -175,8 +178,11 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.EnvoyRLSHeaders && c.EnvoyRLSConfig == "" {
-		errs = append(errs, errors.New("EnvoyRLSHeaders (--envoy-rls-headers) needs EnvoyRLSConfig (--envoy-rls-config)"))
+	if err := c.EnvoyRLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("EnvoyRLS: %w", err))
+	}
+	if c.EnvoyRLS != envoyrls.DefaultSettings() && c.EnvoyRLSConfig == "" {
+		errs = append(errs, errors.New("EnvoyRLS (the --envoy-rls-* flags) needs EnvoyRLSConfig (--envoy-rls-config)"))
 	}
 	errs = append(errs, c.Security.validate(c)...)
 	if c.Logger == nil || c.Now == nil {

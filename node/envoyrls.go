@@ -24,9 +24,9 @@ var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration"
 // envoyRLS is the node's Envoy rate limit service: its rules and the
 // count of their reloads.
 type envoyRLS struct {
-	rules   *envoyrls.Registry
-	headers bool
-	reloads *prometheus.CounterVec // by result: ok, error
+	rules    *envoyrls.Registry
+	settings envoyrls.Settings
+	reloads  *prometheus.CounterVec // by result: ok, error
 }
 
 // loadEnvoyRLS reads Config.EnvoyRLSConfig, checked against the store's
@@ -35,11 +35,11 @@ func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 	if cfg.EnvoyRLSConfig == "" {
 		return nil, nil
 	}
-	rules, err := envoyrls.NewRegistry(cfg.EnvoyRLSConfig, store.Validate)
+	rules, err := envoyrls.NewRegistry(cfg.EnvoyRLSConfig, envoyrls.LoadOptions{Check: store.Validate, MergeDomains: cfg.EnvoyRLS.MergeDomains})
 	if err != nil {
 		return nil, err
 	}
-	return &envoyRLS{rules: rules, headers: cfg.EnvoyRLSHeaders}, nil
+	return &envoyRLS{rules: rules, settings: cfg.EnvoyRLS}, nil
 }
 
 // register serves the service on srv, over the node's request path, and
@@ -48,7 +48,7 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 	if e == nil {
 		return nil
 	}
-	m, err := envoyrls.NewMetrics(reg)
+	m, err := envoyrls.NewMetrics(reg, e.settings)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 		return err
 	}
 	s, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: e.rules, Checker: svc, Validate: svc.Store().Validate,
-		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Headers: e.headers, Metrics: m, Logger: log})
+		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Settings: e.settings, Metrics: m, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -71,10 +71,10 @@ func TestEnvoyRLSNotServedWithoutConfig(t *testing.T) {
 
 	_, err = node.Start(func() node.Config {
 		c := node.DefaultLocalConfig("x")
-		c.EnvoyRLSHeaders = true
+		c.EnvoyRLS.Headers = true
 		return c
 	}())
-	assert.ErrorContains(t, err, "EnvoyRLSHeaders (--envoy-rls-headers) needs EnvoyRLSConfig (--envoy-rls-config)")
+	assert.ErrorContains(t, err, "EnvoyRLS (the --envoy-rls-* flags) needs EnvoyRLSConfig (--envoy-rls-config)")
 }
 
 func TestEnvoyRLSBadConfigFailsStart(t *testing.T) {

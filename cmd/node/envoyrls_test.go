@@ -29,16 +29,21 @@ func TestEnvoyRLSFlags(t *testing.T) {
 	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, o.node.EnvoyRLSConfig)
-	assert.False(t, o.node.EnvoyRLSHeaders)
+	assert.Equal(t, envoyrls.DefaultSettings(), o.node.EnvoyRLS)
 
-	env := map[string]string{"PEERLIMIT_ENVOY_RLS_CONFIG": "/etc/peerlimit/rls", "PEERLIMIT_ENVOY_RLS_HEADERS": "true"}
+	env := map[string]string{"PEERLIMIT_ENVOY_RLS_CONFIG": "/etc/peerlimit/rls", "PEERLIMIT_ENVOY_RLS_HEADERS": "true",
+		"PEERLIMIT_ENVOY_RLS_MERGE_DOMAINS": "true", "PEERLIMIT_ENVOY_RLS_RESPONSE_METADATA": "true", "PEERLIMIT_ENVOY_RLS_SHADOW_MODE": "true",
+		"PEERLIMIT_ENVOY_RLS_QUOTA_MODE": "true", "PEERLIMIT_ENVOY_RLS_NEAR_LIMIT_RATIO": "0.9", "PEERLIMIT_ENVOY_RLS_MAX_STATS_KEYS": "50"}
 	o, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/peerlimit/rls", o.node.EnvoyRLSConfig)
-	assert.True(t, o.node.EnvoyRLSHeaders)
+	assert.Equal(t, envoyrls.Settings{Headers: true, MergeDomains: true, ResponseMetadata: true, ShadowMode: true, QuotaMode: true,
+		NearLimitRatio: 0.9, MaxStatsKeys: 50}, o.node.EnvoyRLS)
 
 	_, err = parseFlags([]string{"--envoy-rls-headers"}, func(string) string { return "" }, io.Discard)
 	assert.ErrorContains(t, err, "needs EnvoyRLSConfig (--envoy-rls-config)")
+	_, err = parseFlags([]string{"--envoy-rls-config", "x", "--envoy-rls-near-limit-ratio", "1.5"}, func(string) string { return "" }, io.Discard)
+	assert.ErrorContains(t, err, "NearLimitRatio (--envoy-rls-near-limit-ratio) must be in (0, 1], got 1.5")
 }
 
 // grpcAddrOf asks a node process for its own gRPC address.
@@ -133,14 +138,14 @@ func TestComposeEnvoyOverlay(t *testing.T) {
 		maps.Copy(env, s.Environment) // compose merges environments by name
 		o, err := parseFlags(base[name].Command, func(k string) string { return env[k] }, io.Discard)
 		require.NoError(t, err, name)
-		assert.True(t, o.node.EnvoyRLSHeaders, name)
+		assert.True(t, o.node.EnvoyRLS.Headers, name)
 		require.Len(t, s.Volumes, 1, name)
 		src, dst, ok := strings.Cut(strings.TrimSuffix(s.Volumes[0], ":ro"), ":")
 		require.True(t, ok, name)
 		assert.Equal(t, o.node.EnvoyRLSConfig, dst, "%s: the flag names the mounted directory", name)
 		store, err := limiter.New(o.node.Limiter, o.node.Partitions)
 		require.NoError(t, err)
-		_, err = envoyrls.Load(filepath.Join(repoRoot, src), store.Validate)
+		_, err = envoyrls.Load(filepath.Join(repoRoot, src), envoyrls.LoadOptions{Check: store.Validate, MergeDomains: o.node.EnvoyRLS.MergeDomains})
 		require.NoError(t, err, "%s: the mounted directory loads under the node's caps", name)
 	}
 }

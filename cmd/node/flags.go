@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	"github.com/peerlimit/peerlimit/route"
@@ -126,8 +127,20 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 	fs.IntVar(&c.Route.MaxInflightForwards, "max-inflight-forwards", c.Route.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
 	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")
-	fs.BoolVar(&c.EnvoyRLSHeaders, "envoy-rls-headers", c.EnvoyRLSHeaders, "the rate limit service's answers carry the IETF RateLimit-Policy and RateLimit headers (and Retry-After when over the limit) for Envoy to add")
+	defineEnvoyRLSFlags(fs, &c.EnvoyRLS)
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
+}
+
+// defineEnvoyRLSFlags defines the settings of Envoy's rate limit service,
+// each upstream setting it mirrors named.
+func defineEnvoyRLSFlags(fs *flag.FlagSet, s *envoyrls.Settings) {
+	fs.BoolVar(&s.Headers, "envoy-rls-headers", s.Headers, "the rate limit service's answers carry the IETF RateLimit-Policy and RateLimit headers (and Retry-After when over the limit) for Envoy to add")
+	fs.BoolVar(&s.MergeDomains, "envoy-rls-merge-domains", s.MergeDomains, "several files may define one domain, each adding its top-level descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&s.ResponseMetadata, "envoy-rls-response-metadata", s.ResponseMetadata, "answers carry dynamic metadata: the domain, the descriptors and the merged metadata of those that passed (RESPONSE_DYNAMIC_METADATA)")
+	fs.BoolVar(&s.ShadowMode, "envoy-rls-shadow-mode", s.ShadowMode, "every answer is OK; descriptors over their limit still say OVER_LIMIT and are counted (SHADOW_MODE)")
+	fs.BoolVar(&s.QuotaMode, "envoy-rls-quota-mode", s.QuotaMode, "every descriptor is in quota mode: an answer is OVER_LIMIT only when all are over (QUOTA_MODE)")
+	fs.Float64Var(&s.NearLimitRatio, "envoy-rls-near-limit-ratio", s.NearLimitRatio, "hits above floor(limit × ratio) count in ratelimit_service_rate_limit_near_limit (NEAR_LIMIT_RATIO), in (0, 1]")
+	fs.IntVar(&s.MaxStatsKeys, "envoy-rls-max-stats-keys", s.MaxStatsKeys, "most ratelimit_service_rate_limit_* keys made from request values (detailed_metric, value_to_metric, a request's own limit) over the node's life; past it they count under the rule's configured key")
 }
 
 // defineProcessFlags defines the settings of the process rather than of the

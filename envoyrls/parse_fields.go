@@ -1,0 +1,344 @@
+package envoyrls
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/internal/yamlconf"
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// levelFlags reads the flags that act on the descriptor's level, rate
+// limit or not: value_to_metric and share_threshold.
+func (p *parser) levelFlags(f *descriptorFields, where string) {
+	n := f.n
+	if v := f.flags["value_to_metric"]; v != nil {
+		n.valueToMetric, _ = p.boolean(v, where, "value_to_metric")
+	}
+	if v := f.flags["share_threshold"]; v != nil {
+		n.share, _ = p.boolean(v, where, "share_threshold")
+		if n.share && n.glob == nil {
+			p.fail(v.Line, where, "share_threshold needs a wildcard ('*') in the key or value, and %q has none: it makes the values the wildcard matches share one limit", n.composite)
+		}
+	}
+}
+
+// descriptorRule gives the placed descriptor its rule: its rate_limit,
+// with the fields given beside it that act on it (algorithm, metadata,
+// shadow_mode, quota_mode, detailed_metric), and asks the node whether it
+// can serve the rule.
+func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path string, s scope) {
+	n := f.n
+	if f.rl != nil {
+		if n.rule = p.rateLimit(d, f.rl, where, path); n.rule != nil {
+			n.rule.nodes = append(slices.Clip(s.nodes), n)
+		}
+	}
+	if f.algo != nil {
+		p.setAlgorithm(f, where)
+	}
+	p.ruleFlag(f, where, "shadow_mode", func(r *Rule) { r.ShadowMode = true })
+	p.ruleFlag(f, where, "quota_mode", func(r *Rule) { r.QuotaMode = true })
+	p.ruleFlag(f, where, "detailed_metric", func(r *Rule) { r.DetailedMetric = true })
+	if f.metadata != nil {
+		p.setMetadata(f, where)
+	}
+	if n.rule != nil && !n.rule.Unlimited && p.opts.Check != nil {
+		p.checkRule(n.rule, f.rl, f.algo, where)
+	}
+}
+
+// setAlgorithm applies the descriptor's algorithm to its rule. A
+// rate_limit that failed to read has no rule and is not reported again.
+func (p *parser) setAlgorithm(f *descriptorFields, where string) {
+	a, ok := p.algorithm(f.algo, where)
+	r := f.n.rule
+	switch {
+	case !ok:
+	case r == nil && f.rl == nil:
+		p.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
+	case r != nil && r.Unlimited:
+		p.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
+	case r != nil:
+		r.Algorithm = a
+	}
+}
+
+// ruleFlag applies the descriptor's flag called name, when true, to its
+// rule with set. A true flag that would act on nothing is refused: on a
+// descriptor without a rate_limit (upstream ignores it there: it does not
+// reach nested descriptors) or with an unlimited one. A rate_limit that
+// failed to read has no rule and is not reported again.
+func (p *parser) ruleFlag(f *descriptorFields, where, name string, set func(*Rule)) {
+	v := f.flags[name]
+	if v == nil {
+		return
+	}
+	on, ok := p.boolean(v, where, name)
+	r := f.n.rule
+	switch {
+	case !ok || !on:
+	case r == nil && f.rl == nil:
+		p.fail(v.Line, where, "%s applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)", name)
+	case r != nil && r.Unlimited:
+		p.fail(v.Line, where, "%s has no use with unlimited: true", name)
+	case r != nil:
+		set(r)
+	}
+}
+
+// setMetadata gives the descriptor's metadata to its rule.
+func (p *parser) setMetadata(f *descriptorFields, where string) {
+	md := p.metadata(f.metadata, where)
+	r := f.n.rule
+	switch {
+	case md == nil:
+	case r == nil && f.rl == nil:
+		p.fail(f.metadata.Line, where, "metadata is answered with this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
+	case r != nil && r.Unlimited:
+		p.fail(f.metadata.Line, where, "metadata has no use with unlimited: true (upstream never answers it)")
+	case r != nil:
+		r.Metadata = md
+	}
+}
+
+// rateLimit reads a rate_limit block.
+func (p *parser) rateLimit(d *Domain, m *yaml.Node, where, path string) *Rule {
+	if m.Kind != yaml.MappingNode {
+		p.fail(m.Line, where, "rate_limit must be a mapping, e.g. {unit: minute, requests_per_unit: 100}")
+		return nil
+	}
+	errs := len(p.errs)
+	b := &rateLimitBlock{m: m, where: where,
+		r: &Rule{Domain: d.Name, Path: path, File: p.name, Line: m.Line, UnitMultiplier: 1}}
+	p.fields(m, where, func(name string, k, v *yaml.Node) { p.rateLimitField(b, name, k, v) })
+	p.checkRateLimit(b)
+	if len(p.errs) > errs {
+		return nil
+	}
+	if !b.r.Unlimited && !p.setWindow(b) {
+		return nil
+	}
+	p.cfg.rules = append(p.cfg.rules, b.r)
+	return b.r
+}
+
+// rateLimitBlock is a rate_limit block being read: the rule so far, and
+// what the checks after its fields need.
+type rateLimitBlock struct {
+	m        *yaml.Node
+	where    string
+	r        *Rule
+	unitLine int
+	haveRPU  bool
+	// replacesLines are the lines of r.Replaces' names.
+	replacesLines []int
+}
+
+// rateLimitField reads one field of a rate_limit block into its rule.
+func (p *parser) rateLimitField(b *rateLimitBlock, name string, k, v *yaml.Node) {
+	r, where := b.r, b.where
+	switch name {
+	case "unit":
+		b.unitLine = k.Line
+		if u, ok := p.unit(v, where); ok {
+			r.Unit = u
+		}
+	case "requests_per_unit":
+		n, ok := p.uint32(v, where, name)
+		if !ok {
+			return
+		}
+		r.RequestsPerUnit, b.haveRPU = n, true
+	case "unit_multiplier":
+		n, ok := p.uint32(v, where, name)
+		if !ok {
+			return
+		}
+		if n == 0 {
+			p.fail(v.Line, where, "unit_multiplier must be at least 1")
+			return
+		}
+		r.UnitMultiplier = n
+	case "unlimited":
+		r.Unlimited, _ = p.boolean(v, where, name)
+	case "name":
+		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
+			p.fail(v.Line, where, "name must be a non-empty string")
+			return
+		}
+		r.Name = v.Value
+	case "replaces":
+		r.Replaces, b.replacesLines = p.replaces(v, where)
+	default:
+		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces", name)
+	}
+}
+
+// unit reads a rate_limit's unit.
+func (p *parser) unit(v *yaml.Node, where string) (Unit, bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		p.fail(v.Line, where, "unit must be one of second, minute, hour, day, week, month, year")
+		return 0, false
+	}
+	u := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(v.Value)]
+	if _, ok := UnitDuration(Unit(u)); !ok {
+		p.fail(v.Line, where, "unknown unit %q; want second, minute, hour, day, week, month or year", v.Value)
+		return 0, false
+	}
+	return Unit(u), true
+}
+
+// checkRateLimit checks the block's fields together, once all are read.
+func (p *parser) checkRateLimit(b *rateLimitBlock) {
+	m, r, where := b.m, b.r, b.where
+	for i, name := range r.Replaces {
+		if name == r.Name {
+			p.fail(b.replacesLines[i], where, "rate_limit replaces itself (%q)", name)
+		}
+	}
+	if r.Unlimited {
+		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
+			if hasField(m, f) {
+				p.fail(fieldLine(m, f, m.Line), where, "%s has no use with unlimited: true", f)
+			}
+		}
+	} else {
+		if b.unitLine == 0 && !hasField(m, "unit") {
+			p.fail(m.Line, where, "unit is missing (second, minute, hour, day, week, month or year)")
+		}
+		if !b.haveRPU && !hasField(m, "requests_per_unit") {
+			p.fail(m.Line, where, "requests_per_unit is missing (0 refuses every request)")
+		}
+	}
+}
+
+// setWindow sets the rule's window, unit_multiplier units, and reports
+// whether it fits in a time.Duration.
+func (p *parser) setWindow(b *rateLimitBlock) bool {
+	r := b.r
+	unit, _ := UnitDuration(r.Unit)
+	if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
+		p.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
+		return false
+	}
+	r.Window = unit * time.Duration(r.UnitMultiplier)
+	return true
+}
+
+// checkRule asks the node whether it can serve the rule, and names the
+// line of the field it refuses.
+func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
+	err := p.opts.Check(limiter.Request{Key: "envoy", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm, Hits: 1})
+	if err == nil {
+		return
+	}
+	line, what := rl.Line, err.Error()
+	var ae *limiter.ArgumentError
+	if errors.As(err, &ae) {
+		what = ae.Reason
+		switch ae.Field {
+		case "limit":
+			line, what = fieldLine(rl, "requests_per_unit", rl.Line), "requests_per_unit "+what
+		case "window_ms":
+			line, what = fieldLine(rl, "unit", rl.Line), fmt.Sprintf("the window (%s) in milliseconds %s", r.Window, what)
+		case "algorithm":
+			if algo != nil {
+				line = algo.Line
+			}
+			what = "algorithm " + what
+		}
+	}
+	p.fail(line, where, "beyond this node's limits: %s", what)
+}
+
+func fieldLine(m *yaml.Node, name string, def int) int {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == name {
+			return m.Content[i].Line
+		}
+	}
+	return def
+}
+
+// replaces reads rate_limit.replaces: the names, and the line of each.
+func (p *parser) replaces(v *yaml.Node, where string) (names []string, lines []int) {
+	if v.Kind != yaml.SequenceNode {
+		p.fail(v.Line, where, "replaces must be a list of {name: ...}")
+		return nil, nil
+	}
+	for _, item := range v.Content {
+		item = deref(item)
+		if item.Kind != yaml.MappingNode {
+			p.fail(item.Line, where, "replaces must be a list of {name: ...}")
+			continue
+		}
+		if name := p.replacesName(item, where); name != "" {
+			names, lines = append(names, name), append(lines, item.Line)
+		}
+	}
+	return names, lines
+}
+
+// replacesName reads one item of replaces, {name: ...}; "" when it has
+// none that is usable, reported.
+func (p *parser) replacesName(item *yaml.Node, where string) string {
+	var name string
+	p.fields(item, where, func(f string, k, fv *yaml.Node) {
+		if f != "name" {
+			p.fail(k.Line, where, "unknown field %q in replaces; want name", f)
+			return
+		}
+		if fv.Kind != yaml.ScalarNode || fv.ShortTag() == "!!null" || fv.Value == "" {
+			p.fail(fv.Line, where, "replaces: name must be a non-empty string")
+			return
+		}
+		name = fv.Value
+	})
+	if name == "" && !hasField(item, "name") {
+		p.fail(item.Line, where, "replaces: name is missing")
+	}
+	return name
+}
+
+func (p *parser) algorithm(v *yaml.Node, where string) (limiter.Algorithm, bool) {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
+		p.fail(v.Line, where, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		return 0, false
+	}
+	a, err := limiter.ParseAlgorithm(v.Value)
+	if err != nil {
+		p.fail(v.Line, where, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", v.Value)
+		return 0, false
+	}
+	return a, true
+}
+
+func (p *parser) uint32(v *yaml.Node, where, field string) (uint32, bool) {
+	n, msg, ok := yamlconf.Int(v, field, 32)
+	if !ok {
+		p.fail(v.Line, where, "%s", msg)
+		return 0, false
+	}
+	if n < 0 || n > math.MaxUint32 {
+		p.fail(v.Line, where, "%s must be between 0 and %d, got %d", field, uint32(math.MaxUint32), n)
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+func (p *parser) boolean(v *yaml.Node, where, field string) (bool, bool) {
+	var b bool
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+		p.fail(v.Line, where, "%s must be true or false, got %q", field, v.Value)
+		return false, false
+	}
+	return b, true
+}
