@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -109,7 +111,7 @@ func TestReconnectorHealsAfterGossipToTheDeadTime(t *testing.T) {
 		t.Skip("waits past memberlist's dead-gossip time")
 	}
 	a, ra := start(t, "node-1", "127.0.0.1:0")
-	b, _ := start(t, "node-2", "127.0.0.1:0", a.GossipAddr())
+	b, _ := start(t, "node-2", unassignedAddr(t), a.GossipAddr())
 	eventually(t, 5*time.Second, func() bool { return ra.ids() == "node-1,node-2" }, "join")
 	addr := b.GossipAddr()
 	require.NoError(t, b.Shutdown()) // no Leave: a crash
@@ -123,6 +125,30 @@ func TestReconnectorHealsAfterGossipToTheDeadTime(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return ra.ids() == "node-1,node-2" && rb2.ids() == "node-1,node-2" },
 		"reconnected: a sees %s, b sees %s", ra.ids, rb2.ids)
 	_ = b2
+}
+
+// unassignedAddr is a loopback address whose port is free for TCP and UDP
+// now and lies below Linux's ephemeral range (32768 and up), so that no
+// port-0 listener of a test running in parallel is handed it while a test
+// holds it free between a crash and a restart.
+func unassignedAddr(t *testing.T) string {
+	t.Helper()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20_000+rand.IntN(12_000))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
+	}
+	t.Fatal("no free port in 20000-31999 after 100 tries")
+	return ""
 }
 
 func TestEncryptedGossipNeedsTheKey(t *testing.T) {

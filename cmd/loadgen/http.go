@@ -117,8 +117,13 @@ func newHTTPTarget(ctx context.Context, cfg *Config, keys []string) (*httpTarget
 		// host).
 		MaxIdleConns:        cfg.Workers * len(endpoints),
 		MaxIdleConnsPerHost: cfg.Workers,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
+		// And never more than one per worker: without a cap, a worker
+		// whose previous connection is not yet back in the idle pool
+		// (the transport returns it from its read loop) dials a new one
+		// that then finds the pool full and is closed.
+		MaxConnsPerHost:    cfg.Workers,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
 	}
 	t.client = &http.Client{Transport: t.tr}
 	t.warmUp(ctx)
