@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -95,9 +96,12 @@ func (p *Pipeline[Req, Res]) Send(req *Req, done func(*Res, error)) {
 	p.mu.Unlock()
 
 	p.cfg.SetSeq(req, seq)
-	if err := st.s.Send(req); err != nil {
+	if err := st.s.Send(req); err != nil && !errors.Is(err, io.EOF) {
 		p.broke(st, fmt.Errorf("send: %w", err))
 	}
+	// io.EOF says only that the far end has ended the stream: grpc-go
+	// gives the reason (the status) to Recv, so the reader, which gets it
+	// next, fails this batch with it.
 }
 
 // stream returns the open stream, opening one if there is none. Only the

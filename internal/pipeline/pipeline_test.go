@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -80,6 +82,7 @@ type opener struct {
 	mu      sync.Mutex
 	streams []*fakeStream
 	fail    error
+	ended   error // when set, streams open already ended with it (see endedStream)
 }
 
 func (o *opener) open(ctx context.Context) (grpc.BidiStreamingClient[msg, msg], error) {
@@ -90,7 +93,30 @@ func (o *opener) open(ctx context.Context) (grpc.BidiStreamingClient[msg, msg], 
 	}
 	s := newFakeStream(ctx)
 	o.streams = append(o.streams, s)
+	if o.ended != nil {
+		return &endedStream{fakeStream: s, status: o.ended, sent: make(chan struct{})}, nil
+	}
 	return s, nil
+}
+
+// endedStream is a stream the far end ended with a status before its first
+// message went: as in grpc-go, Send fails with io.EOF, and Recv, here only
+// once Send has failed, returns the status.
+type endedStream struct {
+	*fakeStream
+	status error
+	once   sync.Once
+	sent   chan struct{}
+}
+
+func (s *endedStream) Send(*msg) error {
+	s.once.Do(func() { close(s.sent) })
+	return io.EOF
+}
+
+func (s *endedStream) Recv() (*msg, error) {
+	<-s.sent
+	return nil, s.status
 }
 
 func (o *opener) last() *fakeStream {
@@ -206,6 +232,22 @@ func TestBrokenStreamFailsItsBatchesAndReopens(t *testing.T) {
 		o.last().reply(1, "C")
 		<-c.done
 		require.NoError(t, c.err)
+		p.Close()
+	})
+}
+
+// A stream the far end ended (a server refusing the call, say) fails its
+// batch with the far end's status, which grpc-go gives Recv, not with the
+// bare io.EOF that Send sees first.
+func TestEndedStreamFailsTheBatchWithItsStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := status.Error(codes.Unavailable, "this port requires TLS")
+		p := newTestPipeline(t, &opener{ended: refused})
+		a := send(p, "a")
+		synctest.Wait()
+		require.True(t, a.answered())
+		assert.ErrorIs(t, a.err, refused)
+		assert.Equal(t, codes.Unavailable, status.Code(a.err), "the status survives the wrapping")
 		p.Close()
 	})
 }
