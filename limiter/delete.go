@@ -15,6 +15,7 @@ func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algori
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.touch(k) // a backup's copy must go too
 	if a == SlidingWindowLog {
 		st, ok := sh.logs[k]
 		if !ok {
@@ -50,6 +51,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 			if counterExpiry(&st, k.window) > ms {
 				live++
 			}
+			sh.touch(k)
 			sh.deleteCounter(k)
 		}
 	}
@@ -58,6 +60,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 			if st.expiry(k.window) > ms {
 				live++
 			}
+			sh.touch(k)
 			sh.deleteLog(k, st)
 		}
 	}

@@ -163,6 +163,7 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 	sh := s.shardOf(ks.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.touch(k)
 	switch ks.Algorithm {
 	case SlidingWindowCounter:
 		return s.mergeCounter(sh, k, now, ks)

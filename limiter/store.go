@@ -75,6 +75,11 @@ type Config struct {
 	// is refused. Default 2^27 (512 MiB); at least partitions ×
 	// MaxLogLimit, so that any one log fits.
 	MaxLogEntries int64
+	// TrackChanges makes the store remember which keys changed since
+	// TakeChanged last asked, for replication to a backup: a map insert per
+	// admitted check, under the partition's lock it already holds. Default
+	// false.
+	TrackChanges bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -153,10 +158,20 @@ type shard struct {
 	peak     int // largest size since the maps were last rebuilt
 	// Running totals, kept under mu wherever state changes, so that the
 	// log budget is one comparison and a scrape never walks the maps.
-	entries  int     // hits held by the logs
-	slots    int     // ring slots the logs allocated (≥ entries): the budgeted memory
-	keyBytes int     // bytes of the key strings held
-	_        [8]byte // keep neighbouring shards' locks off one cache line
+	entries  int // hits held by the logs
+	slots    int // ring slots the logs allocated (≥ entries): the budgeted memory
+	keyBytes int // bytes of the key strings held
+	// changed holds the keys changed since TakeChanged last took them;
+	// nil unless Config.TrackChanges.
+	changed map[stateKey]struct{}
+	_       [8]byte // keep neighbouring shards' locks off one cache line
+}
+
+// touch records that k's state changed. Requires sh.mu held.
+func (sh *shard) touch(k stateKey) {
+	if sh.changed != nil {
+		sh.changed[k] = struct{}{}
+	}
 }
 
 func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }
@@ -208,6 +223,9 @@ func New(cfg Config, partitions int) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)
+		if cfg.TrackChanges {
+			s.shards[i].changed = make(map[stateKey]struct{})
+		}
 	}
 	return s, nil
 }
@@ -255,6 +273,9 @@ func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decis
 		}
 		sh.putCounter(k, st)
 	}
+	if res.allowed && r.Hits > 0 {
+		sh.touch(k)
+	}
 	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }
 
@@ -295,6 +316,9 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	}
 	if !ok {
 		sh.putLog(k, st)
+	}
+	if res.allowed && r.Hits > 0 {
+		sh.touch(k)
 	}
 	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -67,6 +68,9 @@ type Config struct {
 
 	// Limiter bounds the store: keys, key length, windows, log sizes.
 	Limiter limiter.Config
+	// Replication keeps each partition's counts on its heir too, so that
+	// they survive the owner's crash (package replica).
+	Replication replica.Config
 	// MaxRecvMsgBytes caps a gRPC request. Default 4 MiB.
 	MaxRecvMsgBytes int
 	// MaxBodyBytes caps an HTTP request body. Default 1 MiB.
@@ -124,6 +128,7 @@ func DefaultConfig() Config {
 		Peers:           rpc.DefaultPeersConfig(),
 		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
+		Replication:     replica.DefaultConfig(),
 		MaxRecvMsgBytes: 4 << 20,
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
@@ -173,7 +178,7 @@ func (c Config) Validate() error {
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
 	}
-	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Peers.Validate(), c.limiterErr()} {
+	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
 		if err != nil {
 			errs = append(errs, err)
 		}

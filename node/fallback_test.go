@@ -54,6 +54,10 @@ func fbStart(t *testing.T, policy route.FallbackPolicy, edit func(*Config)) *fbE
 		cfg := DefaultLocalConfig(id)
 		cfg.Join = join
 		cfg.Route.Fallback = policy
+		// The policies themselves: with replication on, a is b's heir
+		// and answers from b's replica before any policy does
+		// (TestHeirAnswersFromTheReplica).
+		cfg.Replication.Factor = 0
 		// The tests call handOff themselves. The periodic one would take
 		// b's partition out of a's store (to send it) while a decides on
 		// it, at a moment of its choosing.

@@ -49,6 +49,8 @@ type Node struct {
 	peers   *rpc.Peers
 	handoff *handoff.Sender
 	members *cluster.Cluster
+	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
+	repl    replication
 	sec     *nodeSecurity
 	ring    ring.Holder
 	health  *health.Server
@@ -123,7 +125,9 @@ func (n *Node) onUndo(f func()) { n.undo = append(n.undo, f) }
 // a limit no request could use is refused now rather than on every
 // request.
 func (n *Node) initStore() (err error) {
-	if n.store, err = limiter.New(n.cfg.Limiter, n.cfg.Partitions); err != nil {
+	lc := n.cfg.Limiter
+	lc.TrackChanges = n.cfg.Replication.Factor > 0 // what the replicator sends
+	if n.store, err = limiter.New(lc, n.cfg.Partitions); err != nil {
 		return err
 	}
 	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
@@ -191,7 +195,13 @@ func (n *Node) initRequestPath() error {
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
+	if err := n.initReplicas(&deps); err != nil {
+		return err
+	}
 	if n.svc, err = route.NewService(n.cfg.Route, deps); err != nil {
+		return err
+	}
+	if err := n.initReplicator(); err != nil {
 		return err
 	}
 	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.ring.Load,
@@ -286,6 +296,7 @@ func (n *Node) joinCluster() (err error) {
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: n.cfg.GossipProfile,
 		Logger: n.log, OnChange: n.membershipChanged,
 	})
+	n.cluster.Store(n.members)
 	return err
 }
 
@@ -301,6 +312,10 @@ func (n *Node) startServing() {
 	n.loops.Add(2)
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
+	if n.repl.sender != nil {
+		n.loops.Add(1)
+		go func() { defer n.loops.Done(); n.replicationLoop() }()
+	}
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -359,6 +374,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	n.peers.Update(routes)
 	if old := n.ring.Load(); !old.Equal(r) {
 		n.ring.Store(r)
+		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])
 	}

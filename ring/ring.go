@@ -59,6 +59,7 @@ func (c Config) Validate() error {
 type Ring struct {
 	members []Member // sorted by ID
 	owners  []int    // partition → index in members
+	backups []int    // partition → index in members of its backup; -1: none (one member)
 }
 
 type hasher struct{}
@@ -96,19 +97,54 @@ func New(cfg Config, partitions int, members []Member) (*Ring, error) {
 		index[m.ID] = i
 		cms[i] = cmember(m.ID)
 	}
+	// Resolve every partition once: lookups then index a slice, with none
+	// of consistent's locking on the hot path.
+	r := &Ring{members: ms, owners: assign(cfg, partitions, cms, index)}
+	r.backups = backups(cfg, partitions, cms, index, r.owners)
+	return r, nil
+}
+
+// assign returns each partition's owner, as an index in the members that
+// index numbers.
+func assign(cfg Config, partitions int, cms []consistent.Member, index map[string]int) []int {
 	c := consistent.New(cms, consistent.Config{
 		PartitionCount:    partitions,
 		ReplicationFactor: cfg.ReplicationFactor,
 		Load:              cfg.Load,
 		Hasher:            hasher{},
 	})
-	// Resolve every partition once: lookups then index a slice, with none
-	// of consistent's locking on the hot path.
-	r := &Ring{members: ms, owners: make([]int, partitions)}
-	for p := range r.owners {
-		r.owners[p] = index[c.GetPartitionOwner(p).String()]
+	owners := make([]int, partitions)
+	for p := range owners {
+		owners[p] = index[c.GetPartitionOwner(p).String()]
 	}
-	return r, nil
+	return owners
+}
+
+// backups returns each partition's backup: its owner in the ring without
+// its owner, that is, the member that inherits it if the owner fails, so
+// that a replica is already where the partition goes. (With bounded
+// loads that is not always the next member on the circle, so it is
+// computed, one ring per member: N rings of N−1 members, paid only when
+// membership changes.) -1 for every partition of a ring of one.
+func backups(cfg Config, partitions int, cms []consistent.Member, index map[string]int, owners []int) []int {
+	out := make([]int, partitions)
+	if len(cms) < 2 {
+		for p := range out {
+			out[p] = -1
+		}
+		return out
+	}
+	rest := make([]consistent.Member, 0, len(cms)-1)
+	for i := range cms {
+		rest = append(append(rest[:0], cms[:i]...), cms[i+1:]...)
+		without := assign(cfg, partitions, rest, index)
+		for p, o := range owners {
+			if o == i {
+				out[p] = without[p]
+			}
+		}
+	}
+	return out
 }
 
 // Partition returns key's partition.
@@ -119,6 +155,15 @@ func (r *Ring) Owner(key string) Member { return r.members[r.owners[r.Partition(
 
 // PartitionOwner returns the member that owns partition p.
 func (r *Ring) PartitionOwner(p int) Member { return r.members[r.owners[p]] }
+
+// Backup returns the member that holds partition p's replica: the one
+// that would own p if its owner left. false in a ring of one member.
+func (r *Ring) Backup(p int) (Member, bool) {
+	if b := r.backups[p]; b >= 0 {
+		return r.members[b], true
+	}
+	return Member{}, false
+}
 
 // PartitionCount is the number of partitions.
 func (r *Ring) PartitionCount() int { return len(r.owners) }

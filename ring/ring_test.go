@@ -121,3 +121,29 @@ func BenchmarkOwner(b *testing.B) {
 		_ = h.Load().Owner("tenant:7:user:42:/search")
 	}
 }
+
+// A partition's backup is where it goes if its owner fails: its owner in
+// the ring without that member, so a replica is already in place.
+func TestBackupIsTheHeir(t *testing.T) {
+	ms := members("node-a", "node-b", "node-c", "node-d")
+	r, err := New(DefaultConfig(), partition.DefaultCount, ms)
+	require.NoError(t, err)
+	heirs := map[string]*Ring{}
+	for i, m := range ms {
+		rest := append(append([]Member(nil), ms[:i]...), ms[i+1:]...)
+		heirs[m.ID], err = New(DefaultConfig(), partition.DefaultCount, rest)
+		require.NoError(t, err)
+	}
+	for p := range r.PartitionCount() {
+		owner := r.PartitionOwner(p)
+		b, ok := r.Backup(p)
+		require.True(t, ok, "partition %d", p)
+		assert.NotEqual(t, owner.ID, b.ID, "partition %d: never its own owner", p)
+		assert.Equal(t, heirs[owner.ID].PartitionOwner(p), b, "partition %d", p)
+	}
+
+	alone, err := New(DefaultConfig(), partition.DefaultCount, members("node-a"))
+	require.NoError(t, err)
+	_, ok := alone.Backup(0)
+	assert.False(t, ok, "a ring of one has no backup")
+}

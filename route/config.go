@@ -80,6 +80,19 @@ type Deps struct {
 	// OnHandoff, if set, is told how many states each handoff another
 	// member made to this node merged, for metrics.
 	OnHandoff func(merged int)
+	// Replicas keeps the state that owners replicate to this node as
+	// their backup. Nil: this node refuses replication (ErrNoReplicas).
+	Replicas Replicas
+	// Heir returns the member that inherits key if its owner fails (its
+	// partition's backup, which holds its replica). A check whose owner
+	// cannot be reached goes there before the fallback policy answers.
+	// Nil, or false: no heir (replication off, a ring of one).
+	Heir func(key string) (Route, bool)
+	// Promote is called before this node decides a key it does not own
+	// (as the heir of an unreachable owner, or for a member whose ring
+	// already says the owner is gone): it merges the replica this node
+	// holds of the key's partition, if any, into its store. Nil: none.
+	Promote func(key string)
 }
 
 func (d Deps) validate() error {

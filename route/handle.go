@@ -79,3 +79,12 @@ func (s *Service) HandleHandoff(ctx context.Context, origin string, states []lim
 	}
 	return merged, rejected
 }
+
+// HandleReplicate implements Handler: keep the owner's states apart, in
+// Deps.Replicas, never in the store that decides.
+func (s *Service) HandleReplicate(_ context.Context, origin string, r Replication) (int, error) {
+	if s.deps.Replicas == nil {
+		return 0, ErrNoReplicas
+	}
+	return s.deps.Replicas.Apply(origin, r), nil
+}

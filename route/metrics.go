@@ -18,6 +18,7 @@ type Metrics struct {
 	peerChecks  [2][3]prometheus.Counter    // [algorithm][outcome]
 	forwards    [3]prometheus.Counter       // [ok, failed, refused]
 	fallbacks   [3]prometheus.Counter       // by FallbackPolicy
+	rescues     [2]prometheus.Counter       // answered by the owner through a relay, by its heir
 	fwdDuration [2]prometheus.Observer      // [ok, error]
 	fwdSize     prometheus.Observer
 	batchSize   prometheus.Observer
@@ -74,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	unr := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peerlimit",
 		Name:      "owner_unreachable_total",
-		Help:      "Checks answered by the fallback policy because their owner could not be reached; every such answer is marked degraded.",
+		Help:      "Checks whose owner could not be reached: answered by the owner through another member (relay), by the owner's heir from its replica (heir), or by the fallback policy (local, allow, deny); all but relay are marked degraded.",
 	}, []string{"policy"})
 	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "peerlimit",
@@ -114,6 +115,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for p := FallbackLocal; p <= FallbackDeny; p++ {
 		m.fallbacks[p] = unr.WithLabelValues(p.String())
 	}
+	m.rescues[0], m.rescues[1] = unr.WithLabelValues("relay"), unr.WithLabelValues("heir")
 	m.fwdDuration[0], m.fwdDuration[1] = dur.WithLabelValues("ok"), dur.WithLabelValues("error")
 	return m, nil
 }
@@ -147,6 +149,19 @@ func (m *Metrics) peerCheck(a limiter.Algorithm, res Result) {
 func (m *Metrics) forwarded(result int, n int) {
 	if m != nil {
 		m.forwards[result].Add(float64(n))
+	}
+}
+
+// rescued counts a check whose owner this node could not reach, answered
+// by the owner through a relay, or by its heir (degraded).
+func (m *Metrics) rescued(byHeir bool) {
+	if m == nil {
+		return
+	}
+	if byHeir {
+		m.rescues[1].Inc()
+	} else {
+		m.rescues[0].Inc()
 	}
 }
 

@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"errors"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -40,6 +41,15 @@ type Peers interface {
 	// Handoff gives to key states to merge into its own and returns how
 	// many it merged and why it refused the others.
 	Handoff(ctx context.Context, to Route, states []limiter.KeyState) (merged int, rejected []string, err error)
+	// Replicate gives to, the backup of the partitions r's states belong
+	// to, the owner's current state of those keys, to keep apart from its
+	// own (package replica), and returns how many it kept.
+	Replicate(ctx context.Context, to Route, r Replication) (kept int, err error)
+	// Relay asks via to get reqs, whose owner this node cannot reach,
+	// decided by their owner, or by the owner's heir; one result per
+	// request, in order. A request via could not get decided has a
+	// Result whose Err is a *CallError.
+	Relay(ctx context.Context, via Route, reqs []limiter.Request) ([]Result, error)
 }
 
 // Handler is the receiving side of Peers: what a member does with the
@@ -58,6 +68,36 @@ type Handler interface {
 	HandleReset(ctx context.Context, origin string, r ResetRequest) (int, error)
 	// HandleHandoff merges states into this node's.
 	HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string)
+	// HandleReplicate keeps states, replicated by their owner origin,
+	// apart from this node's own; an error if this node keeps no
+	// replicas.
+	HandleReplicate(ctx context.Context, origin string, r Replication) (kept int, err error)
+	// HandleRelay gets checks origin could not take to their owner
+	// decided by the owner, as this node's ring says, or here from the
+	// owner's replica if this node is its heir; never relayed further.
+	HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []Result
 }
+
+// Replication is what an owner sends its backup in one call.
+type Replication struct {
+	// Whole lists the partitions whose whole state starts with this call:
+	// the backup first drops what it held of them (it is new, or it
+	// missed changes).
+	Whole []int
+	// States are the keys' current states; an empty one (no counts, no
+	// log) says the key is gone.
+	States []limiter.KeyState
+}
+
+// Replicas is where a backup keeps the states owners replicate to it
+// (replica.Store is one). Apply replaces its copy of each key's state
+// with the one given, and drops the copy on an empty state.
+type Replicas interface {
+	Apply(origin string, r Replication) (kept int)
+}
+
+// ErrNoReplicas refuses a replication to a node that keeps no replicas
+// (its replication factor is 0).
+var ErrNoReplicas = errors.New("this node keeps no replicas (--replication-factor 0)")
 
 var _ Handler = (*Service)(nil)

@@ -239,12 +239,14 @@ func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.
 		sub[j] = reqs[i]
 	}
 	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
+	if err != nil {
+		s.fallbackBatch(ctx, owner, reqs, idx, out, err)
+		return
+	}
 	ok := 0
 	for j, i := range idx {
 		var r routed
 		switch {
-		case err != nil:
-			r = s.fallback(ctx, owner, reqs[i], err)
 		case isCallError(results[j].Err):
 			r = s.fallback(ctx, owner, reqs[i], results[j].Err)
 		default:
@@ -328,6 +330,31 @@ func (s *Service) decide(now time.Time, req limiter.Request) Result {
 // the policy answers, marked Degraded. AP: the caller always gets an
 // answer, never a silent one.
 func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
+	out := make([]Result, 1)
+	if s.rescue(ctx, owner, []limiter.Request{req}, []int{0}, out)[0] {
+		return routed{out[0], routeFallback}
+	}
+	return s.byPolicy(ctx, owner, req, cause)
+}
+
+// fallbackBatch answers the checks idx of reqs, whose call to owner failed
+// with cause: through a relay or by their heir where it can (rescue), by
+// the fallback policy for the rest.
+func (s *Service) fallbackBatch(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result, cause error) {
+	rescued := s.rescue(ctx, owner, reqs, idx, out)
+	for _, i := range idx {
+		r := routed{out[i], routeFallback}
+		if !rescued[i] {
+			r = s.byPolicy(ctx, owner, reqs[i], cause)
+			out[i] = r.Result
+		}
+		s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
+	}
+}
+
+// byPolicy answers req, whose owner could not be reached, by the
+// fallback policy.
+func (s *Service) byPolicy(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
 	if err := callerGone(ctx); err != nil {
 		return routed{Result{Err: err}, routeForwarded}
 	}

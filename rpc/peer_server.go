@@ -54,6 +54,14 @@ func (s *PeerServer) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.C
 	return b.answer(s.svc.HandleForward(ctx, in.GetOrigin(), b.reqs))
 }
 
+// Relay implements pb.PeerServer: take the checks to their owner, or
+// decide them as the owner's heir; never relayed further.
+func (s *PeerServer) Relay(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	ctx = grpcapi.Incoming(ctx)
+	b := fromProtoBatch(in.GetChecks(), FromProto)
+	return &pb.ForwardResponse{Results: b.answer(s.svc.HandleRelay(ctx, in.GetOrigin(), b.reqs))}, nil
+}
+
 // Handoff implements pb.PeerServer: merge the states into the store.
 func (s *PeerServer) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.HandoffResponse, error) {
 	states := make([]limiter.KeyState, len(in.GetStates()))
@@ -62,6 +70,24 @@ func (s *PeerServer) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.Ha
 	}
 	merged, rejected := s.svc.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), states)
 	return &pb.HandoffResponse{Merged: uint32(merged), Rejected: rejected}, nil
+}
+
+// Replicate implements pb.PeerServer: keep the owner's states as this
+// node's replicas of them, apart from its own; FAILED_PRECONDITION if it
+// keeps none.
+func (s *PeerServer) Replicate(ctx context.Context, in *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	r := route.Replication{States: make([]limiter.KeyState, len(in.GetStates())), Whole: make([]int, len(in.GetWhole()))}
+	for i, ks := range in.GetStates() {
+		r.States[i] = FromProtoKeyState(ks)
+	}
+	for i, w := range in.GetWhole() {
+		r.Whole[i] = int(w)
+	}
+	kept, err := s.svc.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), r)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.ReplicateResponse{Kept: uint32(kept)}, nil
 }
 
 // Reset implements pb.PeerServer: drop this node's state for the key, here,

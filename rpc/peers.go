@@ -289,6 +289,64 @@ func (p *Peers) Handoff(ctx context.Context, to route.Route, states []limiter.Ke
 	return int(resp.GetMerged()), resp.GetRejected(), nil
 }
 
+// Replicate gives to, the backup of the partitions states belong to,
+// their owner's current state, and returns how many it kept.
+func (p *Peers) Replicate(ctx context.Context, to route.Route, r route.Replication) (int, error) {
+	pr, err := p.get(to)
+	if err != nil {
+		return 0, err
+	}
+	req := &pb.ReplicateRequest{Origin: p.self, States: make([]*pb.KeyState, len(r.States)), Whole: make([]uint32, len(r.Whole))}
+	for i, s := range r.States {
+		req.States[i] = ToProtoKeyState(s)
+	}
+	for i, w := range r.Whole {
+		req.Whole[i] = uint32(w)
+	}
+	states := r.States
+	id := route.RequestIDForCall(ctx)
+	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), 4*p.cfg.Timeout)
+	defer cancel()
+	resp, err := pr.client.Replicate(ctx, req)
+	if err != nil {
+		return 0, &route.CallError{ID: id, Err: fmt.Errorf("replicate %d keys to %s: %w", len(states), to.ID, refusal(err))}
+	}
+	return int(resp.GetKept()), nil
+}
+
+// Relay asks via to take reqs, whose owner this node cannot reach, to
+// their owner (or decide them as the owner's heir), in one call. Its
+// deadline leaves room for via's own forward to the owner.
+func (p *Peers) Relay(ctx context.Context, via route.Route, reqs []limiter.Request) ([]route.Result, error) {
+	pr, err := p.get(via)
+	if err != nil {
+		return nil, err
+	}
+	preqs := make([]*pb.CheckRequest, len(reqs))
+	slab := newRequestSlab(len(reqs))
+	for i, r := range reqs {
+		preqs[i] = slab.put(i, r)
+	}
+	id := route.RequestIDForCall(ctx)
+	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), 2*p.cfg.Timeout)
+	defer cancel()
+	resp, err := pr.client.Relay(ctx, &pb.ForwardRequest{Origin: p.self, Checks: preqs})
+	if err == nil && len(resp.GetResults()) != len(reqs) {
+		err = fmt.Errorf("relay answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	}
+	if err != nil {
+		return nil, &route.CallError{ID: id, Err: fmt.Errorf("relay %d checks through %s: %w", len(reqs), via.ID, err)}
+	}
+	out := make([]route.Result, len(reqs))
+	for i, r := range resp.GetResults() {
+		out[i] = FromProtoResult(r)
+		if route.CodeOf(out[i].Err) == route.Unavailable {
+			out[i].Err = &route.CallError{ID: id, Err: out[i].Err} // not decided: the caller's fallback answers
+		}
+	}
+	return out, nil
+}
+
 // Reset asks member to to drop its state for r (never forwarding it
 // further) and returns how many states that still counted something it
 // dropped.

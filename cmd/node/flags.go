@@ -103,6 +103,9 @@ func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.DurationVar(&c.Peers.Timeout, "forward-timeout", c.Peers.Timeout, "deadline of a call to a peer; past it the owner counts as unreachable")
 	fs.StringVar(&raw.fallback, "fallback", c.Route.Fallback.String(), "when a key's owner is unreachable: local (decide here), allow or deny; answers are marked degraded")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
+	fs.IntVar(&c.Replication.Factor, "replication-factor", c.Replication.Factor, "backups of each partition's counts, kept on the member that inherits it if its owner crashes: 0 (off) or 1")
+	fs.DurationVar(&c.Replication.Interval, "replication-interval", c.Replication.Interval, "how often an owner sends its partitions' changes to their backups: what a crash can lose")
+	fs.IntVar(&c.Replication.MaxKeys, "replica-max-keys", c.Replication.MaxKeys, "cap on the key states this node keeps as other members' backup")
 }
 
 // defineLimiterFlags defines the caps of this node's store and how it frees

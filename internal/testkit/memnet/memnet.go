@@ -350,3 +350,27 @@ func (p *Peers) Handoff(ctx context.Context, to route.Route, states []limiter.Ke
 	})
 	return a.merged, a.rejected, err
 }
+
+// Replicate implements route.Peers.
+func (p *Peers) Replicate(ctx context.Context, to route.Route, r route.Replication) (int, error) {
+	type answer struct {
+		kept int
+		err  error
+	}
+	id := route.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+		n, err := h.HandleReplicate(ctx, p.self, r)
+		return answer{n, err}
+	})
+	if err == nil && a.err != nil {
+		err = &route.CallError{ID: id, Err: fmt.Errorf("replicate on %s: %w", to.ID, a.err)}
+	}
+	return a.kept, err
+}
+
+// Relay implements route.Peers.
+func (p *Peers) Relay(ctx context.Context, via route.Route, reqs []limiter.Request) ([]route.Result, error) {
+	return call(p.net, ctx, p.self, via.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) []route.Result {
+		return h.HandleRelay(ctx, p.self, reqs)
+	})
+}

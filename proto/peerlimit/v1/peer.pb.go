@@ -496,6 +496,114 @@ func (x *PeerResetResponse) GetCleared() uint32 {
 	return 0
 }
 
+type ReplicateRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	States []*KeyState            `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	// Partitions whose whole state this request starts: the backup drops
+	// what it held of them before applying states (a new backup, or one
+	// that missed changes).
+	Whole         []uint32 `protobuf:"varint,3,rep,packed,name=whole,proto3" json:"whole,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateRequest) Reset() {
+	*x = ReplicateRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateRequest) ProtoMessage() {}
+
+func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReplicateRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetStates() []*KeyState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ReplicateRequest) GetWhole() []uint32 {
+	if x != nil {
+		return x.Whole
+	}
+	return nil
+}
+
+type ReplicateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many states the backup kept (the rest: over its replica cap).
+	Kept          uint32 `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResponse) Reset() {
+	*x = ReplicateResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResponse) ProtoMessage() {}
+
+func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReplicateResponse) GetKept() uint32 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
@@ -534,12 +642,20 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\vall_windows\x18\x05 \x01(\bR\n" +
 	"allWindows\"-\n" +
 	"\x11PeerResetResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\rR\acleared2\xb2\x02\n" +
+	"\acleared\x18\x01 \x01(\rR\acleared\"p\n" +
+	"\x10ReplicateRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
+	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12\x14\n" +
+	"\x05whole\x18\x03 \x03(\rR\x05whole\"'\n" +
+	"\x11ReplicateResponse\x12\x12\n" +
+	"\x04kept\x18\x01 \x01(\rR\x04kept2\xc6\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
 	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12H\n" +
-	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponse\x12L\n" +
+	"\tReplicate\x12\x1e.peerlimit.v1.ReplicateRequest\x1a\x1f.peerlimit.v1.ReplicateResponse\x12D\n" +
+	"\x05Relay\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peer_proto_rawDescOnce sync.Once
@@ -553,7 +669,7 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*ForwardRequest)(nil),    // 0: peerlimit.v1.ForwardRequest
 	(*ForwardResponse)(nil),   // 1: peerlimit.v1.ForwardResponse
@@ -562,29 +678,36 @@ var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*HandoffResponse)(nil),   // 4: peerlimit.v1.HandoffResponse
 	(*PeerResetRequest)(nil),  // 5: peerlimit.v1.PeerResetRequest
 	(*PeerResetResponse)(nil), // 6: peerlimit.v1.PeerResetResponse
-	(*CheckRequest)(nil),      // 7: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),       // 8: peerlimit.v1.CheckResult
-	(Algorithm)(0),            // 9: peerlimit.v1.Algorithm
+	(*ReplicateRequest)(nil),  // 7: peerlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil), // 8: peerlimit.v1.ReplicateResponse
+	(*CheckRequest)(nil),      // 9: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),       // 10: peerlimit.v1.CheckResult
+	(Algorithm)(0),            // 11: peerlimit.v1.Algorithm
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	7, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	8, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
-	3, // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	9, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	9, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	0, // 5: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	0, // 6: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
-	2, // 7: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5, // 8: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	1, // 9: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	1, // 10: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	4, // 11: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6, // 12: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	9, // [9:13] is the sub-list for method output_type
-	5, // [5:9] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	9,  // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	10, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	3,  // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
+	11, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	11, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	3,  // 5: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
+	0,  // 6: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	0,  // 7: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	2,  // 8: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	5,  // 9: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	7,  // 10: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 11: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	1,  // 12: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	1,  // 13: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	4,  // 14: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6,  // 15: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	8,  // 16: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	1,  // 17: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }
@@ -599,7 +722,7 @@ func file_peerlimit_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

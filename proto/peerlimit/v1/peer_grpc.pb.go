@@ -27,6 +27,8 @@ const (
 	Peer_ForwardStream_FullMethodName = "/peerlimit.v1.Peer/ForwardStream"
 	Peer_Handoff_FullMethodName       = "/peerlimit.v1.Peer/Handoff"
 	Peer_Reset_FullMethodName         = "/peerlimit.v1.Peer/Reset"
+	Peer_Replicate_FullMethodName     = "/peerlimit.v1.Peer/Replicate"
+	Peer_Relay_FullMethodName         = "/peerlimit.v1.Peer/Relay"
 )
 
 // PeerClient is the client API for Peer service.
@@ -57,6 +59,17 @@ type PeerClient interface {
 	// other member, since any of them may hold a fallback copy. Never
 	// forwarded again.
 	Reset(ctx context.Context, in *PeerResetRequest, opts ...grpc.CallOption) (*PeerResetResponse, error)
+	// Replicate gives the backup of some partitions their owner's current
+	// state of the keys that changed (an empty state: the key is gone). The
+	// backup keeps it apart and answers nothing from it while the owner
+	// lives; when the owner fails, it merges it into its own state.
+	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// Relay carries checks whose sender cannot reach their owner to the
+	// owner through this member (one hop; never relayed again). Those this
+	// member cannot get decided by the owner either it decides from the
+	// owner's replica if it is the owner's heir; the others come back with
+	// an UNAVAILABLE error each, for the sender's fallback.
+	Relay(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
 }
 
 type peerClient struct {
@@ -110,6 +123,26 @@ func (c *peerClient) Reset(ctx context.Context, in *PeerResetRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicateResponse)
+	err := c.cc.Invoke(ctx, Peer_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Relay(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardResponse)
+	err := c.cc.Invoke(ctx, Peer_Relay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -138,6 +171,17 @@ type PeerServer interface {
 	// other member, since any of them may hold a fallback copy. Never
 	// forwarded again.
 	Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error)
+	// Replicate gives the backup of some partitions their owner's current
+	// state of the keys that changed (an empty state: the key is gone). The
+	// backup keeps it apart and answers nothing from it while the owner
+	// lives; when the owner fails, it merges it into its own state.
+	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// Relay carries checks whose sender cannot reach their owner to the
+	// owner through this member (one hop; never relayed again). Those this
+	// member cannot get decided by the owner either it decides from the
+	// owner's replica if it is the owner's heir; the others come back with
+	// an UNAVAILABLE error each, for the sender's fallback.
+	Relay(context.Context, *ForwardRequest) (*ForwardResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -159,6 +203,12 @@ func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*Hando
 }
 func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedPeerServer) Relay(context.Context, *ForwardRequest) (*ForwardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Relay not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -242,6 +292,42 @@ func _Peer_Reset_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Replicate(ctx, req.(*ReplicateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Relay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Relay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Relay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Relay(ctx, req.(*ForwardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -260,6 +346,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Peer_Reset_Handler,
+		},
+		{
+			MethodName: "Replicate",
+			Handler:    _Peer_Replicate_Handler,
+		},
+		{
+			MethodName: "Relay",
+			Handler:    _Peer_Relay_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

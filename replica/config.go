@@ -1,0 +1,58 @@
+// Package replica keeps counts alive across a crash. The owner of each
+// partition sends the keys that changed, batched every Config.Interval, to
+// the partition's backup: the member that would own it if the owner left
+// (ring.Backup), so that when the owner fails, its heir already holds its
+// state. A backup keeps replicas apart (Store) and never decides from
+// them while the owner lives; when the owner fails, or cannot be reached,
+// the heir merges them into its own state (Store.Take, then
+// limiter.Store.Merge) and decides from there.
+//
+// What a crash can lose is what the owner admitted since its last
+// delivered round: at most one Interval plus one call's time of
+// admissions (peerlimit_replication_lag_seconds measures the bound).
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is replication's settings. Start from DefaultConfig.
+type Config struct {
+	// Factor is the number of backups of each partition: 0 turns
+	// replication off, 1 keeps one replica on the partition's heir.
+	// Default 1. (More than one backup is not built: the heir of a
+	// partition whose owner and backup fail together starts from zero.)
+	Factor int
+	// Interval is how often an owner sends its backups what changed: the
+	// bound on what a crash loses. Default 100ms.
+	Interval time.Duration
+	// MaxKeys caps the key states a backup holds for others, to bound its
+	// memory whatever the owners send; states over it are refused and
+	// counted. Default 1,048,576, as the store's --max-keys.
+	MaxKeys int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{Factor: 1, Interval: 100 * time.Millisecond, MaxKeys: 1 << 20}
+}
+
+// Validate reports every unusable field, by its flag.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Factor < 0 || c.Factor > 1 {
+		errs = append(errs, fmt.Errorf("Factor (--replication-factor) must be 0 (off) or 1, got %d", c.Factor))
+	}
+	if c.Interval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Interval (--replication-interval) must be ≥ 1ms, got %s", c.Interval))
+	}
+	if c.MaxKeys < 1 {
+		errs = append(errs, fmt.Errorf("MaxKeys (--replica-max-keys) must be ≥ 1, got %d", c.MaxKeys))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("replication config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/replica"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const t0 = 1_700_000_000_000 // ms; whole seconds
+
+// member is a node's request path with replication: its store, the
+// replicas it keeps, its replicator, on the cluster's in-memory network.
+type member struct {
+	id       string
+	svc      *route.Service
+	store    *limiter.Store
+	replicas *replica.Store
+	sender   *replica.Replicator
+	reg      *prometheus.Registry
+}
+
+type cluster struct {
+	net     *memnet.Network
+	ring    *ring.Ring
+	now     atomic.Int64
+	members map[string]*member
+}
+
+// newCluster starts members ids sharing one ring and one clock; the
+// network's seed is printed if the test fails.
+func newCluster(t *testing.T, ids ...string) *cluster {
+	t.Helper()
+	seed := rand.Uint64()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("memnet seed: %d", seed)
+		}
+	})
+	rms := make([]ring.Member, len(ids))
+	for i, id := range ids {
+		rms[i] = ring.Member{ID: id, Addr: id + ":9090"}
+	}
+	r, err := ring.New(ring.DefaultConfig(), partition.DefaultCount, rms)
+	require.NoError(t, err)
+	c := &cluster{net: memnet.New(seed, 500*time.Millisecond), ring: r, members: map[string]*member{}}
+	c.now.Store(t0)
+	t.Cleanup(c.net.Close)
+	for _, id := range ids {
+		c.members[id] = c.start(t, id)
+	}
+	return c
+}
+
+func (c *cluster) clock() time.Time { return time.UnixMilli(c.now.Load()) }
+
+func (c *cluster) start(t *testing.T, id string) *member {
+	t.Helper()
+	lc := limiter.DefaultConfig()
+	lc.TrackChanges = true
+	store, err := limiter.New(lc, partition.DefaultCount)
+	require.NoError(t, err)
+	m := &member{id: id, store: store, reg: prometheus.NewRegistry()}
+	rm, err := replica.NewMetrics(m.reg)
+	require.NoError(t, err)
+	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm)
+	peers := c.net.Join(id)
+	promote := func(key string) {
+		if p := store.PartitionOf(key); m.replicas.Holds(p) {
+			_, errs := store.Merge(c.clock(), m.replicas.Take(p))
+			require.Empty(t, errs)
+		}
+	}
+	heir := func(key string) (route.Route, bool) {
+		b, ok := c.ring.Backup(c.ring.Partition(key))
+		return route.Route{ID: b.ID, Addr: b.Addr}, ok
+	}
+	owner := func(key string) route.Route {
+		o := c.ring.Owner(key)
+		return route.Route{ID: o.ID, Addr: o.Addr}
+	}
+	members := func() []route.Route {
+		var out []route.Route
+		for _, m := range c.ring.Members() {
+			out = append(out, route.Route{ID: m.ID, Addr: m.Addr})
+		}
+		return out
+	}
+	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock, Owner: owner,
+		Members: members, Peers: peers, Logger: slog.New(testlog.NewCapture()), Replicas: m.replicas, Heir: heir, Promote: promote})
+	require.NoError(t, err)
+	peers.Serve(m.svc)
+	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: peers,
+		Ring: func() *ring.Ring { return c.ring }, Now: c.clock, Logger: slog.New(testlog.NewCapture()), Metrics: rm})
+	require.NoError(t, err)
+	return m
+}
+
+// key returns the first key "<prefix>:<i>" owned by owner.
+func (c *cluster) key(t *testing.T, owner, prefix string) string {
+	t.Helper()
+	for i := range 10_000 {
+		if k := fmt.Sprintf("%s:%d", prefix, i); c.ring.Owner(k).ID == owner {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s's", owner)
+	return ""
+}
+
+// heirOf returns the member that inherits key.
+func (c *cluster) heirOf(key string) string {
+	b, _ := c.ring.Backup(c.ring.Partition(key))
+	return b.ID
+}
+
+func logReq(key string, limit int64) limiter.Request {
+	return limiter.Request{Key: key, Limit: limit, Window: time.Minute, Algorithm: limiter.SlidingWindowLog, Hits: 1}
+}
+
+// admit checks req n times through m and returns how many were allowed.
+func admit(t *testing.T, m *member, req limiter.Request, n int) (allowed int) {
+	t.Helper()
+	for range n {
+		res := m.svc.Check(context.Background(), req)
+		require.NoError(t, res.Err)
+		if res.Decision.Allowed {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+// The owner is cut off from every member while gossip still names it:
+// its key's checks go to its heir, which decides from the owner's
+// replica, so the cluster admits what was left of the limit, not a new
+// one.
+func TestHeirDecidesFromTheReplicaWhenTheOwnerIsCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		key := c.key(t, "n2", "k")
+		req := logReq(key, 5)
+		require.Equal(t, 3, admit(t, c.members["n2"], req, 3))
+		require.Zero(t, c.members["n2"].sender.Round(context.Background()))
+		for _, id := range []string{"n1", "n3"} {
+			c.net.Partition([]string{"n2"}, []string{id})
+		}
+
+		heir := c.heirOf(key)
+		other := map[string]string{"n1": "n3", "n3": "n1"}[heir]
+		allowed := admit(t, c.members[other], req, 2) + admit(t, c.members[heir], req, 2)
+		assert.Equal(t, 2, allowed, "the 2 left of the limit, over both survivors")
+		res := c.members[other].svc.Check(context.Background(), req)
+		assert.True(t, res.Degraded, "answered without the owner")
+		assert.Equal(t, heir, res.Owner, "by the heir")
+		assert.False(t, res.Decision.Allowed)
+		assert.Zero(t, c.members[heir].replicas.Len(), "the replica was merged into the heir's own state")
+	})
+}
+
+// held returns how many hits m's own store counts for req now.
+func held(t *testing.T, c *cluster, m *member, req limiter.Request) int64 {
+	t.Helper()
+	req.Hits = 0
+	d, err := m.store.Check(c.clock(), req)
+	require.NoError(t, err)
+	return d.CurrentCount
+}
+
+// replicated returns how many hits the replica of req's key on its backup holds,
+// by taking its partition out (and putting it back).
+func replicated(t *testing.T, c *cluster, req limiter.Request) int64 {
+	t.Helper()
+	b := c.members[c.heirOf(req.Key)]
+	p := b.store.PartitionOf(req.Key)
+	states := b.replicas.Take(p)
+	defer b.replicas.Apply("test", route.Replication{States: states})
+	for _, ks := range states {
+		if ks.Key == req.Key && ks.Algorithm == req.Algorithm {
+			return int64(len(ks.Log))
+		}
+	}
+	return 0
+}
+
+// A round sends a new backup the whole partition, then only what changed;
+// a key reset at the owner is dropped at the backup; a round that fails
+// sends its partitions whole the next time.
+func TestReplicatorSendsChangesAndWholePartitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		owner := c.members["n1"]
+		a, b := logReq(c.key(t, "n1", "a"), 10), logReq(c.key(t, "n1", "b"), 10)
+		admit(t, owner, a, 2)
+		admit(t, owner, b, 1)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 2, replicated(t, c, a))
+		assert.EqualValues(t, 1, replicated(t, c, b))
+		whole := metrictest.Value(t, owner.reg, "peerlimit_replication_keys_total", "result", "sent")
+
+		admit(t, owner, a, 1)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 3, replicated(t, c, a))
+		assert.Equal(t, whole+1, metrictest.Value(t, owner.reg, "peerlimit_replication_keys_total", "result", "sent"),
+			"only the key that changed")
+
+		owner.store.Delete(c.clock(), b.Key, b.Window, b.Algorithm)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.Zero(t, replicated(t, c, b), "the reset reached the backup")
+
+		backup := c.heirOf(a.Key)
+		c.net.Cut("n1", backup)
+		admit(t, owner, a, 1)
+		assert.Positive(t, owner.sender.Round(context.Background()), "undelivered")
+		assert.Positive(t, metrictest.Value(t, owner.reg, "peerlimit_replication_keys_total", "result", "failed"))
+		c.net.Heal()
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 4, replicated(t, c, a), "sent whole after the failure")
+		assert.EqualValues(t, 4, held(t, c, owner, a))
+	})
+}
+
+// A backup holds at most MaxKeys states, refuses the rest and counts
+// them, and sweeps what expired.
+func TestStoreIsBoundedAndSwept(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := replica.NewMetrics(reg)
+	require.NoError(t, err)
+	s := replica.NewStore(partition.DefaultCount, 2, 3, m)
+	state := func(key string, log ...int64) limiter.KeyState {
+		return limiter.KeyState{Key: key, Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: log}
+	}
+	kept := s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a", t0), state("b", t0, t0+1, t0+2, t0+3), state("c", t0)}})
+	assert.Equal(t, 2, kept)
+	assert.Equal(t, 2, s.Len())
+	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"))
+	got := s.Take(partition.Of("b", partition.DefaultCount))
+	require.Len(t, got, 1)
+	assert.Equal(t, []int64{t0 + 1, t0 + 2, t0 + 3}, got[0].Log, "trimmed to the newest MaxLogLimit")
+
+	s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a")}})
+	assert.Zero(t, s.Len(), "an empty state drops the copy")
+	s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a", t0), state("c", t0+5000)}})
+	assert.Equal(t, 1, s.Sweep(time.UnixMilli(t0+1000)), "a's entry left its window")
+	assert.Equal(t, 1, s.Len())
+	p := partition.Of("c", partition.DefaultCount)
+	s.Apply("n1", route.Replication{Whole: []int{p}})
+	assert.Zero(t, s.Len(), "a whole partition starts from nothing")
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, replica.DefaultConfig().Validate())
+	c := replica.DefaultConfig()
+	c.Factor, c.Interval, c.MaxKeys = 2, 0, 0
+	err := c.Validate()
+	require.Error(t, err)
+	for _, flag := range []string{"--replication-factor", "--replication-interval", "--replica-max-keys"} {
+		assert.Contains(t, err.Error(), flag)
+	}
+}
+
+// keyWith returns the first key "<prefix>:<i>" owned by owner whose heir
+// is heir.
+func (c *cluster) keyWith(t *testing.T, owner, heir, prefix string) string {
+	t.Helper()
+	for i := range 10_000 {
+		if k := fmt.Sprintf("%s:%d", prefix, i); c.ring.Owner(k).ID == owner && c.heirOf(k) == heir {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s's with heir %s", owner, heir)
+	return ""
+}
+
+// A bridge: n1 and n2 cannot reach each other, n3 reaches both, and
+// nobody is declared dead. n1's checks of n2's keys are relayed, by their
+// heir or by n3 when the heir is n1 itself, and decided by n2: exact, not
+// degraded, one decider.
+func TestBridgeIsRelayedToTheOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		c.net.Partition([]string{"n1"}, []string{"n2"})
+		for _, heir := range []string{"n1", "n3"} {
+			req := logReq(c.keyWith(t, "n2", heir, "k"+heir), 4)
+			assert.Equal(t, 2, admit(t, c.members["n2"], req, 2))
+			for i, want := range []bool{true, true, false} {
+				res := c.members["n1"].svc.Check(context.Background(), req)
+				require.NoError(t, res.Err)
+				assert.Equal(t, want, res.Decision.Allowed, "heir %s, check %d", heir, i)
+				assert.Equal(t, "n2", res.Owner, "heir %s: the owner decided", heir)
+				assert.False(t, res.Degraded, "heir %s: exact", heir)
+			}
+			assert.EqualValues(t, 4, held(t, c, c.members["n2"], req))
+			assert.Zero(t, held(t, c, c.members["n1"], req)+held(t, c, c.members["n3"], req), "nobody else decided")
+		}
+	})
+}

@@ -1,0 +1,167 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/ring"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+// chunkBytes bounds one Replicate call, well under a receiver's gRPC
+// message limit, as a handoff's.
+const chunkBytes = 1 << 20
+
+// Deps is what a Replicator works with.
+type Deps struct {
+	// Self is this node's id. Required.
+	Self string
+	// Store is the node's own state (with Config.TrackChanges). Required.
+	Store *limiter.Store
+	// Peers carries the calls. Required.
+	Peers route.Peers
+	// Ring returns the current ring: each partition's owner and backup.
+	// Required.
+	Ring func() *ring.Ring
+	// Now is the node's clock. Required.
+	Now func() time.Time
+	// Logger receives the failures, at most one line a round. Nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// Metrics counts replication; nil counts nothing.
+	Metrics *Metrics
+}
+
+// Replicator sends what changed in the partitions this node owns to
+// their backups. Round must not run concurrently with itself: the node
+// runs it from one goroutine, every Config.Interval.
+type Replicator struct {
+	d   Deps
+	log *slog.Logger
+	// synced is, by partition, the backup that holds its whole state as
+	// of the last round ("" none: the next round sends it whole).
+	synced []string
+	// last is when the previous round took the changes it sent: every
+	// change a round delivers was made after it.
+	last time.Time
+}
+
+// NewReplicator returns a Replicator over d.
+func NewReplicator(d Deps) (*Replicator, error) {
+	switch {
+	case d.Self == "":
+		return nil, errors.New("replica: Deps.Self must not be empty")
+	case d.Store == nil || d.Peers == nil || d.Ring == nil || d.Now == nil:
+		return nil, errors.New("replica: Deps.Store, Peers, Ring and Now are required")
+	case !d.Store.Config().TrackChanges:
+		return nil, errors.New("replica: Deps.Store must track changes (limiter.Config.TrackChanges)")
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Replicator{d: d, log: log, synced: make([]string, d.Store.Partitions()), last: d.Now()}, nil
+}
+
+// batch is what one round sends one backup.
+type batch struct {
+	to    ring.Member
+	parts []int // partitions in it
+	route.Replication
+}
+
+// Round sends each backup what changed since the previous round in the
+// partitions this node owns, or their whole state where the backup is
+// new or missed a round, and returns how many states it could not
+// deliver (they go whole in the next round).
+func (r *Replicator) Round(ctx context.Context) (failed int) {
+	since := r.last
+	r.last = r.d.Now()
+	for _, b := range r.collect() {
+		if err := r.send(ctx, b); err != nil {
+			failed += len(b.States)
+			for _, p := range b.parts {
+				r.synced[p] = ""
+			}
+			r.d.Metrics.sent(0, len(b.States), 0)
+			r.log.Warn("replication to a backup failed; its partitions go whole next round", "backup", b.to.ID,
+				"partitions", len(b.parts), "keys", len(b.States), "err", err)
+			continue
+		}
+		r.d.Metrics.sent(len(b.States), 0, r.d.Now().Sub(since))
+	}
+	return failed
+}
+
+// collect takes, for every partition this node owns, what its backup
+// needs: the changes since the last round, or the whole partition. The
+// record of changes is cleared before a whole copy is taken, so a change
+// made meanwhile is sent again rather than lost.
+func (r *Replicator) collect() map[string]*batch {
+	rg := r.d.Ring()
+	now := r.d.Now()
+	out := map[string]*batch{}
+	for p := range r.synced {
+		backup, ok := rg.Backup(p)
+		if !ok || rg.PartitionOwner(p).ID != r.d.Self {
+			r.synced[p] = ""
+			r.d.Store.ClearChanged(p) // not ours to replicate; handoff moves it
+			continue
+		}
+		b := out[backup.ID]
+		if b == nil {
+			b = &batch{to: backup}
+			out[backup.ID] = b
+		}
+		if r.synced[p] != backup.ID {
+			r.d.Store.ClearChanged(p)
+			b.Whole = append(b.Whole, p)
+			b.States = append(b.States, r.d.Store.SnapshotPartition(p, now)...)
+			b.parts = append(b.parts, p)
+			r.synced[p] = backup.ID
+			continue
+		}
+		if changed := r.d.Store.TakeChanged(p, now); len(changed) > 0 {
+			b.States = append(b.States, changed...)
+			b.parts = append(b.parts, p)
+		}
+	}
+	for id, b := range out {
+		if len(b.Whole) == 0 && len(b.States) == 0 {
+			delete(out, id)
+		}
+	}
+	return out
+}
+
+// send delivers b in chunks under chunkBytes; the partitions sent whole
+// go with the first.
+func (r *Replicator) send(ctx context.Context, b *batch) error {
+	to := route.Route{ID: b.to.ID, Addr: b.to.Addr}
+	states, whole := b.States, b.Whole
+	for first := true; first || len(states) > 0; first = false {
+		n := chunkLen(states)
+		rid := route.NewRequestID()
+		if _, err := r.d.Peers.Replicate(route.WithRequestID(ctx, rid), to,
+			route.Replication{Whole: whole, States: states[:n]}); err != nil {
+			return err
+		}
+		states, whole = states[n:], nil
+	}
+	return nil
+}
+
+// chunkLen returns how many of states fit in one call (at least one).
+func chunkLen(states []limiter.KeyState) int {
+	size := 0
+	for i, s := range states {
+		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if size > chunkBytes && i > 0 {
+			return i
+		}
+	}
+	return len(states)
+}
