@@ -34,6 +34,8 @@ type Member struct {
 	GossipAddr string
 	GRPCAddr   string
 	State      State
+	// Since is when a failed member was declared dead (zero otherwise).
+	Since time.Time
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -243,7 +245,7 @@ func (c *Cluster) View() []Member {
 	c.mu.Lock()
 	for id, f := range c.failed {
 		if !seen[id] {
-			out = append(out, Member{ID: id, GossipAddr: f.addr, State: StateFailed})
+			out = append(out, Member{ID: id, GossipAddr: f.addr, State: StateFailed, Since: f.since})
 			seen[id] = true
 		}
 	}

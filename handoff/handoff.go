@@ -46,6 +46,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Metrics counts handoffs; nil counts nothing.
 	Metrics *Metrics
+	// BeforeSend, if set, is called before a partition set is copied for
+	// owner: the node drops from its store what it merged from owner's
+	// own replica, which owner still holds. Nil: nothing.
+	BeforeSend func(owner string)
 }
 
 // Sender hands off the partitions a node holds but does not own. Run is
@@ -101,6 +105,9 @@ func (s *Sender) misplaced() map[ring.Member][]int {
 // send hands the state of parts to owner in chunks, forgetting each chunk
 // once delivered, and returns how many keys it could not deliver.
 func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left int) {
+	if s.d.BeforeSend != nil {
+		s.d.BeforeSend(owner.ID)
+	}
 	var states []limiter.KeyState
 	for _, p := range parts {
 		states = append(states, s.d.Store.SnapshotPartition(p, s.d.Now())...)

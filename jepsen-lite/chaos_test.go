@@ -66,6 +66,7 @@ func TestChaosShortProfile(t *testing.T) {
 			for _, v := range res.Violations() {
 				t.Errorf("over-admission beyond the bound: %s", v)
 			}
+			assert.Empty(t, res.OverPromise(), "the scenario's promise")
 			for _, ev := range res.Events {
 				assert.GreaterOrEqual(t, ev.ConvergedAfter(), time.Duration(0), "the cluster never converged after %q", ev.Name)
 			}

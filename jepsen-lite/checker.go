@@ -124,6 +124,8 @@ type Result struct {
 	// windows, where its bound is exact. CounterSliding: rolling windows,
 	// where the counter's approximation allows up to 2× per decider.
 	Log, CounterFixed, CounterSliding Admission
+	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
+	MaxWorst float64 `json:"max_worst,omitempty"`
 	// Series is admitted requests over time relative to the limits'
 	// rate, per algorithm, in Bucket steps: the chart.
 	Bucket                   time.Duration `json:"bucket_ns"`
@@ -135,6 +137,19 @@ type Result struct {
 // Violations lists every violation of every algorithm.
 func (r *Result) Violations() []Violation {
 	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations)
+}
+
+// OverPromise says how the run broke its scenario's MaxWorst, or "".
+func (r *Result) OverPromise() string {
+	switch {
+	case r.MaxWorst <= 0:
+		return ""
+	case r.Log.Worst > r.MaxWorst:
+		return fmt.Sprintf("log worst %.2f× > the promised %.2f×", r.Log.Worst, r.MaxWorst)
+	case r.CounterFixed.Worst > r.MaxWorst:
+		return fmt.Sprintf("counter fixed worst %.2f× > the promised %.2f×", r.CounterFixed.Worst, r.MaxWorst)
+	}
+	return ""
 }
 
 // Settle is how long after the cluster converged degraded answers may

@@ -42,6 +42,9 @@ func Docker(cfg DockerConfig) BackendFactory {
 		}
 		b := &dockerBackend{cfg: cfg, ids: []string{"n1", "n2", "n3"}[:sc.Nodes], ctr: map[string]string{},
 			addr: map[string]netAddr{}, isolated: map[string]bool{}, extras: map[string]bool{}}
+		if len(sc.Args) > 0 {
+			b.argsErr = fmt.Errorf("%w: the compose cluster's nodes cannot get this scenario's flags %v", ErrUnsupported, sc.Args)
+		}
 		for i := range sc.Extra {
 			id := fmt.Sprintf("n%d", sc.Nodes+i+1)
 			b.ids = append(b.ids, id)
@@ -88,6 +91,7 @@ type netAddr struct {
 
 type dockerBackend struct {
 	cfg     DockerConfig
+	argsErr error // the scenario wants node flags compose cannot give: skipped
 	ids     []string
 	extras  map[string]bool
 	network string
@@ -191,6 +195,8 @@ func (b *dockerBackend) Nodes() []string { return b.ids }
 
 func (b *dockerBackend) Supports(n Need) error {
 	switch {
+	case b.argsErr != nil:
+		return b.argsErr
 	case n == NeedLinkCut:
 		return fmt.Errorf("%w: docker network disconnect cuts a container off from every peer; one link cannot be cut", ErrUnsupported)
 	case n == NeedPartition && !b.subnet:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // iptables rules between the nodes' addresses (see Firewall).
 func Local(bin, baseIP string, args []string) BackendFactory {
 	return func(ctx context.Context, sc Scenario, dir string) (Backend, error) {
-		procs, err := NewProcs(bin, dir, args)
+		procs, err := NewProcs(bin, dir, append(slices.Clone(args), sc.Args...))
 		if err != nil {
 			return nil, err
 		}

@@ -89,6 +89,8 @@ func verdict(r *Result) string {
 	switch {
 	case len(r.Violations()) > 0:
 		return fmt.Sprintf("**%d violations**", len(r.Violations()))
+	case r.OverPromise() != "":
+		return "**" + r.OverPromise() + "**"
 	case len(r.Errors) > 0:
 		return "**step failed**"
 	case r.Unsettled > 0:

@@ -29,6 +29,15 @@ type Scenario struct {
 	// that cannot make it (no root for iptables; docker cannot cut one
 	// link) skips the scenario, and the report says so.
 	Needs Need
+	// Args are flags this scenario's nodes get after the profile's (a
+	// fallback policy, say). The docker backend cannot give them, and
+	// skips such a scenario.
+	Args []string
+	// MaxWorst, if set, is what the scenario promises beyond the
+	// deciders' bound: no log window and no fixed counter window admits
+	// more than MaxWorst × the limit, whatever the fault. (peerlimit's
+	// replicas, relays and the share policy hold faults to that.)
+	MaxWorst float64
 }
 
 // Step is one nemesis action.
@@ -299,6 +308,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 
 	h, stepErr := runWorkload(ctx, env, cfg, sc)
 	res = Analyze(h)
+	res.MaxWorst = sc.MaxWorst
 	if stepErr != nil {
 		res.Errors = append(res.Errors, stepErr.Error())
 	}

@@ -50,8 +50,8 @@ func Scenarios() []Scenario {
 			Nodes: 3, Duration: 20 * time.Second,
 		},
 		{
-			Name: "kill", About: "kill -9 a node, restart it 10 s later with the same id (its state is lost)",
-			Nodes: 3, Duration: 35 * time.Second,
+			Name: "kill", About: "kill -9 a node, restart it 10 s later with the same id (its own state is lost; its heirs hold the replicas)",
+			Nodes: 3, Duration: 35 * time.Second, MaxWorst: 1.2,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
 				{At: 20 * time.Second, Name: "restart n2", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Start(ctx, e.ID(1)) }},
@@ -77,13 +77,23 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "bridge", About: "cut n1 from n3 only; n2 still reaches both (a bridge), for 12 s",
-			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut,
+			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
 			Steps: []Step{
 				// Gossip probes n1↔n3 indirectly through n2, so nobody
-				// is declared dead and the ring stays; but forwards
-				// between n1 and n3 fail, and each decides the other's
-				// keys by fallback: degraded answers, one more decider.
+				// is declared dead and the ring stays; forwards between
+				// n1 and n3 fail and are relayed through n2 (the keys'
+				// heir, or the other member): one decider still.
 				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
+			},
+		},
+		{
+			Name: "partition-share", About: "partition 2|1 for 12 s, as above, with --fallback share: each side keeps to its share of each limit",
+			Nodes: 3, Duration: 38 * time.Second, Needs: NeedPartition, Args: []string{"--fallback", "share"}, MaxWorst: 1.5,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "partition n1 | n2 n3", Steady: 2, Fault: true, Do: func(ctx context.Context, e *Env) error {
+					return e.Partition(ctx, []string{e.ID(0)}, []string{e.ID(1), e.ID(2)})
+				}},
 				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
 			},
 		},

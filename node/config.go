@@ -68,6 +68,12 @@ type Config struct {
 
 	// Limiter bounds the store: keys, key length, windows, log sizes.
 	Limiter limiter.Config
+	// ShareFor is how long a failed member still counts among the members
+	// whose share of each limit this node keeps to under --fallback
+	// share: a partition's sides keep to their shares this long; after
+	// it, a member that crashed for good stops lowering the limits.
+	// Default 5m.
+	ShareFor time.Duration
 	// Replication keeps each partition's counts on its heir too, so that
 	// they survive the owner's crash (package replica).
 	Replication replica.Config
@@ -129,6 +135,7 @@ func DefaultConfig() Config {
 		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
 		Replication:     replica.DefaultConfig(),
+		ShareFor:        5 * time.Minute,
 		MaxRecvMsgBytes: 4 << 20,
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
@@ -168,6 +175,9 @@ func (c Config) Validate() error {
 	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
+	}
+	if c.ShareFor <= 0 {
+		errs = append(errs, fmt.Errorf("ShareFor (--share-for) must be positive, got %s", c.ShareFor))
 	}
 	if c.HandoffInterval <= 0 {
 		errs = append(errs, fmt.Errorf("HandoffInterval must be positive, got %s", c.HandoffInterval))

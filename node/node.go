@@ -51,10 +51,12 @@ type Node struct {
 	members *cluster.Cluster
 	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
 	repl    replication
-	sec     *nodeSecurity
-	ring    ring.Holder
-	health  *health.Server
-	metrics *nodeMetrics
+	// shareView is live << 32 | known members, for --fallback share (share.go).
+	shareView atomic.Uint64
+	sec       *nodeSecurity
+	ring      ring.Holder
+	health    *health.Server
+	metrics   *nodeMetrics
 	// policies is nil without Config.PoliciesFile.
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
@@ -174,6 +176,7 @@ func (n *Node) initRequestPath() error {
 		return err
 	}
 	n.ring.Store(self)
+	n.shareView.Store(1<<32 | 1)
 	routeMetrics, err := route.NewMetrics(n.reg)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -191,7 +194,7 @@ func (n *Node) initRequestPath() error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Owner: n.owner, Members: n.memberRoutes,
-		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received}
+		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received, Share: n.share}
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
@@ -205,7 +208,7 @@ func (n *Node) initRequestPath() error {
 		return err
 	}
 	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.ring.Load,
-		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics}); err != nil {
+		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, BeforeSend: n.returnPromoted}); err != nil {
 		return err
 	}
 	if err := registerCapacity(n.reg, n.cfg, n.svc); err != nil {
@@ -296,8 +299,16 @@ func (n *Node) joinCluster() (err error) {
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: n.cfg.GossipProfile,
 		Logger: n.log, OnChange: n.membershipChanged,
 	})
+	if err != nil {
+		return err
+	}
 	n.cluster.Store(n.members)
-	return err
+	// The join is done: route by the members it found before serving,
+	// rather than as the lone owner of every key until the notifier's
+	// first delivery (a node restarted after a crash would otherwise
+	// decide every key it receives from zero for that moment).
+	n.membershipChanged(n.members.Members())
+	return nil
 }
 
 // startServing turns health to SERVING and starts the sweeper and the
@@ -372,6 +383,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 		return
 	}
 	n.peers.Update(routes)
+	n.refreshShare()
 	if old := n.ring.Load(); !old.Equal(r) {
 		n.ring.Store(r)
 		n.reconcileReplicas(old, r)
@@ -391,9 +403,14 @@ func (n *Node) wakeHandoff() {
 // handoffLoop sends state this node holds but does not own to the owner:
 // after every ring change, and every HandoffInterval for the state made
 // meanwhile (fallback decisions, forwards decided during convergence).
+// A round that left state behind is retried sooner, from 100 ms doubling
+// up to HandoffInterval: an owner that just (re)joined is often not yet
+// connectable for a moment, and until its counts arrive it decides their
+// keys from less than they hold.
 func (n *Node) handoffLoop() {
-	t := time.NewTicker(n.cfg.HandoffInterval)
+	t := time.NewTimer(n.cfg.HandoffInterval)
 	defer t.Stop()
+	retry := time.Duration(0)
 	for {
 		select {
 		case <-n.stop:
@@ -401,7 +418,16 @@ func (n *Node) handoffLoop() {
 		case <-n.handoffReq:
 		case <-t.C:
 		}
-		n.handoff.Run(context.Background())
+		if left := n.handoff.Run(context.Background()); left > 0 {
+			retry = min(max(2*retry, 100*time.Millisecond), n.cfg.HandoffInterval)
+		} else {
+			retry = 0
+		}
+		next := n.cfg.HandoffInterval
+		if retry > 0 {
+			next = retry
+		}
+		t.Reset(next)
 	}
 }
 
@@ -414,6 +440,7 @@ func (n *Node) sweepLoop() {
 		case <-n.stop:
 			return
 		case <-t.C:
+			n.refreshShare() // failures older than ShareFor stop counting
 			if freed := n.store.Sweep(n.cfg.Now()); freed > 0 {
 				n.log.Debug("swept expired keys", "freed", freed)
 			}

@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -18,6 +20,14 @@ type replication struct {
 	store   *replica.Store
 	sender  *replica.Replicator
 	metrics *replica.Metrics
+
+	// promoted holds, by the member that replicated them, the replicas
+	// merged into this node's state while that member was alive but
+	// unreachable. If it hands its state off later (it was leaving, or
+	// comes back), that state includes them: they are subtracted first,
+	// so that nothing counts twice (supersede).
+	mu       sync.Mutex
+	promoted map[string][]limiter.KeyState
 }
 
 // initReplicas creates the replica store and plugs it, the heirs and the
@@ -30,7 +40,8 @@ func (n *Node) initReplicas(deps *route.Deps) (err error) {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	n.repl.store = replica.NewStore(n.cfg.Partitions, n.cfg.Replication.MaxKeys, n.cfg.Limiter.MaxLogLimit, n.repl.metrics)
-	deps.Replicas, deps.Heir, deps.Promote = n.repl.store, n.heir, n.promote
+	deps.Replicas, deps.Heir, deps.Promote, deps.BeforeHandoff = n.repl.store, n.heir, n.promote, n.supersede
+	n.repl.promoted = map[string][]limiter.KeyState{}
 	return nil
 }
 
@@ -55,7 +66,11 @@ func (n *Node) heir(key string) (route.Route, bool) {
 // promote is route.Deps.Promote: merge the replica of key's partition, if
 // this node holds one, into its own state.
 func (n *Node) promote(key string) {
-	if p := n.store.PartitionOf(key); n.repl.store.Holds(p) {
+	r := n.ring.Load()
+	p := r.Partition(key)
+	// Only the unreachable owner's own replica: one another member sent
+	// (it owns the partition in its newer ring) is that member's to use.
+	if n.repl.store.Holds(p) && n.repl.store.Origin(p) == r.PartitionOwner(p).ID {
 		n.promotePartition(p, "owner unreachable")
 	}
 }
@@ -63,15 +78,70 @@ func (n *Node) promote(key string) {
 // promotePartition merges the replica of partition p into the store. What
 // this node does not own, handoff moves to the owner.
 func (n *Node) promotePartition(p int, why string) {
-	states := n.repl.store.Take(p)
+	states, origin := n.repl.store.Take(p)
 	if len(states) == 0 {
 		return
 	}
 	merged, errs := n.store.Merge(n.cfg.Now(), states)
+	if why != "owner failed" {
+		n.repl.mu.Lock()
+		n.repl.promoted[origin] = append(n.repl.promoted[origin], states...)
+		n.repl.mu.Unlock()
+	}
 	n.repl.metrics.Promoted(merged)
-	n.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why)
+	n.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why, "from", origin)
 	if len(errs) > 0 {
 		n.log.Warn("refused replicated keys on takeover", "partition", p, "refused", len(errs), "first", errs[0])
+	}
+}
+
+// supersede is route.Deps.BeforeHandoff: a handoff from origin carries
+// its whole state of those keys, which includes what this node merged
+// from origin's replica while it could not reach it; that is subtracted
+// (limiter.Store.Forget) before the handoff is merged.
+func (n *Node) supersede(origin string, states []limiter.KeyState) {
+	n.repl.mu.Lock()
+	promoted := n.repl.promoted[origin]
+	if len(promoted) == 0 {
+		n.repl.mu.Unlock()
+		return
+	}
+	type id struct {
+		key    string
+		window time.Duration
+		algo   limiter.Algorithm
+	}
+	incoming := make(map[id]bool, len(states))
+	for _, ks := range states {
+		incoming[id{ks.Key, ks.Window, ks.Algorithm}] = true
+	}
+	var gone, kept []limiter.KeyState
+	for _, ks := range promoted {
+		if incoming[id{ks.Key, ks.Window, ks.Algorithm}] {
+			gone = append(gone, ks)
+		} else {
+			kept = append(kept, ks)
+		}
+	}
+	n.repl.promoted[origin] = kept
+	n.repl.mu.Unlock()
+	n.store.Forget(n.cfg.Now(), gone)
+}
+
+// returnPromoted is handoff.Deps.BeforeSend: before this node hands owner
+// the state it holds of owner's partitions, it drops what it merged from
+// owner's own replica: owner still holds those hits, and would otherwise
+// count them twice.
+func (n *Node) returnPromoted(owner string) {
+	if n.repl.store == nil {
+		return
+	}
+	n.repl.mu.Lock()
+	promoted := n.repl.promoted[owner]
+	delete(n.repl.promoted, owner)
+	n.repl.mu.Unlock()
+	if len(promoted) > 0 {
+		n.store.Forget(n.cfg.Now(), promoted)
 	}
 }
 
@@ -85,16 +155,26 @@ func (n *Node) reconcileReplicas(old, r *ring.Ring) {
 		return
 	}
 	failed := n.failedMembers()
+	n.repl.mu.Lock()
+	for id := range n.repl.promoted {
+		if failed[id] { // it will hand nothing off: the replicas were its last word
+			delete(n.repl.promoted, id)
+		}
+	}
+	n.repl.mu.Unlock()
 	for p := range r.PartitionCount() {
 		if !n.repl.store.Holds(p) {
 			continue
 		}
-		prev := old.PartitionOwner(p).ID
+		prev, owner := old.PartitionOwner(p).ID, r.PartitionOwner(p).ID
+		origin := n.repl.store.Origin(p)
 		backup, _ := r.Backup(p)
 		switch {
-		case failed[prev] && r.PartitionOwner(p).ID != prev:
+		case origin == prev && failed[prev] && owner != prev:
 			n.promotePartition(p, "owner failed")
-		case r.PartitionOwner(p).ID != prev || backup.ID != n.cfg.ID:
+		case origin == owner && backup.ID == n.cfg.ID:
+			// Already from the new owner, whose ring changed first: keep.
+		case owner != prev || backup.ID != n.cfg.ID:
 			n.repl.store.Drop(p)
 		}
 	}

@@ -26,7 +26,8 @@ type Config struct {
 	// partition whose owner and backup fail together starts from zero.)
 	Factor int
 	// Interval is how often an owner sends its backups what changed: the
-	// bound on what a crash loses. Default 100ms.
+	// bound on what a crash loses. Default 20ms: one call per backup per
+	// round at most, and only with changes to send.
 	Interval time.Duration
 	// MaxKeys caps the key states a backup holds for others, to bound its
 	// memory whatever the owners send; states over it are refused and
@@ -36,7 +37,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{Factor: 1, Interval: 100 * time.Millisecond, MaxKeys: 1 << 20}
+	return Config{Factor: 1, Interval: 20 * time.Millisecond, MaxKeys: 1 << 20}
 }
 
 // Validate reports every unusable field, by its flag.

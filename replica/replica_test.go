@@ -87,7 +87,8 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	peers := c.net.Join(id)
 	promote := func(key string) {
 		if p := store.PartitionOf(key); m.replicas.Holds(p) {
-			_, errs := store.Merge(c.clock(), m.replicas.Take(p))
+			states, _ := m.replicas.Take(p)
+			_, errs := store.Merge(c.clock(), states)
 			require.Empty(t, errs)
 		}
 	}
@@ -193,7 +194,7 @@ func replicated(t *testing.T, c *cluster, req limiter.Request) int64 {
 	t.Helper()
 	b := c.members[c.heirOf(req.Key)]
 	p := b.store.PartitionOf(req.Key)
-	states := b.replicas.Take(p)
+	states, _ := b.replicas.Take(p)
 	defer b.replicas.Apply("test", route.Replication{States: states})
 	for _, ks := range states {
 		if ks.Key == req.Key && ks.Algorithm == req.Algorithm {
@@ -254,7 +255,8 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	assert.Equal(t, 2, kept)
 	assert.Equal(t, 2, s.Len())
 	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"))
-	got := s.Take(partition.Of("b", partition.DefaultCount))
+	got, origin := s.Take(partition.Of("b", partition.DefaultCount))
+	assert.Equal(t, "n1", origin)
 	require.Len(t, got, 1)
 	assert.Equal(t, []int64{t0 + 1, t0 + 2, t0 + 3}, got[0].Log, "trimmed to the newest MaxLogLimit")
 

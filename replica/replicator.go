@@ -47,6 +47,8 @@ type Replicator struct {
 	// last is when the previous round took the changes it sent: every
 	// change a round delivers was made after it.
 	last time.Time
+	// warned is when a failure was last logged: one line a second.
+	warned time.Time
 }
 
 // NewReplicator returns a Replicator over d.
@@ -87,8 +89,11 @@ func (r *Replicator) Round(ctx context.Context) (failed int) {
 				r.synced[p] = ""
 			}
 			r.d.Metrics.sent(0, len(b.States), 0)
-			r.log.Warn("replication to a backup failed; its partitions go whole next round", "backup", b.to.ID,
-				"partitions", len(b.parts), "keys", len(b.States), "err", err)
+			if now := time.Now(); now.Sub(r.warned) >= time.Second {
+				r.warned = now
+				r.log.Warn("replication to a backup failed; its partitions go whole at the next round that reaches it", "backup", b.to.ID,
+					"partitions", len(b.parts), "keys", len(b.States), "err", err)
+			}
 			continue
 		}
 		r.d.Metrics.sent(len(b.States), 0, r.d.Now().Sub(since))

@@ -17,9 +17,10 @@ type Store struct {
 	maxLog  int
 	metrics *Metrics
 
-	mu    sync.Mutex
-	parts []map[stateKey]limiter.KeyState
-	n     int // states held
+	mu      sync.Mutex
+	parts   []map[stateKey]limiter.KeyState
+	origins []string // by partition: the member that last replicated it
+	n       int      // states held
 }
 
 type stateKey struct {
@@ -32,7 +33,8 @@ type stateKey struct {
 // most maxKeys states, each log trimmed to its newest maxLog entries (the
 // store's MaxLogLimit: no log needs more to decide).
 func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
-	s := &Store{maxKeys: maxKeys, maxLog: int(maxLog), metrics: m, parts: make([]map[stateKey]limiter.KeyState, partitions)}
+	s := &Store{maxKeys: maxKeys, maxLog: int(maxLog), metrics: m, parts: make([]map[stateKey]limiter.KeyState, partitions),
+		origins: make([]string, partitions)}
 	for i := range s.parts {
 		s.parts[i] = map[stateKey]limiter.KeyState{}
 	}
@@ -43,18 +45,21 @@ func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
 // replaces its copy of each state's key with the state, or drops the
 // copy when the state is empty. States over MaxKeys are refused and
 // counted; it returns how many it kept.
-func (s *Store) Apply(_ string, r route.Replication) int {
+func (s *Store) Apply(origin string, r route.Replication) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range r.Whole {
 		if p >= 0 && p < len(s.parts) {
 			s.n -= len(s.parts[p])
 			clear(s.parts[p])
+			s.origins[p] = origin
 		}
 	}
 	kept, refused := 0, 0
 	for _, ks := range r.States {
-		part := s.parts[partition.Of(ks.Key, len(s.parts))]
+		p := partition.Of(ks.Key, len(s.parts))
+		s.origins[p] = origin
+		part := s.parts[p]
 		k := stateKey{ks.Key, ks.Window, ks.Algorithm}
 		_, had := part[k]
 		switch {
@@ -85,6 +90,14 @@ func empty(ks limiter.KeyState) bool {
 	return ks.Prev <= 0 && ks.Curr <= 0 && len(ks.Log) == 0
 }
 
+// Origin returns the member that last replicated partition p to this
+// node ("" if none did).
+func (s *Store) Origin(p int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.origins[p]
+}
+
 // Holds reports whether the store holds replicas of partition p.
 func (s *Store) Holds(p int) bool {
 	s.mu.Lock()
@@ -92,9 +105,10 @@ func (s *Store) Holds(p int) bool {
 	return len(s.parts[p]) > 0
 }
 
-// Take removes and returns the replicas of partition p: its owner failed,
-// and this node, its heir, merges them into its own state.
-func (s *Store) Take(p int) []limiter.KeyState {
+// Take removes and returns the replicas of partition p, and the member
+// that sent them: its owner failed, or cannot be reached, and this node,
+// its heir, merges them into its own state.
+func (s *Store) Take(p int) ([]limiter.KeyState, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]limiter.KeyState, 0, len(s.parts[p]))
@@ -104,7 +118,7 @@ func (s *Store) Take(p int) []limiter.KeyState {
 	s.n -= len(s.parts[p])
 	clear(s.parts[p])
 	s.metrics.held(s.n, 0)
-	return out
+	return out, s.origins[p]
 }
 
 // Drop removes the replicas of partition p (its owner left gracefully and

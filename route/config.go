@@ -38,7 +38,7 @@ func (c Config) Validate() error {
 	if c.MaxInflightForwards < 1 {
 		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
 	}
-	if c.Fallback > FallbackDeny {
+	if c.Fallback > FallbackShare {
 		errs = append(errs, fmt.Errorf("Fallback: unknown policy %d", c.Fallback))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -88,6 +88,14 @@ type Deps struct {
 	// cannot be reached goes there before the fallback policy answers.
 	// Nil, or false: no heir (replication off, a ring of one).
 	Heir func(key string) (Route, bool)
+	// Share returns how many members are live and how many this node
+	// knows: live plus those that failed recently (not those that left),
+	// for FallbackShare. Nil: this node alone, (1, 1).
+	Share func() (live, known int)
+	// BeforeHandoff, if set, is called with a handoff's states before
+	// they are merged (the node subtracts what it already merged from
+	// the sender's replica). Nil: nothing.
+	BeforeHandoff func(origin string, states []limiter.KeyState)
 	// Promote is called before this node decides a key it does not own
 	// (as the heir of an unreachable owner, or for a member whose ring
 	// already says the owner is gone): it merges the replica this node

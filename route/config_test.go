@@ -56,5 +56,5 @@ func TestConfigValidate(t *testing.T) {
 		assert.Equal(t, p, got)
 	}
 	_, err = route.ParseFallbackPolicy("maybe")
-	assert.ErrorContains(t, err, "want local, allow or deny")
+	assert.ErrorContains(t, err, "want local, allow, deny or share")
 }

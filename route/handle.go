@@ -65,6 +65,9 @@ func (s *Service) HandleReset(ctx context.Context, origin string, r ResetRequest
 // --overflow=reject) is named in the answer and logged here, under the
 // call's request id, which the sender logs too.
 func (s *Service) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
+	if s.deps.BeforeHandoff != nil {
+		s.deps.BeforeHandoff(origin, states)
+	}
 	merged, errs := s.store.Merge(s.deps.Now(), states)
 	var rejected []string
 	for _, err := range errs {

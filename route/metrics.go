@@ -17,7 +17,7 @@ type Metrics struct {
 	checks      [2][3][3]prometheus.Counter // [algorithm][route][outcome]
 	peerChecks  [2][3]prometheus.Counter    // [algorithm][outcome]
 	forwards    [3]prometheus.Counter       // [ok, failed, refused]
-	fallbacks   [3]prometheus.Counter       // by FallbackPolicy
+	fallbacks   [4]prometheus.Counter       // by FallbackPolicy
 	rescues     [2]prometheus.Counter       // answered by the owner through a relay, by its heir
 	fwdDuration [2]prometheus.Observer      // [ok, error]
 	fwdSize     prometheus.Observer
@@ -112,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for r, name := range forwardNames {
 		m.forwards[r] = fwd.WithLabelValues(name)
 	}
-	for p := FallbackLocal; p <= FallbackDeny; p++ {
+	for p := FallbackLocal; p <= FallbackShare; p++ {
 		m.fallbacks[p] = unr.WithLabelValues(p.String())
 	}
 	m.rescues[0], m.rescues[1] = unr.WithLabelValues("relay"), unr.WithLabelValues("heir")

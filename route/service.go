@@ -40,21 +40,29 @@ const (
 	// FallbackDeny refuses it (fail closed), with a retry after of one
 	// second.
 	FallbackDeny
+	// FallbackShare decides on this node's own store, as FallbackLocal
+	// does, but against this node's share of the limit, so that the sides
+	// of a partition together stay near one limit instead of one each. A
+	// check of an unreachable owner gets limit ÷ the members this node
+	// knows (live and recently failed: Deps.Share); while members have
+	// failed, every check this node decides, its own keys' too, gets
+	// limit × live ÷ known. Such answers are marked Degraded.
+	FallbackShare
 )
 
 // String returns the policy's flag spelling.
 func (f FallbackPolicy) String() string {
-	return [...]string{"local", "allow", "deny"}[min(int(f), 2)]
+	return [...]string{"local", "allow", "deny", "share"}[min(int(f), 3)]
 }
 
 // ParseFallbackPolicy reads "local", "allow" or "deny".
 func ParseFallbackPolicy(s string) (FallbackPolicy, error) {
-	for p := FallbackLocal; p <= FallbackDeny; p++ {
+	for p := FallbackLocal; p <= FallbackShare; p++ {
 		if p.String() == s {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown fallback policy %q; want local, allow or deny", s)
+	return 0, fmt.Errorf("unknown fallback policy %q; want local, allow, deny or share", s)
 }
 
 // Result is the answer to one check: a decision and who made it, or why
@@ -318,11 +326,50 @@ func (s *Service) ownerRefused(ctx context.Context, owner Route, res Result, id 
 }
 
 func (s *Service) decide(now time.Time, req limiter.Request) Result {
+	if s.cfg.Fallback == FallbackShare {
+		if live, known := s.share(); live < known {
+			return s.decideShare(now, req, live, known)
+		}
+	}
 	d, err := s.store.Check(now, req)
 	if err != nil {
 		return Result{Err: err}
 	}
 	return Result{Decision: d, Owner: s.deps.NodeID}
+}
+
+// share returns how many members are live and how many this node knows
+// (live and recently failed), for FallbackShare; (1, 1) without
+// Deps.Share.
+func (s *Service) share() (live, known int) {
+	if s.deps.Share == nil {
+		return 1, 1
+	}
+	live, known = s.deps.Share()
+	return max(live, 1), max(known, live, 1)
+}
+
+// decideShare decides req against part ÷ whole of its limit (at least
+// 1), on this node's store; the answer is Degraded and says the limit it
+// was held to.
+func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole int) Result {
+	if err := s.store.Validate(req); err != nil {
+		return Result{Err: err}
+	}
+	shared := req
+	shared.Limit = max(req.Limit*int64(part)/int64(whole), 1) // no overflow: part ≤ whole, and whole is a member count
+	over := req.Hits > shared.Limit                           // more than the whole share: refused, counting nothing
+	if over {
+		shared.Hits = 0
+	}
+	d, err := s.store.Check(now, shared)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if over {
+		d.Allowed = false
+	}
+	return Result{Decision: d, Owner: s.deps.NodeID, Degraded: true}
 }
 
 // fallback answers a check whose owner could not be asked. A caller that
@@ -370,6 +417,9 @@ func (s *Service) byPolicy(ctx context.Context, owner Route, req limiter.Request
 		res = Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
 	case FallbackDeny:
 		res = Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
+	case FallbackShare:
+		_, known := s.share()
+		res = s.decideShare(s.deps.Now(), req, 1, known)
 	default:
 		res = s.decide(s.deps.Now(), req)
 	}

@@ -28,6 +28,7 @@
 #
 # Environment: BENCH_REPEATS (3), BENCH_DURATION (10s), BENCH_WORKERS (64),
 # BENCH_KEYS (10000), BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
+# BENCH_NODE_ARGS (extra flags for every node, e.g. "--replication-factor 0"),
 # BENCH_NODE_GOMAXPROCS (unset: Go's default, every core), the nodes'
 # GOMAXPROCS: with 3 nodes on 2 cores, 1 simulates a node per machine
 # better (docs/benchmarks.md, "Three nodes on two cores").
@@ -40,6 +41,7 @@ workers=${BENCH_WORKERS:-64}
 nkeys=${BENCH_KEYS:-10000}
 redis_port=${BENCH_REDIS_PORT:-6399}
 node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-}
+read -r -a node_extra_args <<<"${BENCH_NODE_ARGS:-}" # extra node flags, e.g. "--replication-factor 0"
 go=${GO:-go}
 endpoints=127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092
 # Limits that are never reached, so that every check takes the path of an
@@ -224,6 +226,7 @@ for i in 1 2 3; do
 	args=(--id "node$i" --http-addr "127.0.0.1:808$((i - 1))" --grpc-addr "127.0.0.1:909$((i - 1))"
 		--gossip-addr "127.0.0.1:794$((i + 5))" --gossip-profile local --envoy-rls-config "$rls_config")
 	[ "$i" -gt 1 ] && args+=(--join 127.0.0.1:7946)
+	args+=("${node_extra_args[@]}")
 	node_env=()
 	[ -n "$node_gomaxprocs" ] && node_env=(env "GOMAXPROCS=$node_gomaxprocs")
 	start_detached peerlimit-node "$work/logs/node$i.log" "${node_env[@]}" bin/peerlimit-node "${args[@]}"

@@ -173,8 +173,8 @@ func printResult(stdout io.Writer, name string, res *jepsenlite.Result) bool {
 	switch {
 	case res.Skipped != "":
 		fmt.Fprintf(stdout, "%-10s SKIPPED: %s\n", name, res.Skipped)
-	case len(res.Violations()) > 0 || len(res.Errors) > 0 || res.Unsettled > 0:
-		fmt.Fprintf(stdout, "%-10s FAILED: %d violations, %d degraded after settling, errors %v\n", name, len(res.Violations()), res.Unsettled, res.Errors)
+	case len(res.Violations()) > 0 || len(res.Errors) > 0 || res.Unsettled > 0 || res.OverPromise() != "":
+		fmt.Fprintf(stdout, "%-10s FAILED: %d violations, %d degraded after settling, errors %v %s\n", name, len(res.Violations()), res.Unsettled, res.Errors, res.OverPromise())
 		return false
 	default:
 		fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×\n",
