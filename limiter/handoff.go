@@ -79,6 +79,7 @@ func (s *Store) Forget(now time.Time, states []KeyState) {
 		}
 		sh := s.shardOf(ks.Key)
 		sh.mu.Lock()
+		sh.touch(k)
 		if ks.Algorithm == SlidingWindowLog {
 			if st, ok := sh.logs[k]; ok {
 				rest := subtractSorted(st.live(ms-k.window), ks.Log)

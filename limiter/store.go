@@ -169,7 +169,11 @@ type shard struct {
 
 // touch records that k's state changed. Requires sh.mu held.
 func (sh *shard) touch(k stateKey) {
-	if sh.changed != nil {
+	if sh.changed == nil {
+		return
+	}
+	if _, ok := sh.changed[k]; !ok {
+		k.key = strings.Clone(k.key) // don't pin the caller's buffer (a decoded request's)
 		sh.changed[k] = struct{}{}
 	}
 }

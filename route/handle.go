@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -23,13 +24,43 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 		s.RefusedForward(ctx, origin, reqs[refused].Key, out[refused].Err)
 	}
 	// Decided, but the caller has stopped waiting (its forward deadline
-	// passed): it answered these checks by its fallback, and they count
-	// here as well. Worth a trace on both sides.
-	if err := ctx.Err(); err != nil && s.lateLog.allow() {
-		s.log.Warn("decided forwarded checks after the caller stopped waiting; if it answered them by its fallback, they count twice",
-			append([]any{"origin", Clip(origin), "checks", len(reqs), "err", err}, idAttrs(ctx, "")...)...)
+	// passed): it answers these checks by its fallback, which counts
+	// them, so what they added here is taken back. (A reply already on
+	// its way when the deadline passes is not caught: those count twice.)
+	if err := ctx.Err(); err != nil {
+		undone := s.undo(now, reqs, out)
+		if s.lateLog.allow() {
+			s.log.Warn("decided forwarded checks after the caller stopped waiting; took back what they added (its fallback counts them)",
+				append([]any{"origin", Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, idAttrs(ctx, "")...)...)
+		}
 	}
 	return out
+}
+
+// undo takes back from the store what the allowed checks of reqs,
+// decided at now, added (limiter.Store.Forget: the counter's hits in
+// now's window, the log's entries at now), and returns how many it took
+// back.
+func (s *Service) undo(now time.Time, reqs []limiter.Request, out []Result) int {
+	var states []limiter.KeyState
+	ms := max(now.UnixMilli(), 0)
+	for i, r := range reqs {
+		if out[i].Err != nil || !out[i].Decision.Allowed || r.Hits <= 0 {
+			continue
+		}
+		ks := limiter.KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm}
+		if w := r.Window.Milliseconds(); r.Algorithm == limiter.SlidingWindowLog {
+			ks.Log = make([]int64, r.Hits)
+			for j := range ks.Log {
+				ks.Log[j] = ms
+			}
+		} else if w > 0 {
+			ks.WindowID, ks.Curr = ms/w, r.Hits
+		}
+		states = append(states, ks)
+	}
+	s.store.Forget(now, states)
+	return len(states)
 }
 
 // RefusedForward warns, at most once a second, about a forwarded check
