@@ -51,7 +51,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "kill", About: "kill -9 a node, restart it 10 s later with the same id (its own state is lost; its heirs hold the replicas)",
-			Nodes: 3, Duration: 35 * time.Second, MaxWorst: 1.2,
+			Nodes: 3, Duration: 35 * time.Second, MaxWorst: 1.3, // measured 1.0–1.2 (docs/chaos.md): one admission of margin for the replication lag
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
 				{At: 20 * time.Second, Name: "restart n2", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Start(ctx, e.ID(1)) }},
