@@ -22,9 +22,8 @@ import (
 	"github.com/peerlimit/peerlimit/route"
 )
 
-// ChunkBytes bounds one Handoff call, well under a receiver's gRPC message
-// limit (4 MiB by default): a node may hold millions of keys.
-const ChunkBytes = 1 << 20
+// ChunkBytes bounds one Handoff call (limiter.ChunkBytes).
+const ChunkBytes = limiter.ChunkBytes
 
 // Deps is what a Sender works with.
 type Deps struct {
@@ -115,7 +114,7 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 	to := route.Route{ID: owner.ID, Addr: owner.Addr}
 	sent, merged := 0, 0
 	for sent < len(states) {
-		chunk := states[sent : sent+chunkLen(states[sent:])]
+		chunk := states[sent : sent+limiter.ChunkLen(states[sent:])]
 		// The receiver logs what it refuses under the same request_id.
 		rid := route.NewRequestID()
 		m, rejected, err := s.d.Peers.Handoff(route.WithRequestID(ctx, rid), to, chunk)
@@ -138,19 +137,6 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 		s.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
 	}
 	return 0
-}
-
-// chunkLen returns how many of states fit in one Handoff call (at least
-// one: a single log key of 10,000 entries is ~40 KB).
-func chunkLen(states []limiter.KeyState) int {
-	size := 0
-	for i, s := range states {
-		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
-		if size > ChunkBytes && i > 0 {
-			return i
-		}
-	}
-	return len(states)
 }
 
 // Metrics counts handoffs, sent and received. A nil *Metrics counts

@@ -249,3 +249,21 @@ func (s *Store) mergeLog(sh *shard, k stateKey, now int64, log []int64) error {
 	sh.account(cur, n0, c0)
 	return nil
 }
+
+// ChunkBytes bounds one call that carries key states between members
+// (a handoff, a replication), well under a receiver's gRPC message limit
+// (4 MiB by default): a node may hold millions of keys.
+const ChunkBytes = 1 << 20
+
+// ChunkLen returns how many of states fit in one call under ChunkBytes
+// (at least one: a single log key of 10,000 entries is ~40 KB).
+func ChunkLen(states []KeyState) int {
+	size := 0
+	for i, s := range states {
+		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if size > ChunkBytes && i > 0 {
+			return i
+		}
+	}
+	return len(states)
+}

@@ -11,10 +11,6 @@ import (
 	"github.com/peerlimit/peerlimit/route"
 )
 
-// chunkBytes bounds one Replicate call, well under a receiver's gRPC
-// message limit, as a handoff's.
-const chunkBytes = 1 << 20
-
 // Deps is what a Replicator works with.
 type Deps struct {
 	// Self is this node's id. Required.
@@ -142,13 +138,13 @@ func (r *Replicator) collect() map[string]*batch {
 	return out
 }
 
-// send delivers b in chunks under chunkBytes; the partitions sent whole
+// send delivers b in chunks under limiter.ChunkBytes; the partitions sent whole
 // go with the first.
 func (r *Replicator) send(ctx context.Context, b *batch) error {
 	to := route.Route{ID: b.to.ID, Addr: b.to.Addr}
 	states, whole := b.States, b.Whole
 	for first := true; first || len(states) > 0; first = false {
-		n := chunkLen(states)
+		n := limiter.ChunkLen(states)
 		rid := route.NewRequestID()
 		if _, err := r.d.Peers.Replicate(route.WithRequestID(ctx, rid), to,
 			route.Replication{Whole: whole, States: states[:n]}); err != nil {
@@ -157,16 +153,4 @@ func (r *Replicator) send(ctx context.Context, b *batch) error {
 		states, whole = states[n:], nil
 	}
 	return nil
-}
-
-// chunkLen returns how many of states fit in one call (at least one).
-func chunkLen(states []limiter.KeyState) int {
-	size := 0
-	for i, s := range states {
-		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
-		if size > chunkBytes && i > 0 {
-			return i
-		}
-	}
-	return len(states)
 }
