@@ -61,9 +61,11 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "crash", About: "kill -9 a node for good: its heirs go on from its replicas",
-			// Measured 1.0–1.2 (docs/chaos.md); 1.3 leaves one admission of
-			// margin for the replication lag on a loaded machine.
-			Nodes: 3, Duration: 25 * time.Second, MaxWorst: 1.3,
+			// Measured 1.0–1.2 in processes, 1.3 in docker mode
+			// (docs/chaos.md); 1.5 leaves room for the replication lag on
+			// a loaded machine and still fails a cluster without replicas
+			// (2.0–2.3).
+			Nodes: 3, Duration: 25 * time.Second, MaxWorst: 1.5,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
 			},
