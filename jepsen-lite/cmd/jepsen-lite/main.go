@@ -46,6 +46,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jepsen-lite: -scenarios: none of %q exists\n", o.only)
 		return 2
 	}
+	if !o.promises {
+		for i := range scenarios {
+			scenarios[i].MaxWorst = 0
+		}
+	}
 	absBin, err := filepath.Abs(o.bin)
 	if err != nil {
 		fmt.Fprintln(stderr, "jepsen-lite:", err)
@@ -75,6 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type options struct {
 	bin, profile, out, only, baseIP, project, compose string
 	seed                                              uint64
+	promises                                          bool
 }
 
 // parseFlags reads args; flag reports its errors and the usage to stderr.
@@ -86,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "full", "full, or short (40 % of the time, as in the test command)")
 	fs.StringVar(&o.out, "out", "out/chaos", "where the report, charts, histories and node logs go")
 	fs.StringVar(&o.only, "scenarios", "", "comma-separated scenario names; empty runs all")
+	fs.BoolVar(&o.promises, "promises", true, "hold scenarios to their promised worst (Scenario.MaxWorst) as well as to their bounds; false reports the worst only (docker mode: containers are killed and detected more slowly than processes)")
 	fs.StringVar(&o.baseIP, "base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
 	fs.StringVar(&o.project, "docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
 	fs.StringVar(&o.compose, "compose", "", "docker mode: the compose command with its -p and -f options, for graceful leaves (compose stop)")
