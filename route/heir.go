@@ -99,10 +99,7 @@ func (s *Service) relay(ctx context.Context, via Route, reqs []limiter.Request, 
 	if got < len(idx) {
 		return nil
 	}
-	sub := make([]limiter.Request, len(idx))
-	for j, i := range idx {
-		sub[j] = reqs[i]
-	}
+	sub := pick(reqs, idx)
 	results, err := s.deps.Peers.Relay(ctx, via, sub)
 	if err != nil || len(results) != len(sub) {
 		return nil
@@ -150,10 +147,7 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 		out[i] = s.decide(now, r)
 	}
 	for owner, idx := range byOwner {
-		sub := make([]limiter.Request, len(idx))
-		for j, i := range idx {
-			sub[j] = reqs[i]
-		}
+		sub := pick(reqs, idx)
 		results, _, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
 		for j, i := range idx {
 			if err == nil && !isCallError(results[j].Err) {

@@ -242,10 +242,7 @@ func (s *Service) admit(ctx context.Context, owner Route, reqs []limiter.Request
 // held, to owner in one call and fills in their results.
 func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) {
 	defer s.release(len(idx))
-	sub := make([]limiter.Request, len(idx))
-	for j, i := range idx {
-		sub[j] = reqs[i]
-	}
+	sub := pick(reqs, idx)
 	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
 	if err != nil {
 		s.fallbackBatch(ctx, owner, reqs, idx, out, err)
@@ -266,6 +263,16 @@ func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.
 		s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
 	}
 	s.metrics.forwarded(forwardOK, ok)
+}
+
+// pick returns the requests idx of reqs, in that order: the part of a
+// batch bound to one member.
+func pick(reqs []limiter.Request, idx []int) []limiter.Request {
+	sub := make([]limiter.Request, len(idx))
+	for j, i := range idx {
+		sub[j] = reqs[i]
+	}
+	return sub
 }
 
 // isCallError reports whether err is the transport's (the check never got
