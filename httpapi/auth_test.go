@@ -59,6 +59,13 @@ func TestAuthGuardsTheAPIButNotProbes(t *testing.T) {
 		{http.MethodGet, "/metrics", "", "", http.StatusOK},
 		{http.MethodGet, "/v1/members", "", "Bearer " + httpToken, http.StatusOK},
 		{http.MethodPost, "/v1/check", body, "bearer " + httpToken, http.StatusOK},
+		// The console's data is guarded; its page holds none and is not.
+		{http.MethodGet, "/v1/cluster", "", "", http.StatusUnauthorized},
+		{http.MethodGet, "/v1/top", "", "", http.StatusUnauthorized},
+		{http.MethodGet, "/v1/inspect?key=a", "", "", http.StatusUnauthorized},
+		{http.MethodGet, "/v1/cluster", "", "Bearer " + httpToken, http.StatusOK},
+		{http.MethodGet, "/v1/inspect?key=a", "", "Bearer " + httpToken, http.StatusOK},
+		{http.MethodGet, "/ui/", "", "", http.StatusOK},
 	} {
 		rec := e.doAuth(c.method, c.path, c.body, c.auth)
 		require.Equal(t, c.want, rec.Code, "%s %s %q: %s", c.method, c.path, c.auth, rec.Body.String())

@@ -1,7 +1,8 @@
 // Package httpapi serves the public API as JSON over HTTP: POST /v1/check,
 // POST /v1/check:batch and POST /v1/reset with the proto field names,
-// GET /v1/members, GET /v1/policies, GET /healthz, GET /metrics and, when
-// enabled, /debug/pprof/. It decides through the same route.Service as the
+// GET /v1/members, GET /v1/policies, the operator's console (GET /ui/ and
+// the JSON it polls: /v1/cluster, /v1/top, /v1/inspect), GET /healthz,
+// GET /metrics and, when enabled, /debug/pprof/. It decides through the same route.Service as the
 // gRPC API.
 //
 // int64 fields are plain JSON numbers (not the strings of the proto3 JSON
@@ -195,6 +196,9 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 		return nil, err
 	}
 	h := &handler{c: c, cfg: cfg, deps: deps}
+	if con, ok := c.(Console); ok {
+		h.console = con
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h.guard(http.HandlerFunc(h.check)))
 	mux.Handle("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch)))
@@ -217,6 +221,7 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 			writeJSON(w, http.StatusOK, policiesJSON(deps.Policies()))
 		})))
 	}
+	h.registerConsole(mux)
 	if cfg.Pprof {
 		registerPprof(mux)
 	}
@@ -240,9 +245,10 @@ func (h *handler) guard(next http.Handler) http.Handler {
 }
 
 type handler struct {
-	c    Checker
-	cfg  Config
-	deps Deps
+	c       Checker
+	console Console // nil when c is not one: no console data routes
+	cfg     Config
+	deps    Deps
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {

@@ -706,6 +706,7 @@ var jsonTwins = map[protoreflect.Name]reflect.Type{
 	"Error":              reflect.TypeFor[Error](),
 	"ResetRequest":       reflect.TypeFor[ResetRequest](),
 	"ResetResponse":      reflect.TypeFor[ResetResponse](),
+	"HotKey":             reflect.TypeFor[HotKey](),
 }
 
 // notInJSON are proto messages the JSON API deliberately serves in
@@ -718,6 +719,12 @@ var notInJSON = map[protoreflect.Name]string{
 	"CheckStreamRequest": "RateLimiter.CheckStream is a gRPC stream for clients that coalesce (the Go client); " +
 		"HTTP has no streams, and POST /v1/check:batch is its one-call twin",
 	"CheckStreamResponse": "see CheckStreamRequest",
+	"TopRequest":          "GET /v1/top takes n as a query parameter",
+	"TopResponse":         "GET /v1/top (httpapi.Top) is the console's shape: since_ms, as every time the page reads",
+	"InspectRequest":      "GET /v1/inspect takes key, limit, hits and policy as query parameters",
+	"InspectResponse": "GET /v1/inspect (httpapi.Inspect) is for people and the console: each limit's counter or log " +
+		"in its own object, the log's hits as ages, next_allow_ms only when a limit was given",
+	"KeyView": "part of InspectResponse; see httpapi.KeyView",
 }
 
 // pendingJSONFields are proto fields known to be missing from the JSON API
@@ -798,6 +805,8 @@ func assertKindsMatch(t *testing.T, where string, fd protoreflect.FieldDescripto
 		assert.Equal(t, reflect.Bool, typ.Kind(), where)
 	case protoreflect.Uint32Kind:
 		assert.Equal(t, reflect.Uint32, typ.Kind(), where)
+	case protoreflect.Uint64Kind:
+		assert.Equal(t, reflect.Uint64, typ.Kind(), where)
 	case protoreflect.StringKind:
 		assert.Equal(t, reflect.String, typ.Kind(), where)
 	case protoreflect.MessageKind:

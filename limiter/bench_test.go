@@ -78,6 +78,32 @@ func benchmarkManyKeys(b *testing.B, algo Algorithm, limit int64) {
 	})
 }
 
+// BenchmarkHotKeySummaries is what the hot-key summaries cost a decision:
+// off (0) and on (the default), in one run, for one hot key (always
+// monitored: an increment) and for 100k keys in turn (nearly every check
+// replaces a monitored key: the summaries' worst case).
+func BenchmarkHotKeySummaries(b *testing.B) {
+	keys := benchKeys(100_000)
+	for _, load := range []string{"one-key", "100k-keys"} {
+		for _, k := range []int{0, DefaultConfig().HotKeys} {
+			b.Run(fmt.Sprintf("%s/hot-keys=%d", load, k), func(b *testing.B) {
+				s := newStore(b, partition.DefaultCount, func(c *Config) { c.HotKeys = k })
+				n := len(keys)
+				if load == "one-key" {
+					n = 1
+				}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					req := Request{Key: keys[i%n], Limit: 1 << 40, Window: time.Minute, Hits: 1}
+					if _, err := s.Check(benchT0.Add(time.Duration(i)*time.Microsecond), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
 func BenchmarkCounterManyKeysParallel(b *testing.B) { benchmarkManyKeys(b, SlidingWindowCounter, 1000) }
 func BenchmarkLogManyKeysParallel(b *testing.B)     { benchmarkManyKeys(b, SlidingWindowLog, 100) }
 

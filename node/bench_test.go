@@ -24,9 +24,12 @@ import (
 // run, not with numbers from another day: the machine is shared and noisy.
 // Run: go test ./node -run '^$' -bench . -benchmem
 
-func benchNode(b *testing.B) (*Node, *grpc.ClientConn) {
+func benchNode(b *testing.B, edit ...func(*Config)) (*Node, *grpc.ClientConn) {
 	b.Helper()
 	cfg := DefaultLocalConfig("bench")
+	for _, e := range edit {
+		e(&cfg)
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := Start(cfg)
 	if err != nil {
@@ -86,6 +89,31 @@ func BenchmarkGRPCCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGRPCCheckHotKeys is BenchmarkGRPCCheck with the hot-key
+// summaries off and on (the default), in one run: what they cost a check
+// that reaches a node.
+func BenchmarkGRPCCheckHotKeys(b *testing.B) {
+	for _, k := range []int{0, limiter.DefaultConfig().HotKeys} {
+		b.Run(fmt.Sprintf("hot-keys=%d", k), func(b *testing.B) {
+			_, conn := benchNode(b, func(c *Config) { c.Limiter.HotKeys = k })
+			c := pb.NewRateLimiterClient(conn)
+			var seq atomic.Uint64
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(p *testing.PB) {
+				for p.Next() {
+					i := seq.Add(1)
+					if _, err := c.Check(context.Background(), &pb.CheckRequest{Key: benchKey(i), Limit: 1 << 30, WindowMs: 60_000}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 // Batches of 100 checks; ns/op and the checks/s metric are per check.

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -61,6 +62,8 @@ type Node struct {
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
 	rls *envoyRLS
+	// sampler reads the metrics for the console's charts (console.go).
+	sampler *console.Sampler
 
 	grpcSrv *grpc.Server
 	drain   *rpc.Drain // ends the gRPC streams at Shutdown
@@ -103,6 +106,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	for _, step := range []func() error{
 		n.initStore,       // the limiter state, policies and Envoy rules checked against its caps
 		n.initMetrics,     // the registry's node-wide collectors
+		n.initConsole,     // the sampler of the console's charts
 		n.initSecurity,    // TLS material, tokens, cluster secrets
 		n.initListeners,   // bound now, so that the ring and peers know this node's address
 		n.initRequestPath, // ring, peers, route.Service, handoff
@@ -194,7 +198,8 @@ func (n *Node) initRequestPath() error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Owner: n.owner, Members: n.memberRoutes,
-		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received, Share: n.share}
+		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received, Share: n.share,
+		Samples: n.sampler.Since}
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
@@ -320,9 +325,10 @@ func (n *Node) startServing() {
 	if n.rls != nil {
 		n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
-	n.loops.Add(2)
+	n.loops.Add(3)
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
+	go func() { defer n.loops.Done(); n.sampleLoop() }()
 	if n.repl.sender != nil {
 		n.loops.Add(1)
 		go func() { defer n.loops.Done(); n.replicationLoop() }()

@@ -15,6 +15,13 @@ const DefaultCount = 271
 
 // Of returns key's partition among count partitions, in [0, count).
 // count must be positive.
-func Of(key string, count int) int {
-	return int(xxhash.Sum64String(key) % uint64(count))
-}
+func Of(key string, count int) int { return OfHash(Hash(key), count) }
+
+// Hash returns key's 64-bit hash, from which OfHash derives its partition:
+// for callers that also need a hash of the key for themselves (the
+// limiter's hot-key summaries), so that a key is hashed once.
+func Hash(key string) uint64 { return xxhash.Sum64String(key) }
+
+// OfHash returns the partition, among count, of a key whose Hash is h:
+// OfHash(Hash(key), count) == Of(key, count).
+func OfHash(h uint64, count int) int { return int(h % uint64(count)) }

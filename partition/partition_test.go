@@ -17,6 +17,7 @@ func TestOfIsXXHash64ModCount(t *testing.T) {
 		for _, count := range []int{1, 7, partition.DefaultCount} {
 			want := int(xxhash.Sum64String(key) % uint64(count))
 			assert.Equal(t, want, partition.Of(key, count), "%q mod %d", key, count)
+			assert.Equal(t, want, partition.OfHash(partition.Hash(key), count), "%q mod %d", key, count)
 		}
 	}
 }

@@ -101,6 +101,9 @@ type Deps struct {
 	// already says the owner is gone): it merges the replica this node
 	// holds of the key's partition, if any, into its store. Nil: none.
 	Promote func(key string)
+	// Samples returns this node's samples newer than since, for the
+	// console's report (package console). Nil: none.
+	Samples func(since time.Time) []Sample
 }
 
 func (d Deps) validate() error {

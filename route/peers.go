@@ -50,6 +50,12 @@ type Peers interface {
 	// request, in order. A request via could not get decided has a
 	// Result whose Err is a *CallError.
 	Relay(ctx context.Context, via Route, reqs []limiter.Request) ([]Result, error)
+	// Report asks to for what the console shows of it: its samples and
+	// hot keys (Handler.HandleReport).
+	Report(ctx context.Context, to Route, r ReportRequest) (Report, error)
+	// Inspect asks to for a key's state, whatever its ring says; an
+	// invalid request is refused naming the field.
+	Inspect(ctx context.Context, to Route, q PeerInspect) ([]limiter.KeyView, error)
 }
 
 // Handler is the receiving side of Peers: what a member does with the
@@ -76,6 +82,11 @@ type Handler interface {
 	// decided by the owner, as this node's ring says, or here from the
 	// owner's replica if this node is its heir; never relayed further.
 	HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []Result
+	// HandleReport returns this node's samples newer than r.Since and its
+	// r.Top hottest keys.
+	HandleReport(ctx context.Context, origin string, r ReportRequest) Report
+	// HandleInspect reads q.Key's state here, consuming nothing.
+	HandleInspect(ctx context.Context, origin string, q PeerInspect) ([]limiter.KeyView, error)
 }
 
 // Replication is what an owner sends its backup in one call.

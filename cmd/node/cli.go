@@ -41,10 +41,13 @@ Commands:
   members        the members a node sees and their share of the ring
   ring KEY...    which member owns each key (its partition and owner, as the node sees the ring)
   reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A], or --all-windows
+  top            the keys the cluster decided and denied most over the last minute: --n N (10)
+  inspect KEY    a key's state on its owner, consuming nothing: its counts, and with --limit N [--hits H]
+                 or --policy NAME when the next request would be allowed
   healthcheck    GET /healthz of a node's HTTP API; exit 0 serving, 1 not (for Docker HEALTHCHECK)
   help           this text
 
-check, members, ring and reset talk gRPC to --addr (default 127.0.0.1:9090) and
+check, members, ring, reset, top and inspect talk gRPC to --addr (default 127.0.0.1:9090) and
 print for people, or JSON with --json. Against a node with TLS give --tls-ca-file
 (and --tls-cert-file, --tls-key-file for mutual TLS; --tls-server-name when the
 certificate does not name the address); against one with API tokens give
@@ -75,6 +78,10 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		return cmdRing(rest, getenv, stdout, stderr)
 	case "reset":
 		return cmdReset(rest, getenv, stdout, stderr)
+	case "top":
+		return cmdTop(rest, getenv, stdout, stderr)
+	case "inspect":
+		return cmdInspect(rest, getenv, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(rest, getenv, stdout, stderr)
 	case "help":

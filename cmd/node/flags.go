@@ -119,6 +119,7 @@ func defineLimiterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.DurationVar(&lc.MaxWindow, "max-window", lc.MaxWindow, "longest window accepted")
 	fs.Int64Var(&lc.MaxLogLimit, "max-log-limit", lc.MaxLogLimit, "highest limit accepted for SLIDING_WINDOW_LOG")
 	fs.Int64Var(&lc.MaxLogEntries, "max-log-entries", lc.MaxLogEntries, "cap on the entries (4 bytes each, room to grow included) all SLIDING_WINDOW_LOG keys of this node allocate; when reached, --overflow applies; at least --partitions × --max-log-limit")
+	fs.IntVar(&lc.HotKeys, "hot-keys", lc.HotKeys, "keys each partition's hot-key summaries monitor (the console's and `top`'s lists; Space-Saving); 0 turns them off; at most 64")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired keys are freed")
 }
 

@@ -104,7 +104,10 @@ func TestCodecRefusesMalformed(t *testing.T) {
 func FuzzCodecMatchesProtobufGo(f *testing.F) {
 	for _, m := range []proto.Message{batchRequest(3), batchResponse(3),
 		&pb.ForwardRequest{Origin: "n1", Seq: 7, RequestId: "r-1", DeadlineUnixMs: 1_700_000_000_000, Checks: batchRequest(2).GetChecks()},
-		&pb.CheckStreamResponse{Seq: 9, Error: &pb.Error{Code: 8, Message: "too many"}}} {
+		&pb.CheckStreamResponse{Seq: 9, Error: &pb.Error{Code: 8, Message: "too many"}},
+		&pb.ReportResponse{HotSinceUnixMs: 1_700_000_000_000, Checks: []*pb.HotKey{{Key: "k", Count: 9, Error: 1}},
+			Samples: []*pb.Sample{{TimeUnixMs: 1, LocalAllowed: 2.5, ForwardP99Ms: new(0.7)}}},
+		&pb.InspectResponse{Key: "k", Owner: "n2", Limits: []*pb.KeyView{{WindowMs: 1000, Count: 3, EntriesUnixMs: []int64{1, 2}}}}} {
 		data, err := proto.Marshal(m)
 		require.NoError(f, err)
 		f.Add(data)
@@ -121,6 +124,11 @@ func FuzzCodecMatchesProtobufGo(f *testing.F) {
 			func() proto.Message { return &pb.ForwardResponse{} },
 			func() proto.Message { return &pb.CheckStreamRequest{} },
 			func() proto.Message { return &pb.CheckStreamResponse{} },
+			// The console's calls between members.
+			func() proto.Message { return &pb.ReportRequest{} },
+			func() proto.Message { return &pb.ReportResponse{} },
+			func() proto.Message { return &pb.PeerInspectRequest{} },
+			func() proto.Message { return &pb.InspectResponse{} },
 		} {
 			want, got := newMsg(), newMsg()
 			// Unknown fields are compared by their presence only:

@@ -374,3 +374,28 @@ func (p *Peers) Relay(ctx context.Context, via route.Route, reqs []limiter.Reque
 		return h.HandleRelay(ctx, p.self, reqs)
 	})
 }
+
+// Report implements route.Peers.
+func (p *Peers) Report(ctx context.Context, to route.Route, r route.ReportRequest) (route.Report, error) {
+	return call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) route.Report {
+		return h.HandleReport(ctx, p.self, r)
+	})
+}
+
+// Inspect implements route.Peers. A refusal is the member's answer, as
+// for Reset.
+func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) ([]limiter.KeyView, error) {
+	type answer struct {
+		views []limiter.KeyView
+		err   error
+	}
+	id := route.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+		v, err := h.HandleInspect(ctx, p.self, q)
+		return answer{v, err}
+	})
+	if err == nil && a.err != nil {
+		err = &route.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, a.err)}
+	}
+	return a.views, err
+}

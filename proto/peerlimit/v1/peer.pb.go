@@ -604,6 +604,346 @@ func (x *ReplicateResponse) GetKept() uint32 {
 	return 0
 }
 
+type ReportRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Samples newer than this (Unix ms); 0: every sample kept.
+	SinceUnixMs int64 `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// The length of the hot-key lists; 0: none.
+	Top           uint32 `protobuf:"varint,3,opt,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReportRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetTop() uint32 {
+	if x != nil {
+		return x.Top
+	}
+	return 0
+}
+
+type ReportResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Samples        []*Sample              `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	HotSinceUnixMs int64                  `protobuf:"varint,2,opt,name=hot_since_unix_ms,json=hotSinceUnixMs,proto3" json:"hot_since_unix_ms,omitempty"`
+	Checks         []*HotKey              `protobuf:"bytes,3,rep,name=checks,proto3" json:"checks,omitempty"`
+	Denials        []*HotKey              `protobuf:"bytes,4,rep,name=denials,proto3" json:"denials,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReportResponse) GetSamples() []*Sample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetHotSinceUnixMs() int64 {
+	if x != nil {
+		return x.HotSinceUnixMs
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetChecks() []*HotKey {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetDenials() []*HotKey {
+	if x != nil {
+		return x.Denials
+	}
+	return nil
+}
+
+// Sample is one second of a member's request path: rates per second.
+type Sample struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixMs       int64                  `protobuf:"varint,1,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	LocalAllowed     float64                `protobuf:"fixed64,2,opt,name=local_allowed,json=localAllowed,proto3" json:"local_allowed,omitempty"`
+	LocalDenied      float64                `protobuf:"fixed64,3,opt,name=local_denied,json=localDenied,proto3" json:"local_denied,omitempty"`
+	ForwardedAllowed float64                `protobuf:"fixed64,4,opt,name=forwarded_allowed,json=forwardedAllowed,proto3" json:"forwarded_allowed,omitempty"`
+	ForwardedDenied  float64                `protobuf:"fixed64,5,opt,name=forwarded_denied,json=forwardedDenied,proto3" json:"forwarded_denied,omitempty"`
+	FallbackAllowed  float64                `protobuf:"fixed64,6,opt,name=fallback_allowed,json=fallbackAllowed,proto3" json:"fallback_allowed,omitempty"`
+	FallbackDenied   float64                `protobuf:"fixed64,7,opt,name=fallback_denied,json=fallbackDenied,proto3" json:"fallback_denied,omitempty"`
+	Errors           float64                `protobuf:"fixed64,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	PeerChecks       float64                `protobuf:"fixed64,9,opt,name=peer_checks,json=peerChecks,proto3" json:"peer_checks,omitempty"`
+	Degraded         float64                `protobuf:"fixed64,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	HandoffKeys      float64                `protobuf:"fixed64,11,opt,name=handoff_keys,json=handoffKeys,proto3" json:"handoff_keys,omitempty"`
+	// Unset when no call was observed in the second.
+	ForwardP99Ms        *float64 `protobuf:"fixed64,12,opt,name=forward_p99_ms,json=forwardP99Ms,proto3,oneof" json:"forward_p99_ms,omitempty"`
+	ReplicationLagP99Ms *float64 `protobuf:"fixed64,13,opt,name=replication_lag_p99_ms,json=replicationLagP99Ms,proto3,oneof" json:"replication_lag_p99_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Sample) Reset() {
+	*x = Sample{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sample) ProtoMessage() {}
+
+func (x *Sample) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sample.ProtoReflect.Descriptor instead.
+func (*Sample) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Sample) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *Sample) GetLocalAllowed() float64 {
+	if x != nil {
+		return x.LocalAllowed
+	}
+	return 0
+}
+
+func (x *Sample) GetLocalDenied() float64 {
+	if x != nil {
+		return x.LocalDenied
+	}
+	return 0
+}
+
+func (x *Sample) GetForwardedAllowed() float64 {
+	if x != nil {
+		return x.ForwardedAllowed
+	}
+	return 0
+}
+
+func (x *Sample) GetForwardedDenied() float64 {
+	if x != nil {
+		return x.ForwardedDenied
+	}
+	return 0
+}
+
+func (x *Sample) GetFallbackAllowed() float64 {
+	if x != nil {
+		return x.FallbackAllowed
+	}
+	return 0
+}
+
+func (x *Sample) GetFallbackDenied() float64 {
+	if x != nil {
+		return x.FallbackDenied
+	}
+	return 0
+}
+
+func (x *Sample) GetErrors() float64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *Sample) GetPeerChecks() float64 {
+	if x != nil {
+		return x.PeerChecks
+	}
+	return 0
+}
+
+func (x *Sample) GetDegraded() float64 {
+	if x != nil {
+		return x.Degraded
+	}
+	return 0
+}
+
+func (x *Sample) GetHandoffKeys() float64 {
+	if x != nil {
+		return x.HandoffKeys
+	}
+	return 0
+}
+
+func (x *Sample) GetForwardP99Ms() float64 {
+	if x != nil && x.ForwardP99Ms != nil {
+		return *x.ForwardP99Ms
+	}
+	return 0
+}
+
+func (x *Sample) GetReplicationLagP99Ms() float64 {
+	if x != nil && x.ReplicationLagP99Ms != nil {
+		return *x.ReplicationLagP99Ms
+	}
+	return 0
+}
+
+type PeerInspectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Hits          int64                  `protobuf:"varint,4,opt,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerInspectRequest) Reset() {
+	*x = PeerInspectRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerInspectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerInspectRequest) ProtoMessage() {}
+
+func (x *PeerInspectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerInspectRequest.ProtoReflect.Descriptor instead.
+func (*PeerInspectRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PeerInspectRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *PeerInspectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PeerInspectRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeerInspectRequest) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
@@ -648,14 +988,49 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12\x14\n" +
 	"\x05whole\x18\x03 \x03(\rR\x05whole\"'\n" +
 	"\x11ReplicateResponse\x12\x12\n" +
-	"\x04kept\x18\x01 \x01(\rR\x04kept2\xc6\x03\n" +
+	"\x04kept\x18\x01 \x01(\rR\x04kept\"]\n" +
+	"\rReportRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\"\n" +
+	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\x10\n" +
+	"\x03top\x18\x03 \x01(\rR\x03top\"\xc9\x01\n" +
+	"\x0eReportResponse\x12.\n" +
+	"\asamples\x18\x01 \x03(\v2\x14.peerlimit.v1.SampleR\asamples\x12)\n" +
+	"\x11hot_since_unix_ms\x18\x02 \x01(\x03R\x0ehotSinceUnixMs\x12,\n" +
+	"\x06checks\x18\x03 \x03(\v2\x14.peerlimit.v1.HotKeyR\x06checks\x12.\n" +
+	"\adenials\x18\x04 \x03(\v2\x14.peerlimit.v1.HotKeyR\adenials\"\xa9\x04\n" +
+	"\x06Sample\x12 \n" +
+	"\ftime_unix_ms\x18\x01 \x01(\x03R\n" +
+	"timeUnixMs\x12#\n" +
+	"\rlocal_allowed\x18\x02 \x01(\x01R\flocalAllowed\x12!\n" +
+	"\flocal_denied\x18\x03 \x01(\x01R\vlocalDenied\x12+\n" +
+	"\x11forwarded_allowed\x18\x04 \x01(\x01R\x10forwardedAllowed\x12)\n" +
+	"\x10forwarded_denied\x18\x05 \x01(\x01R\x0fforwardedDenied\x12)\n" +
+	"\x10fallback_allowed\x18\x06 \x01(\x01R\x0ffallbackAllowed\x12'\n" +
+	"\x0ffallback_denied\x18\a \x01(\x01R\x0efallbackDenied\x12\x16\n" +
+	"\x06errors\x18\b \x01(\x01R\x06errors\x12\x1f\n" +
+	"\vpeer_checks\x18\t \x01(\x01R\n" +
+	"peerChecks\x12\x1a\n" +
+	"\bdegraded\x18\n" +
+	" \x01(\x01R\bdegraded\x12!\n" +
+	"\fhandoff_keys\x18\v \x01(\x01R\vhandoffKeys\x12)\n" +
+	"\x0eforward_p99_ms\x18\f \x01(\x01H\x00R\fforwardP99Ms\x88\x01\x01\x128\n" +
+	"\x16replication_lag_p99_ms\x18\r \x01(\x01H\x01R\x13replicationLagP99Ms\x88\x01\x01B\x11\n" +
+	"\x0f_forward_p99_msB\x19\n" +
+	"\x17_replication_lag_p99_ms\"h\n" +
+	"\x12PeerInspectRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04hits\x18\x04 \x01(\x03R\x04hits2\xd7\x04\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
 	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12H\n" +
 	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponse\x12L\n" +
 	"\tReplicate\x12\x1e.peerlimit.v1.ReplicateRequest\x1a\x1f.peerlimit.v1.ReplicateResponse\x12D\n" +
-	"\x05Relay\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\x05Relay\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12C\n" +
+	"\x06Report\x12\x1b.peerlimit.v1.ReportRequest\x1a\x1c.peerlimit.v1.ReportResponse\x12J\n" +
+	"\aInspect\x12 .peerlimit.v1.PeerInspectRequest\x1a\x1d.peerlimit.v1.InspectResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peer_proto_rawDescOnce sync.Once
@@ -669,45 +1044,58 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
-	(*ForwardRequest)(nil),    // 0: peerlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 1: peerlimit.v1.ForwardResponse
-	(*HandoffRequest)(nil),    // 2: peerlimit.v1.HandoffRequest
-	(*KeyState)(nil),          // 3: peerlimit.v1.KeyState
-	(*HandoffResponse)(nil),   // 4: peerlimit.v1.HandoffResponse
-	(*PeerResetRequest)(nil),  // 5: peerlimit.v1.PeerResetRequest
-	(*PeerResetResponse)(nil), // 6: peerlimit.v1.PeerResetResponse
-	(*ReplicateRequest)(nil),  // 7: peerlimit.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 8: peerlimit.v1.ReplicateResponse
-	(*CheckRequest)(nil),      // 9: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),       // 10: peerlimit.v1.CheckResult
-	(Algorithm)(0),            // 11: peerlimit.v1.Algorithm
+	(*ForwardRequest)(nil),     // 0: peerlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),    // 1: peerlimit.v1.ForwardResponse
+	(*HandoffRequest)(nil),     // 2: peerlimit.v1.HandoffRequest
+	(*KeyState)(nil),           // 3: peerlimit.v1.KeyState
+	(*HandoffResponse)(nil),    // 4: peerlimit.v1.HandoffResponse
+	(*PeerResetRequest)(nil),   // 5: peerlimit.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),  // 6: peerlimit.v1.PeerResetResponse
+	(*ReplicateRequest)(nil),   // 7: peerlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),  // 8: peerlimit.v1.ReplicateResponse
+	(*ReportRequest)(nil),      // 9: peerlimit.v1.ReportRequest
+	(*ReportResponse)(nil),     // 10: peerlimit.v1.ReportResponse
+	(*Sample)(nil),             // 11: peerlimit.v1.Sample
+	(*PeerInspectRequest)(nil), // 12: peerlimit.v1.PeerInspectRequest
+	(*CheckRequest)(nil),       // 13: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),        // 14: peerlimit.v1.CheckResult
+	(Algorithm)(0),             // 15: peerlimit.v1.Algorithm
+	(*HotKey)(nil),             // 16: peerlimit.v1.HotKey
+	(*InspectResponse)(nil),    // 17: peerlimit.v1.InspectResponse
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	9,  // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	10, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	13, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	14, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
 	3,  // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	11, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	11, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	15, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	15, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	3,  // 5: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
-	0,  // 6: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	0,  // 7: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
-	2,  // 8: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5,  // 9: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	7,  // 10: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
-	0,  // 11: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
-	1,  // 12: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	1,  // 13: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	4,  // 14: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6,  // 15: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	8,  // 16: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
-	1,  // 17: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	11, // 6: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
+	16, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
+	16, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
+	0,  // 9: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	0,  // 10: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	2,  // 11: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	5,  // 12: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	7,  // 13: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 14: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	9,  // 15: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
+	12, // 16: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
+	1,  // 17: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	1,  // 18: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	4,  // 19: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6,  // 20: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	8,  // 21: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	1,  // 22: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	10, // 23: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
+	17, // 24: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }
@@ -716,13 +1104,14 @@ func file_peerlimit_v1_peer_proto_init() {
 		return
 	}
 	file_peerlimit_v1_peerlimit_proto_init()
+	file_peerlimit_v1_peer_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,8 @@ const (
 	Peer_Reset_FullMethodName         = "/peerlimit.v1.Peer/Reset"
 	Peer_Replicate_FullMethodName     = "/peerlimit.v1.Peer/Replicate"
 	Peer_Relay_FullMethodName         = "/peerlimit.v1.Peer/Relay"
+	Peer_Report_FullMethodName        = "/peerlimit.v1.Peer/Report"
+	Peer_Inspect_FullMethodName       = "/peerlimit.v1.Peer/Inspect"
 )
 
 // PeerClient is the client API for Peer service.
@@ -70,6 +72,11 @@ type PeerClient interface {
 	// owner's replica if it is the owner's heir; the others come back with
 	// an UNAVAILABLE error each, for the sender's fallback.
 	Relay(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// Report is what the operator's console shows of this member: its
+	// sampled rates since a time, and its hot-key summary.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
+	// Inspect reads a key's state here, whatever this node's ring says.
+	Inspect(ctx context.Context, in *PeerInspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 }
 
 type peerClient struct {
@@ -143,6 +150,26 @@ func (c *peerClient) Relay(ctx context.Context, in *ForwardRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *peerClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, Peer_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Inspect(ctx context.Context, in *PeerInspectRequest, opts ...grpc.CallOption) (*InspectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectResponse)
+	err := c.cc.Invoke(ctx, Peer_Inspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -182,6 +209,11 @@ type PeerServer interface {
 	// owner's replica if it is the owner's heir; the others come back with
 	// an UNAVAILABLE error each, for the sender's fallback.
 	Relay(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// Report is what the operator's console shows of this member: its
+	// sampled rates since a time, and its hot-key summary.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
+	// Inspect reads a key's state here, whatever this node's ring says.
+	Inspect(context.Context, *PeerInspectRequest) (*InspectResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -209,6 +241,12 @@ func (UnimplementedPeerServer) Replicate(context.Context, *ReplicateRequest) (*R
 }
 func (UnimplementedPeerServer) Relay(context.Context, *ForwardRequest) (*ForwardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Relay not implemented")
+}
+func (UnimplementedPeerServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedPeerServer) Inspect(context.Context, *PeerInspectRequest) (*InspectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -328,6 +366,42 @@ func _Peer_Relay_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerInspectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Inspect(ctx, req.(*PeerInspectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +428,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Relay",
 			Handler:    _Peer_Relay_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _Peer_Report_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _Peer_Inspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

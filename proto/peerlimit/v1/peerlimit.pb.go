@@ -999,6 +999,474 @@ func (x *ResetResponse) GetCopiesCleared() uint32 {
 	return 0
 }
 
+type TopRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many keys each list holds: 1 to 100; 0 means 10.
+	N             uint32 `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRequest) Reset() {
+	*x = TopRequest{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRequest) ProtoMessage() {}
+
+func (x *TopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRequest.ProtoReflect.Descriptor instead.
+func (*TopRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TopRequest) GetN() uint32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+type TopResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The counts cover from this time (Unix ms) to now: the last 30 to 60 s.
+	SinceUnixMs int64 `protobuf:"varint,1,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// Heaviest first. A count overestimates the key's checks (or denied
+	// checks) by at most its error (Space-Saving).
+	Checks  []*HotKey `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	Denials []*HotKey `protobuf:"bytes,3,rep,name=denials,proto3" json:"denials,omitempty"`
+	// Live members asked for their summaries, and how many answered.
+	MembersAsked    uint32 `protobuf:"varint,4,opt,name=members_asked,json=membersAsked,proto3" json:"members_asked,omitempty"`
+	MembersAnswered uint32 `protobuf:"varint,5,opt,name=members_answered,json=membersAnswered,proto3" json:"members_answered,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TopResponse) Reset() {
+	*x = TopResponse{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopResponse) ProtoMessage() {}
+
+func (x *TopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopResponse.ProtoReflect.Descriptor instead.
+func (*TopResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TopResponse) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *TopResponse) GetChecks() []*HotKey {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *TopResponse) GetDenials() []*HotKey {
+	if x != nil {
+		return x.Denials
+	}
+	return nil
+}
+
+func (x *TopResponse) GetMembersAsked() uint32 {
+	if x != nil {
+		return x.MembersAsked
+	}
+	return 0
+}
+
+func (x *TopResponse) GetMembersAnswered() uint32 {
+	if x != nil {
+		return x.MembersAnswered
+	}
+	return 0
+}
+
+type HotKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Error         uint64                 `protobuf:"varint,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKey) Reset() {
+	*x = HotKey{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKey) ProtoMessage() {}
+
+func (x *HotKey) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
+func (*HotKey) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HotKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HotKey) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *HotKey) GetError() uint64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
+type InspectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Optional: a limit (and hits, default 1) to compute next_allow_ms
+	// against, or a policy, which also selects its window and algorithm.
+	Limit         int64  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Hits          *int64 `protobuf:"varint,3,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
+	Policy        string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectRequest) Reset() {
+	*x = InspectRequest{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectRequest) ProtoMessage() {}
+
+func (x *InspectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
+func (*InspectRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *InspectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *InspectRequest) GetHits() int64 {
+	if x != nil && x.Hits != nil {
+		return *x.Hits
+	}
+	return 0
+}
+
+func (x *InspectRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+type InspectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The member that owns the key and answered, and the member that holds
+	// its replica ("" when none).
+	Owner     string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Replica   string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	Partition uint32 `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The limit and hits next_allow_ms is for; 0: none was given.
+	Limit int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Hits  int64 `protobuf:"varint,6,opt,name=hits,proto3" json:"hits,omitempty"`
+	// One per window and algorithm the owner holds for the key, ordered by
+	// algorithm then window; empty when it holds nothing that still counts.
+	Limits        []*KeyView `protobuf:"bytes,7,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectResponse) Reset() {
+	*x = InspectResponse{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectResponse) ProtoMessage() {}
+
+func (x *InspectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
+func (*InspectResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *InspectResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *InspectResponse) GetLimits() []*KeyView {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// KeyView is one of a key's limits as a check would see it now.
+type KeyView struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm Algorithm              `protobuf:"varint,1,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	WindowMs  int64                  `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	// The count a check would see now.
+	Count int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// Until the state holds nothing.
+	ResetAfterMs int64 `protobuf:"varint,4,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
+	// Counter: the current fixed window's start and the counts of it and of
+	// the window before.
+	WindowStartUnixMs int64 `protobuf:"varint,5,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	Previous          int64 `protobuf:"varint,6,opt,name=previous,proto3" json:"previous,omitempty"`
+	Current           int64 `protobuf:"varint,7,opt,name=current,proto3" json:"current,omitempty"`
+	// Log: the times of the hits in the window, oldest first.
+	EntriesUnixMs []int64 `protobuf:"varint,8,rep,packed,name=entries_unix_ms,json=entriesUnixMs,proto3" json:"entries_unix_ms,omitempty"`
+	// Until hits more would be allowed under limit; 0: now. Only when the
+	// response's limit is set.
+	NextAllowMs   int64 `protobuf:"varint,9,opt,name=next_allow_ms,json=nextAllowMs,proto3" json:"next_allow_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyView) Reset() {
+	*x = KeyView{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyView) ProtoMessage() {}
+
+func (x *KeyView) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyView.ProtoReflect.Descriptor instead.
+func (*KeyView) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KeyView) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_SLIDING_WINDOW_COUNTER
+}
+
+func (x *KeyView) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *KeyView) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *KeyView) GetResetAfterMs() int64 {
+	if x != nil {
+		return x.ResetAfterMs
+	}
+	return 0
+}
+
+func (x *KeyView) GetWindowStartUnixMs() int64 {
+	if x != nil {
+		return x.WindowStartUnixMs
+	}
+	return 0
+}
+
+func (x *KeyView) GetPrevious() int64 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
+func (x *KeyView) GetCurrent() int64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *KeyView) GetEntriesUnixMs() []int64 {
+	if x != nil {
+		return x.EntriesUnixMs
+	}
+	return nil
+}
+
+func (x *KeyView) GetNextAllowMs() int64 {
+	if x != nil {
+		return x.NextAllowMs
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
@@ -1066,17 +1534,56 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\acleared\x18\x03 \x01(\rR\acleared\x12#\n" +
 	"\rmembers_asked\x18\x04 \x01(\rR\fmembersAsked\x121\n" +
 	"\x14members_acknowledged\x18\x05 \x01(\rR\x13membersAcknowledged\x12%\n" +
-	"\x0ecopies_cleared\x18\x06 \x01(\rR\rcopiesCleared*?\n" +
+	"\x0ecopies_cleared\x18\x06 \x01(\rR\rcopiesCleared\"\x1a\n" +
+	"\n" +
+	"TopRequest\x12\f\n" +
+	"\x01n\x18\x01 \x01(\rR\x01n\"\xdf\x01\n" +
+	"\vTopResponse\x12\"\n" +
+	"\rsince_unix_ms\x18\x01 \x01(\x03R\vsinceUnixMs\x12,\n" +
+	"\x06checks\x18\x02 \x03(\v2\x14.peerlimit.v1.HotKeyR\x06checks\x12.\n" +
+	"\adenials\x18\x03 \x03(\v2\x14.peerlimit.v1.HotKeyR\adenials\x12#\n" +
+	"\rmembers_asked\x18\x04 \x01(\rR\fmembersAsked\x12)\n" +
+	"\x10members_answered\x18\x05 \x01(\rR\x0fmembersAnswered\"F\n" +
+	"\x06HotKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\x04R\x05error\"r\n" +
+	"\x0eInspectRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x17\n" +
+	"\x04hits\x18\x03 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policyB\a\n" +
+	"\x05_hits\"\xca\x01\n" +
+	"\x0fInspectResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\rR\tpartition\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12-\n" +
+	"\x06limits\x18\a \x03(\v2\x15.peerlimit.v1.KeyViewR\x06limits\"\xcc\x02\n" +
+	"\aKeyView\x125\n" +
+	"\talgorithm\x18\x01 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\x12$\n" +
+	"\x0ereset_after_ms\x18\x04 \x01(\x03R\fresetAfterMs\x12/\n" +
+	"\x14window_start_unix_ms\x18\x05 \x01(\x03R\x11windowStartUnixMs\x12\x1a\n" +
+	"\bprevious\x18\x06 \x01(\x03R\bprevious\x12\x18\n" +
+	"\acurrent\x18\a \x01(\x03R\acurrent\x12&\n" +
+	"\x0fentries_unix_ms\x18\b \x03(\x03R\rentriesUnixMs\x12\"\n" +
+	"\rnext_allow_ms\x18\t \x01(\x03R\vnextAllowMs*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x012\x82\x03\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x012\x86\x04\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.peerlimit.v1.CheckRequest\x1a\x1b.peerlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.peerlimit.v1.CheckBatchRequest\x1a .peerlimit.v1.CheckBatchResponse\x12V\n" +
 	"\vCheckStream\x12 .peerlimit.v1.CheckStreamRequest\x1a!.peerlimit.v1.CheckStreamResponse(\x010\x01\x12F\n" +
 	"\aMembers\x12\x1c.peerlimit.v1.MembersRequest\x1a\x1d.peerlimit.v1.MembersResponse\x12@\n" +
-	"\x05Reset\x12\x1a.peerlimit.v1.ResetRequest\x1a\x1b.peerlimit.v1.ResetResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\x05Reset\x12\x1a.peerlimit.v1.ResetRequest\x1a\x1b.peerlimit.v1.ResetResponse\x12:\n" +
+	"\x03Top\x12\x18.peerlimit.v1.TopRequest\x1a\x19.peerlimit.v1.TopResponse\x12F\n" +
+	"\aInspect\x12\x1c.peerlimit.v1.InspectRequest\x1a\x1d.peerlimit.v1.InspectResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peerlimit_proto_rawDescOnce sync.Once
@@ -1091,7 +1598,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
 	(*CheckRequest)(nil),        // 1: peerlimit.v1.CheckRequest
@@ -1107,6 +1614,12 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*Member)(nil),              // 11: peerlimit.v1.Member
 	(*ResetRequest)(nil),        // 12: peerlimit.v1.ResetRequest
 	(*ResetResponse)(nil),       // 13: peerlimit.v1.ResetResponse
+	(*TopRequest)(nil),          // 14: peerlimit.v1.TopRequest
+	(*TopResponse)(nil),         // 15: peerlimit.v1.TopResponse
+	(*HotKey)(nil),              // 16: peerlimit.v1.HotKey
+	(*InspectRequest)(nil),      // 17: peerlimit.v1.InspectRequest
+	(*InspectResponse)(nil),     // 18: peerlimit.v1.InspectResponse
+	(*KeyView)(nil),             // 19: peerlimit.v1.KeyView
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
@@ -1119,21 +1632,29 @@ var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	8,  // 7: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
 	11, // 8: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
 	0,  // 9: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 10: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3,  // 11: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	5,  // 12: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	9,  // 13: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	12, // 14: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	2,  // 15: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4,  // 16: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	6,  // 17: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	10, // 18: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	13, // 19: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 10: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
+	16, // 11: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
+	19, // 12: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	0,  // 13: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 14: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3,  // 15: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	5,  // 16: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	9,  // 17: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	12, // 18: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	14, // 19: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	17, // 20: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	2,  // 21: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4,  // 22: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	6,  // 23: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	10, // 24: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	13, // 25: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	15, // 26: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	18, // 27: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -1146,13 +1667,14 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 		(*CheckResult_Response)(nil),
 		(*CheckResult_Error)(nil),
 	}
+	file_peerlimit_v1_peerlimit_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	RateLimiter_CheckStream_FullMethodName = "/peerlimit.v1.RateLimiter/CheckStream"
 	RateLimiter_Members_FullMethodName     = "/peerlimit.v1.RateLimiter/Members"
 	RateLimiter_Reset_FullMethodName       = "/peerlimit.v1.RateLimiter/Reset"
+	RateLimiter_Top_FullMethodName         = "/peerlimit.v1.RateLimiter/Top"
+	RateLimiter_Inspect_FullMethodName     = "/peerlimit.v1.RateLimiter/Inspect"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -61,6 +63,15 @@ type RateLimiterClient interface {
 	// they hold (from the fallback policy, or gossip not yet converged),
 	// which would otherwise be handed back to the owner later.
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	// Top lists the keys the cluster decided most often, and denied most
+	// often, over the last 30 to 60 s: every member's hot-key summary,
+	// merged. Members that cannot be asked are counted, not hidden.
+	Top(ctx context.Context, in *TopRequest, opts ...grpc.CallOption) (*TopResponse, error)
+	// Inspect reads a key's state on its owner, consuming nothing and
+	// creating no state: each of its limits' counts (the counter's two
+	// windows, the log's hits), and, given a limit, when the next request
+	// would be allowed. UNAVAILABLE when the owner cannot be reached.
+	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -124,6 +135,26 @@ func (c *rateLimiterClient) Reset(ctx context.Context, in *ResetRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Top(ctx context.Context, in *TopRequest, opts ...grpc.CallOption) (*TopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Top_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Inspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -155,6 +186,15 @@ type RateLimiterServer interface {
 	// they hold (from the fallback policy, or gossip not yet converged),
 	// which would otherwise be handed back to the owner later.
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	// Top lists the keys the cluster decided most often, and denied most
+	// often, over the last 30 to 60 s: every member's hot-key summary,
+	// merged. Members that cannot be asked are counted, not hidden.
+	Top(context.Context, *TopRequest) (*TopResponse, error)
+	// Inspect reads a key's state on its owner, consuming nothing and
+	// creating no state: each of its limits' counts (the counter's two
+	// windows, the log's hits), and, given a limit, when the next request
+	// would be allowed. UNAVAILABLE when the owner cannot be reached.
+	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -179,6 +219,12 @@ func (UnimplementedRateLimiterServer) Members(context.Context, *MembersRequest) 
 }
 func (UnimplementedRateLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedRateLimiterServer) Top(context.Context, *TopRequest) (*TopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Top not implemented")
+}
+func (UnimplementedRateLimiterServer) Inspect(context.Context, *InspectRequest) (*InspectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -280,6 +326,42 @@ func _RateLimiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Top_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Top(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Top_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Top(ctx, req.(*TopRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Inspect(ctx, req.(*InspectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -302,6 +384,14 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _RateLimiter_Reset_Handler,
+		},
+		{
+			MethodName: "Top",
+			Handler:    _RateLimiter_Top_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _RateLimiter_Inspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
