@@ -87,8 +87,9 @@ image: build
 	docker build -q -t $(IMAGE) --label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
 	@docker image prune -f --filter label=org.opencontainers.image.title=peerlimit-node >/dev/null
 
-# docker-compose.yml's 3-node cluster: up, converge, smoke test, kill a
-# node, always torn down (scripts/compose-test.sh). Needs a Docker engine
+# docker-compose.yml's 3-node cluster: up, converge, smoke test, a real
+# Prometheus checking the dashboard's queries and the alert rules, kill a
+# node, jepsen-lite's short profile, always torn down (scripts/compose-test.sh). Needs a Docker engine
 # and docker compose or docker-compose.
 compose-test: image
 	IMAGE=$(IMAGE) ./scripts/compose-test.sh

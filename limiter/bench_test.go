@@ -104,6 +104,34 @@ func BenchmarkHotKeySummaries(b *testing.B) {
 	}
 }
 
+// BenchmarkHotKeySummariesMemory reports the heap of a store whose every
+// summary is full (both epochs, checks and denials, 40-byte keys), with
+// the summaries off (0) and on: the difference is what they cost.
+func BenchmarkHotKeySummariesMemory(b *testing.B) {
+	keys := benchKeys(50_000)
+	for _, k := range []int{0, DefaultConfig().HotKeys} {
+		b.Run(fmt.Sprintf("hot-keys=%d", k), func(b *testing.B) {
+			for b.Loop() {
+				before := heapInUse()
+				s := newStore(b, partition.DefaultCount, func(c *Config) { c.HotKeys = k })
+				for epoch := range 2 {
+					now := benchT0.Add(time.Duration(epoch) * HotKeysEpoch)
+					for _, key := range keys[epoch*len(keys)/2 : (epoch+1)*len(keys)/2] {
+						for range 2 { // the second is denied: both lists fill
+							if _, err := s.Check(now, Request{Key: key, Limit: 1, Window: time.Second, Hits: 1}); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				s.Sweep(benchT0.Add(time.Hour)) // the keys' state is gone; the summaries stay
+				b.ReportMetric(float64(heapInUse()-before), "B/store")
+				runtime.KeepAlive(s)
+			}
+		})
+	}
+}
+
 func BenchmarkCounterManyKeysParallel(b *testing.B) { benchmarkManyKeys(b, SlidingWindowCounter, 1000) }
 func BenchmarkLogManyKeysParallel(b *testing.B)     { benchmarkManyKeys(b, SlidingWindowLog, 100) }
 

@@ -7,9 +7,16 @@
 #      three nodes' published HTTP ports, is allowed exactly 5 times, the
 #      README's curl answers, and each node's published gRPC port answers
 #      the gRPC health check;
-#   3. after `docker kill` of one node the other two keep answering, drop it,
+#   3. a real Prometheus (the host's, Debian's package; installed if
+#      missing) scrapes the three nodes with deploy/prometheus/prometheus.yml
+#      and loads alerts.yml (after promtool checked both and ran
+#      alerts_test.yml); after a little traffic through every node,
+#      cmd/promcheck requires each query of deploy/grafana/peerlimit.json to
+#      return a series for n1, n2 and n3, and every alert to be loaded and
+#      healthy (/api/v1/rules);
+#   4. after `docker kill` of one node the other two keep answering, drop it,
 #      and are exact again; restarted, it rejoins by itself;
-#   4. jepsen-lite's short profile against the cluster, in docker mode: kill,
+#   5. jepsen-lite's short profile against the cluster, in docker mode: kill,
 #      pause, partition (network disconnect), graceful stop and an added
 #      node, with its checker's bounds (docs/chaos.md); report in
 #      out/compose-chaos/.
@@ -21,7 +28,8 @@
 # they never collide with each other or with `make run`.
 #
 # IMAGE (default peerlimit:dev) names the image; COMPOSE_TEST_WAIT (60) bounds
-# each wait in seconds.
+# each wait in seconds; PROMETHEUS (default: `prometheus` on PATH) and
+# PROMTOOL name the Prometheus binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +45,22 @@ else
 	exit 1
 fi
 docker image inspect "$image" >/dev/null 2>&1 || { echo "compose-test: no image $image; run make image" >&2; exit 1; }
+
+# Prometheus from Debian's package when it is missing: no image can be
+# pulled here, and the package is what the CI machine (Debian, root) has.
+# The lock timeout waits out another apt run instead of failing.
+if [ -z "${PROMETHEUS:-}" ] && ! { command -v prometheus && command -v promtool; } >/dev/null; then
+	if command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ]; then
+		echo "compose-test: installing Debian's prometheus package (prometheus, promtool)"
+		apt-get -o DPkg::Lock::Timeout=120 update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends prometheus >/dev/null
+	else
+		echo "compose-test: needs prometheus and promtool (Debian: apt-get install prometheus; or set PROMETHEUS and PROMTOOL)" >&2
+		exit 1
+	fi
+fi
+prometheus_bin=${PROMETHEUS:-prometheus}
+promtool=${PROMTOOL:-promtool}
 
 project="peerlimit-ct-$$-$RANDOM"
 dc() { "${compose[@]}" -p "$project" -f docker-compose.yml -f scripts/compose-test.override.yml "$@"; }
@@ -63,6 +87,7 @@ cleanup() {
 		dc ps 2>&1 || true
 		dc logs --no-color --tail=40 2>&1 || true
 	fi
+	prom_stop "$rc"
 	# A node jepsen-lite added outside compose, if it could not remove it.
 	docker rm -f $(docker ps -aq --filter "label=peerlimit.jepsen=$project") >/dev/null 2>&1 || true
 	step "tearing down project $project (down -v)"
@@ -161,6 +186,83 @@ grpc_serving() {
 	[ "$hex" = 00000000020801 ] || fail "gRPC health via $1: got frame '$hex', want 00000000020801 (SERVING)"
 }
 
+# ---- Prometheus (step 3) ----
+# The host's Prometheus scrapes the nodes' published ports, rather than a
+# container joined to the compose network: Debian's prometheus is linked
+# against glibc (cgo), so a FROM scratch image of it would need glibc and
+# its loader copied in by hand, and no image with them can be pulled. The
+# host process needs neither an image nor a network; it runs the committed
+# prometheus.yml with only the three target addresses rewritten (checked
+# below), and published ports are what a Prometheus outside Docker scrapes.
+prom_dir="" prom_pid=""
+
+# prom_stop RC: stops this run's Prometheus (by its pid) and removes its
+# files; on failure first shows the end of its log.
+prom_stop() {
+	[ -n "$prom_pid" ] || return 0
+	if [ "${1:-0}" -ne 0 ] && [ -f "$prom_dir/prometheus.log" ]; then
+		echo "---- the last lines of Prometheus's log (failure) ----"
+		tail -n 15 "$prom_dir/prometheus.log" || true
+	fi
+	kill "$prom_pid" 2>/dev/null || true
+	wait "$prom_pid" 2>/dev/null || true
+	rm -rf "$prom_dir"
+	prom_pid=""
+}
+
+# promtool_ok ARGS...: promtool ARGS, its output shown only on failure.
+promtool_ok() {
+	local out
+	out=$("$promtool" "$@" 2>&1) || { echo "$out" | sed 's/^/   /'; fail "promtool $*"; }
+}
+
+# free_port: a loopback TCP port nothing listens on, below the ephemeral
+# range Docker's published ports come from.
+free_port() {
+	local p
+	for _ in $(seq 1 50); do
+		p=$((20000 + RANDOM % 12000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+	fail "no free port for Prometheus"
+}
+
+# prom_config: deploy/prometheus/prometheus.yml with n1..n3:8080 replaced
+# by the published HTTP ports, next to a copy of alerts.yml (rule_files is
+# relative to the config).
+prom_config() {
+	cp deploy/prometheus/alerts.yml "$prom_dir/alerts.yml"
+	sed -e "s/\"n1:8080\"/\"$h1\"/" -e "s/\"n2:8080\"/\"$h2\"/" -e "s/\"n3:8080\"/\"$h3\"/" \
+		deploy/prometheus/prometheus.yml >"$prom_dir/prometheus.yml"
+	[ "$(grep -cE "\"($h1|$h2|$h3)\"" "$prom_dir/prometheus.yml")" -eq 3 ] ||
+		fail "deploy/prometheus/prometheus.yml no longer lists the targets \"n1:8080\", \"n2:8080\", \"n3:8080\""
+}
+
+# prom_targets_up: Prometheus scraped all 3 nodes successfully; fails the
+# run at once if Prometheus exited.
+prom_targets_up() {
+	kill -0 "$prom_pid" 2>/dev/null || fail "prometheus exited: $(tail -n 3 "$prom_dir/prometheus.log")"
+	[ "$(curl -sf -m 2 "$prom/api/v1/targets?state=active" | grep -o '"health":"up"' | wc -l)" -eq 3 ]
+}
+
+# prom_traffic: 7 keys through every node, the first of them 9 times in
+# all (limit 5, so denied from the 6th); whichever node owns a key, the
+# other two forward it. Prints "checks allowed denied forwarded".
+prom_traffic() {
+	local n=0 allowed=0 denied=0 fwd=0 hs=("$h1" "$h2" "$h3") h i k a id
+	for i in 1 2 3; do
+		h=${hs[i - 1]}
+		for k in user:42 user:42 user:42 prom:1 prom:2 prom:3 prom:4 prom:5 prom:6; do
+			a=$(curl -s -m 5 "http://$h/v1/check" -d "{\"key\":\"$k-$project\",\"limit\":5,\"window_ms\":60000}") || fail "check via n$i: no answer"
+			n=$((n + 1))
+			case $a in *'"allowed":true'*) allowed=$((allowed + 1)) ;; *'"allowed":false'*) denied=$((denied + 1)) ;; *) fail "check via n$i: $a" ;; esac
+			id=${a#*\"owner\":\"}
+			[ "${id%%\"*}" = "n$i" ] || fwd=$((fwd + 1))
+		done
+	done
+	echo "$n $allowed $denied $fwd"
+}
+
 step "compose: ${compose[*]}; image: $image; project: $project"
 dc up -d 2>&1 | sed 's/^/   /'
 
@@ -193,6 +295,34 @@ case $answer in *'"allowed":true'*) ;; *) fail "the README's curl: $answer" ;; e
 step "the README's curl answers: $answer"
 for g in "$g1" "$g2" "$g3"; do grpc_serving "$g"; done
 step "gRPC health: SERVING on every published gRPC port"
+
+# Before the kill and jepsen-lite: every dashboard query must find all 3.
+step "Prometheus: promtool checks deploy/prometheus (config, rules, rule tests)"
+promtool_ok check config deploy/prometheus/prometheus.yml
+promtool_ok check rules deploy/prometheus/alerts.yml
+promtool_ok test rules deploy/prometheus/alerts_test.yml
+go build -o bin/promcheck ./cmd/promcheck
+prom_dir=$(mktemp -d)
+prom_config
+prom_port=$(free_port)
+prom="http://127.0.0.1:$prom_port"
+"$prometheus_bin" --config.file="$prom_dir/prometheus.yml" --storage.tsdb.path="$prom_dir/data" \
+	--web.listen-address="127.0.0.1:$prom_port" >"$prom_dir/prometheus.log" 2>&1 &
+prom_pid=$!
+step "Prometheus $("$prometheus_bin" --version 2>&1 | awk 'NR==1 {print $3}') on $prom, scraping $h1 $h2 $h3 as n1 n2 n3"
+wait_until 30 "Prometheus scrapes the 3 nodes (targets up)" prom_targets_up
+step "Prometheus: the 3 targets are up"
+res=$(prom_traffic)
+read -r checks allowed denied forwarded <<<"$res"
+[ "$denied" -gt 0 ] && [ "$forwarded" -gt 0 ] || fail "traffic for Prometheus: $checks checks, $denied denied, $forwarded forwarded; want some of each"
+step "traffic: $checks checks through n1, n2, n3: $allowed allowed, $denied denied, $forwarded forwarded"
+rc=0
+bin/promcheck -prometheus "$prom" -dashboard deploy/grafana/peerlimit.json -expect n1,n2,n3 \
+	-rules deploy/prometheus/alerts.yml -within 40s -v >"$prom_dir/promcheck.log" 2>&1 || rc=$?
+sed 's/^/   /' "$prom_dir/promcheck.log"
+[ "$rc" -eq 0 ] || fail "the dashboard's queries or the alerts (cmd/promcheck, above)"
+prom_stop 0
+step "Prometheus: every dashboard query returns n1, n2, n3; every alert loaded and healthy; stopped"
 
 
 # A key n3 owns: the interesting one while n3 is dead but not yet dropped.
