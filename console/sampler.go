@@ -85,7 +85,9 @@ func (s *Sampler) Since(t time.Time) []route.Sample {
 	return append([]route.Sample(nil), s.samples[i:]...)
 }
 
-var routeIndex = map[string]int{"local": 0, "forwarded": 1, "fallback": 2}
+// routeIndex maps checks_total's routes to the sample's: a check admitted
+// from a budget lease was decided here, without a hop, so it is local.
+var routeIndex = map[string]int{"local": 0, "leased": 0, "forwarded": 1, "fallback": 2}
 
 // read picks the series the console shows out of a gathered registry.
 func read(mfs []*dto.MetricFamily) totals {

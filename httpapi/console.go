@@ -87,6 +87,16 @@ type Inspect struct {
 	Replica   string    `json:"replica"`
 	Partition int       `json:"partition"`
 	Limits    []KeyView `json:"limits"`
+	// Leases are the budget leases the owner has lent on the key and not
+	// yet seen settled.
+	Leases []LeaseView `json:"leases"`
+}
+
+// LeaseView is one budget lease lent on a key.
+type LeaseView struct {
+	Holder      string `json:"holder"`
+	Hits        int64  `json:"hits"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
 }
 
 // KeyView is one of the key's limits.
@@ -256,7 +266,11 @@ func inspectRequest(r *http.Request) (route.InspectRequest, error) {
 // InspectJSON converts an inspection; the log's entries become ages at
 // now.
 func InspectJSON(res route.InspectResult, now time.Time) Inspect {
-	out := Inspect{Key: res.Key, Owner: res.Owner, Replica: res.Replica, Partition: res.Partition, Limits: []KeyView{}}
+	out := Inspect{Key: res.Key, Owner: res.Owner, Replica: res.Replica, Partition: res.Partition, Limits: []KeyView{},
+		Leases: []LeaseView{}}
+	for _, l := range res.Leases {
+		out.Leases = append(out.Leases, LeaseView{Holder: l.Holder, Hits: l.Hits, ExpiresInMS: l.ExpiresIn.Milliseconds()})
+	}
 	for _, v := range res.Limits {
 		kv := KeyView{Algorithm: v.Algorithm.String(), WindowMS: v.Window.Milliseconds(), Count: v.Count,
 			ResetAfterMS: v.ResetAfter.Milliseconds()}

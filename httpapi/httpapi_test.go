@@ -707,6 +707,7 @@ var jsonTwins = map[protoreflect.Name]reflect.Type{
 	"ResetRequest":       reflect.TypeFor[ResetRequest](),
 	"ResetResponse":      reflect.TypeFor[ResetResponse](),
 	"HotKey":             reflect.TypeFor[HotKey](),
+	"LeaseView":          reflect.TypeFor[LeaseView](),
 }
 
 // notInJSON are proto messages the JSON API deliberately serves in

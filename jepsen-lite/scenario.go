@@ -33,6 +33,9 @@ type Scenario struct {
 	// fallback policy, say). The docker backend cannot give them, and
 	// skips such a scenario.
 	Args []string
+	// Load, if set, is the offered rate per key as a multiple of
+	// Limit/Window, instead of the profile's: hot keys.
+	Load float64
 	// MaxWorst, if set, is what the scenario promises beyond the
 	// deciders' bound: no log window and no fixed counter window admits
 	// more than MaxWorst × the limit, whatever the fault. (peerlimit's
@@ -347,8 +350,12 @@ func workloadKeys(scenario string, p Profile) []KeySpec {
 func runWorkload(ctx context.Context, env *Env, cfg Config, sc Scenario) (History, error) {
 	p := cfg.Profile
 	keys := workloadKeys(sc.Name, p)
+	load := p.Load
+	if sc.Load > 0 {
+		load = sc.Load
+	}
 	wl := Workload{Keys: keys, Workers: p.Workers, Timeout: p.ClientTimeout,
-		Rate: p.Load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
+		Rate: load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
 
 	// The run's clock starts with the workload.
 	start := time.Now()

@@ -267,3 +267,44 @@ func ChunkLen(states []KeyState) int {
 	}
 	return len(states)
 }
+
+// MoveLog replaces, in the log of key under window, the entries from (one
+// for one, as Forget removes them) with the entries to, under one lock, so
+// that no decision sees the log between the two: an owner settling a
+// lease moves the hits it took at the grant to the times the holder
+// admitted them. Entries of to that have left the window are dropped, and
+// any later than now are taken as now; to may not be longer than from
+// (the rest of it is ignored), so a move never grows a log past its
+// budget. A log that is gone (reset, handed off) is left alone.
+func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, to []int64) {
+	ms := max(now.UnixMilli(), 0)
+	k := stateKey{key, window.Milliseconds()}
+	if k.window <= 0 {
+		return
+	}
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, ok := sh.logs[k]
+	if !ok {
+		return
+	}
+	sh.touch(k)
+	entries := subtractSorted(st.live(ms-k.window), from)
+	for _, t := range to[:min(len(to), len(from))] {
+		if t = min(t, ms); t > ms-k.window {
+			entries = append(entries, t)
+		}
+	}
+	slices.Sort(entries)
+	if over := len(entries) - int(s.cfg.MaxLogLimit); over > 0 {
+		entries = entries[over:]
+	}
+	if len(entries) == 0 {
+		sh.deleteLog(k, st)
+		return
+	}
+	n0, c0 := st.n, len(st.ring)
+	st.fill(entries) // no more entries than before: to is no longer than from
+	sh.account(st, n0, c0)
+}

@@ -196,3 +196,27 @@ func TestSubtractSorted(t *testing.T) {
 	assert.Equal(t, []int64{1, 3, 3, 7}, subtractSorted([]int64{1, 2, 3, 3, 3, 5, 7}, []int64{2, 3, 5, 6}))
 	assert.Empty(t, subtractSorted([]int64{4, 4}, []int64{4, 4, 4}))
 }
+
+func TestMoveLogReplacesEntriesUnderOneLock(t *testing.T) {
+	s := newStore(t, 4, nil)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	req := Request{Key: "k", Limit: 10, Window: time.Minute, Algorithm: SlidingWindowLog, Hits: 1}
+	_, err := s.Check(t0, req)
+	require.NoError(t, err)
+	req.Hits = 4
+	_, err = s.Check(t0.Add(time.Second), req) // 4 placeholders at t0+1s
+	require.NoError(t, err)
+	at := t0.Add(2 * time.Second)
+	ph := []int64{t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli()}
+	// Two of the four were used, later; the other two go back.
+	s.MoveLog(at, "k", time.Minute, ph, []int64{t0.Add(1500 * time.Millisecond).UnixMilli(), at.Add(time.Hour).UnixMilli(), 0, 0, 0})
+	views, err := s.Inspect(at, "k", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, views, 1)
+	assert.Equal(t, []time.Time{t0, t0.Add(1500 * time.Millisecond), at}, views[0].Entries,
+		"the first hit stays, a time in the future is taken as now, and what left the window is dropped")
+	s.MoveLog(at, "absent", time.Minute, ph, ph) // nothing to move, nothing created
+	views, err = s.Inspect(at, "absent", 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, views)
+}

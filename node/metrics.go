@@ -82,7 +82,13 @@ func registerCapacity(reg prometheus.Registerer, cfg Config, svc *route.Service)
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "forwards_inflight",
 		Help: "Forwarded checks waiting for their owners' answers now; --max-inflight-forwards bounds it."},
 		func() float64 { return float64(svc.InflightForwards()) })
-	for _, c := range []prometheus.Collector{caps, inflight} {
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "leases_held",
+		Help: "Budget leases this node holds now: part of a hot key's limit its owner lent it, admitted here without a hop."},
+		func() float64 { return float64(svc.LeasesHeld()) })
+	lent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "leases_lent",
+		Help: "Budget leases this node, as their keys' owner, has lent and not yet seen settled or expired."},
+		func() float64 { return float64(svc.LeasesLent()) })
+	for _, c := range []prometheus.Collector{caps, inflight, held, lent} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

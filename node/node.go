@@ -329,6 +329,10 @@ func (n *Node) startServing() {
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleLoop() }()
+	if d := n.svc.LeaseDuration(); d > 0 {
+		n.loops.Add(1)
+		go func() { defer n.loops.Done(); n.leaseLoop(d / 4) }()
+	}
 	if n.repl.sender != nil {
 		n.loops.Add(1)
 		go func() { defer n.loops.Done(); n.replicationLoop() }()
@@ -486,6 +490,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.stopGRPC(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		n.svc.ReturnLeases(ctx) // no call can admit from them any more
 		// Decisions made by calls that were in flight during the handoff.
 		if left := n.handoff.Run(ctx); left > 0 {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))

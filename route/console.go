@@ -33,6 +33,14 @@ type InspectResult struct {
 	// Limit and Hits are what NextAllow was computed for; Limit 0: none.
 	Limit, Hits int64
 	Limits      []limiter.KeyView
+	// Leases are the budget leases the owner has lent on the key.
+	Leases []LeaseInfo
+}
+
+// OwnerView is what a key's owner reads of it for an inspection.
+type OwnerView struct {
+	Limits []limiter.KeyView
+	Leases []LeaseInfo
 }
 
 // PeerInspect is an inspection a member asks of a key's owner: the policy
@@ -51,11 +59,11 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 		return InspectResult{}, err
 	}
 	owner, local := s.owner(q.Key)
-	var views []limiter.KeyView
+	var ov OwnerView
 	if local {
-		views, err = s.store.Inspect(s.deps.Now(), q.Key, q.Limit, q.Hits)
+		ov, err = s.HandleInspect(ctx, s.deps.NodeID, q)
 	} else {
-		views, err = s.deps.Peers.Inspect(ctx, owner, q)
+		ov, err = s.deps.Peers.Inspect(ctx, owner, q)
 		if err != nil && CodeOf(err) != InvalidArgument {
 			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", q.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
 		}
@@ -64,7 +72,7 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 		return InspectResult{}, err
 	}
 	res := InspectResult{Key: q.Key, Owner: owner.ID, Partition: s.store.PartitionOf(q.Key), Limit: q.Limit, Hits: q.Hits,
-		Limits: filterViews(views, filter)}
+		Limits: filterViews(ov.Limits, filter), Leases: ov.Leases}
 	if local {
 		res.Owner = s.deps.NodeID
 	}
@@ -118,8 +126,13 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 
 // HandleInspect implements Handler: read the key here, whatever this
 // node's ring says.
-func (s *Service) HandleInspect(_ context.Context, _ string, q PeerInspect) ([]limiter.KeyView, error) {
-	return s.store.Inspect(s.deps.Now(), q.Key, q.Limit, q.Hits)
+func (s *Service) HandleInspect(_ context.Context, _ string, q PeerInspect) (OwnerView, error) {
+	now := s.deps.Now()
+	views, err := s.store.Inspect(now, q.Key, q.Limit, q.Hits)
+	if err != nil {
+		return OwnerView{}, err
+	}
+	return OwnerView{Limits: views, Leases: s.leases.leasesOn(now, q.Key)}, nil
 }
 
 // ReportRequest asks a member for what the console shows of it.

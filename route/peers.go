@@ -55,7 +55,13 @@ type Peers interface {
 	Report(ctx context.Context, to Route, r ReportRequest) (Report, error)
 	// Inspect asks to for a key's state, whatever its ring says; an
 	// invalid request is refused naming the field.
-	Inspect(ctx context.Context, to Route, q PeerInspect) ([]limiter.KeyView, error)
+	Inspect(ctx context.Context, to Route, q PeerInspect) (OwnerView, error)
+	// Lease asks to, req's owner, to decide req as Forward does and to
+	// lend this node up to want hits of its limit (a zero grant: none).
+	Lease(ctx context.Context, to Route, req limiter.Request, want int64) (Result, LeaseGrant, error)
+	// Settle reports to how much of each lease it lent this node was
+	// used, and returns how many it settled.
+	Settle(ctx context.Context, to Route, uses []LeaseUse) (int, error)
 }
 
 // Handler is the receiving side of Peers: what a member does with the
@@ -86,7 +92,13 @@ type Handler interface {
 	// r.Top hottest keys.
 	HandleReport(ctx context.Context, origin string, r ReportRequest) Report
 	// HandleInspect reads q.Key's state here, consuming nothing.
-	HandleInspect(ctx context.Context, origin string, q PeerInspect) ([]limiter.KeyView, error)
+	HandleInspect(ctx context.Context, origin string, q PeerInspect) (OwnerView, error)
+	// HandleLease decides req here, as HandleForward does, and may lend
+	// origin up to want hits of its limit.
+	HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (Result, LeaseGrant)
+	// HandleSettle settles the leases origin reports on and returns how
+	// many it settled.
+	HandleSettle(ctx context.Context, origin string, uses []LeaseUse) int
 }
 
 // Replication is what an owner sends its backup in one call.

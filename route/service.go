@@ -85,8 +85,9 @@ type Service struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	inflight atomic.Int64 // forwarded checks waiting for their owners
+	leases   *leases      // nil when Config.LeaseDuration is 0
 	// Warnings a fault could repeat for every request: one a second each.
-	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog every
+	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog every
 }
 
 // NewService returns a Service with cfg's settings over deps.
@@ -101,7 +102,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log}, nil
+	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, leases: newLeases(cfg)}, nil
 }
 
 // MaxBatch is the largest batch CheckBatch accepts.
@@ -135,7 +136,10 @@ func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
 		s.metrics.check(req.Algorithm, routeLocal, res)
 		return res
 	}
-	res := s.forward(ctx, owner, req)
+	res, ok := s.viaLease(ctx, owner, req)
+	if !ok {
+		res = s.forward(ctx, owner, req)
+	}
 	s.metrics.check(req.Algorithm, res.route, res.Result)
 	return res.Result
 }
@@ -214,6 +218,13 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]in
 			out[i] = Result{Err: err}
 			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
+		}
+		if s.leases != nil {
+			if d, ok := s.leases.admit(now, r); ok {
+				out[i] = Result{Decision: d, Owner: owner.ID}
+				s.metrics.check(r.Algorithm, routeLeased, out[i])
+				continue
+			}
 		}
 		if remote == nil {
 			remote = map[Route][]int{}

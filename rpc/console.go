@@ -56,12 +56,12 @@ func (s *PeerServer) Report(ctx context.Context, in *pb.ReportRequest) (*pb.Repo
 
 // Inspect implements pb.PeerServer.
 func (s *PeerServer) Inspect(ctx context.Context, in *pb.PeerInspectRequest) (*pb.InspectResponse, error) {
-	views, err := s.svc.HandleInspect(grpcapi.Incoming(ctx), in.GetOrigin(), route.PeerInspect{Key: in.GetKey(),
+	ov, err := s.svc.HandleInspect(grpcapi.Incoming(ctx), in.GetOrigin(), route.PeerInspect{Key: in.GetKey(),
 		Limit: in.GetLimit(), Hits: in.GetHits()})
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
-	return &pb.InspectResponse{Key: in.GetKey(), Limits: toProtoViews(views)}, nil
+	return &pb.InspectResponse{Key: in.GetKey(), Limits: toProtoViews(ov.Limits), Leases: toProtoLeases(ov.Leases)}, nil
 }
 
 // Report asks to for its console report.
@@ -85,31 +85,47 @@ func (p *Peers) Report(ctx context.Context, to route.Route, r route.ReportReques
 }
 
 // Inspect asks to for a key's state.
-func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) ([]limiter.KeyView, error) {
+func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) (route.OwnerView, error) {
 	pr, err := p.get(to)
 	if err != nil {
-		return nil, err
+		return route.OwnerView{}, err
 	}
 	id := route.RequestIDForCall(ctx)
 	ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), p.cfg.Timeout)
 	defer cancel()
 	resp, err := pr.client.Inspect(ctx, &pb.PeerInspectRequest{Origin: p.self, Key: q.Key, Limit: q.Limit, Hits: q.Hits})
 	if err != nil {
-		return nil, &route.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, refusal(err))}
+		return route.OwnerView{}, &route.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, refusal(err))}
 	}
-	return fromProtoViews(resp.GetLimits()), nil
+	return route.OwnerView{Limits: fromProtoViews(resp.GetLimits()), Leases: fromProtoLeases(resp.GetLeases())}, nil
 }
 
 // ToProtoInspect converts an inspection for the public API.
 func ToProtoInspect(r route.InspectResult) *pb.InspectResponse {
 	return &pb.InspectResponse{Key: r.Key, Owner: r.Owner, Replica: r.Replica, Partition: uint32(r.Partition),
-		Limit: r.Limit, Hits: r.Hits, Limits: toProtoViews(r.Limits)}
+		Limit: r.Limit, Hits: r.Hits, Limits: toProtoViews(r.Limits), Leases: toProtoLeases(r.Leases)}
+}
+
+func toProtoLeases(ls []route.LeaseInfo) []*pb.LeaseView {
+	out := make([]*pb.LeaseView, len(ls))
+	for i, l := range ls {
+		out[i] = &pb.LeaseView{Holder: l.Holder, Hits: l.Hits, ExpiresInMs: l.ExpiresIn.Milliseconds()}
+	}
+	return out
+}
+
+func fromProtoLeases(ls []*pb.LeaseView) []route.LeaseInfo {
+	out := make([]route.LeaseInfo, len(ls))
+	for i, l := range ls {
+		out[i] = route.LeaseInfo{Holder: l.GetHolder(), Hits: l.GetHits(), ExpiresIn: time.Duration(l.GetExpiresInMs()) * time.Millisecond}
+	}
+	return out
 }
 
 // FromProtoInspect converts a public API inspection back (the CLI's).
 func FromProtoInspect(r *pb.InspectResponse) route.InspectResult {
 	return route.InspectResult{Key: r.GetKey(), Owner: r.GetOwner(), Replica: r.GetReplica(), Partition: int(r.GetPartition()),
-		Limit: r.GetLimit(), Hits: r.GetHits(), Limits: fromProtoViews(r.GetLimits())}
+		Limit: r.GetLimit(), Hits: r.GetHits(), Limits: fromProtoViews(r.GetLimits()), Leases: fromProtoLeases(r.GetLeases())}
 }
 
 func toProtoViews(views []limiter.KeyView) []*pb.KeyView {

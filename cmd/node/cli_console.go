@@ -113,6 +113,9 @@ func printInspect(w io.Writer, in httpapi.Inspect) {
 	if len(in.Limits) == 0 {
 		fmt.Fprintln(w, "no state: nothing counts against this key now")
 	}
+	for _, l := range in.Leases {
+		fmt.Fprintf(w, "lease: %d hits lent to %s, for %s more\n", l.Hits, l.Holder, time.Duration(l.ExpiresInMS)*time.Millisecond)
+	}
 	for _, v := range in.Limits {
 		fmt.Fprintf(w, "%s, window %s: count %d, empty in %s", v.Algorithm, time.Duration(v.WindowMS)*time.Millisecond, v.Count,
 			time.Duration(v.ResetAfterMS)*time.Millisecond)

@@ -516,7 +516,8 @@ function inspectView(r) {
     el('dt', {}, 'key'), el('dd', { class: 'mono' }, r.key),
     el('dt', {}, 'owner'), el('dd', {}, r.owner || '—'),
     el('dt', {}, 'replica'), el('dd', {}, r.replica || 'none'),
-    el('dt', {}, 'partition'), el('dd', {}, String(r.partition)));
+    el('dt', {}, 'partition'), el('dd', {}, String(r.partition)),
+    el('dt', {}, 'leases'), el('dd', { class: 'leases' }, leasesText(r.leases || [])));
   const limits = r.limits || [];
   if (!limits.length) return [head, el('p', { class: 'muted' }, 'The owner holds no state for this key.')];
   return [head, ...limits.map(limitView)];
@@ -541,6 +542,13 @@ function limitView(l) {
       el('span', { class: 'count' }, fmtCount(l.count)),
       el('span', { class: 'muted' }, ' counted now')),
     el('dl', { class: 'facts' }, ...rows));
+}
+
+// leasesText says which members hold budget leases on the key: hits of its
+// limit the owner lent them, to admit without asking it.
+function leasesText(leases) {
+  if (!leases.length) return 'none';
+  return leases.map((l) => `${fmtCount(l.hits)} lent to ${l.holder} (${fmtMs(l.expires_in_ms)} left)`).join('; ');
 }
 
 function logAges(ages) {

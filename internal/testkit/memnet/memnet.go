@@ -384,9 +384,9 @@ func (p *Peers) Report(ctx context.Context, to route.Route, r route.ReportReques
 
 // Inspect implements route.Peers. A refusal is the member's answer, as
 // for Reset.
-func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) ([]limiter.KeyView, error) {
+func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) (route.OwnerView, error) {
 	type answer struct {
-		views []limiter.KeyView
+		views route.OwnerView
 		err   error
 	}
 	id := route.RequestIDForCall(ctx)
@@ -398,4 +398,24 @@ func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect
 		err = &route.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, a.err)}
 	}
 	return a.views, err
+}
+
+// Lease implements route.Peers.
+func (p *Peers) Lease(ctx context.Context, to route.Route, req limiter.Request, want int64) (route.Result, route.LeaseGrant, error) {
+	type answer struct {
+		res   route.Result
+		grant route.LeaseGrant
+	}
+	a, err := call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) answer {
+		r, g := h.HandleLease(ctx, p.self, req, want)
+		return answer{r, g}
+	})
+	return a.res, a.grant, err
+}
+
+// Settle implements route.Peers.
+func (p *Peers) Settle(ctx context.Context, to route.Route, uses []route.LeaseUse) (int, error) {
+	return call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) int {
+		return h.HandleSettle(ctx, p.self, uses)
+	})
 }

@@ -944,6 +944,312 @@ func (x *PeerInspectRequest) GetHits() int64 {
 	return 0
 }
 
+type LeaseRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Check  *CheckRequest          `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
+	// How many hits the caller would like to hold.
+	Want          int64 `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LeaseRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetCheck() *CheckRequest {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The owner's answer to the check.
+	Result *CheckResult `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// The lease: none when id is 0. hits are usable for duration_ms from
+	// when the caller sent the request.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Hits          int64  `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	DurationMs    int64  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	ResetAfterMs  int64  `protobuf:"varint,5,opt,name=reset_after_ms,json=resetAfterMs,proto3" json:"reset_after_ms,omitempty"`
+	RefillAfterMs int64  `protobuf:"varint,6,opt,name=refill_after_ms,json=refillAfterMs,proto3" json:"refill_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LeaseResponse) GetResult() *CheckResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetResetAfterMs() int64 {
+	if x != nil {
+		return x.ResetAfterMs
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetRefillAfterMs() int64 {
+	if x != nil {
+		return x.RefillAfterMs
+	}
+	return 0
+}
+
+type SettleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Uses          []*LeaseUse            `protobuf:"bytes,2,rep,name=uses,proto3" json:"uses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SettleRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetUses() []*LeaseUse {
+	if x != nil {
+		return x.Uses
+	}
+	return nil
+}
+
+type LeaseUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Used  int64                  `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	// Log: when each used hit was admitted, in ms from when the lease was
+	// asked for.
+	OffsetsMs     []int64 `protobuf:"varint,3,rep,packed,name=offsets_ms,json=offsetsMs,proto3" json:"offsets_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseUse) Reset() {
+	*x = LeaseUse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseUse) ProtoMessage() {}
+
+func (x *LeaseUse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseUse.ProtoReflect.Descriptor instead.
+func (*LeaseUse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LeaseUse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *LeaseUse) GetOffsetsMs() []int64 {
+	if x != nil {
+		return x.OffsetsMs
+	}
+	return nil
+}
+
+type SettleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settled       uint32                 `protobuf:"varint,1,opt,name=settled,proto3" json:"settled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SettleResponse) GetSettled() uint32 {
+	if x != nil {
+		return x.Settled
+	}
+	return 0
+}
+
 var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
@@ -1021,7 +1327,29 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
-	"\x04hits\x18\x04 \x01(\x03R\x04hits2\xd7\x04\n" +
+	"\x04hits\x18\x04 \x01(\x03R\x04hits\"l\n" +
+	"\fLeaseRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x120\n" +
+	"\x05check\x18\x02 \x01(\v2\x1a.peerlimit.v1.CheckRequestR\x05check\x12\x12\n" +
+	"\x04want\x18\x03 \x01(\x03R\x04want\"\xd5\x01\n" +
+	"\rLeaseResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.peerlimit.v1.CheckResultR\x06result\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\x12$\n" +
+	"\x0ereset_after_ms\x18\x05 \x01(\x03R\fresetAfterMs\x12&\n" +
+	"\x0frefill_after_ms\x18\x06 \x01(\x03R\rrefillAfterMs\"S\n" +
+	"\rSettleRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12*\n" +
+	"\x04uses\x18\x02 \x03(\v2\x16.peerlimit.v1.LeaseUseR\x04uses\"M\n" +
+	"\bLeaseUse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x1d\n" +
+	"\n" +
+	"offsets_ms\x18\x03 \x03(\x03R\toffsetsMs\"*\n" +
+	"\x0eSettleResponse\x12\x18\n" +
+	"\asettled\x18\x01 \x01(\rR\asettled2\xde\x05\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
@@ -1030,7 +1358,9 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\tReplicate\x12\x1e.peerlimit.v1.ReplicateRequest\x1a\x1f.peerlimit.v1.ReplicateResponse\x12D\n" +
 	"\x05Relay\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12C\n" +
 	"\x06Report\x12\x1b.peerlimit.v1.ReportRequest\x1a\x1c.peerlimit.v1.ReportResponse\x12J\n" +
-	"\aInspect\x12 .peerlimit.v1.PeerInspectRequest\x1a\x1d.peerlimit.v1.InspectResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
+	"\aInspect\x12 .peerlimit.v1.PeerInspectRequest\x1a\x1d.peerlimit.v1.InspectResponse\x12@\n" +
+	"\x05Lease\x12\x1a.peerlimit.v1.LeaseRequest\x1a\x1b.peerlimit.v1.LeaseResponse\x12C\n" +
+	"\x06Settle\x12\x1b.peerlimit.v1.SettleRequest\x1a\x1c.peerlimit.v1.SettleResponseB?Z=github.com/peerlimit/peerlimit/proto/peerlimit/v1;peerlimitv1b\x06proto3"
 
 var (
 	file_peerlimit_v1_peer_proto_rawDescOnce sync.Once
@@ -1044,7 +1374,7 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*ForwardRequest)(nil),     // 0: peerlimit.v1.ForwardRequest
 	(*ForwardResponse)(nil),    // 1: peerlimit.v1.ForwardResponse
@@ -1059,43 +1389,55 @@ var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*ReportResponse)(nil),     // 10: peerlimit.v1.ReportResponse
 	(*Sample)(nil),             // 11: peerlimit.v1.Sample
 	(*PeerInspectRequest)(nil), // 12: peerlimit.v1.PeerInspectRequest
-	(*CheckRequest)(nil),       // 13: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),        // 14: peerlimit.v1.CheckResult
-	(Algorithm)(0),             // 15: peerlimit.v1.Algorithm
-	(*HotKey)(nil),             // 16: peerlimit.v1.HotKey
-	(*InspectResponse)(nil),    // 17: peerlimit.v1.InspectResponse
+	(*LeaseRequest)(nil),       // 13: peerlimit.v1.LeaseRequest
+	(*LeaseResponse)(nil),      // 14: peerlimit.v1.LeaseResponse
+	(*SettleRequest)(nil),      // 15: peerlimit.v1.SettleRequest
+	(*LeaseUse)(nil),           // 16: peerlimit.v1.LeaseUse
+	(*SettleResponse)(nil),     // 17: peerlimit.v1.SettleResponse
+	(*CheckRequest)(nil),       // 18: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),        // 19: peerlimit.v1.CheckResult
+	(Algorithm)(0),             // 20: peerlimit.v1.Algorithm
+	(*HotKey)(nil),             // 21: peerlimit.v1.HotKey
+	(*InspectResponse)(nil),    // 22: peerlimit.v1.InspectResponse
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	13, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	14, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	18, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	19, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
 	3,  // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	15, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	15, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	20, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	20, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	3,  // 5: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
 	11, // 6: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
-	16, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
-	16, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
-	0,  // 9: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	0,  // 10: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
-	2,  // 11: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5,  // 12: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	7,  // 13: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
-	0,  // 14: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
-	9,  // 15: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
-	12, // 16: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
-	1,  // 17: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	1,  // 18: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	4,  // 19: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6,  // 20: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	8,  // 21: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
-	1,  // 22: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
-	10, // 23: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
-	17, // 24: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	21, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
+	21, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
+	18, // 9: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
+	19, // 10: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
+	16, // 11: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
+	0,  // 12: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	0,  // 13: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	2,  // 14: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	5,  // 15: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	7,  // 16: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 17: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	9,  // 18: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
+	12, // 19: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
+	13, // 20: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
+	15, // 21: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
+	1,  // 22: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	1,  // 23: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	4,  // 24: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6,  // 25: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	8,  // 26: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	1,  // 27: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	10, // 28: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
+	22, // 29: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
+	14, // 30: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
+	17, // 31: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }
@@ -1111,7 +1453,7 @@ func file_peerlimit_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	Peer_Relay_FullMethodName         = "/peerlimit.v1.Peer/Relay"
 	Peer_Report_FullMethodName        = "/peerlimit.v1.Peer/Report"
 	Peer_Inspect_FullMethodName       = "/peerlimit.v1.Peer/Inspect"
+	Peer_Lease_FullMethodName         = "/peerlimit.v1.Peer/Lease"
+	Peer_Settle_FullMethodName        = "/peerlimit.v1.Peer/Settle"
 )
 
 // PeerClient is the client API for Peer service.
@@ -77,6 +79,13 @@ type PeerClient interface {
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 	// Inspect reads a key's state here, whatever this node's ring says.
 	Inspect(ctx context.Context, in *PeerInspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
+	// Lease decides a check as Forward does and may lend the caller, which
+	// forwards its key at a high rate, part of the key's limit to admit
+	// from locally for a short time (a budget lease; docs/design.md).
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Settle reports what the caller used of the leases this member lent
+	// it: the rest goes back, and the log's hits move to their real times.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type peerClient struct {
@@ -170,6 +179,26 @@ func (c *peerClient) Inspect(ctx context.Context, in *PeerInspectRequest, opts .
 	return out, nil
 }
 
+func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, Peer_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -214,6 +243,13 @@ type PeerServer interface {
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	// Inspect reads a key's state here, whatever this node's ring says.
 	Inspect(context.Context, *PeerInspectRequest) (*InspectResponse, error)
+	// Lease decides a check as Forward does and may lend the caller, which
+	// forwards its key at a high rate, part of the key's limit to admit
+	// from locally for a short time (a budget lease; docs/design.md).
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Settle reports what the caller used of the leases this member lent
+	// it: the rest goes back, and the log's hits move to their real times.
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -247,6 +283,12 @@ func (UnimplementedPeerServer) Report(context.Context, *ReportRequest) (*ReportR
 }
 func (UnimplementedPeerServer) Inspect(context.Context, *PeerInspectRequest) (*InspectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedPeerServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -402,6 +444,42 @@ func _Peer_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +514,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _Peer_Inspect_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Peer_Lease_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Peer_Settle_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

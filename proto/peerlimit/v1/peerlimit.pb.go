@@ -1267,7 +1267,10 @@ type InspectResponse struct {
 	Hits  int64 `protobuf:"varint,6,opt,name=hits,proto3" json:"hits,omitempty"`
 	// One per window and algorithm the owner holds for the key, ordered by
 	// algorithm then window; empty when it holds nothing that still counts.
-	Limits        []*KeyView `protobuf:"bytes,7,rep,name=limits,proto3" json:"limits,omitempty"`
+	Limits []*KeyView `protobuf:"bytes,7,rep,name=limits,proto3" json:"limits,omitempty"`
+	// The budget leases the owner has lent on the key and not yet seen
+	// settled: hits other members may admit without asking it.
+	Leases        []*LeaseView `protobuf:"bytes,8,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1351,6 +1354,74 @@ func (x *InspectResponse) GetLimits() []*KeyView {
 	return nil
 }
 
+func (x *InspectResponse) GetLeases() []*LeaseView {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type LeaseView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member that holds the lease.
+	Holder        string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Hits          int64  `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
+	ExpiresInMs   int64  `protobuf:"varint,3,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseView) Reset() {
+	*x = LeaseView{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseView) ProtoMessage() {}
+
+func (x *LeaseView) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseView.ProtoReflect.Descriptor instead.
+func (*LeaseView) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LeaseView) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseView) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *LeaseView) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
 // KeyView is one of a key's limits as a check would see it now.
 type KeyView struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1376,7 +1447,7 @@ type KeyView struct {
 
 func (x *KeyView) Reset() {
 	*x = KeyView{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1459,7 @@ func (x *KeyView) String() string {
 func (*KeyView) ProtoMessage() {}
 
 func (x *KeyView) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1472,7 @@ func (x *KeyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyView.ProtoReflect.Descriptor instead.
 func (*KeyView) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{18}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KeyView) GetAlgorithm() Algorithm {
@@ -1553,7 +1624,7 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x17\n" +
 	"\x04hits\x18\x03 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
 	"\x06policy\x18\x04 \x01(\tR\x06policyB\a\n" +
-	"\x05_hits\"\xca\x01\n" +
+	"\x05_hits\"\xfb\x01\n" +
 	"\x0fInspectResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x18\n" +
@@ -1561,7 +1632,12 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\rR\tpartition\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12-\n" +
-	"\x06limits\x18\a \x03(\v2\x15.peerlimit.v1.KeyViewR\x06limits\"\xcc\x02\n" +
+	"\x06limits\x18\a \x03(\v2\x15.peerlimit.v1.KeyViewR\x06limits\x12/\n" +
+	"\x06leases\x18\b \x03(\v2\x17.peerlimit.v1.LeaseViewR\x06leases\"[\n" +
+	"\tLeaseView\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04hits\x18\x02 \x01(\x03R\x04hits\x12\"\n" +
+	"\rexpires_in_ms\x18\x03 \x01(\x03R\vexpiresInMs\"\xcc\x02\n" +
 	"\aKeyView\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x14\n" +
@@ -1598,7 +1674,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
 	(*CheckRequest)(nil),        // 1: peerlimit.v1.CheckRequest
@@ -1619,7 +1695,8 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*HotKey)(nil),              // 16: peerlimit.v1.HotKey
 	(*InspectRequest)(nil),      // 17: peerlimit.v1.InspectRequest
 	(*InspectResponse)(nil),     // 18: peerlimit.v1.InspectResponse
-	(*KeyView)(nil),             // 19: peerlimit.v1.KeyView
+	(*LeaseView)(nil),           // 19: peerlimit.v1.LeaseView
+	(*KeyView)(nil),             // 20: peerlimit.v1.KeyView
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
@@ -1634,27 +1711,28 @@ var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 9: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	16, // 10: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
 	16, // 11: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
-	19, // 12: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
-	0,  // 13: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 14: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3,  // 15: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	5,  // 16: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	9,  // 17: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	12, // 18: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	14, // 19: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
-	17, // 20: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
-	2,  // 21: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4,  // 22: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	6,  // 23: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	10, // 24: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	13, // 25: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	15, // 26: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
-	18, // 27: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 12: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	19, // 13: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
+	0,  // 14: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 15: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3,  // 16: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	5,  // 17: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	9,  // 18: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	12, // 19: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	14, // 20: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	17, // 21: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	2,  // 22: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4,  // 23: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	6,  // 24: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	10, // 25: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	13, // 26: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	15, // 27: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	18, // 28: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -1674,7 +1752,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

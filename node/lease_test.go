@@ -1,0 +1,71 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
+	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/node"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// A hot key hammered through the two nodes that do not own it, over real
+// gRPC: they get budget leases and admit most checks without a hop, and
+// the key still admits exactly its limit, no more while leases are out,
+// all of it once they are settled.
+func TestLeasesOnRealNodesKeepAHotKeyExact(t *testing.T) {
+	c := testcluster.New(t, 3, func(cfg *node.Config) { cfg.Route.LeaseMinRate = 50 })
+	key := keyOwnedBy(t, c.Node(0), "node-1", "hot")
+	ctx := context.Background()
+	const limit = 3000
+	req := &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG}
+	var allowed atomic.Int64
+	hammer := func(n int) {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			via := apiClient(t, c.Node([]int{0, 2}[w%2]))
+			wg.Go(func() {
+				for range n {
+					resp, err := via.Check(ctx, req)
+					if !assert.NoError(t, err) {
+						return
+					}
+					assert.False(t, resp.Degraded)
+					if resp.Allowed {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	hammer(250) // 2000 checks, all under the limit
+	require.EqualValues(t, 2000, allowed.Load())
+	leased := 0.0
+	for _, i := range []int{0, 2} {
+		leased += metrictest.Value(t, metrictest.Scrape("http://"+c.Node(i).HTTPAddr()+"/metrics"), "peerlimit_checks_total", "algorithm", "SLIDING_WINDOW_LOG", "route", "leased", "outcome", "allowed")
+	}
+	assert.Positive(t, leased, "the forwarding nodes admitted from leases")
+	t.Logf("admitted from leases: %.0f of 2000", leased)
+
+	hammer(250) // 2000 more: over the limit
+	assert.LessOrEqual(t, allowed.Load(), int64(limit), "never over the limit while leases are out")
+	zero := int64(0)
+	c.Eventually(5*time.Second, func() (bool, string) {
+		lent := metrictest.Value(t, metrictest.Scrape("http://"+c.Node(1).HTTPAddr()+"/metrics"), "peerlimit_leases_lent")
+		resp, err := apiClient(t, c.Node(1)).Check(ctx, &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000,
+			Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: &zero})
+		require.NoError(t, err)
+		return lent == 0 && resp.CurrentCount == allowed.Load(), fmt.Sprintf("%.0f leases out; the owner counts %d of %d admitted", lent, resp.CurrentCount, allowed.Load())
+	})
+	hammer(100) // the rest of the limit, now that every lease is settled
+	assert.EqualValues(t, limit, allowed.Load(), "exactly the limit once settled")
+}
