@@ -164,7 +164,7 @@ func TestCounterLeasesEndWithTheirWindow(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1, n2 := c.members["n1"], c.members["n2"]
 	req := counterReq(c.key(t, "n2", "hot"), 1000, time.Second) // windows start at whole seconds (t0)
-	c.clock.Advance(850 * time.Millisecond)                       // 150 ms before the end: a 149 ms lease
+	c.clock.Advance(850 * time.Millisecond)                     // 150 ms before the end: a 149 ms lease
 	for range 20 {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
