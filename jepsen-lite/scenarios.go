@@ -44,6 +44,11 @@ func NodeArgs() []string {
 // Scenarios lists every scenario, in the order they run. Offsets are for
 // Scale 1.
 func Scenarios() []Scenario {
+	return append(faultScenarios(), hotScenarios()...)
+}
+
+// faultScenarios are the faults, against the profile's load.
+func faultScenarios() []Scenario {
 	return []Scenario{
 		{
 			Name: "calm", About: "no fault: the baseline every bound is measured against",
@@ -111,19 +116,6 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			Name: "hot", About: "every key hot: offered at 10× its limit through all nodes, with budget leases at a rate the workload reaches; no fault: no window over its limit",
-			Nodes: 3, Duration: 20 * time.Second, Load: 10, Args: leaseArgs, MaxWorst: 1.0,
-		},
-		{
-			Name: "hot-kill", About: "as hot, and kill -9 a node for good: the leases it held are lost (its owners count them as used: under-admission only); its own keys go on from their replicas",
-			// 1.5: the crash scenario's promise, for the killed node's own
-			// keys (replication lag); the lost leases add none (docs/chaos.md).
-			Nodes: 3, Duration: 25 * time.Second, Load: 10, Args: leaseArgs, MaxWorst: 1.5,
-			Steps: []Step{
-				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
-			},
-		},
-		{
 			Name: "scale", About: "add n4 under load, then gracefully remove n1 (SIGTERM: leave and hand off)",
 			Nodes: 3, Extra: 1, Duration: 32 * time.Second,
 			Steps: []Step{
@@ -139,3 +131,22 @@ func Scenarios() []Scenario {
 // default --lease-min-rate (200) and too often for 250 ms leases in 1 s
 // windows (a log must span 20 lease durations).
 var leaseArgs = []string{"--lease-duration", "50ms", "--lease-min-rate", "10"}
+
+// hotScenarios offer every key at 10× its limit, with budget leases.
+func hotScenarios() []Scenario {
+	return []Scenario{
+		{
+			Name: "hot", About: "every key hot: offered at 10× its limit through all nodes, with budget leases at a rate the workload reaches; no fault: no window over its limit",
+			Nodes: 3, Duration: 20 * time.Second, Load: 10, Args: leaseArgs, MaxWorst: 1.0,
+		},
+		{
+			Name: "hot-kill", About: "as hot, and kill -9 a node for good: the leases it held are lost (its owners count them as used: under-admission only); its own keys go on from their replicas",
+			// 1.5: the crash scenario's promise, for the killed node's own
+			// keys (replication lag); the lost leases add none (docs/chaos.md).
+			Nodes: 3, Duration: 25 * time.Second, Load: 10, Args: leaseArgs, MaxWorst: 1.5,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "kill -9 n2", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Kill(ctx, e.ID(1)) }},
+			},
+		},
+	}
+}

@@ -116,18 +116,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help:      "Checks in each CheckBatch call (gRPC or HTTP) this node received, not counting items that failed to parse.",
 		Buckets:   prometheus.ExponentialBuckets(1, 2, 11),
 	})
-	leases := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "peerlimit",
-		Name:      "leases_total",
-		Help: "Budget leases of hot keys, by event: asked, received (this node, forwarding a key at --lease-min-rate, asked its owner " +
-			"and got one), granted, settled, expired (this node, the owner, lent one; its holder settled it; or it was never settled " +
-			"and counted as all used), settle_failed (this node's settlement did not reach the owner).",
-	}, []string{"event"})
-	leaseHits := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "peerlimit",
-		Name:      "lease_hits_total",
-		Help:      "Hits this node, an owner, lent in budget leases (taken from their keys at the grant), and returned: lent but not used, given back at settlement.",
-	}, []string{"direction"})
+	leases, leaseHits := leaseMetrics()
 	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch, leases, leaseHits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -155,6 +144,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.leaseHitsC[leaseLent], m.leaseHitsC[leaseReturned] = leaseHits.WithLabelValues("lent"), leaseHits.WithLabelValues("returned")
 	m.fwdDuration[0], m.fwdDuration[1] = dur.WithLabelValues("ok"), dur.WithLabelValues("error")
 	return m, nil
+}
+
+// leaseMetrics are the budget leases' series, by event and by hits.
+func leaseMetrics() (events, hits *prometheus.CounterVec) {
+	events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peerlimit",
+		Name:      "leases_total",
+		Help: "Budget leases of hot keys, by event: asked, received (this node, forwarding a key at --lease-min-rate, asked its owner " +
+			"and got one), granted, settled, expired (this node, the owner, lent one; its holder settled it; or it was never settled " +
+			"and counted as all used), settle_failed (this node's settlement did not reach the owner).",
+	}, []string{"event"})
+	hits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peerlimit",
+		Name:      "lease_hits_total",
+		Help:      "Hits this node, an owner, lent in budget leases (taken from their keys at the grant), and returned: lent but not used, given back at settlement.",
+	}, []string{"direction"})
+	return events, hits
 }
 
 func outcome(res Result) int {

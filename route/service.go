@@ -180,6 +180,11 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
 	}
 	s.metrics.checkBatch(len(reqs))
+	if len(reqs) == 1 && s.leases != nil {
+		// One check (an Envoy descriptor, say): as Check, which may ask
+		// its owner for a budget lease.
+		return []Result{s.Check(ctx, reqs[0])}, nil
+	}
 	out := make([]Result, len(reqs))
 	remote := s.decideOwn(reqs, out)
 	var wg sync.WaitGroup

@@ -107,7 +107,9 @@ func FuzzCodecMatchesProtobufGo(f *testing.F) {
 		&pb.CheckStreamResponse{Seq: 9, Error: &pb.Error{Code: 8, Message: "too many"}},
 		&pb.ReportResponse{HotSinceUnixMs: 1_700_000_000_000, Checks: []*pb.HotKey{{Key: "k", Count: 9, Error: 1}},
 			Samples: []*pb.Sample{{TimeUnixMs: 1, LocalAllowed: 2.5, ForwardP99Ms: new(0.7)}}},
-		&pb.InspectResponse{Key: "k", Owner: "n2", Limits: []*pb.KeyView{{WindowMs: 1000, Count: 3, EntriesUnixMs: []int64{1, 2}}}}} {
+		&pb.InspectResponse{Key: "k", Owner: "n2", Limits: []*pb.KeyView{{WindowMs: 1000, Count: 3, EntriesUnixMs: []int64{1, 2}}}},
+		&pb.SettleRequest{Origin: "n1", Uses: []*pb.LeaseUse{{Id: 7, Used: 2, OffsetsMs: []int64{3, 40}}}},
+		&pb.LeaseResponse{Id: 7, Hits: 50, DurationMs: 250, Result: &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{Allowed: true}}}}} {
 		data, err := proto.Marshal(m)
 		require.NoError(f, err)
 		f.Add(data)
@@ -129,6 +131,10 @@ func FuzzCodecMatchesProtobufGo(f *testing.F) {
 			func() proto.Message { return &pb.ReportResponse{} },
 			func() proto.Message { return &pb.PeerInspectRequest{} },
 			func() proto.Message { return &pb.InspectResponse{} },
+			// Budget leases.
+			func() proto.Message { return &pb.LeaseRequest{} },
+			func() proto.Message { return &pb.LeaseResponse{} },
+			func() proto.Message { return &pb.SettleRequest{} },
 		} {
 			want, got := newMsg(), newMsg()
 			// Unknown fields are compared by their presence only:
