@@ -75,6 +75,23 @@ func BenchmarkInProcessBaseline(b *testing.B) {
 // Unary gRPC checks from 64 concurrent callers on one connection.
 func BenchmarkGRPCCheck(b *testing.B) {
 	_, conn := benchNode(b)
+	benchGRPCChecks(b, conn)
+}
+
+// BenchmarkGRPCCheckHotKeys is BenchmarkGRPCCheck with the hot-key
+// summaries off and on (the default), in one run: what they cost a check
+// that reaches a node.
+func BenchmarkGRPCCheckHotKeys(b *testing.B) {
+	for _, k := range []int{0, limiter.DefaultConfig().HotKeys} {
+		b.Run(fmt.Sprintf("hot-keys=%d", k), func(b *testing.B) {
+			_, conn := benchNode(b, func(c *Config) { c.Limiter.HotKeys = k })
+			benchGRPCChecks(b, conn)
+		})
+	}
+}
+
+// benchGRPCChecks sends unary checks over conn from 64 concurrent callers.
+func benchGRPCChecks(b *testing.B, conn *grpc.ClientConn) {
 	c := pb.NewRateLimiterClient(conn)
 	var seq atomic.Uint64
 	b.SetParallelism(32) // × GOMAXPROCS (2) = 64 callers
@@ -89,31 +106,6 @@ func BenchmarkGRPCCheck(b *testing.B) {
 			}
 		}
 	})
-}
-
-// BenchmarkGRPCCheckHotKeys is BenchmarkGRPCCheck with the hot-key
-// summaries off and on (the default), in one run: what they cost a check
-// that reaches a node.
-func BenchmarkGRPCCheckHotKeys(b *testing.B) {
-	for _, k := range []int{0, limiter.DefaultConfig().HotKeys} {
-		b.Run(fmt.Sprintf("hot-keys=%d", k), func(b *testing.B) {
-			_, conn := benchNode(b, func(c *Config) { c.Limiter.HotKeys = k })
-			c := pb.NewRateLimiterClient(conn)
-			var seq atomic.Uint64
-			b.SetParallelism(32)
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(p *testing.PB) {
-				for p.Next() {
-					i := seq.Add(1)
-					if _, err := c.Check(context.Background(), &pb.CheckRequest{Key: benchKey(i), Limit: 1 << 30, WindowMs: 60_000}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
-	}
 }
 
 // Batches of 100 checks; ns/op and the checks/s metric are per check.

@@ -5,10 +5,18 @@ import (
 	"time"
 )
 
-// leaseLoop settles the budget leases this node holds that are spent or
-// ended, and expires those it lent that were never settled, every
-// interval (a quarter of the lease duration), until the node stops.
-func (n *Node) leaseLoop(interval time.Duration) {
+// settleLeases settles the budget leases this node holds that are spent
+// or ended, and expires those it lent that were never settled. The node
+// runs it every quarter of the lease duration (every).
+func (n *Node) settleLeases() {
+	n.svc.SettleLeases(context.Background())
+	n.svc.ExpireLeases()
+}
+
+// every runs f every interval until the node stops: the body of the
+// node's periodic loops, each started and waited for by startServing and
+// stopLoops.
+func (n *Node) every(interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -16,8 +24,7 @@ func (n *Node) leaseLoop(interval time.Duration) {
 		case <-n.stop:
 			return
 		case <-t.C:
-			n.svc.SettleLeases(context.Background())
-			n.svc.ExpireLeases()
+			f()
 		}
 	}
 }

@@ -316,8 +316,9 @@ func (n *Node) joinCluster() (err error) {
 	return nil
 }
 
-// startServing turns health to SERVING and starts the sweeper and the
-// handoff loop.
+// startServing turns health to SERVING and starts the periodic loops:
+// the sweeper, the handoff loop, replication, the console's sampler and
+// the budget leases' settlement.
 func (n *Node) startServing() {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -328,10 +329,10 @@ func (n *Node) startServing() {
 	n.loops.Add(3)
 	go func() { defer n.loops.Done(); n.sweepLoop() }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
-	go func() { defer n.loops.Done(); n.sampleLoop() }()
+	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
 	if d := n.svc.LeaseDuration(); d > 0 {
 		n.loops.Add(1)
-		go func() { defer n.loops.Done(); n.leaseLoop(d / 4) }()
+		go func() { defer n.loops.Done(); n.every(d/4, n.settleLeases) }()
 	}
 	if n.repl.sender != nil {
 		n.loops.Add(1)
@@ -537,7 +538,8 @@ func (n *Node) Kill() {
 	})
 }
 
-// stopLoops stops the sweeper and the handoff loop and waits for them.
+// stopLoops stops the periodic loops (sweeper, handoff, replication,
+// sampler, leases) and waits for them.
 func (n *Node) stopLoops() {
 	close(n.stop)
 	n.loops.Wait()
