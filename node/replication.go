@@ -77,16 +77,20 @@ func (n *Node) promote(key string) {
 
 // promotePartition merges the replica of partition p into the store. What
 // this node does not own, handoff moves to the owner.
+//
+// It holds repl.mu throughout, as supersede does: a handoff from the
+// replica's origin is then merged either before (and the replica is gone)
+// or after (and the promotion is subtracted), never in between.
 func (n *Node) promotePartition(p int, why string) {
+	n.repl.mu.Lock()
+	defer n.repl.mu.Unlock()
 	states, origin := n.repl.store.Take(p)
 	if len(states) == 0 {
 		return
 	}
 	merged, errs := n.store.Merge(n.cfg.Now(), states)
 	if why != "owner failed" {
-		n.repl.mu.Lock()
 		n.repl.promoted[origin] = append(n.repl.promoted[origin], states...)
-		n.repl.mu.Unlock()
 	}
 	n.repl.metrics.Promoted(merged)
 	n.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why, "from", origin)
@@ -98,12 +102,17 @@ func (n *Node) promotePartition(p int, why string) {
 // supersede is route.Deps.BeforeHandoff: a handoff from origin carries
 // its whole state of those keys, which includes what this node merged
 // from origin's replica while it could not reach it; that is subtracted
-// (limiter.Store.Forget) before the handoff is merged.
+// (limiter.Store.Forget) before the handoff is merged. And the replica
+// origin sent of those keys' partitions is dropped: the handoff is newer,
+// and a replica promoted after it (a check that could not reach origin,
+// which is leaving, before this node's ring says so) would count its hits
+// a second time.
 func (n *Node) supersede(origin string, states []limiter.KeyState) {
 	n.repl.mu.Lock()
+	defer n.repl.mu.Unlock()
+	n.dropSupersededReplicas(origin, states)
 	promoted := n.repl.promoted[origin]
 	if len(promoted) == 0 {
-		n.repl.mu.Unlock()
 		return
 	}
 	type id struct {
@@ -124,8 +133,23 @@ func (n *Node) supersede(origin string, states []limiter.KeyState) {
 		}
 	}
 	n.repl.promoted[origin] = kept
-	n.repl.mu.Unlock()
 	n.store.Forget(n.cfg.Now(), gone)
+}
+
+// dropSupersededReplicas drops the replicas origin sent of the partitions
+// states belong to.
+func (n *Node) dropSupersededReplicas(origin string, states []limiter.KeyState) {
+	done := map[int]bool{}
+	for _, ks := range states {
+		p := n.store.PartitionOf(ks.Key)
+		if done[p] {
+			continue
+		}
+		done[p] = true
+		if n.repl.store.Holds(p) && n.repl.store.Origin(p) == origin {
+			n.repl.store.Drop(p)
+		}
+	}
 }
 
 // returnPromoted is handoff.Deps.BeforeSend: before this node hands owner
