@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -323,9 +322,6 @@ func (l *leases) lentCount() int {
 	defer l.mu.Unlock()
 	return len(l.lent)
 }
-
-// ErrLeaseSettle wraps a settlement a member refused or did not answer.
-var ErrLeaseSettle = fmt.Errorf("lease settlement")
 
 // validLease reports whether req's limit may be leased at all: a log
 // window must be long enough that a lost lease is moved to its last

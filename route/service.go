@@ -2,8 +2,11 @@
 // Service finds each check's owner and either decides it on this node's
 // store, stamped with this node's clock, or forwards it to the owner
 // through Peers; when the owner cannot be asked, the fallback policy
-// answers. It also resolves named policies, resets keys cluster-wide, and
-// handles the calls other members make (Handler).
+// answers. A key this node forwards at a high rate is admitted from a
+// budget lease its owner lends (lease.go), exactly. It also resolves
+// named policies, resets keys cluster-wide, answers the console's
+// questions (console.go), and handles the calls other members make
+// (Handler).
 //
 // The gRPC API (package rpc), the HTTP API (httpapi) and Envoy's rate
 // limit service (envoyrls) are faces of one Service; rpc.Peers carries its
