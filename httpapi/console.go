@@ -21,6 +21,7 @@ import (
 type Console interface {
 	Inspect(ctx context.Context, req route.InspectRequest) (route.InspectResult, error)
 	Reports(ctx context.Context, req route.ReportRequest) []route.MemberReport
+	Top(ctx context.Context, n int) (route.TopKeys, error)
 }
 
 var _ Console = (*route.Service)(nil)
@@ -215,8 +216,12 @@ func (h *handler) top(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), reportTimeout)
 	defer cancel()
-	reports := h.console.Reports(ctx, route.ReportRequest{Since: time.Now(), Top: int(n)})
-	writeJSON(w, http.StatusOK, topJSON(route.MergeTop(reports, int(n))))
+	t, err := h.console.Top(ctx, int(n))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, topJSON(t))
 }
 
 func topJSON(t route.TopKeys) Top {

@@ -327,7 +327,7 @@ func (n *Node) startServing() {
 		n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
 	n.loops.Add(3)
-	go func() { defer n.loops.Done(); n.sweepLoop() }()
+	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
 	if d := n.svc.LeaseDuration(); d > 0 {
@@ -442,22 +442,13 @@ func (n *Node) handoffLoop() {
 	}
 }
 
-// sweepLoop frees expired keys until the node stops.
-func (n *Node) sweepLoop() {
-	t := time.NewTicker(n.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			n.refreshShare() // failures older than ShareFor stop counting
-			if freed := n.store.Sweep(n.cfg.Now()); freed > 0 {
-				n.log.Debug("swept expired keys", "freed", freed)
-			}
-			n.capacity.report(n.store.Stats())
-		}
+// sweep frees expired keys; the node runs it every SweepInterval (every).
+func (n *Node) sweep() {
+	n.refreshShare() // failures older than ShareFor stop counting
+	if freed := n.store.Sweep(n.cfg.Now()); freed > 0 {
+		n.log.Debug("swept expired keys", "freed", freed)
 	}
+	n.capacity.report(n.store.Stats())
 }
 
 // Shutdown leaves the cluster gracefully: health turns NOT_SERVING, the

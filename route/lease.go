@@ -153,29 +153,50 @@ func (l *leases) shard(key string) (*holderShard, uint64) {
 }
 
 // admit decides req from a lease this node holds, if one for its limit is
-// live and has the hits left. A spent or expired lease is set aside for
-// settlement.
+// live and has the hits left: take without asking (a batch's checks).
 func (l *leases) admit(now time.Time, req limiter.Request) (limiter.Decision, bool) {
+	d, ok, _, _ := l.take(now, req, false)
+	return d, ok
+}
+
+// take decides req from a lease this node holds, if one for its limit is
+// live and has the hits left (a spent or expired one is set aside for
+// settlement). Otherwise, with mayAsk, it reports whether this node should
+// ask req's owner for a lease now, and for how many hits: it forwards the
+// key at LeaseMinRate or more (leased checks count too, so that the next
+// lease is asked for at the first forward after one ends), holds no live
+// lease for it, is not asking already, and the owner did not just refuse.
+// It then marks the key as asked for; the caller must call asked when the
+// answer is in. One hash and one stripe lock per check, either way.
+func (l *leases) take(now time.Time, req limiter.Request, mayAsk bool) (d limiter.Decision, admitted bool, want int64, ask bool) {
 	if req.Hits <= 0 { // a peek asks the owner: a lease knows nothing of the count
-		return limiter.Decision{}, false
+		return d, false, 0, false
 	}
 	sh, h := l.shard(req.Key)
 	lk := leaseKeyOf(req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	hl := sh.held[lk]
-	if hl == nil {
-		return limiter.Decision{}, false
-	}
-	// A leased check counts toward the key's rate, so that when this lease
-	// ends the next is asked for at the first forward, not after a slice
-	// of them.
-	sh.bump(h, now)
-	if !now.Before(hl.until) || hl.left < req.Hits {
+	s := sh.bump(h, now)
+	if hl := sh.held[lk]; hl != nil {
+		if now.Before(hl.until) && hl.left >= req.Hits {
+			return hl.use(now, req), true, 0, false
+		}
 		delete(sh.held, lk)
 		sh.done = append(sh.done, hl)
-		return limiter.Decision{}, false
 	}
+	threshold := max(int64(l.minRate)*int64(hotSlice)/int64(time.Second), 1)
+	if !mayAsk || s.n < threshold || now.UnixNano() < s.quiet || sh.asking[lk] || !l.validLease(req) {
+		return d, false, 0, false
+	}
+	sh.asking[lk] = true
+	// Enough for the lease's duration at the rate seen in this slice so
+	// far (at least 1 ms of it, so that a burst does not ask for a flood).
+	elapsed := max(now.UnixNano()-s.slice*int64(hotSlice), int64(time.Millisecond))
+	return d, false, max(s.n*int64(l.dur)/elapsed, req.Hits), true
+}
+
+// use admits req from hl. Requires its shard's lock held.
+func (hl *heldLease) use(now time.Time, req limiter.Request) limiter.Decision {
 	before := hl.left
 	hl.left -= req.Hits
 	hl.used += req.Hits
@@ -185,7 +206,7 @@ func (l *leases) admit(now time.Time, req limiter.Request) (limiter.Decision, bo
 			hl.offsets = append(hl.offsets, at)
 		}
 	}
-	return hl.decision(now, req, before), true
+	return hl.decision(now, req, before)
 }
 
 // decision is the holder's answer for a check admitted from hl: allowed,
@@ -195,30 +216,6 @@ func (hl *heldLease) decision(now time.Time, req limiter.Request, before int64) 
 	age := now.Sub(hl.asked)
 	return limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: hl.left, CurrentCount: max(req.Limit-before, 0),
 		ResetAfter: max(hl.grant.ResetAfter-age, 0), RefillAfter: max(hl.grant.RefillAfter-age, 0)}
-}
-
-// want reports whether this node should ask req's owner for a lease now,
-// and for how many hits: it forwards the key at LeaseMinRate or more and
-// neither holds a live lease for it nor is asking for one. It marks the
-// key as asked for; the caller must call asked when the answer is in.
-func (l *leases) want(now time.Time, req limiter.Request) (int64, bool) {
-	if req.Hits <= 0 {
-		return 0, false
-	}
-	sh, h := l.shard(req.Key)
-	threshold := max(int64(l.minRate)*int64(hotSlice)/int64(time.Second), 1)
-	lk := leaseKeyOf(req)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	s := sh.bump(h, now)
-	if s.n < threshold || now.UnixNano() < s.quiet || sh.asking[lk] || sh.held[lk] != nil {
-		return 0, false
-	}
-	sh.asking[lk] = true
-	// Enough for the lease's duration at the rate seen in this slice so
-	// far (at least 1 ms of it, so that a burst does not ask for a flood).
-	elapsed := max(now.UnixNano()-s.slice*int64(hotSlice), int64(time.Millisecond))
-	return max(s.n*int64(l.dur)/elapsed, req.Hits), true
 }
 
 // asked records the owner's answer to a lease this node asked for at
@@ -351,8 +348,8 @@ func (l *leases) lend(ll *lentLease) uint64 {
 	return l.nextID
 }
 
-// take removes and returns the lease id lent to origin, or nil.
-func (l *leases) take(id uint64, origin string) *lentLease {
+// takeLent removes and returns the lease id lent to origin, or nil.
+func (l *leases) takeLent(id uint64, origin string) *lentLease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ll := l.lent[id]

@@ -19,14 +19,14 @@ func (s *Service) viaLease(ctx context.Context, owner Route, req limiter.Request
 		return routed{}, false
 	}
 	now := s.deps.Now()
-	if d, ok := s.leases.admit(now, req); ok {
+	d, admitted, want, ask := s.leases.take(now, req, true)
+	switch {
+	case admitted:
 		return routed{Result{Decision: d, Owner: owner.ID}, routeLeased}, true
-	}
-	if !s.leases.validLease(req) || s.store.Validate(req) != nil {
+	case !ask:
 		return routed{}, false
-	}
-	want, ok := s.leases.want(now, req)
-	if !ok {
+	case s.store.Validate(req) != nil: // forward refuses it, naming the field
+		s.leases.asked(owner, req, now, LeaseGrant{})
 		return routed{}, false
 	}
 	return s.askLease(ctx, owner, req, want, now), true
@@ -111,7 +111,7 @@ func (s *Service) HandleSettle(_ context.Context, origin string, uses []LeaseUse
 	now := s.deps.Now()
 	settled := 0
 	for _, u := range uses {
-		ll := s.leases.take(u.ID, origin)
+		ll := s.leases.takeLent(u.ID, origin)
 		if ll == nil {
 			continue
 		}
