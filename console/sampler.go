@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // Sampler turns a node's metrics into the console's samples: once a
@@ -26,7 +25,7 @@ type Sampler struct {
 	mu      sync.Mutex
 	prev    totals
 	prevAt  time.Time
-	samples []route.Sample // oldest first, at most keep
+	samples []peer.Sample // oldest first, at most keep
 }
 
 // DefaultKeep is five minutes of one-second samples.
@@ -78,11 +77,11 @@ func (s *Sampler) Sample(now time.Time) error {
 }
 
 // Since returns the samples newer than t, oldest first (a copy).
-func (s *Sampler) Since(t time.Time) []route.Sample {
+func (s *Sampler) Since(t time.Time) []peer.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := sort.Search(len(s.samples), func(i int) bool { return s.samples[i].Time.After(t) })
-	return append([]route.Sample(nil), s.samples[i:]...)
+	return append([]peer.Sample(nil), s.samples[i:]...)
 }
 
 // routeIndex maps checks_total's routes to the sample's: a check admitted
@@ -154,14 +153,14 @@ func readHistogram(h *dto.Histogram) histogram {
 
 // diff is the sample between two reads dt seconds apart. A counter that
 // went down (a registry that restarted) counts from zero.
-func diff(a, b totals, now time.Time, dt float64) route.Sample {
+func diff(a, b totals, now time.Time, dt float64) peer.Sample {
 	rate := func(x, y float64) float64 {
 		if y < x {
 			x = 0
 		}
 		return (y - x) / dt
 	}
-	return route.Sample{
+	return peer.Sample{
 		Time:         now,
 		LocalAllowed: rate(a.checks[0][0], b.checks[0][0]), LocalDenied: rate(a.checks[0][1], b.checks[0][1]),
 		ForwardedAllowed: rate(a.checks[1][0], b.checks[1][0]), ForwardedDenied: rate(a.checks[1][1], b.checks[1][1]),

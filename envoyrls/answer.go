@@ -13,14 +13,14 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // assemble folds the decisions into resp: each limited descriptor's
 // status and its counts in the metrics, the overall code, the headers of
 // the most restrictive descriptor and the dynamic metadata. It reports
 // whether a fallback decided any descriptor.
-func (s *Server) assemble(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, results []route.Result, b *boundMetrics, dc *domainCounters) bool {
+func (s *Server) assemble(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, results []peer.Result, b *boundMetrics, dc *domainCounters) bool {
 	degraded := s.statuses(resp, req, plans, results, b, dc)
 	s.overallCode(resp, plans, dc)
 	if s.cfg.Settings.Headers {
@@ -32,7 +32,7 @@ func (s *Server) assemble(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitReq
 
 // statuses fills each limited descriptor's status from its decision and
 // counts it, and reports whether a fallback decided any.
-func (s *Server) statuses(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, results []route.Result, b *boundMetrics, dc *domainCounters) bool {
+func (s *Server) statuses(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, results []peer.Result, b *boundMetrics, dc *domainCounters) bool {
 	degraded := false
 	var durs []durationpb.Duration // one per descriptor, allocated at the first limited one
 	for i := range plans {
@@ -61,7 +61,7 @@ func (s *Server) statuses(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitReq
 
 // decide sets p.d, the decision for planned descriptor p, a limited one,
 // and reports whether a fallback made it.
-func (p *plan) decide(results []route.Result) (degraded bool) {
+func (p *plan) decide(results []peer.Result) (degraded bool) {
 	var d limiter.Decision
 	if p.check >= 0 {
 		res := results[p.check]

@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
-	"github.com/peerlimit/peerlimit/rpc"
 )
 
 // Two descriptors, one plain and one nested, with limits high enough that
@@ -114,7 +114,7 @@ func BenchmarkGRPC(b *testing.B) {
 		cl := pb.NewRateLimiterClient(conn)
 		req := &pb.CheckBatchRequest{}
 		for _, c := range benchChecks() {
-			req.Checks = append(req.Checks, rpc.ToProtoRequest(c))
+			req.Checks = append(req.Checks, protoconv.ToProtoRequest(c))
 		}
 		b.ReportAllocs()
 		for b.Loop() {

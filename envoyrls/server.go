@@ -18,6 +18,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -25,7 +26,7 @@ import (
 // check to its key's owner, the ones bound for the same owner in one
 // call, and answers each on its own.
 type Checker interface {
-	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error)
+	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
 	MaxBatch() int
 }
 
@@ -311,7 +312,7 @@ func (p *plan) checkHits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDesc
 
 // check decides the batch in one CheckBatch. RLS has no per-descriptor
 // error, so the first descriptor whose check failed fails the call.
-func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan) ([]route.Result, error) {
+func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan) ([]peer.Result, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -339,7 +340,7 @@ func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan
 // refused still consumes nothing. Best effort, in one more CheckBatch:
 // the answer is already OVER_LIMIT whatever it does, so its failure
 // fails nothing; the next check sees the count as it is.
-func (s *Server) saturate(ctx context.Context, plans []plan, reqs []limiter.Request, results []route.Result) {
+func (s *Server) saturate(ctx context.Context, plans []plan, reqs []limiter.Request, results []peer.Result) {
 	var fills []limiter.Request
 	for _, p := range plans {
 		if p.check < 0 || p.hits == 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -542,7 +543,7 @@ func TestMetricsBindOncePerConfig(t *testing.T) {
 
 type degradeAll struct{ Checker }
 
-func (d degradeAll) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error) {
+func (d degradeAll) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
 	res, err := d.Checker.CheckBatch(ctx, reqs)
 	for i := range res {
 		res[i].Degraded = true
@@ -569,8 +570,8 @@ type idOf struct {
 	got string
 }
 
-func (c *idOf) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error) {
-	c.got = route.RequestIDFrom(ctx)
+func (c *idOf) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
+	c.got = peer.RequestIDFrom(ctx)
 	return c.Checker.CheckBatch(ctx, reqs)
 }
 

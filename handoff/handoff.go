@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // ChunkBytes bounds one Handoff call (limiter.ChunkBytes).
@@ -32,7 +32,7 @@ type Deps struct {
 	// Store holds the state to hand off. Required.
 	Store *limiter.Store
 	// Peers carries the calls. Required.
-	Peers route.Peers
+	Peers peer.Peers
 	// Ring returns the current ring: who owns each partition. Required.
 	Ring func() *ring.Ring
 	// Leaving reports whether this node is leaving the cluster: it then
@@ -111,13 +111,13 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 	for _, p := range parts {
 		states = append(states, s.d.Store.SnapshotPartition(p, s.d.Now())...)
 	}
-	to := route.Route{ID: owner.ID, Addr: owner.Addr}
+	to := peer.Route{ID: owner.ID, Addr: owner.Addr}
 	sent, merged := 0, 0
 	for sent < len(states) {
 		chunk := states[sent : sent+limiter.ChunkLen(states[sent:])]
 		// The receiver logs what it refuses under the same request_id.
-		rid := route.NewRequestID()
-		m, rejected, err := s.d.Peers.Handoff(route.WithRequestID(ctx, rid), to, chunk)
+		rid := peer.NewRequestID()
+		m, rejected, err := s.d.Peers.Handoff(peer.WithRequestID(ctx, rid), to, chunk)
 		if err != nil {
 			// The state never left: try again on the next round.
 			s.d.Metrics.failed()

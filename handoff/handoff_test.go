@@ -21,6 +21,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 )
@@ -97,9 +98,9 @@ func (p *pair) start(t *testing.T, id string) *node {
 	return n
 }
 
-func (p *pair) owner(key string) route.Route {
+func (p *pair) owner(key string) peer.Route {
 	m := p.ring.Load().Owner(key)
-	return route.Route{ID: m.ID, Addr: m.Addr}
+	return peer.Route{ID: m.ID, Addr: m.Addr}
 }
 
 // keys returns n keys the ring gives to owner.
@@ -251,7 +252,7 @@ func TestRefusedStatesAreReported(t *testing.T) {
 	_, err := p.a.store.Check(p.now, limiter.Request{Key: key, Limit: 10, Window: time.Hour, Hits: 1})
 	require.NoError(t, err)
 	refused := limiter.KeyState{Key: key, Window: 0, Algorithm: limiter.SlidingWindowCounter}
-	merged, rejected := p.b.svc.HandleHandoff(route.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
+	merged, rejected := p.b.svc.HandleHandoff(peer.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
 	assert.Zero(t, merged)
 	require.Len(t, rejected, 1)
 	got := p.b.logs.Find("refused handed-off keys")

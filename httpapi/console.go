@@ -8,6 +8,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/topk"
 )
@@ -20,7 +21,7 @@ import (
 // *route.Service is one.
 type Console interface {
 	Inspect(ctx context.Context, req route.InspectRequest) (route.InspectResult, error)
-	Reports(ctx context.Context, req route.ReportRequest) []route.MemberReport
+	Reports(ctx context.Context, req peer.ReportRequest) []route.MemberReport
 	Top(ctx context.Context, n int) (route.TopKeys, error)
 }
 
@@ -150,7 +151,7 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 // clusterView joins the members this node sees (Deps.Members: every
 // state, with its share of the ring) with the reports of the live ones.
 func (h *handler) clusterView(ctx context.Context, sinceMS int64, n int) Cluster {
-	req := route.ReportRequest{Top: n}
+	req := peer.ReportRequest{Top: n}
 	if sinceMS > 0 {
 		req.Since = time.UnixMilli(sinceMS)
 	}
@@ -190,7 +191,7 @@ func clusterMember(m MemberInfo, reports map[string]route.MemberReport) ClusterM
 	return cm
 }
 
-func sampleJSON(s route.Sample) Sample {
+func sampleJSON(s peer.Sample) Sample {
 	out := Sample{TimeMS: s.Time.UnixMilli(), LocalAllowed: s.LocalAllowed, LocalDenied: s.LocalDenied,
 		ForwardedAllowed: s.ForwardedAllowed, ForwardedDenied: s.ForwardedDenied, FallbackAllowed: s.FallbackAllowed,
 		FallbackDenied: s.FallbackDenied, Errors: s.Errors, PeerChecks: s.PeerChecks, Degraded: s.Degraded, HandoffKeys: s.HandoffKeys}

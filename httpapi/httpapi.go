@@ -22,18 +22,19 @@ import (
 	"strings"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
 	"github.com/peerlimit/peerlimit/route"
 )
 
 // Checker decides checks and resets; *route.Service is one.
 type Checker interface {
-	Check(ctx context.Context, req limiter.Request) route.Result
-	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]route.Result, error)
+	Check(ctx context.Context, req limiter.Request) peer.Result
+	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
 	MaxBatch() int
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
-	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (route.ResetRequest, error)
-	Reset(ctx context.Context, r route.ResetRequest) (route.ResetResult, error)
+	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (peer.ResetRequest, error)
+	Reset(ctx context.Context, r peer.ResetRequest) (route.ResetResult, error)
 }
 
 var _ Checker = (*route.Service)(nil)
@@ -332,16 +333,16 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 }
 
 // requestContext returns r's context carrying the client's X-Request-Id,
-// when it sent a valid one (route.ValidRequestID), and echoes it: the nodes'
+// when it sent a valid one (peer.ValidRequestID), and echoes it: the nodes'
 // log lines about the request name it as request_id. An invalid one is
 // ignored, not refused.
 func requestContext(w http.ResponseWriter, r *http.Request) context.Context {
 	id := r.Header.Get("X-Request-Id")
-	if id == "" || !route.ValidRequestID(id) {
+	if id == "" || !peer.ValidRequestID(id) {
 		return r.Context()
 	}
 	w.Header().Set("X-Request-Id", id)
-	return route.WithRequestID(r.Context(), id)
+	return peer.WithRequestID(r.Context(), id)
 }
 
 func policiesJSON(set *policy.Set) Policies {
@@ -455,10 +456,10 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 	if c.Policy != "" {
 		return h.c.PolicyRequest(c.Policy, c.Key, c.Hits, route.InlineField(c.Limit, c.WindowMS, c.Algorithm != ""))
 	}
-	return route.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
+	return limiter.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits), nil
 }
 
-func toJSON(r route.Result) CheckResponse {
+func toJSON(r peer.Result) CheckResponse {
 	d := r.Decision
 	return CheckResponse{
 		Allowed:       d.Allowed,
@@ -474,7 +475,7 @@ func toJSON(r route.Result) CheckResponse {
 }
 
 func errorOf(err error) *Error {
-	return &Error{Code: route.CodeOf(err).String(), Field: route.Field(err), Message: err.Error()}
+	return &Error{Code: peer.CodeOf(err).String(), Field: peer.FieldOf(err), Message: err.Error()}
 }
 
 // writeError answers a failed request with the HTTP status its code maps to.

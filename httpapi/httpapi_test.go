@@ -23,6 +23,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 )
@@ -831,7 +832,7 @@ func TestWriteErrorStatus(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, http.StatusGatewayTimeout, "DEADLINE_EXCEEDED", ""},
 		{"canceled", context.Canceled, 499, "CANCELLED", ""},
 		{"unavailable", fmt.Errorf("reset: %w", route.ErrOwnerUnreachable), http.StatusServiceUnavailable, "UNAVAILABLE", ""},
-		{"another member's code", &route.Error{Code: route.Unavailable, Message: "owner down"}, http.StatusServiceUnavailable, "UNAVAILABLE", ""},
+		{"another member's code", &peer.Error{Code: peer.Unavailable, Message: "owner down"}, http.StatusServiceUnavailable, "UNAVAILABLE", ""},
 		{"other", errors.New("boom"), http.StatusInternalServerError, "INTERNAL", ""},
 	}
 	for _, tt := range tests {

@@ -143,3 +143,23 @@ func (c *Config) validate(r *Request) error {
 	}
 	return nil
 }
+
+// NewRequest builds a request from the public API's fields, which every
+// API shares; hits nil means 1. It validates nothing: the store checks
+// every field, in its order, so the first bad field is named whichever
+// API it came through.
+func NewRequest(key string, limit, windowMS int64, algo Algorithm, hits *int64) Request {
+	r := Request{Key: key, Limit: limit, Window: WindowFromMS(windowMS), Algorithm: algo, Hits: 1}
+	if hits != nil {
+		r.Hits = *hits
+	}
+	return r
+}
+
+// WindowFromMS converts a window in ms, clamped first: the multiplication
+// would wrap, and a negative window could wrap into a valid positive one.
+// A clamped window is still out of range, so the store refuses it.
+func WindowFromMS(ms int64) time.Duration {
+	const maxMS = math.MaxInt64 / int64(time.Millisecond)
+	return time.Duration(min(max(ms, -maxMS), maxMS)) * time.Millisecond
+}

@@ -13,10 +13,10 @@ import (
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
-	"github.com/peerlimit/peerlimit/rpc"
 )
 
 // Config is everything a node needs. Start from DefaultConfig (or
@@ -55,7 +55,7 @@ type Config struct {
 	// unreachable, the bound on forwarded checks in flight.
 	Route route.Config
 	// Peers tunes the calls to other members: batching, timeouts.
-	Peers rpc.PeersConfig
+	Peers peerrpc.Config
 	// PeerDialOptions are added to every connection to another member,
 	// after the node's own (TLS, source address). Optional; tests use it
 	// to watch the calls.
@@ -131,7 +131,7 @@ func DefaultConfig() Config {
 		Partitions:      partition.DefaultCount,
 		Ring:            ring.DefaultConfig(),
 		Route:           route.DefaultConfig(),
-		Peers:           rpc.DefaultPeersConfig(),
+		Peers:           peerrpc.DefaultConfig(),
 		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
 		Replication:     replica.DefaultConfig(),

@@ -32,7 +32,10 @@ import (
 	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
@@ -47,7 +50,7 @@ type Node struct {
 	reg     *prometheus.Registry
 	store   *limiter.Store
 	svc     *route.Service
-	peers   *rpc.Peers
+	peers   *peerrpc.Peers
 	handoff *handoff.Sender
 	members *cluster.Cluster
 	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
@@ -66,7 +69,7 @@ type Node struct {
 	sampler *console.Sampler
 
 	grpcSrv *grpc.Server
-	drain   *rpc.Drain // ends the gRPC streams at Shutdown
+	drain   *grpcapi.Drain // ends the gRPC streams at Shutdown
 	httpSrv *http.Server
 	grpcLn  net.Listener
 	httpLn  net.Listener
@@ -189,7 +192,7 @@ func (n *Node) initRequestPath() error {
 	if d := dialFrom(n.grpcLn.Addr()); d != nil {
 		dial = append(dial, grpc.WithContextDialer(d))
 	}
-	if n.peers, err = rpc.NewPeers(n.cfg.Peers, n.cfg.ID, routeMetrics, append(dial, n.cfg.PeerDialOptions...)...); err != nil {
+	if n.peers, err = peerrpc.NewPeers(n.cfg.Peers, n.cfg.ID, routeMetrics, append(dial, n.cfg.PeerDialOptions...)...); err != nil {
 		return err
 	}
 	n.onUndo(n.peers.Close)
@@ -223,7 +226,7 @@ func (n *Node) initRequestPath() error {
 }
 
 func (n *Node) initGRPC() error {
-	n.drain = rpc.NewDrain()
+	n.drain = grpcapi.NewDrain()
 	unary := []grpc.UnaryServerInterceptor{n.drain.Unary, n.recoverUnary}
 	if g := n.sec.guard(); g != nil {
 		unary = append(unary, g.Unary)
@@ -239,13 +242,24 @@ func (n *Node) initGRPC() error {
 	api := rpc.NewServer(n.svc)
 	api.MembersFunc, api.Drain = n.membersProto, n.drain
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
-	pb.RegisterPeerServer(n.grpcSrv, rpc.NewPeerServer(n.svc))
+	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
 	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log); err != nil {
 		return err
 	}
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
 	reflection.Register(n.grpcSrv)
 	return nil
+}
+
+// peerServer serves the peer protocol over the request path. Its streams
+// end at Shutdown with the others (grpcapi.Drain). Their batches are not
+// checked again one by one (Server.Admit): a stream's credentials are the
+// ones it opened with, and checking them again on every batch would cut
+// every stream in the middle of a secret rotation.
+func (n *Node) peerServer() *peerrpc.Server {
+	s := peerrpc.NewServer(n.svc, route.MaxTop)
+	s.Drain = n.drain
+	return s
 }
 
 func (n *Node) initHTTP() error {
@@ -363,9 +377,9 @@ func (n *Node) Members() []cluster.Member { return n.members.Members() }
 
 // owner is the Service's routing: the ring's owner of key. A leaving node
 // owns nothing, so what reaches it goes to the heirs.
-func (n *Node) owner(key string) route.Route {
+func (n *Node) owner(key string) peer.Route {
 	m := n.ring.Load().Owner(key)
-	return route.Route{ID: m.ID, Addr: m.Addr}
+	return peer.Route{ID: m.ID, Addr: m.Addr}
 }
 
 // membershipChanged rebuilds and swaps the ring, updates the peer
@@ -377,13 +391,13 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	defer n.ringMu.Unlock()
 	n.sec.setMembers(members) // before routing to a new member, accept its calls
 	var rms []ring.Member
-	var routes []route.Route
+	var routes []peer.Route
 	for _, m := range members {
 		if m.GRPCAddr == "" || (m.ID == n.cfg.ID && n.leaving.Load()) {
 			continue
 		}
 		rms = append(rms, ring.Member{ID: m.ID, Addr: m.GRPCAddr})
-		routes = append(routes, route.Route{ID: m.ID, Addr: m.GRPCAddr})
+		routes = append(routes, peer.Route{ID: m.ID, Addr: m.GRPCAddr})
 	}
 	if len(rms) == 0 {
 		return // leaving and alone: keep the last ring
@@ -496,7 +510,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 // stopGRPC stops the gRPC server once the calls and stream messages under
 // way are answered. Streams end after the message in hand, and once
 // nothing is under way what is left, the idle streams clients and peers
-// keep open, is cut (rpc.Drain). If ctx ends first, everything is cut and
+// keep open, is cut (grpcapi.Drain). If ctx ends first, everything is cut and
 // the error says so.
 func (n *Node) stopGRPC(ctx context.Context) error {
 	quiet := n.drain.Start()

@@ -3,8 +3,8 @@ package node
 import (
 	"errors"
 
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // ErrNoPolicyFile is returned by ReloadPolicies on a node started without
@@ -55,11 +55,11 @@ func (n *Node) policySet() *policy.Set {
 // memberRoutes lists the ring's members for the calls that go to every
 // member (Reset). The ring, not the gossip view: it is swapped atomically
 // and always set, even while the node is still joining.
-func (n *Node) memberRoutes() []route.Route {
+func (n *Node) memberRoutes() []peer.Route {
 	ms := n.ring.Load().Members()
-	out := make([]route.Route, len(ms))
+	out := make([]peer.Route, len(ms))
 	for i, m := range ms {
-		out[i] = route.Route{ID: m.ID, Addr: m.Addr}
+		out[i] = peer.Route{ID: m.ID, Addr: m.Addr}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -57,10 +58,10 @@ func (n *Node) initReplicator() (err error) {
 }
 
 // heir is route.Deps.Heir: the backup of key's partition.
-func (n *Node) heir(key string) (route.Route, bool) {
+func (n *Node) heir(key string) (peer.Route, bool) {
 	r := n.ring.Load()
 	b, ok := r.Backup(r.Partition(key))
-	return route.Route{ID: b.ID, Addr: b.Addr}, ok
+	return peer.Route{ID: b.ID, Addr: b.Addr}, ok
 }
 
 // promote is route.Deps.Promote: merge the replica of key's partition, if

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // A handoff from a member and the promotion of the replica that member
@@ -26,7 +26,7 @@ func TestHandoffAndReplicaPromotionCountOnce(t *testing.T) {
 			p := n.store.PartitionOf(key)
 			ks := limiter.KeyState{Key: key, Window: time.Hour, Algorithm: limiter.SlidingWindowCounter,
 				WindowID: now.UnixMilli() / time.Hour.Milliseconds(), Curr: 3}
-			n.repl.store.Apply("node-x", route.Replication{Whole: []int{p}, States: []limiter.KeyState{ks}})
+			n.repl.store.Apply("node-x", peer.Replication{Whole: []int{p}, States: []limiter.KeyState{ks}})
 			handoff := func() {
 				n.supersede("node-x", []limiter.KeyState{ks}) // what route.HandleHandoff does first
 				_, errs := n.store.Merge(now, []limiter.KeyState{ks})

@@ -27,14 +27,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
-	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
 )
 
@@ -250,7 +251,7 @@ func TestHardenedCluster(t *testing.T) {
 		target := nodes[0]
 		key := keyOwnedBy(t, target, target.ID(), "intruded")
 		fwd := &pb.ForwardRequest{Checks: []*pb.CheckRequest{{Key: key, Limit: 100, WindowMs: 60_000}}}
-		handoff := &pb.HandoffRequest{States: []*pb.KeyState{rpc.ToProtoKeyState(limiter.KeyState{Key: key, Window: time.Minute,
+		handoff := &pb.HandoffRequest{States: []*pb.KeyState{protoconv.ToProtoKeyState(limiter.KeyState{Key: key, Window: time.Minute,
 			WindowID: time.Now().UnixMilli() / 60_000, Curr: 50})}}
 		call := func(conn *grpc.ClientConn, origin string, md ...string) (fwdErr, handoffErr error) {
 			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), md...), 5*time.Second)
@@ -296,7 +297,7 @@ func TestHardenedCluster(t *testing.T) {
 		// Every credential, through the real sender path (rpc.Peers), but
 		// not a member: refused with PermissionDenied.
 		intruder := intruderPeers(t, h, "intruder")
-		route := route.Route{ID: target.ID(), Addr: target.GRPCAddr()}
+		route := peer.Route{ID: target.ID(), Addr: target.GRPCAddr()}
 		_, _, err := intruder.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 		_, _, err = intruder.Handoff(context.Background(), route, []limiter.KeyState{{Key: key, Window: time.Minute,
@@ -344,7 +345,7 @@ func TestHardenedCluster(t *testing.T) {
 
 // intruderPeers is the sender side of a process that holds a peer
 // certificate and the cluster secret, calling itself id.
-func intruderPeers(t *testing.T, h *hardened, id string) *rpc.Peers {
+func intruderPeers(t *testing.T, h *hardened, id string) *peerrpc.Peers {
 	t.Helper()
 	srv := h.nodeCA.Issue(t, testcerts.Leaf{Name: id + "-x-server", IPs: testcerts.Loopback, Server: true})
 	peer := h.nodeCA.Issue(t, testcerts.Leaf{Name: id + "-x-peer", DNSNames: []string{peerName}})
@@ -353,9 +354,9 @@ func intruderPeers(t *testing.T, h *hardened, id string) *rpc.Peers {
 	require.NoError(t, err)
 	pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: id, RequireCert: true, Secrets: [][]byte{[]byte(secSecret)}})
 	require.NoError(t, err)
-	cfg := rpc.DefaultPeersConfig()
+	cfg := peerrpc.DefaultConfig()
 	cfg.BatchLimit, cfg.Timeout = 1, 5*time.Second
-	p, err := rpc.NewPeers(cfg, id, nil,
+	p, err := peerrpc.NewPeers(cfg, id, nil,
 		grpc.WithTransportCredentials(credentials.NewTLS(tl.PeerDialConfig())), grpc.WithPerRPCCredentials(pa.Credentials()))
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
@@ -390,13 +391,13 @@ func TestClusterSecretKeepsStrangersOut(t *testing.T) {
 	c := testcluster.New(t, 2, func(cfg *node.Config) { cfg.Security.ClusterSecrets = [][]byte{[]byte(secSecret)} })
 	target := c.Node(0)
 	key := keyOwnedBy(t, target, target.ID(), "secret")
-	route := route.Route{ID: target.ID(), Addr: target.GRPCAddr()}
-	sender := func(id, secret string) *rpc.Peers {
+	route := peer.Route{ID: target.ID(), Addr: target.GRPCAddr()}
+	sender := func(id, secret string) *peerrpc.Peers {
 		pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: id, Secrets: [][]byte{[]byte(secret)}})
 		require.NoError(t, err)
-		cfg := rpc.DefaultPeersConfig()
+		cfg := peerrpc.DefaultConfig()
 		cfg.BatchLimit, cfg.Timeout = 1, 5*time.Second
-		p, err := rpc.NewPeers(cfg, id, nil, grpc.WithPerRPCCredentials(pa.Credentials()))
+		p, err := peerrpc.NewPeers(cfg, id, nil, grpc.WithPerRPCCredentials(pa.Credentials()))
 		require.NoError(t, err)
 		t.Cleanup(p.Close)
 		return p

@@ -8,8 +8,8 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/replica"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // What a backup pays per key it keeps for an owner: the cost of
@@ -43,7 +43,7 @@ func BenchmarkMemoryPerReplica(b *testing.B) {
 					states[i] = ks
 				}
 				s := replica.NewStore(partition.DefaultCount, 1<<22, 10_000, nil)
-				s.Apply("owner", route.Replication{States: states})
+				s.Apply("owner", peer.Replication{States: states})
 				states = nil // what stays is the store's: key strings, logs, its maps
 				after := heapInUse()
 				b.ReportMetric(float64(after-before)/float64(c.keys), "B/key")

@@ -20,6 +20,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -92,18 +93,18 @@ func (c *cluster) start(t *testing.T, id string) *member {
 			require.Empty(t, errs)
 		}
 	}
-	heir := func(key string) (route.Route, bool) {
+	heir := func(key string) (peer.Route, bool) {
 		b, ok := c.ring.Backup(c.ring.Partition(key))
-		return route.Route{ID: b.ID, Addr: b.Addr}, ok
+		return peer.Route{ID: b.ID, Addr: b.Addr}, ok
 	}
-	owner := func(key string) route.Route {
+	owner := func(key string) peer.Route {
 		o := c.ring.Owner(key)
-		return route.Route{ID: o.ID, Addr: o.Addr}
+		return peer.Route{ID: o.ID, Addr: o.Addr}
 	}
-	members := func() []route.Route {
-		var out []route.Route
+	members := func() []peer.Route {
+		var out []peer.Route
 		for _, m := range c.ring.Members() {
-			out = append(out, route.Route{ID: m.ID, Addr: m.Addr})
+			out = append(out, peer.Route{ID: m.ID, Addr: m.Addr})
 		}
 		return out
 	}
@@ -195,7 +196,7 @@ func replicated(t *testing.T, c *cluster, req limiter.Request) int64 {
 	b := c.members[c.heirOf(req.Key)]
 	p := b.store.PartitionOf(req.Key)
 	states, _ := b.replicas.Take(p)
-	defer b.replicas.Apply("test", route.Replication{States: states})
+	defer b.replicas.Apply("test", peer.Replication{States: states})
 	for _, ks := range states {
 		if ks.Key == req.Key && ks.Algorithm == req.Algorithm {
 			return int64(len(ks.Log))
@@ -251,7 +252,7 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	state := func(key string, log ...int64) limiter.KeyState {
 		return limiter.KeyState{Key: key, Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: log}
 	}
-	kept := s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a", t0), state("b", t0, t0+1, t0+2, t0+3), state("c", t0)}})
+	kept := s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0), state("b", t0, t0+1, t0+2, t0+3), state("c", t0)}})
 	assert.Equal(t, 2, kept)
 	assert.Equal(t, 2, s.Len())
 	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"))
@@ -260,13 +261,13 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, []int64{t0 + 1, t0 + 2, t0 + 3}, got[0].Log, "trimmed to the newest MaxLogLimit")
 
-	s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a")}})
+	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a")}})
 	assert.Zero(t, s.Len(), "an empty state drops the copy")
-	s.Apply("n1", route.Replication{States: []limiter.KeyState{state("a", t0), state("c", t0+5000)}})
+	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0), state("c", t0+5000)}})
 	assert.Equal(t, 1, s.Sweep(time.UnixMilli(t0+1000)), "a's entry left its window")
 	assert.Equal(t, 1, s.Len())
 	p := partition.Of("c", partition.DefaultCount)
-	s.Apply("n1", route.Replication{Whole: []int{p}})
+	s.Apply("n1", peer.Replication{Whole: []int{p}})
 	assert.Zero(t, s.Len(), "a whole partition starts from nothing")
 }
 

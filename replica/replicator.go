@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // Deps is what a Replicator works with.
@@ -18,7 +18,7 @@ type Deps struct {
 	// Store is the node's own state (with Config.TrackChanges). Required.
 	Store *limiter.Store
 	// Peers carries the calls. Required.
-	Peers route.Peers
+	Peers peer.Peers
 	// Ring returns the current ring: each partition's owner and backup.
 	// Required.
 	Ring func() *ring.Ring
@@ -68,7 +68,7 @@ func NewReplicator(d Deps) (*Replicator, error) {
 type batch struct {
 	to    ring.Member
 	parts []int // partitions in it
-	route.Replication
+	peer.Replication
 }
 
 // Round sends each backup what changed since the previous round in the
@@ -141,13 +141,13 @@ func (r *Replicator) collect() map[string]*batch {
 // send delivers b in chunks under limiter.ChunkBytes; the partitions sent whole
 // go with the first.
 func (r *Replicator) send(ctx context.Context, b *batch) error {
-	to := route.Route{ID: b.to.ID, Addr: b.to.Addr}
+	to := peer.Route{ID: b.to.ID, Addr: b.to.Addr}
 	states, whole := b.States, b.Whole
 	for first := true; first || len(states) > 0; first = false {
 		n := limiter.ChunkLen(states)
-		rid := route.NewRequestID()
-		if _, err := r.d.Peers.Replicate(route.WithRequestID(ctx, rid), to,
-			route.Replication{Whole: whole, States: states[:n]}); err != nil {
+		rid := peer.NewRequestID()
+		if _, err := r.d.Peers.Replicate(peer.WithRequestID(ctx, rid), to,
+			peer.Replication{Whole: whole, States: states[:n]}); err != nil {
 			return err
 		}
 		states, whole = states[n:], nil

@@ -6,7 +6,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // Store holds the replicas other members sent this node as their
@@ -45,7 +45,7 @@ func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
 // replaces its copy of each state's key with the state, or drops the
 // copy when the state is empty. States over MaxKeys are refused and
 // counted; it returns how many it kept.
-func (s *Store) Apply(origin string, r route.Replication) int {
+func (s *Store) Apply(origin string, r peer.Replication) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range r.Whole {

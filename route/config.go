@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // Config holds the request path's settings. Start from DefaultConfig.
@@ -77,13 +78,13 @@ type Deps struct {
 	Now func() time.Time
 	// Owner returns the member that owns a key. Nil means this node owns
 	// every key (a node alone).
-	Owner func(key string) Route
+	Owner func(key string) peer.Route
 	// Members returns every live member's route (this node may be among
 	// them), for the calls that go to all of them: Reset asks each to drop
 	// its copy of a key's state. Nil: this node knows no others.
-	Members func() []Route
+	Members func() []peer.Route
 	// Peers reaches the other members. Required with Owner or Members.
-	Peers Peers
+	Peers peer.Peers
 	// Policies resolves the policy names requests may give instead of
 	// numbers. Nil: this node has none, and a request naming one is
 	// refused.
@@ -103,7 +104,7 @@ type Deps struct {
 	// partition's backup, which holds its replica). A check whose owner
 	// cannot be reached goes there before the fallback policy answers.
 	// Nil, or false: no heir (replication off, a ring of one).
-	Heir func(key string) (Route, bool)
+	Heir func(key string) (peer.Route, bool)
 	// Share returns how many members are live and how many this node
 	// knows: live plus those that failed recently (not those that left),
 	// for FallbackShare. Nil: this node alone, (1, 1).
@@ -119,7 +120,7 @@ type Deps struct {
 	Promote func(key string)
 	// Samples returns this node's samples newer than since, for the
 	// console's report (package console). Nil: none.
-	Samples func(since time.Time) []Sample
+	Samples func(since time.Time) []peer.Sample
 }
 
 func (d Deps) validate() error {
@@ -134,4 +135,11 @@ func (d Deps) validate() error {
 		return errors.New("route: Deps.Peers is required with Owner or Members")
 	}
 	return nil
+}
+
+// Replicas is where a backup keeps the states owners replicate to it
+// (replica.Store is one). Apply replaces its copy of each key's state
+// with the one given, and drops the copy on an empty state.
+type Replicas interface {
+	Apply(origin string, r peer.Replication) (kept int)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -38,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 		"NodeID": func(d *route.Deps) { d.NodeID = "" },
 		"Store":  func(d *route.Deps) { d.Store = nil },
 		"Now":    func(d *route.Deps) { d.Now = nil },
-		"Peers":  func(d *route.Deps) { d.Owner = func(string) route.Route { return route.Route{} } },
+		"Peers":  func(d *route.Deps) { d.Owner = func(string) peer.Route { return peer.Route{} } },
 	} {
 		d := deps
 		mutate(&d)

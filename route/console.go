@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/topk"
 )
 
@@ -34,20 +35,7 @@ type InspectResult struct {
 	Limit, Hits int64
 	Limits      []limiter.KeyView
 	// Leases are the budget leases the owner has lent on the key.
-	Leases []LeaseInfo
-}
-
-// OwnerView is what a key's owner reads of it for an inspection.
-type OwnerView struct {
-	Limits []limiter.KeyView
-	Leases []LeaseInfo
-}
-
-// PeerInspect is an inspection a member asks of a key's owner: the policy
-// already resolved.
-type PeerInspect struct {
-	Key         string
-	Limit, Hits int64
+	Leases []peer.LeaseInfo
 }
 
 // Inspect reads req's key on its owner, here or through Peers, consuming
@@ -59,12 +47,12 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 		return InspectResult{}, err
 	}
 	owner, local := s.owner(q.Key)
-	var ov OwnerView
+	var ov peer.OwnerView
 	if local {
 		ov, err = s.HandleInspect(ctx, s.deps.NodeID, q)
 	} else {
 		ov, err = s.deps.Peers.Inspect(ctx, owner, q)
-		if err != nil && CodeOf(err) != InvalidArgument {
+		if err != nil && peer.CodeOf(err) != peer.InvalidArgument {
 			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", q.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
 		}
 	}
@@ -86,8 +74,8 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 
 // resolveInspect turns req into the owner's question and, for a policy,
 // the one limit to show.
-func (s *Service) resolveInspect(req InspectRequest) (PeerInspect, *limiter.Request, error) {
-	q := PeerInspect{Key: req.Key, Limit: req.Limit}
+func (s *Service) resolveInspect(req InspectRequest) (peer.InspectQuery, *limiter.Request, error) {
+	q := peer.InspectQuery{Key: req.Key, Limit: req.Limit}
 	if req.Policy != "" {
 		given := ""
 		if req.Limit != 0 {
@@ -126,49 +114,19 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 
 // HandleInspect implements Handler: read the key here, whatever this
 // node's ring says.
-func (s *Service) HandleInspect(_ context.Context, _ string, q PeerInspect) (OwnerView, error) {
+func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery) (peer.OwnerView, error) {
 	now := s.deps.Now()
 	views, err := s.store.Inspect(now, q.Key, q.Limit, q.Hits)
 	if err != nil {
-		return OwnerView{}, err
+		return peer.OwnerView{}, err
 	}
-	return OwnerView{Limits: views, Leases: s.leases.leasesOn(now, q.Key)}, nil
-}
-
-// ReportRequest asks a member for what the console shows of it.
-type ReportRequest struct {
-	// Since: only samples newer than it; zero for every one kept.
-	Since time.Time
-	// Top is the length of the hot-key lists; 0: none.
-	Top int
-}
-
-// Report is a member's sampled rates and its hot keys.
-type Report struct {
-	Samples []Sample
-	HotKeys limiter.HotKeys
-}
-
-// Sample is one second of a member's request path, as rates per second
-// (package console samples them from the node's metrics).
-type Sample struct {
-	Time                              time.Time
-	LocalAllowed, LocalDenied         float64
-	ForwardedAllowed, ForwardedDenied float64
-	FallbackAllowed, FallbackDenied   float64
-	Errors                            float64
-	PeerChecks                        float64 // decided here for other members
-	Degraded                          float64 // answered by a fallback or an heir, not the owner
-	HandoffKeys                       float64 // key states handed to other members
-	// ForwardP99 and ReplicationLagP99 are negative when nothing was
-	// observed in the second.
-	ForwardP99, ReplicationLagP99 time.Duration
+	return peer.OwnerView{Limits: views, Leases: s.leases.leasesOn(now, q.Key)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)
 // and hot keys.
-func (s *Service) HandleReport(_ context.Context, _ string, req ReportRequest) Report {
-	var r Report
+func (s *Service) HandleReport(_ context.Context, _ string, req peer.ReportRequest) peer.Report {
+	var r peer.Report
 	if s.deps.Samples != nil {
 		r.Samples = s.deps.Samples(req.Since)
 	}
@@ -181,16 +139,16 @@ const MaxTop = 100
 
 // MemberReport is one member's report, or why it could not be had.
 type MemberReport struct {
-	Member Route
-	Report Report
+	Member peer.Route
+	Report peer.Report
 	Err    error
 }
 
 // Reports asks every live member (Deps.Members; this node answers itself)
 // for its report, all at once, and returns one per member in the order of
 // Deps.Members. A member that does not answer within ctx has Err set.
-func (s *Service) Reports(ctx context.Context, req ReportRequest) []MemberReport {
-	members := []Route{{ID: s.deps.NodeID}}
+func (s *Service) Reports(ctx context.Context, req peer.ReportRequest) []MemberReport {
+	members := []peer.Route{{ID: s.deps.NodeID}}
 	if s.deps.Members != nil {
 		members = s.deps.Members()
 	}
@@ -247,5 +205,5 @@ func (s *Service) Top(ctx context.Context, n int) (TopKeys, error) {
 	if n < 1 || n > MaxTop {
 		return TopKeys{}, &limiter.ArgumentError{Field: "n", Reason: fmt.Sprintf("must be in [1, %d], got %d", MaxTop, n)}
 	}
-	return MergeTop(s.Reports(ctx, ReportRequest{Since: s.deps.Now(), Top: n}), n), nil
+	return MergeTop(s.Reports(ctx, peer.ReportRequest{Since: s.deps.Now(), Top: n}), n), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -103,7 +104,7 @@ func TestCallerWhoGivesUpIsToldSo(t *testing.T) {
 		req := logReq(c.key(t, "n2", "k"), 3, time.Minute)
 		res := n1.svc.Check(ctx, req)
 		assert.ErrorIs(t, res.Err, context.DeadlineExceeded)
-		assert.Equal(t, route.DeadlineExceeded, route.CodeOf(res.Err))
+		assert.Equal(t, peer.DeadlineExceeded, peer.CodeOf(res.Err))
 		assert.Zero(t, n1.held(t, c.clock.Now(), req))
 		assert.Zero(t, metric(t, n1.reg, "peerlimit_owner_unreachable_total", "policy", "local"))
 
@@ -161,7 +162,7 @@ func TestInflightForwardsBound(t *testing.T) {
 
 		res := n1.svc.Check(bg, logReq(c.key(t, "n2", "over"), 100, time.Minute))
 		assert.ErrorIs(t, res.Err, route.ErrTooManyForwards)
-		assert.Equal(t, route.ResourceExhausted, route.CodeOf(res.Err))
+		assert.Equal(t, peer.ResourceExhausted, peer.CodeOf(res.Err))
 		assert.ErrorContains(t, res.Err, "--max-inflight-forwards")
 		assert.NoError(t, n1.svc.Check(bg, logReq(c.key(t, "n1", "mine"), 100, time.Minute)).Err, "own keys wait on no one")
 
@@ -194,7 +195,7 @@ func TestSlowOwnerDecidesLateAndBothSayso(t *testing.T) {
 		n1, n2 := c.members["n1"], c.members["n2"]
 		req := logReq(c.key(t, "n2", "slow"), 5, time.Minute)
 		c.net.Pause("n2")
-		res := n1.svc.Check(route.WithRequestID(bg, "slow-1"), req)
+		res := n1.svc.Check(peer.WithRequestID(bg, "slow-1"), req)
 		require.NoError(t, res.Err)
 		assert.True(t, res.Degraded, "answered by the fallback")
 		sent := n1.logs.Find("owner unreachable")

@@ -4,24 +4,26 @@ import (
 	"context"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // HandleForward implements Handler: decide here, never forward again. The
 // checks are stamped with one arrival time, this node's.
-func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []Result {
+func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
 	now := s.deps.Now()
-	out := make([]Result, len(reqs))
+	out := make([]peer.Result, len(reqs))
 	refused := -1
 	for i, r := range reqs {
 		out[i] = s.decide(now, r)
 		s.metrics.peerCheck(r.Algorithm, out[i])
-		if refused < 0 && CodeOf(out[i].Err) == InvalidArgument {
+		if refused < 0 && peer.CodeOf(out[i].Err) == peer.InvalidArgument {
 			refused = i
 		}
 	}
 	if refused >= 0 {
-		s.RefusedForward(ctx, origin, reqs[refused].Key, out[refused].Err)
+		s.refusedForward(ctx, origin, reqs[refused].Key, out[refused].Err)
 	}
 	// Decided, but the caller has stopped waiting (its forward deadline
 	// passed): it answers these checks by its fallback, which counts
@@ -29,9 +31,9 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 	// its way when the deadline passes is not caught: those count twice.)
 	if err := ctx.Err(); err != nil {
 		undone := s.undo(now, reqs, out)
-		if s.lateLog.allow() {
+		if s.lateLog.Allow() {
 			s.log.Warn("decided forwarded checks after the caller stopped waiting; took back what they added (its fallback counts them)",
-				append([]any{"origin", Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, idAttrs(ctx, "")...)...)
+				append([]any{"origin", logging.Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, idAttrs(ctx, "")...)...)
 		}
 	}
 	return out
@@ -41,7 +43,7 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 // decided at now, added (limiter.Store.Forget: the counter's hits in
 // now's window, the log's entries at now), and returns how many it took
 // back.
-func (s *Service) undo(now time.Time, reqs []limiter.Request, out []Result) int {
+func (s *Service) undo(now time.Time, reqs []limiter.Request, out []peer.Result) int {
 	var states []limiter.KeyState
 	ms := max(now.UnixMilli(), 0)
 	for i, r := range reqs {
@@ -63,30 +65,28 @@ func (s *Service) undo(now time.Time, reqs []limiter.Request, out []Result) int 
 	return len(states)
 }
 
-// RefusedForward warns, at most once a second, about a forwarded check
+// refusedForward warns, at most once a second, about a forwarded check
 // this node refused as invalid (err names the field): the sender validated
 // it by its own limits, so the two nodes are configured differently.
-// HandleForward calls it; a transport calls it for a check it could not
-// even convert.
-func (s *Service) RefusedForward(ctx context.Context, origin, key string, err error) {
-	if !s.peerRefusedLog.allow() {
+func (s *Service) refusedForward(ctx context.Context, origin, key string, err error) {
+	if !s.peerRefusedLog.Allow() {
 		return
 	}
 	s.log.Warn("refused a forwarded check the sender accepted: the nodes' settings differ",
-		append([]any{"origin", Clip(origin), "key", Clip(key), "field", Field(err), "err", err}, idAttrs(ctx, "")...)...)
+		append([]any{"origin", logging.Clip(origin), "key", logging.Clip(key), "field", peer.FieldOf(err), "err", err}, idAttrs(ctx, "")...)...)
 }
 
 // HandleReset implements Handler. The member that received the public call
 // resolved any policy and checked r by its rules; it is checked again
 // here, by this node's, and refused naming the field if they differ.
-func (s *Service) HandleReset(ctx context.Context, origin string, r ResetRequest) (int, error) {
+func (s *Service) HandleReset(ctx context.Context, origin string, r peer.ResetRequest) (int, error) {
 	if err := s.validateReset(r); err != nil {
 		return 0, err
 	}
 	cleared := s.ResetLocal(r)
 	// Debug: applications may reset on every successful login; the node
 	// that received the reset logs it at Info, with the same request_id.
-	s.log.Debug("dropped a key's state at a member's request", append([]any{"origin", Clip(origin), "key", Clip(r.Key),
+	s.log.Debug("dropped a key's state at a member's request", append([]any{"origin", logging.Clip(origin), "key", logging.Clip(r.Key),
 		"cleared", cleared}, idAttrs(ctx, "")...)...)
 	return cleared, nil
 }
@@ -108,7 +108,7 @@ func (s *Service) HandleHandoff(ctx context.Context, origin string, states []lim
 		s.deps.OnHandoff(merged)
 	}
 	if len(rejected) > 0 {
-		s.log.Warn("refused handed-off keys", append([]any{"from", Clip(origin), "refused", len(rejected), "first", rejected[0]},
+		s.log.Warn("refused handed-off keys", append([]any{"from", logging.Clip(origin), "refused", len(rejected), "first", rejected[0]},
 			idAttrs(ctx, "")...)...)
 	}
 	return merged, rejected
@@ -116,9 +116,11 @@ func (s *Service) HandleHandoff(ctx context.Context, origin string, states []lim
 
 // HandleReplicate implements Handler: keep the owner's states apart, in
 // Deps.Replicas, never in the store that decides.
-func (s *Service) HandleReplicate(_ context.Context, origin string, r Replication) (int, error) {
+func (s *Service) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {
 	if s.deps.Replicas == nil {
-		return 0, ErrNoReplicas
+		return 0, peer.ErrNoReplicas
 	}
 	return s.deps.Replicas.Apply(origin, r), nil
 }
+
+var _ peer.Handler = (*Service)(nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 )
@@ -122,15 +123,15 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	return m
 }
 
-func (c *cluster) owner(key string) route.Route {
+func (c *cluster) owner(key string) peer.Route {
 	m := c.ring.Owner(key)
-	return route.Route{ID: m.ID, Addr: m.Addr}
+	return peer.Route{ID: m.ID, Addr: m.Addr}
 }
 
-func (c *cluster) routes() []route.Route {
-	var out []route.Route
+func (c *cluster) routes() []peer.Route {
+	var out []peer.Route
 	for _, m := range c.ring.Members() {
-		out = append(out, route.Route{ID: m.ID, Addr: m.Addr})
+		out = append(out, peer.Route{ID: m.ID, Addr: m.Addr})
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // When a check's owner cannot be reached, before the fallback policy
@@ -23,9 +24,9 @@ import (
 // and one member decides the key. Only then does the policy answer.
 
 // heirOf returns the member that inherits key if its owner fails.
-func (s *Service) heirOf(key string) (Route, bool) {
+func (s *Service) heirOf(key string) (peer.Route, bool) {
 	if s.deps.Heir == nil {
-		return Route{}, false
+		return peer.Route{}, false
 	}
 	return s.deps.Heir(key)
 }
@@ -34,34 +35,34 @@ func (s *Service) heirOf(key string) (Route, bool) {
 // key's heir, or, when the heir is this node, the first other live member
 // that is not the owner. false: there is none (a ring of two, or
 // replication off).
-func (s *Service) relayFor(key string, owner Route) (Route, bool) {
+func (s *Service) relayFor(key string, owner peer.Route) (peer.Route, bool) {
 	h, ok := s.heirOf(key)
 	if !ok || h.ID == owner.ID {
-		return Route{}, false
+		return peer.Route{}, false
 	}
 	if h.ID != s.deps.NodeID {
 		return h, true
 	}
 	if s.deps.Members == nil {
-		return Route{}, false
+		return peer.Route{}, false
 	}
 	for _, m := range s.deps.Members() {
 		if m.ID != s.deps.NodeID && m.ID != owner.ID {
 			return m, true
 		}
 	}
-	return Route{}, false
+	return peer.Route{}, false
 }
 
 // rescue answers the checks idx of reqs, whose owner could not be
 // reached, by a relay or as their heir (see above), fills in out for
 // those it answered and returns them; the caller's policy answers the
 // rest.
-func (s *Service) rescue(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) map[int]bool {
+func (s *Service) rescue(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) map[int]bool {
 	if s.deps.Heir == nil || callerGone(ctx) != nil {
 		return nil
 	}
-	byRelay := map[Route][]int{}
+	byRelay := map[peer.Route][]int{}
 	for _, i := range idx {
 		if via, ok := s.relayFor(reqs[i].Key, owner); ok {
 			byRelay[via] = append(byRelay[via], i)
@@ -93,7 +94,7 @@ func (s *Service) rescue(ctx context.Context, owner Route, reqs []limiter.Reques
 
 // relay has via take the checks idx of reqs to their owner in one call,
 // and returns their results in order; nil if via could not be asked.
-func (s *Service) relay(ctx context.Context, via Route, reqs []limiter.Request, idx []int) []Result {
+func (s *Service) relay(ctx context.Context, via peer.Route, reqs []limiter.Request, idx []int) []peer.Result {
 	got := s.acquire(len(idx))
 	defer s.release(got)
 	if got < len(idx) {
@@ -111,10 +112,10 @@ func (s *Service) relay(ctx context.Context, via Route, reqs []limiter.Request, 
 // owner's replica merged into this node's state, if this node is the
 // key's heir; the answer is Degraded (it misses what the owner admitted
 // within the replication lag). false if this node is not the heir.
-func (s *Service) asHeir(now time.Time, req limiter.Request) (Result, bool) {
+func (s *Service) asHeir(now time.Time, req limiter.Request) (peer.Result, bool) {
 	h, ok := s.heirOf(req.Key)
 	if !ok || h.ID != s.deps.NodeID {
-		return Result{}, false
+		return peer.Result{}, false
 	}
 	s.promote(req.Key)
 	res := s.decide(now, req)
@@ -135,10 +136,10 @@ func (s *Service) promote(key string) {
 // node); one whose owner this node cannot reach either is decided here as
 // its heir, or fails with a *CallError for the sender's fallback. Never
 // relayed further.
-func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []Result {
+func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
 	now := s.deps.Now()
-	out := make([]Result, len(reqs))
-	byOwner := map[Route][]int{}
+	out := make([]peer.Result, len(reqs))
+	byOwner := map[peer.Route][]int{}
 	for i, r := range reqs {
 		if owner, local := s.owner(r.Key); !local && owner.ID != origin {
 			byOwner[owner] = append(byOwner[owner], i)
@@ -150,7 +151,7 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 		sub := pick(reqs, idx)
 		results, _, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
 		for j, i := range idx {
-			if err == nil && !isCallError(results[j].Err) {
+			if err == nil && !peer.IsCallError(results[j].Err) {
 				out[i] = results[j]
 				continue
 			}
@@ -158,7 +159,7 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 				out[i] = res
 				continue
 			}
-			out[i] = Result{Err: &CallError{ID: CallID(err), Err: fmt.Errorf("relayed by %s: owner %s: %w from here too", s.deps.NodeID, owner.ID, ErrOwnerUnreachable)}}
+			out[i] = peer.Result{Err: &peer.CallError{ID: peer.CallID(err), Err: fmt.Errorf("relayed by %s: owner %s: %w from here too", s.deps.NodeID, owner.ID, ErrOwnerUnreachable)}}
 		}
 	}
 	return out

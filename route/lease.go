@@ -8,6 +8,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // Budget leases: an owner lends part of a hot key's limit to a node that
@@ -33,25 +34,6 @@ import (
 //   - a lease never settled (its holder crashed or was cut off) is counted
 //     as all used, at its last moment: under-admission only.
 
-// LeaseGrant is what an owner lends: Hits of one limit, usable for
-// Duration from when the holder asked. A zero ID lends nothing.
-type LeaseGrant struct {
-	ID       uint64
-	Hits     int64
-	Duration time.Duration
-	// The owner's times for the key right after the grant, for the
-	// holder's answers (run down as the lease ages).
-	ResetAfter, RefillAfter time.Duration
-}
-
-// LeaseUse is a holder's settlement of one lease: how many hits it
-// admitted and, for the log, when, as offsets from when it asked.
-type LeaseUse struct {
-	ID      uint64
-	Used    int64
-	Offsets []time.Duration
-}
-
 // leaseKey is one limit a lease is for.
 type leaseKey struct {
 	key    string
@@ -66,8 +48,8 @@ func leaseKeyOf(r limiter.Request) leaseKey {
 
 // heldLease is a lease this node holds. Guarded by its holderShard's lock.
 type heldLease struct {
-	owner   Route
-	grant   LeaseGrant
+	owner   peer.Route
+	grant   peer.LeaseGrant
 	algo    limiter.Algorithm
 	asked   time.Time // when this node asked: the lease's clock starts here
 	until   time.Time // asked + grant.Duration
@@ -220,7 +202,7 @@ func (hl *heldLease) decision(now time.Time, req limiter.Request, before int64) 
 
 // asked records the owner's answer to a lease this node asked for at
 // asked (before the call): a grant to admit from, or none.
-func (l *leases) asked(owner Route, req limiter.Request, asked time.Time, g LeaseGrant) {
+func (l *leases) asked(owner peer.Route, req limiter.Request, asked time.Time, g peer.LeaseGrant) {
 	sh, h := l.shard(req.Key)
 	lk := leaseKeyOf(req)
 	sh.mu.Lock()
@@ -240,8 +222,8 @@ func clone(s string) string { return string([]byte(s)) } // don't pin a decoded 
 
 // settlements takes, by owner, the leases to settle now: those set aside
 // and those expired at now, or with all every lease held.
-func (l *leases) settlements(now time.Time, all bool) map[Route][]LeaseUse {
-	out := map[Route][]LeaseUse{}
+func (l *leases) settlements(now time.Time, all bool) map[peer.Route][]peer.LeaseUse {
+	out := map[peer.Route][]peer.LeaseUse{}
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
@@ -252,7 +234,7 @@ func (l *leases) settlements(now time.Time, all bool) map[Route][]LeaseUse {
 			}
 		}
 		for _, hl := range sh.done {
-			out[hl.owner] = append(out[hl.owner], LeaseUse{ID: hl.grant.ID, Used: hl.used, Offsets: hl.offsets})
+			out[hl.owner] = append(out[hl.owner], peer.LeaseUse{ID: hl.grant.ID, Used: hl.used, Offsets: hl.offsets})
 		}
 		sh.done = sh.done[:0]
 		sh.mu.Unlock()
@@ -289,28 +271,21 @@ type lentLease struct {
 // clock started before the grant, so it stops before this.
 func (ll *lentLease) end() int64 { return ll.granted + ll.dur.Milliseconds() }
 
-// LeaseInfo is a lease lent on a key, for inspection.
-type LeaseInfo struct {
-	Holder    string
-	Hits      int64
-	ExpiresIn time.Duration
-}
-
 // leasesOn returns the leases lent on key at now.
-func (l *leases) leasesOn(now time.Time, key string) []LeaseInfo {
+func (l *leases) leasesOn(now time.Time, key string) []peer.LeaseInfo {
 	if l == nil {
 		return nil
 	}
 	ms := now.UnixMilli()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []LeaseInfo
+	var out []peer.LeaseInfo
 	for _, ll := range l.lent {
 		if ll.key == key {
-			out = append(out, LeaseInfo{Holder: ll.origin, Hits: ll.hits, ExpiresIn: time.Duration(max(ll.end()-ms, 0)) * time.Millisecond})
+			out = append(out, peer.LeaseInfo{Holder: ll.origin, Hits: ll.hits, ExpiresIn: time.Duration(max(ll.end()-ms, 0)) * time.Millisecond})
 		}
 	}
-	slices.SortFunc(out, func(a, b LeaseInfo) int { return int(a.ExpiresIn - b.ExpiresIn) })
+	slices.SortFunc(out, func(a, b peer.LeaseInfo) int { return int(a.ExpiresIn - b.ExpiresIn) })
 	return out
 }
 

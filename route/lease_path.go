@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // The request path's side of budget leases (lease.go): admitting from a
@@ -14,7 +15,7 @@ import (
 // node holds, or asks the owner for one when this node forwards the key
 // at the lease rate; ok is false when neither applies and the check is
 // forwarded as usual.
-func (s *Service) viaLease(ctx context.Context, owner Route, req limiter.Request) (routed, bool) {
+func (s *Service) viaLease(ctx context.Context, owner peer.Route, req limiter.Request) (routed, bool) {
 	if s.leases == nil {
 		return routed{}, false
 	}
@@ -22,11 +23,11 @@ func (s *Service) viaLease(ctx context.Context, owner Route, req limiter.Request
 	d, admitted, want, ask := s.leases.take(now, req, true)
 	switch {
 	case admitted:
-		return routed{Result{Decision: d, Owner: owner.ID}, routeLeased}, true
+		return routed{peer.Result{Decision: d, Owner: owner.ID}, routeLeased}, true
 	case !ask:
 		return routed{}, false
 	case s.store.Validate(req) != nil: // forward refuses it, naming the field
-		s.leases.asked(owner, req, now, LeaseGrant{})
+		s.leases.asked(owner, req, now, peer.LeaseGrant{})
 		return routed{}, false
 	}
 	return s.askLease(ctx, owner, req, want, now), true
@@ -35,9 +36,9 @@ func (s *Service) viaLease(ctx context.Context, owner Route, req limiter.Request
 // askLease sends req to its owner as a lease request: the owner decides
 // it as a forward and may lend hits for later ones. asked is when this
 // node asked, from which the lease's time runs.
-func (s *Service) askLease(ctx context.Context, owner Route, req limiter.Request, want int64, asked time.Time) routed {
+func (s *Service) askLease(ctx context.Context, owner peer.Route, req limiter.Request, want int64, asked time.Time) routed {
 	if s.acquire(1) == 0 {
-		s.leases.asked(owner, req, asked, LeaseGrant{})
+		s.leases.asked(owner, req, asked, peer.LeaseGrant{})
 		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
 	}
 	s.metrics.lease(leaseAsked)
@@ -57,12 +58,12 @@ func (s *Service) askLease(ctx context.Context, owner Route, req limiter.Request
 
 // HandleLease implements Handler: decide req here, as a forward, and lend
 // origin hits of its limit when it is eligible (lend).
-func (s *Service) HandleLease(_ context.Context, origin string, req limiter.Request, want int64) (Result, LeaseGrant) {
+func (s *Service) HandleLease(_ context.Context, origin string, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
 	now := s.deps.Now()
 	res := s.decide(now, req)
 	s.metrics.peerCheck(req.Algorithm, res)
 	if s.leases == nil || res.Err != nil || !res.Decision.Allowed || res.Degraded || !s.leases.validLease(req) {
-		return res, LeaseGrant{}
+		return res, peer.LeaseGrant{}
 	}
 	return res, s.lend(now, origin, req, want, res.Decision.Remaining)
 }
@@ -72,10 +73,10 @@ func (s *Service) HandleLease(_ context.Context, origin string, req limiter.Requ
 // with the fixed window it was taken in, so that its hits cannot move to
 // another; one that would be shorter than a quarter of the lease duration
 // is not worth a call and is not lent.
-func (s *Service) lend(now time.Time, origin string, req limiter.Request, want, room int64) LeaseGrant {
+func (s *Service) lend(now time.Time, origin string, req limiter.Request, want, room int64) peer.LeaseGrant {
 	hits := min(want, room/2)
 	if hits < 1 {
-		return LeaseGrant{}
+		return peer.LeaseGrant{}
 	}
 	ms := max(now.UnixMilli(), 0)
 	w := req.Window.Milliseconds()
@@ -85,26 +86,26 @@ func (s *Service) lend(now time.Time, origin string, req limiter.Request, want, 
 		ll.windowID = ms / w
 		left := time.Duration((ll.windowID+1)*w-ms-1) * time.Millisecond
 		if ll.dur = min(ll.dur, left); ll.dur < s.leases.dur/4 {
-			return LeaseGrant{}
+			return peer.LeaseGrant{}
 		}
 	}
 	take := req
 	take.Hits = hits
 	d, err := s.store.Check(now, take)
 	if err != nil || !d.Allowed {
-		return LeaseGrant{}
+		return peer.LeaseGrant{}
 	}
 	id := s.leases.lend(ll)
 	s.metrics.lease(leaseGranted)
 	s.metrics.leaseHits(leaseLent, hits)
-	return LeaseGrant{ID: id, Hits: hits, Duration: ll.dur, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter}
+	return peer.LeaseGrant{ID: id, Hits: hits, Duration: ll.dur, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter}
 }
 
 // HandleSettle implements Handler: for each lease origin holds from this
 // node, give back what it did not use and, for the log, move what it used
 // to when it was admitted. A lease already expired here (counted as all
 // used) or not origin's is skipped; it returns how many it settled.
-func (s *Service) HandleSettle(_ context.Context, origin string, uses []LeaseUse) int {
+func (s *Service) HandleSettle(_ context.Context, origin string, uses []peer.LeaseUse) int {
 	if s.leases == nil {
 		return 0
 	}
@@ -124,7 +125,7 @@ func (s *Service) HandleSettle(_ context.Context, origin string, uses []LeaseUse
 // settle applies u, a holder's report, to ll. What a holder says is
 // clamped to what was lent: a member cannot make the owner count less
 // than the hits it admitted.
-func (s *Service) settle(now time.Time, ll *lentLease, u LeaseUse) {
+func (s *Service) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 	used := min(max(u.Used, 0), ll.hits)
 	s.metrics.lease(leaseSettled)
 	s.metrics.leaseHits(leaseReturned, ll.hits-used)
@@ -189,7 +190,7 @@ func (s *Service) settleLeases(ctx context.Context, all bool) {
 		cancel()
 		if err != nil {
 			s.metrics.lease(leaseSettleFailed)
-			if s.settleLog.allow() {
+			if s.settleLog.Allow() {
 				s.log.Warn("lease settlement failed; the owner will count those leases as used (under-admission until they leave the window)",
 					"owner", owner.ID, "leases", len(uses), "err", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // Metrics counts the request path. Every series is resolved once, in
@@ -163,7 +164,7 @@ func leaseMetrics() (events, hits *prometheus.CounterVec) {
 	return events, hits
 }
 
-func outcome(res Result) int {
+func outcome(res peer.Result) int {
 	switch {
 	case res.Err != nil:
 		return outcomeError
@@ -174,7 +175,7 @@ func outcome(res Result) int {
 }
 
 // check counts a check answered to a client.
-func (m *Metrics) check(a limiter.Algorithm, route int, res Result) {
+func (m *Metrics) check(a limiter.Algorithm, route int, res peer.Result) {
 	if m == nil || int(a) >= len(m.checks) {
 		return
 	}
@@ -182,7 +183,7 @@ func (m *Metrics) check(a limiter.Algorithm, route int, res Result) {
 }
 
 // peerCheck counts a check decided here for another node.
-func (m *Metrics) peerCheck(a limiter.Algorithm, res Result) {
+func (m *Metrics) peerCheck(a limiter.Algorithm, res peer.Result) {
 	if m == nil || int(a) >= len(m.peerChecks) {
 		return
 	}

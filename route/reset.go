@@ -7,16 +7,8 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
-
-// ResetRequest selects the state Reset clears: one limit of a key (its
-// window and algorithm), or every limit of it.
-type ResetRequest struct {
-	Key        string
-	Window     time.Duration // ignored with AllWindows
-	Algorithm  limiter.Algorithm
-	AllWindows bool
-}
 
 // ResetResult is what a Reset did.
 type ResetResult struct {
@@ -43,15 +35,15 @@ func (r ResetResult) Existed() bool { return r.Cleared > 0 }
 // which every API shares, and validates it. A reset names one limit of
 // the key (window_ms and algorithm, or a policy) or all of them
 // (all_windows), never a mix; the extra field is named.
-func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (ResetRequest, error) {
-	r := ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
+func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (peer.ResetRequest, error) {
+	r := peer.ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
 	switch {
 	case all:
 		if f := InlineField(0, windowMS, algoSet); f != "" {
-			return r, &limiter.ArgumentError{Field: f, Reason: "must not be given with all_windows, which clears every window and algorithm"}
+			return r, &limiter.ArgumentError{Field: f, Reason: errAllWindows}
 		}
 		if policyName != "" {
-			return r, &limiter.ArgumentError{Field: "policy", Reason: "must not be given with all_windows, which clears every window and algorithm"}
+			return r, &limiter.ArgumentError{Field: "policy", Reason: errAllWindows}
 		}
 		r.Algorithm = limiter.SlidingWindowCounter
 	case policyName != "":
@@ -64,16 +56,22 @@ func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algor
 		}
 		r.Window, r.Algorithm = p.Window, p.Algorithm
 	default:
-		r.Window = windowFromMS(windowMS)
+		r.Window = limiter.WindowFromMS(windowMS)
 	}
 	return r, s.validateReset(r)
 }
 
+const errAllWindows = "must not be given with all_windows, which clears every window and algorithm"
+
 // validateReset checks the key, and the window and algorithm unless the
-// reset covers them all, by the store's own rules.
-func (s *Service) validateReset(r ResetRequest) error {
+// reset covers them all, by the store's own rules; a reset of every
+// window names none.
+func (s *Service) validateReset(r peer.ResetRequest) error {
 	probe := limiter.Request{Key: r.Key, Limit: 1, Window: r.Window, Algorithm: r.Algorithm}
 	if r.AllWindows {
+		if r.Window != 0 {
+			return &limiter.ArgumentError{Field: "window_ms", Reason: errAllWindows}
+		}
 		probe.Window, probe.Algorithm = time.Millisecond, limiter.SlidingWindowCounter
 	}
 	return s.store.Validate(probe)
@@ -94,15 +92,15 @@ func (s *Service) validateReset(r ResetRequest) error {
 // If the owner cannot be asked, nothing is cleared and the error wraps
 // ErrOwnerUnreachable (UNAVAILABLE): the caller must know the block is
 // still there.
-func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error) {
+func (s *Service) Reset(ctx context.Context, r peer.ResetRequest) (ResetResult, error) {
 	if err := s.validateReset(r); err != nil {
 		return ResetResult{}, err
 	}
 	// One id for the owner's and every member's call, and the log lines.
-	rid := RequestIDFrom(ctx)
+	rid := peer.RequestIDFrom(ctx)
 	if rid == "" {
-		rid = NewRequestID()
-		ctx = WithRequestID(ctx, rid)
+		rid = peer.NewRequestID()
+		ctx = peer.WithRequestID(ctx, rid)
 	}
 	res, err := s.resetOnOwner(ctx, r)
 	if err != nil {
@@ -122,7 +120,7 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (ResetResult, error
 
 // resetOnOwner clears r on the key's owner, here or through Peers, and
 // then, when this node is not the owner, its own copy.
-func (s *Service) resetOnOwner(ctx context.Context, r ResetRequest) (ResetResult, error) {
+func (s *Service) resetOnOwner(ctx context.Context, r peer.ResetRequest) (ResetResult, error) {
 	owner, local := s.owner(r.Key)
 	if local {
 		return ResetResult{Owner: s.deps.NodeID, Cleared: s.ResetLocal(r)}, nil
@@ -132,7 +130,7 @@ func (s *Service) resetOnOwner(ctx context.Context, r ResetRequest) (ResetResult
 		if ctx.Err() != nil {
 			return ResetResult{}, ctx.Err()
 		}
-		if CodeOf(err) == InvalidArgument { // the owner refused it: say why
+		if peer.CodeOf(err) == peer.InvalidArgument { // the owner refused it: say why
 			return ResetResult{}, err
 		}
 		return ResetResult{}, fmt.Errorf("reset %q: owner %s (%s): %w: %w", r.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
@@ -144,8 +142,8 @@ func (s *Service) resetOnOwner(ctx context.Context, r ResetRequest) (ResetResult
 // dropCopies asks every member but this node and the owner, in parallel,
 // to drop its copy of r, and counts into res who answered and what they
 // dropped.
-func (s *Service) dropCopies(ctx context.Context, r ResetRequest, res *ResetResult) {
-	var others []Route
+func (s *Service) dropCopies(ctx context.Context, r peer.ResetRequest, res *ResetResult) {
+	var others []peer.Route
 	if s.deps.Members != nil {
 		for _, m := range s.deps.Members() {
 			if m.ID != s.deps.NodeID && m.ID != res.Owner {
@@ -165,7 +163,7 @@ func (s *Service) dropCopies(ctx context.Context, r ResetRequest, res *ResetResu
 			defer mu.Unlock()
 			if err != nil {
 				s.log.Warn("reset: a member did not drop its copy; its next handoff may bring the count back",
-					"key", r.Key, "member", m.ID, "err", err, "request_id", RequestIDFrom(ctx))
+					"key", r.Key, "member", m.ID, "err", err, "request_id", peer.RequestIDFrom(ctx))
 				return
 			}
 			res.MembersAcknowledged++
@@ -177,7 +175,7 @@ func (s *Service) dropCopies(ctx context.Context, r ResetRequest, res *ResetResu
 
 // ResetLocal drops this node's state for r, whatever the ring says, and
 // returns how many states that still counted something it dropped.
-func (s *Service) ResetLocal(r ResetRequest) int {
+func (s *Service) ResetLocal(r peer.ResetRequest) int {
 	now := s.deps.Now()
 	if r.AllWindows {
 		return s.store.DeleteKey(now, r.Key)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -25,8 +26,8 @@ func exhaust(t *testing.T, m *member, req limiter.Request) {
 	t.Fatalf("%s never denied", req.Key)
 }
 
-func resetOf(req limiter.Request) route.ResetRequest {
-	return route.ResetRequest{Key: req.Key, Window: req.Window, Algorithm: req.Algorithm}
+func resetOf(req limiter.Request) peer.ResetRequest {
+	return peer.ResetRequest{Key: req.Key, Window: req.Window, Algorithm: req.Algorithm}
 }
 
 // A reset received by a member that is not the owner: the owner clears
@@ -57,7 +58,7 @@ func TestResetClearsTheOwnerAndEveryCopy(t *testing.T) {
 	exhaust(t, n3, req)
 	_, err = n1.store.Check(c.clock.Now(), counterReq(req.Key, 1, time.Second))
 	require.NoError(t, err)
-	got, err = n2.svc.Reset(bg, route.ResetRequest{Key: req.Key, AllWindows: true})
+	got, err = n2.svc.Reset(bg, peer.ResetRequest{Key: req.Key, AllWindows: true})
 	require.NoError(t, err)
 	assert.Equal(t, route.ResetResult{Owner: "n2", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 1}, got)
 	st := n1.store.Stats()
@@ -81,7 +82,7 @@ func TestResetWithTheOwnerUnreachableClearsNothing(t *testing.T) {
 
 		_, err := n1.svc.Reset(bg, resetOf(req))
 		assert.ErrorIs(t, err, route.ErrOwnerUnreachable)
-		assert.Equal(t, route.Unavailable, route.CodeOf(err))
+		assert.Equal(t, peer.Unavailable, peer.CodeOf(err))
 		assert.ErrorContains(t, err, "owner n2")
 		assert.EqualValues(t, 2, n1.held(t, c.clock.Now(), req), "nothing cleared")
 	})
@@ -116,9 +117,9 @@ func TestResetRefusedByTheOwnerNamesTheField(t *testing.T) {
 			}
 		}
 	})
-	_, err := c.members["n1"].svc.Reset(bg, route.ResetRequest{Key: c.key(t, "n2", "longer-than-eight"), AllWindows: true})
-	assert.Equal(t, route.InvalidArgument, route.CodeOf(err), "%v", err)
-	assert.Equal(t, "key", route.Field(err))
+	_, err := c.members["n1"].svc.Reset(bg, peer.ResetRequest{Key: c.key(t, "n2", "longer-than-eight"), AllWindows: true})
+	assert.Equal(t, peer.InvalidArgument, peer.CodeOf(err), "%v", err)
+	assert.Equal(t, "key", peer.FieldOf(err))
 	assert.NotErrorIs(t, err, route.ErrOwnerUnreachable)
 }
 
@@ -148,10 +149,10 @@ func TestNewResetRequestNamesTheExtraField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := svc.NewResetRequest(tc.key, tc.windowMS, limiter.SlidingWindowLog, tc.algoSet, tc.policy, tc.all)
-			assert.Equal(t, tc.field, route.Field(err), "%v", err)
+			assert.Equal(t, tc.field, peer.FieldOf(err), "%v", err)
 		})
 	}
 	r, err := svc.NewResetRequest("k", 1500, limiter.SlidingWindowLog, true, "", false)
 	require.NoError(t, err)
-	assert.Equal(t, route.ResetRequest{Key: "k", Window: 1500 * time.Millisecond, Algorithm: limiter.SlidingWindowLog}, r)
+	assert.Equal(t, peer.ResetRequest{Key: "k", Window: 1500 * time.Millisecond, Algorithm: limiter.SlidingWindowLog}, r)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -80,7 +81,7 @@ func TestBatchGoesAsOneCallPerOwner(t *testing.T) {
 	require.Len(t, results, len(reqs))
 	for i, want := range []string{"n2", "n1", "n3", "n2", "", "n1"} {
 		if want == "" {
-			assert.Equal(t, "limit", route.Field(results[i].Err), "item %d", i)
+			assert.Equal(t, "limit", peer.FieldOf(results[i].Err), "item %d", i)
 			continue
 		}
 		require.NoError(t, results[i].Err, "item %d", i)
@@ -91,7 +92,7 @@ func TestBatchGoesAsOneCallPerOwner(t *testing.T) {
 
 	_, err = n1.svc.CheckBatch(bg, make([]limiter.Request, route.DefaultConfig().MaxBatch+1))
 	assert.ErrorIs(t, err, route.ErrBatchTooLarge)
-	assert.Equal(t, route.ResourceExhausted, route.CodeOf(err))
+	assert.Equal(t, peer.ResourceExhausted, peer.CodeOf(err))
 }
 
 // A forwarded check is decided where it lands, whatever that member's
@@ -120,13 +121,13 @@ func TestInvalidChecksNameTheirField(t *testing.T) {
 	})
 	n1 := c.members["n1"]
 	res := n1.svc.Check(bg, limiter.Request{Key: c.key(t, "n2", "k"), Limit: 5, Window: -time.Second, Hits: 1})
-	assert.Equal(t, "window_ms", route.Field(res.Err))
+	assert.Equal(t, "window_ms", peer.FieldOf(res.Err))
 	assert.Zero(t, c.net.Calls("n1", "n2"), "refused before the hop")
 
 	long := c.key(t, "n2", "a-key-longer-than-eight-bytes")
-	res = n1.svc.Check(route.WithRequestID(bg, "client-1"), logReq(long, 5, time.Minute))
-	assert.Equal(t, route.InvalidArgument, route.CodeOf(res.Err))
-	assert.Equal(t, "key", route.Field(res.Err))
+	res = n1.svc.Check(peer.WithRequestID(bg, "client-1"), logReq(long, 5, time.Minute))
+	assert.Equal(t, peer.InvalidArgument, peer.CodeOf(res.Err))
+	assert.Equal(t, "key", peer.FieldOf(res.Err))
 	sent, got := n1.logs.Find("the owner refused a forwarded check"), c.members["n2"].logs.Find("refused a forwarded check the sender accepted")
 	require.Len(t, sent, 1)
 	require.Len(t, got, 1)

@@ -16,15 +16,15 @@ package route
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // FallbackPolicy says how to answer a check whose owner is unreachable.
@@ -68,17 +68,6 @@ func ParseFallbackPolicy(s string) (FallbackPolicy, error) {
 	return 0, fmt.Errorf("unknown fallback policy %q; want local, allow, deny or share", s)
 }
 
-// Result is the answer to one check: a decision and who made it, or why
-// there is none.
-type Result struct {
-	Decision limiter.Decision
-	Owner    string
-	// Degraded marks an answer given by the fallback policy because the
-	// owner could not be reached.
-	Degraded bool
-	Err      error
-}
-
 // Service routes checks to their owners and decides the ones this node
 // owns. It is safe for concurrent use.
 type Service struct {
@@ -90,7 +79,7 @@ type Service struct {
 	inflight atomic.Int64 // forwarded checks waiting for their owners
 	leases   *leases      // nil when Config.LeaseDuration is 0
 	// Warnings a fault could repeat for every request: one a second each.
-	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog every
+	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog logging.Gate
 }
 
 // NewService returns a Service with cfg's settings over deps.
@@ -122,9 +111,9 @@ func (s *Service) NodeID() string { return s.deps.NodeID }
 func (s *Service) InflightForwards() int { return int(s.inflight.Load()) }
 
 // owner returns key's owner, and whether it is this node.
-func (s *Service) owner(key string) (Route, bool) {
+func (s *Service) owner(key string) (peer.Route, bool) {
 	if s.deps.Owner == nil {
-		return Route{ID: s.deps.NodeID}, true
+		return peer.Route{ID: s.deps.NodeID}, true
 	}
 	o := s.deps.Owner(key)
 	return o, o.ID == s.deps.NodeID || o.ID == ""
@@ -132,7 +121,7 @@ func (s *Service) owner(key string) (Route, bool) {
 
 // Check answers one request: decided here if this node owns the key,
 // else forwarded to the owner.
-func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
+func (s *Service) Check(ctx context.Context, req limiter.Request) peer.Result {
 	owner, local := s.owner(req.Key)
 	if local {
 		res := s.decide(s.deps.Now(), req) // the store validates
@@ -149,16 +138,16 @@ func (s *Service) Check(ctx context.Context, req limiter.Request) Result {
 
 // routed is a result and the route that answered it.
 type routed struct {
-	Result
+	peer.Result
 	route int
 }
 
 // forward answers a check another node owns: refused here if invalid or
 // over the in-flight bound, else the owner's answer, else the fallback's.
-func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request) routed {
+func (s *Service) forward(ctx context.Context, owner peer.Route, req limiter.Request) routed {
 	// Refuse a bad request where it arrived, not after a hop.
 	if err := s.store.Validate(req); err != nil {
-		return routed{Result{Err: err}, routeForwarded}
+		return routed{peer.Result{Err: err}, routeForwarded}
 	}
 	if s.acquire(1) == 0 {
 		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
@@ -178,7 +167,7 @@ func (s *Service) forward(ctx context.Context, owner Route, req limiter.Request)
 // others go to their owners, one call per owner, all at once. The error is
 // for the batch as a whole (too large); per-item failures are in the
 // results.
-func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Result, error) {
+func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
 	if len(reqs) > s.cfg.MaxBatch {
 		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
 	}
@@ -186,9 +175,9 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 	if len(reqs) == 1 && s.leases != nil {
 		// One check (an Envoy descriptor, say): as Check, which may ask
 		// its owner for a budget lease.
-		return []Result{s.Check(ctx, reqs[0])}, nil
+		return []peer.Result{s.Check(ctx, reqs[0])}, nil
 	}
-	out := make([]Result, len(reqs))
+	out := make([]peer.Result, len(reqs))
 	remote := s.decideOwn(reqs, out)
 	var wg sync.WaitGroup
 	n := 0
@@ -212,8 +201,8 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]Res
 // decideOwn decides the checks of reqs this node owns into out, refuses
 // the invalid ones bound elsewhere, and returns the others' indexes by
 // owner.
-func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]int {
-	var remote map[Route][]int // made at the first remote check: a batch to its owner has none
+func (s *Service) decideOwn(reqs []limiter.Request, out []peer.Result) map[peer.Route][]int {
+	var remote map[peer.Route][]int // made at the first remote check: a batch to its owner has none
 	now := s.deps.Now()
 	for i, r := range reqs {
 		owner, local := s.owner(r.Key)
@@ -223,19 +212,19 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]in
 			continue
 		}
 		if err := s.store.Validate(r); err != nil {
-			out[i] = Result{Err: err}
+			out[i] = peer.Result{Err: err}
 			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
 		}
 		if s.leases != nil {
 			if d, ok := s.leases.admit(now, r); ok {
-				out[i] = Result{Decision: d, Owner: owner.ID}
+				out[i] = peer.Result{Decision: d, Owner: owner.ID}
 				s.metrics.check(r.Algorithm, routeLeased, out[i])
 				continue
 			}
 		}
 		if remote == nil {
-			remote = map[Route][]int{}
+			remote = map[peer.Route][]int{}
 		}
 		remote[owner] = append(remote[owner], i)
 	}
@@ -245,7 +234,7 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []Result) map[Route][]in
 // admit takes in-flight slots for the checks idx bound to owner and
 // returns those that got one. The others are refused, with one error and
 // one count for the lot.
-func (s *Service) admit(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) []int {
+func (s *Service) admit(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) []int {
 	got := s.acquire(len(idx))
 	if refused := idx[got:]; len(refused) > 0 {
 		r := s.overloaded(ctx, owner, len(refused))
@@ -259,7 +248,7 @@ func (s *Service) admit(ctx context.Context, owner Route, reqs []limiter.Request
 
 // forwardBatch sends the checks idx of reqs, whose in-flight slots are
 // held, to owner in one call and fills in their results.
-func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result) {
+func (s *Service) forwardBatch(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) {
 	defer s.release(len(idx))
 	sub := pick(reqs, idx)
 	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
@@ -271,7 +260,7 @@ func (s *Service) forwardBatch(ctx context.Context, owner Route, reqs []limiter.
 	for j, i := range idx {
 		var r routed
 		switch {
-		case isCallError(results[j].Err):
+		case peer.IsCallError(results[j].Err):
 			r = s.fallback(ctx, owner, reqs[i], results[j].Err)
 		default:
 			r = routed{results[j], routeForwarded}
@@ -292,13 +281,6 @@ func pick(reqs []limiter.Request, idx []int) []limiter.Request {
 		sub[j] = reqs[i]
 	}
 	return sub
-}
-
-// isCallError reports whether err is the transport's (the check never got
-// an answer from its owner) rather than the owner's answer.
-func isCallError(err error) bool {
-	var ce *CallError
-	return err != nil && errors.As(err, &ce)
 }
 
 // acquire reserves up to n in-flight forward slots and returns how many
@@ -328,30 +310,30 @@ func (s *Service) release(n int) { s.inflight.Add(-int64(n)) }
 
 // overloaded answers a check refused for the in-flight bound: counted,
 // and logged at most once a second.
-func (s *Service) overloaded(ctx context.Context, owner Route, n int) Result {
+func (s *Service) overloaded(ctx context.Context, owner peer.Route, n int) peer.Result {
 	err := fmt.Errorf("forward refused: %d checks already wait for their owners' answers on this node, its maximum (--max-inflight-forwards): %w",
 		s.cfg.MaxInflightForwards, ErrTooManyForwards)
 	s.metrics.forwarded(forwardRefused, n)
-	if s.overloadLog.allow() {
+	if s.overloadLog.Allow() {
 		s.log.Warn("too many forwarded checks in flight; refusing with RESOURCE_EXHAUSTED",
 			append([]any{"owner", owner.ID, "max_inflight_forwards", s.cfg.MaxInflightForwards}, idAttrs(ctx, "")...)...)
 	}
-	return Result{Err: err}
+	return peer.Result{Err: err}
 }
 
 // ownerRefused warns, at most once a second, about a check the owner
 // refused as invalid although this node accepted it: the nodes' settings
 // (--max-key-bytes, --max-window, --max-log-limit, or their versions)
 // differ, and which requests pass depends on the node they reach.
-func (s *Service) ownerRefused(ctx context.Context, owner Route, res Result, id string) {
-	if res.Err == nil || CodeOf(res.Err) != InvalidArgument || !s.refusedLog.allow() {
+func (s *Service) ownerRefused(ctx context.Context, owner peer.Route, res peer.Result, id string) {
+	if res.Err == nil || peer.CodeOf(res.Err) != peer.InvalidArgument || !s.refusedLog.Allow() {
 		return
 	}
 	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
-		append([]any{"owner", owner.ID, "field", Field(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
+		append([]any{"owner", owner.ID, "field", peer.FieldOf(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
 }
 
-func (s *Service) decide(now time.Time, req limiter.Request) Result {
+func (s *Service) decide(now time.Time, req limiter.Request) peer.Result {
 	if s.cfg.Fallback == FallbackShare {
 		if live, known := s.share(); live < known {
 			return s.decideShare(now, req, live, known)
@@ -359,9 +341,9 @@ func (s *Service) decide(now time.Time, req limiter.Request) Result {
 	}
 	d, err := s.store.Check(now, req)
 	if err != nil {
-		return Result{Err: err}
+		return peer.Result{Err: err}
 	}
-	return Result{Decision: d, Owner: s.deps.NodeID}
+	return peer.Result{Decision: d, Owner: s.deps.NodeID}
 }
 
 // share returns how many members are live and how many this node knows
@@ -378,9 +360,9 @@ func (s *Service) share() (live, known int) {
 // decideShare decides req against part ÷ whole of its limit (at least
 // 1), on this node's store; the answer is Degraded and says the limit it
 // was held to.
-func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole int) Result {
+func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole int) peer.Result {
 	if err := s.store.Validate(req); err != nil {
-		return Result{Err: err}
+		return peer.Result{Err: err}
 	}
 	shared := req
 	shared.Limit = max(req.Limit*int64(part)/int64(whole), 1) // no overflow: part ≤ whole, and whole is a member count
@@ -390,20 +372,20 @@ func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole in
 	}
 	d, err := s.store.Check(now, shared)
 	if err != nil {
-		return Result{Err: err}
+		return peer.Result{Err: err}
 	}
 	if over {
 		d.Allowed = false
 	}
-	return Result{Decision: d, Owner: s.deps.NodeID, Degraded: true}
+	return peer.Result{Decision: d, Owner: s.deps.NodeID, Degraded: true}
 }
 
 // fallback answers a check whose owner could not be asked. A caller that
 // gave up is told so; anything else is the owner's unavailability, which
 // the policy answers, marked Degraded. AP: the caller always gets an
 // answer, never a silent one.
-func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
-	out := make([]Result, 1)
+func (s *Service) fallback(ctx context.Context, owner peer.Route, req limiter.Request, cause error) routed {
+	out := make([]peer.Result, 1)
 	if s.rescue(ctx, owner, []limiter.Request{req}, []int{0}, out)[0] {
 		return routed{out[0], routeFallback}
 	}
@@ -413,7 +395,7 @@ func (s *Service) fallback(ctx context.Context, owner Route, req limiter.Request
 // fallbackBatch answers the checks idx of reqs, whose call to owner failed
 // with cause: through a relay or by their heir where it can (rescue), by
 // the fallback policy for the rest.
-func (s *Service) fallbackBatch(ctx context.Context, owner Route, reqs []limiter.Request, idx []int, out []Result, cause error) {
+func (s *Service) fallbackBatch(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result, cause error) {
 	rescued := s.rescue(ctx, owner, reqs, idx, out)
 	for _, i := range idx {
 		r := routed{out[i], routeFallback}
@@ -427,22 +409,22 @@ func (s *Service) fallbackBatch(ctx context.Context, owner Route, reqs []limiter
 
 // byPolicy answers req, whose owner could not be reached, by the
 // fallback policy.
-func (s *Service) byPolicy(ctx context.Context, owner Route, req limiter.Request, cause error) routed {
+func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Request, cause error) routed {
 	if err := callerGone(ctx); err != nil {
-		return routed{Result{Err: err}, routeForwarded}
+		return routed{peer.Result{Err: err}, routeForwarded}
 	}
 	s.metrics.forwarded(forwardFailed, 1)
 	s.metrics.unreachable(s.cfg.Fallback)
-	if s.unreachableLog.allow() {
+	if s.unreachableLog.Allow() {
 		s.log.Warn("owner unreachable; answering by fallback policy", append([]any{"owner", owner.ID, "addr", owner.Addr,
-			"policy", s.cfg.Fallback.String(), "err", cause}, idAttrs(ctx, CallID(cause))...)...)
+			"policy", s.cfg.Fallback.String(), "err", cause}, idAttrs(ctx, peer.CallID(cause))...)...)
 	}
-	var res Result
+	var res peer.Result
 	switch s.cfg.Fallback {
 	case FallbackAllow:
-		res = Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
+		res = peer.Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
 	case FallbackDeny:
-		res = Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
+		res = peer.Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
 	case FallbackShare:
 		_, known := s.share()
 		res = s.decideShare(s.deps.Now(), req, 1, known)
@@ -465,24 +447,4 @@ func callerGone(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-// NewRequest builds a limiter request from the public API's fields, which
-// every API shares; hits nil means 1. The store validates every field, in
-// its order, so the first bad field is named whichever API it came
-// through.
-func NewRequest(key string, limit, windowMS int64, algo limiter.Algorithm, hits *int64) (limiter.Request, error) {
-	r := limiter.Request{Key: key, Limit: limit, Window: windowFromMS(windowMS), Algorithm: algo, Hits: 1}
-	if hits != nil {
-		r.Hits = *hits
-	}
-	return r, nil
-}
-
-// windowFromMS converts a window in ms, clamped first: the multiplication
-// would wrap, and a negative window could wrap into a valid positive one.
-// A clamped window is still out of range, so the store rejects it.
-func windowFromMS(ms int64) time.Duration {
-	const maxMS = math.MaxInt64 / int64(time.Millisecond)
-	return time.Duration(min(max(ms, -maxMS), maxMS)) * time.Millisecond
 }

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/logging"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/security"
 )
 
@@ -103,7 +103,7 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 		if r := g.Peer.Check(from, grpcapi.FirstValue(ctx, security.PeerTokenKey), ai.PeerCert); r != security.OK {
 			// The origin is the caller's text: clipped before it is logged
 			// or echoed, so a huge one costs nothing downstream.
-			shown := route.Clip(from)
+			shown := logging.Clip(from)
 			g.Rejections.Reject(security.APIPeer, r, "method", method, "origin", shown, "remote", remote(p))
 			code := codes.Unauthenticated
 			if r.Authenticated() {

@@ -20,9 +20,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -61,7 +64,7 @@ func newGuarded(t *testing.T, members ...string) *guarded {
 	require.NoError(t, err)
 	gs := grpc.NewServer(append(rpc.NewStrictCodec().ServerOptions(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
 	pb.RegisterRateLimiterServer(gs, g.srv)
-	peerSrv := rpc.NewPeerServer(g.svc)
+	peerSrv := peerrpc.NewServer(g.svc, route.MaxTop)
 	peerSrv.Admit = guard.AdmitPeer
 	pb.RegisterPeerServer(gs, peerSrv)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
@@ -142,11 +145,11 @@ func TestGuardBearerTokenOnThePublicService(t *testing.T) {
 
 func TestGuardPeerServiceAdmitsOnlyMembersWithTheSecret(t *testing.T) {
 	g := newGuarded(t, "n1", "n2")
-	peer := pb.NewPeerClient(g.conn)
+	peerClient := pb.NewPeerClient(g.conn)
 	fwd := func(origin string, md ...string) error {
 		ctx, cancel := ctxWith(md...)
 		defer cancel()
-		_, err := peer.Forward(ctx, &pb.ForwardRequest{Origin: origin, Checks: []*pb.CheckRequest{{Key: "k", Limit: 10, WindowMs: 1000}}})
+		_, err := peerClient.Forward(ctx, &pb.ForwardRequest{Origin: origin, Checks: []*pb.CheckRequest{{Key: "k", Limit: 10, WindowMs: 1000}}})
 		return err
 	}
 	tok := func(secret []byte, id string) []string {
@@ -188,8 +191,8 @@ func TestGuardPeerServiceAdmitsOnlyMembersWithTheSecret(t *testing.T) {
 	handoff := func(origin string) (*pb.HandoffResponse, error) {
 		ctx, cancel := ctxWith(tok(clusterSecret, origin)...)
 		defer cancel()
-		return peer.Handoff(ctx, &pb.HandoffRequest{Origin: origin, States: []*pb.KeyState{
-			rpc.ToProtoKeyState(limiter.KeyState{Key: "k", Algorithm: limiter.SlidingWindowCounter,
+		return peerClient.Handoff(ctx, &pb.HandoffRequest{Origin: origin, States: []*pb.KeyState{
+			protoconv.ToProtoKeyState(limiter.KeyState{Key: "k", Algorithm: limiter.SlidingWindowCounter,
 				Window: time.Second, WindowID: t0 / 1000, Curr: 2}),
 		}})
 	}
@@ -210,13 +213,13 @@ func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
 	owner := newGuarded(t, "n1") // does not know n2 yet
 	pa, err := security.NewPeerAuth(security.PeerAuthConfig{SelfID: "n2", Secrets: [][]byte{clusterSecret}})
 	require.NoError(t, err)
-	peers, err := rpc.NewPeers(rpc.DefaultPeersConfig(), "n2", nil, grpc.WithPerRPCCredentials(pa.Credentials()))
+	peers, err := peerrpc.NewPeers(peerrpc.DefaultConfig(), "n2", nil, grpc.WithPerRPCCredentials(pa.Credentials()))
 	require.NoError(t, err)
 	t.Cleanup(peers.Close)
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	ingress, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n2", Store: store, Now: time.Now, Peers: peers,
-		Owner:  func(string) route.Route { return route.Route{ID: "n1", Addr: owner.addr} },
+		Owner:  func(string) peer.Route { return peer.Route{ID: "n1", Addr: owner.addr} },
 		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))})
 	require.NoError(t, err)
 	req := limiter.Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1}
@@ -240,14 +243,14 @@ func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
 // its batch decides nothing.
 func TestGuardPeerStreamOnOpenAndEveryBatch(t *testing.T) {
 	g := newGuarded(t, "n1", "n2")
-	peer := pb.NewPeerClient(g.conn)
+	peerClient := pb.NewPeerClient(g.conn)
 	batch := func(seq uint64) *pb.ForwardRequest {
 		return &pb.ForwardRequest{Origin: "n2", Seq: seq, Checks: []*pb.CheckRequest{{Key: "s", Limit: 10, WindowMs: 60_000}}}
 	}
 	open := func(md ...string) pb.Peer_ForwardStreamClient {
 		ctx, cancel := ctxWith(md...)
 		t.Cleanup(cancel)
-		s, err := peer.ForwardStream(ctx)
+		s, err := peerClient.ForwardStream(ctx)
 		require.NoError(t, err)
 		return s
 	}

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/rpc"
 )
 
 const fuzzMaxBatch = 32
@@ -107,7 +107,7 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 				require.Positive(t, resp.GetRetryAfterMs(), "item %d", i)
 			}
 			// Only a request the API accepts is decided.
-			_, ferr := rpc.FromProto(req)
+			_, ferr := protoconv.FromProto(req)
 			require.NoError(t, ferr, "item %d", i)
 			require.Positive(t, req.GetLimit(), "item %d", i)
 			if req.GetWindowMs() <= 0 {

@@ -18,6 +18,8 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -29,7 +31,7 @@ import (
 // metrics of real calls and request ids in metadata.
 type ownerNode struct {
 	*env
-	route route.Route
+	route peer.Route
 	logs  *testlog.Capture
 	reg   *prometheus.Registry
 }
@@ -46,14 +48,14 @@ func startOwner(t *testing.T, store limiter.Config) *ownerNode {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gs := grpc.NewServer(rpc.NewStrictCodec().ServerOptions()...)
-	pb.RegisterPeerServer(gs, rpc.NewPeerServer(o.svc))
+	pb.RegisterPeerServer(gs, peerrpc.NewServer(o.svc, route.MaxTop))
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	t.Cleanup(func() {
 		gs.Stop()
 		assert.NoError(t, <-served)
 	})
-	o.route = route.Route{ID: "n2", Addr: lis.Addr().String()}
+	o.route = peer.Route{ID: "n2", Addr: lis.Addr().String()}
 	return o
 }
 
@@ -65,17 +67,17 @@ type ingressNode struct {
 	reg  *prometheus.Registry
 }
 
-func startIngress(t *testing.T, owner route.Route, edit func(*rpc.PeersConfig)) *ingressNode {
+func startIngress(t *testing.T, owner peer.Route, edit func(*peerrpc.Config)) *ingressNode {
 	t.Helper()
 	a := &ingressNode{logs: testlog.NewCapture(), reg: prometheus.NewRegistry()}
 	m, err := route.NewMetrics(a.reg)
 	require.NoError(t, err)
-	pcfg := rpc.DefaultPeersConfig()
+	pcfg := peerrpc.DefaultConfig()
 	pcfg.Timeout = 5 * time.Second
 	if edit != nil {
 		edit(&pcfg)
 	}
-	peers, err := rpc.NewPeers(pcfg, "n1", m)
+	peers, err := peerrpc.NewPeers(pcfg, "n1", m)
 	require.NoError(t, err)
 	t.Cleanup(peers.Close)
 	a.env = newEnv(t, func(o *envOpts) {
@@ -83,11 +85,11 @@ func startIngress(t *testing.T, owner route.Route, edit func(*rpc.PeersConfig)) 
 		o.rpc = func(c *svcConfig) {
 			c.Logger = slog.New(a.logs)
 			c.Peers = peers
-			c.Owner = func(key string) route.Route {
+			c.Owner = func(key string) peer.Route {
 				if strings.HasPrefix(key, "b:") {
 					return owner
 				}
-				return route.Route{ID: "n1"}
+				return peer.Route{ID: "n1"}
 			}
 		}
 	})
@@ -142,7 +144,7 @@ func TestMetricsByRoute(t *testing.T) {
 	assert.Equal(t, 3.0, metric(t, a.reg, "peerlimit_forward_batch_size"))
 
 	// The owner cannot be reached: the fallback answers, route fallback.
-	down := startIngress(t, route.Route{ID: "n3", Addr: deadAddr(t)}, nil)
+	down := startIngress(t, peer.Route{ID: "n3", Addr: deadAddr(t)}, nil)
 	got, err := down.srv.Check(ctx, counter("b:5", 5))
 	require.NoError(t, err)
 	assert.True(t, got.Degraded)
@@ -164,7 +166,7 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 	short.MaxKeyBytes = 8
 	for _, batching := range []bool{false, true} {
 		b := startOwner(t, short)
-		a := startIngress(t, b.route, func(p *rpc.PeersConfig) {
+		a := startIngress(t, b.route, func(p *peerrpc.Config) {
 			if !batching {
 				p.BatchLimit = 1
 			}
@@ -196,7 +198,7 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 	// An invalid client id (spaces, too long) is ignored, never refused.
 	_, err = a.srv.Check(withRequestID("has spaces"), &pb.CheckRequest{Key: "b:ok", Limit: 5, WindowMs: 1000})
 	require.NoError(t, err)
-	_, err = a.srv.Check(withRequestID(strings.Repeat("x", route.MaxRequestIDBytes+1)), &pb.CheckRequest{Key: "b:ok", Limit: 5, WindowMs: 1000})
+	_, err = a.srv.Check(withRequestID(strings.Repeat("x", peer.MaxRequestIDBytes+1)), &pb.CheckRequest{Key: "b:ok", Limit: 5, WindowMs: 1000})
 	require.NoError(t, err)
 }
 

@@ -8,11 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
-	"github.com/peerlimit/peerlimit/rpc"
 )
 
 const testPolicies = "login: {algorithm: SLIDING_WINDOW_LOG, limit: 2, window: 1s}\nsearch: {limit: 100, window: 1m}\n"
@@ -100,8 +101,8 @@ func TestCheckBatchByPolicy(t *testing.T) {
 // refused, item by item, and what the forwarding node sends carries numbers.
 func TestForwardedChecksCarryNumbersNotPolicies(t *testing.T) {
 	e := newEnv(t, withPolicies(t, testPolicies))
-	peer := rpc.NewPeerServer(e.svc)
-	out, err := peer.Forward(context.Background(), &pb.ForwardRequest{Origin: "n2", Checks: []*pb.CheckRequest{
+	peerSrv := peerrpc.NewServer(e.svc, route.MaxTop)
+	out, err := peerSrv.Forward(context.Background(), &pb.ForwardRequest{Origin: "n2", Checks: []*pb.CheckRequest{
 		{Key: "a", Policy: "login"},
 		logReq("a", 2, 1000),
 	}})
@@ -113,7 +114,7 @@ func TestForwardedChecksCarryNumbersNotPolicies(t *testing.T) {
 
 	p, err := e.svc.Policy("login")
 	require.NoError(t, err)
-	wire := rpc.ToProtoRequest(p.Request("a", 1))
+	wire := protoconv.ToProtoRequest(p.Request("a", 1))
 	assert.Empty(t, wire.GetPolicy())
 	assert.EqualValues(t, 2, wire.GetLimit())
 	assert.EqualValues(t, 1000, wire.GetWindowMs())

@@ -7,9 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 func exhaustVia(t *testing.T, e *env, req *pb.CheckRequest) {
@@ -88,14 +89,14 @@ func TestPeerResetDropsLocalStateWhateverTheRing(t *testing.T) {
 	e := newEnv(t)
 	exhaustVia(t, e, logReq("k", 1, 1000))
 	exhaustVia(t, e, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 5000})
-	peer := rpc.NewPeerServer(e.svc)
-	got, err := peer.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
+	peerSrv := peerrpc.NewServer(e.svc, route.MaxTop)
+	got, err := peerSrv.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, got.GetCleared())
-	got, err = peer.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", AllWindows: true})
+	got, err = peerSrv.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", AllWindows: true})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, got.GetCleared())
-	_, err = peer.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "", AllWindows: true})
+	_, err = peerSrv.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "", AllWindows: true})
 	requireInvalid(t, err, "key")
 }
 

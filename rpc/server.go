@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
@@ -17,7 +18,7 @@ type Server struct {
 	// MembersFunc answers Members; nil leaves it unimplemented.
 	MembersFunc func() *pb.MembersResponse
 	// Drain, if set, ends CheckStreams when the node shuts down.
-	Drain *Drain
+	Drain *grpcapi.Drain
 }
 
 var _ pb.RateLimiterServer = (*Server)(nil)
@@ -35,7 +36,7 @@ func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckRespo
 	if res.Err != nil {
 		return nil, grpcapi.Status(res.Err).Err()
 	}
-	return ToProto(res), nil
+	return protoconv.ToProto(res), nil
 }
 
 // CheckBatch implements pb.RateLimiterServer: every item gets its own result.
@@ -43,12 +44,12 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
 		return nil, grpcapi.Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge)).Err()
 	}
-	b := fromProtoBatch(in.GetChecks(), s.request)
-	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.reqs)
+	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
+	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.Reqs)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
-	return &pb.CheckBatchResponse{Results: b.answer(results)}, nil
+	return &pb.CheckBatchResponse{Results: b.Answer(results)}, nil
 }
 
 // CheckStream implements pb.RateLimiterServer: CheckBatch for every batch
@@ -59,14 +60,14 @@ func (s *Server) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
 	for {
 		in, err := stream.Recv()
 		if err != nil {
-			return endOfStream(err)
+			return grpcapi.EndOfStream(err)
 		}
-		if !s.Drain.enter() {
-			return errDraining // not decided: the client retries it elsewhere
+		if !s.Drain.Enter() {
+			return grpcapi.ErrDraining // not decided: the client retries it elsewhere
 		}
 		err = stream.Send(s.checkStreamBatch(ctx, in))
-		s.Drain.leave()
-		if err != nil || s.Drain.draining() {
+		s.Drain.Leave()
+		if err != nil || s.Drain.Draining() {
 			return err
 		}
 	}
@@ -76,52 +77,17 @@ func (s *Server) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
 func (s *Server) checkStreamBatch(ctx context.Context, in *pb.CheckStreamRequest) *pb.CheckStreamResponse {
 	out := &pb.CheckStreamResponse{Seq: in.GetSeq()}
 	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
-		out.Error = errorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
+		out.Error = protoconv.ErrorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
 		return out
 	}
-	b := fromProtoBatch(in.GetChecks(), s.request)
-	results, err := s.svc.CheckBatch(ctx, b.reqs)
+	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
+	results, err := s.svc.CheckBatch(ctx, b.Reqs)
 	if err != nil {
-		out.Error = errorProto(err)
+		out.Error = protoconv.ErrorProto(err)
 	} else {
-		out.Results = b.answer(results)
+		out.Results = b.Answer(results)
 	}
 	return out
-}
-
-// protoBatch is a batch of wire checks converted for the Service: the
-// valid ones as requests, the invalid ones already answered.
-type protoBatch struct {
-	reqs    []limiter.Request
-	idx     []int // result slot of each request
-	results []*pb.CheckResult
-}
-
-// fromProtoBatch converts checks with conv: the public API resolves
-// policies, the forwarding API takes numbers only.
-func fromProtoBatch(checks []*pb.CheckRequest, conv func(*pb.CheckRequest) (limiter.Request, error)) protoBatch {
-	b := protoBatch{reqs: make([]limiter.Request, 0, len(checks)), idx: make([]int, 0, len(checks)),
-		results: make([]*pb.CheckResult, len(checks))}
-	for i, c := range checks {
-		req, err := conv(c)
-		if err != nil {
-			b.results[i] = errorResult(err)
-			continue
-		}
-		b.reqs = append(b.reqs, req)
-		b.idx = append(b.idx, i)
-	}
-	return b
-}
-
-// answer fills in the decided requests' results, one per request, and
-// returns every result in the batch's order.
-func (b protoBatch) answer(results []route.Result) []*pb.CheckResult {
-	slab := newResultSlab(len(results))
-	for j, r := range results {
-		b.results[b.idx[j]] = slab.put(j, r)
-	}
-	return b.results
 }
 
 // Members implements pb.RateLimiterServer.
@@ -134,7 +100,7 @@ func (s *Server) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Members
 
 // Reset implements pb.RateLimiterServer.
 func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetResponse, error) {
-	algo, err := algorithmFromProto(in.GetAlgorithm())
+	algo, err := protoconv.AlgorithmFromProto(in.GetAlgorithm())
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
@@ -157,70 +123,11 @@ func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetRespo
 // a policy pays one string-length test for the feature.
 func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 	if in.GetPolicy() == "" {
-		return FromProto(in)
+		return protoconv.FromProto(in)
 	}
-	if _, err := algorithmFromProto(in.GetAlgorithm()); err != nil {
+	if _, err := protoconv.AlgorithmFromProto(in.GetAlgorithm()); err != nil {
 		return limiter.Request{}, err
 	}
 	given := route.InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
 	return s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
-}
-
-func errorResult(err error) *pb.CheckResult {
-	return &pb.CheckResult{Result: &pb.CheckResult_Error{Error: errorProto(err)}}
-}
-
-func errorProto(err error) *pb.Error {
-	return &pb.Error{Code: uint32(grpcapi.Code(err)), Field: route.Field(err), Message: err.Error()}
-}
-
-// FromProto converts and range-checks a wire request that carries its
-// numbers; the store checks the rest. A policy name is refused: only the
-// public API's Server resolves policies (on the node that received the
-// request), and a forwarded check always carries numbers.
-func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
-	algo, err := algorithmFromProto(in.GetAlgorithm())
-	if err != nil {
-		return limiter.Request{}, err
-	}
-	if in.GetPolicy() != "" {
-		return limiter.Request{}, &limiter.ArgumentError{Field: "policy",
-			Reason: "not accepted on this path: a forwarded check carries limit, window_ms and algorithm, resolved by the node that received it"}
-	}
-	var hits *int64
-	if in != nil && in.Hits != nil {
-		hits = in.Hits
-	}
-	return route.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, hits)
-}
-
-func algorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
-	switch a {
-	case pb.Algorithm_SLIDING_WINDOW_COUNTER:
-		return limiter.SlidingWindowCounter, nil
-	case pb.Algorithm_SLIDING_WINDOW_LOG:
-		return limiter.SlidingWindowLog, nil
-	}
-	return 0, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", a)}
-}
-
-// ToProto converts a decided result to the wire response.
-func ToProto(r route.Result) *pb.CheckResponse {
-	out := new(pb.CheckResponse)
-	fillProto(out, r)
-	return out
-}
-
-// fillProto sets the fields of a fresh out from r.
-func fillProto(out *pb.CheckResponse, r route.Result) {
-	d := r.Decision
-	out.Allowed = d.Allowed
-	out.Limit = d.Limit
-	out.Remaining = d.Remaining
-	out.CurrentCount = d.CurrentCount
-	out.RetryAfterMs = d.RetryAfter.Milliseconds()
-	out.ResetAfterMs = d.ResetAfter.Milliseconds()
-	out.RefillAfterMs = d.RefillAfter.Milliseconds()
-	out.Owner = r.Owner
-	out.Degraded = r.Degraded
 }

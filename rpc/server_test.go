@@ -25,8 +25,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -573,79 +576,34 @@ func TestGRPCConcurrentChecksAreExact(t *testing.T) {
 	assert.Equal(t, int64(callers*each-limit), denied.Load())
 }
 
-func TestNewRequest(t *testing.T) {
-	r, err := route.NewRequest("k", 5, 1500, limiter.SlidingWindowLog, nil)
-	require.NoError(t, err)
-	assert.Equal(t, limiter.Request{Key: "k", Limit: 5, Window: 1500 * time.Millisecond, Algorithm: limiter.SlidingWindowLog, Hits: 1}, r, "hits nil is 1")
-
-	r, err = route.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(0)))
-	require.NoError(t, err)
-	assert.Equal(t, int64(0), r.Hits, "hits 0 is a peek, not the default")
-
-	r, err = route.NewRequest("k", 5, 1500, limiter.SlidingWindowCounter, ptr(int64(-3)))
-	require.NoError(t, err, "the store, not NewRequest, checks hits")
-	assert.Equal(t, int64(-3), r.Hits)
-
-	// The largest window a Duration holds converts exactly.
-	maxMS := int64(math.MaxInt64 / int64(time.Millisecond))
-	r, err = route.NewRequest("k", 5, maxMS, limiter.SlidingWindowCounter, nil)
-	require.NoError(t, err)
-	assert.Equal(t, time.Duration(maxMS)*time.Millisecond, r.Window)
-	assert.Positive(t, r.Window)
-
-	// Beyond that the window is clamped, never wrapped, and the store
-	// refuses it, naming the field.
-	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
-	require.NoError(t, err)
-	for _, ms := range []int64{maxMS + 1, math.MaxInt64} {
-		r, err = route.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
-		require.NoError(t, err)
-		assert.Positive(t, r.Window, "window_ms %d must not wrap", ms)
-		err = store.Validate(r)
-		var ae *limiter.ArgumentError
-		require.ErrorAs(t, err, &ae, "window_ms %d", ms)
-		assert.Equal(t, "window_ms", ae.Field)
-		assert.Contains(t, ae.Reason, "maximum")
-		assert.Equal(t, codes.InvalidArgument, grpcapi.Code(err))
-	}
-
-	// Negative windows that still fit in a Duration stay negative, so the
-	// store rejects them.
-	r, err = route.NewRequest("k", 5, -maxMS, limiter.SlidingWindowCounter, nil)
-	require.NoError(t, err)
-	assert.Negative(t, r.Window)
-}
-
 // window_ms × 10^6 overflows int64 for window_ms < MinInt64/10^6 too, and
-// 1000 − 2^58 wraps to exactly 1 s, which the store accepts.
+// 1000 − 2^58 wraps to exactly 1 s, which the store accepts: the public
+// API refuses it, naming the field (limiter's TestNewRequest has the
+// conversion).
 func TestNewRequestNegativeWindowOverflow(t *testing.T) {
 	const ms = 1000 - 1<<58
-	r, err := route.NewRequest("k", 5, ms, limiter.SlidingWindowCounter, nil)
-	require.NoError(t, err, "the store, not NewRequest, names the bad field")
-	assert.Negative(t, r.Window, "clamped, not wrapped into a positive window")
-
 	e := newEnv(t)
-	_, err = e.srv.Check(context.Background(), &pb.CheckRequest{Key: "a", Limit: 1, WindowMs: ms})
+	_, err := e.srv.Check(context.Background(), &pb.CheckRequest{Key: "a", Limit: 1, WindowMs: ms})
 	requireInvalid(t, err, "window_ms")
 }
 
 func TestFromProto(t *testing.T) {
-	r, err := rpc.FromProto(&pb.CheckRequest{Key: "k", Limit: 3, WindowMs: 20, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: ptr(int64(2))})
+	r, err := protoconv.FromProto(&pb.CheckRequest{Key: "k", Limit: 3, WindowMs: 20, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: ptr(int64(2))})
 	require.NoError(t, err)
 	assert.Equal(t, limiter.Request{Key: "k", Limit: 3, Window: 20 * time.Millisecond, Algorithm: limiter.SlidingWindowLog, Hits: 2}, r)
 
-	r, err = rpc.FromProto(&pb.CheckRequest{Key: "k", Limit: 3, WindowMs: 20})
+	r, err = protoconv.FromProto(&pb.CheckRequest{Key: "k", Limit: 3, WindowMs: 20})
 	require.NoError(t, err)
 	assert.Equal(t, limiter.SlidingWindowCounter, r.Algorithm)
 	assert.Equal(t, int64(1), r.Hits)
 
-	_, err = rpc.FromProto(&pb.CheckRequest{Algorithm: pb.Algorithm(2)})
-	assert.Equal(t, "algorithm", route.Field(err))
+	_, err = protoconv.FromProto(&pb.CheckRequest{Algorithm: pb.Algorithm(2)})
+	assert.Equal(t, "algorithm", peer.FieldOf(err))
 	assert.Equal(t, codes.InvalidArgument, grpcapi.Code(err))
 }
 
 func TestToProto(t *testing.T) {
-	got := rpc.ToProto(route.Result{Owner: "n7", Decision: limiter.Decision{
+	got := protoconv.ToProto(peer.Result{Owner: "n7", Decision: limiter.Decision{
 		Allowed: false, Limit: 9, Remaining: 0, CurrentCount: 9,
 		RetryAfter: 1500*time.Millisecond + 999*time.Microsecond, ResetAfter: 3 * time.Second, RefillAfter: 2 * time.Second,
 	}})
@@ -657,11 +615,11 @@ func TestToProto(t *testing.T) {
 // every field of it: a field the conversion forgot would read as zero on
 // the node the client asked.
 func TestForwardedResultRoundTrips(t *testing.T) {
-	want := route.Result{Owner: "n7", Degraded: true, Decision: limiter.Decision{
+	want := peer.Result{Owner: "n7", Degraded: true, Decision: limiter.Decision{
 		Allowed: true, Limit: 9, Remaining: 4, CurrentCount: 5,
 		RetryAfter: 1500 * time.Millisecond, ResetAfter: 3 * time.Second, RefillAfter: 2 * time.Second,
 	}}
-	assert.Equal(t, want, rpc.FromProtoResult(rpc.ToProtoResult(want)))
+	assert.Equal(t, want, protoconv.FromProtoResult(protoconv.ToProtoResult(want)))
 }
 
 func TestCodeFieldStatus(t *testing.T) {
@@ -684,7 +642,7 @@ func TestCodeFieldStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.code, grpcapi.Code(tt.err))
-			assert.Equal(t, tt.field, route.Field(tt.err))
+			assert.Equal(t, tt.field, peer.FieldOf(tt.err))
 			if tt.err == nil {
 				return
 			}
@@ -703,19 +661,19 @@ func TestCodeFieldStatus(t *testing.T) {
 // PeersConfig's invalid values are errors naming the field, never
 // replaced by defaults.
 func TestPeersConfigValidate(t *testing.T) {
-	require.NoError(t, rpc.DefaultPeersConfig().Validate())
-	for name, mutate := range map[string]func(*rpc.PeersConfig){
-		"BatchLimit":  func(c *rpc.PeersConfig) { c.BatchLimit = 0 },
-		"MaxInflight": func(c *rpc.PeersConfig) { c.MaxInflight = 0 },
-		"Timeout":     func(c *rpc.PeersConfig) { c.Timeout = 0 },
+	require.NoError(t, peerrpc.DefaultConfig().Validate())
+	for name, mutate := range map[string]func(*peerrpc.Config){
+		"BatchLimit":  func(c *peerrpc.Config) { c.BatchLimit = 0 },
+		"MaxInflight": func(c *peerrpc.Config) { c.MaxInflight = 0 },
+		"Timeout":     func(c *peerrpc.Config) { c.Timeout = 0 },
 	} {
-		c := rpc.DefaultPeersConfig()
+		c := peerrpc.DefaultConfig()
 		mutate(&c)
 		assert.ErrorContains(t, c.Validate(), name)
-		_, err := rpc.NewPeers(c, "n1", nil)
+		_, err := peerrpc.NewPeers(c, "n1", nil)
 		assert.ErrorContains(t, err, name)
 	}
-	_, err := rpc.NewPeers(rpc.DefaultPeersConfig(), "", nil)
+	_, err := peerrpc.NewPeers(peerrpc.DefaultConfig(), "", nil)
 	assert.ErrorContains(t, err, "self")
 }
 

@@ -23,6 +23,8 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
@@ -78,7 +80,7 @@ func TestForwardedCheckCarriesTheOwnersDecision(t *testing.T) {
 // oldPeer is a node of a version without ForwardStream: Forward only.
 type oldPeer struct {
 	pb.UnimplementedPeerServer
-	inner *rpc.PeerServer
+	inner *peerrpc.Server
 	calls atomic.Int64
 }
 
@@ -92,9 +94,9 @@ func (o *oldPeer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Forwa
 func TestForwardFallsBackToCallsForOlderPeers(t *testing.T) {
 	logs := testlog.NewCapture()
 	owner := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.NodeID, c.Logger = "n2", slog.New(logs) } })
-	old := &oldPeer{inner: rpc.NewPeerServer(owner.svc)}
+	old := &oldPeer{inner: peerrpc.NewServer(owner.svc, route.MaxTop)}
 	addr := serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) })
-	a := startIngress(t, route.Route{ID: "n2", Addr: addr}, nil)
+	a := startIngress(t, peer.Route{ID: "n2", Addr: addr}, nil)
 	for i := range 3 {
 		got, err := a.srv.Check(context.Background(), logReq(fmt.Sprintf("b:%d", i), 5, 60_000))
 		require.NoError(t, err)

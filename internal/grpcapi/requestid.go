@@ -3,13 +3,12 @@ package grpcapi
 import (
 	"context"
 
+	"github.com/peerlimit/peerlimit/peer"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // RequestIDKey is the gRPC metadata key of a request id (see
-// route.WithRequestID): a client may send one, and every call between
+// peer.WithRequestID): a client may send one, and every call between
 // nodes carries one.
 const RequestIDKey = "x-request-id"
 
@@ -23,7 +22,7 @@ const OriginKey = "x-peerlimit-origin"
 // never refused.
 func Incoming(ctx context.Context) context.Context {
 	if id := FirstValue(ctx, RequestIDKey); id != "" {
-		return route.WithRequestID(ctx, id)
+		return peer.WithRequestID(ctx, id)
 	}
 	return ctx
 }

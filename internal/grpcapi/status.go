@@ -9,15 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
-// Code is err's gRPC code: route.CodeOf's, whose values are gRPC's. An
+// Code is err's gRPC code: peer.CodeOf's, whose values are gRPC's. An
 // error the request path does not know that is a gRPC status keeps its
 // code.
 func Code(err error) codes.Code {
-	c := route.CodeOf(err)
-	if c == route.Internal {
+	c := peer.CodeOf(err)
+	if c == peer.Internal {
 		if st, ok := status.FromError(err); ok {
 			return st.Code()
 		}
@@ -29,7 +29,7 @@ func Code(err error) codes.Code {
 // BadRequest detail naming the field, for clients that read details.
 func Status(err error) *status.Status {
 	st := status.New(Code(err), err.Error())
-	if f := route.Field(err); f != "" {
+	if f := peer.FieldOf(err); f != "" {
 		if d, derr := st.WithDetails(&errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: f, Description: err.Error()}},
 		}); derr == nil {

@@ -1,7 +1,7 @@
 // Package memnet is an in-memory network between route.Services, for
 // tests: the seam that raft's InmemTransport and etcd's fake network are
 // in theirs. Each member's Peers delivers calls straight to the other
-// member's route.Handler, through faults a test injects: a link cut one
+// member's peer.Handler, through faults a test injects: a link cut one
 // way or both, requests or replies dropped with a probability, a delay,
 // a paused member, a member gone. A seeded generator decides every
 // probabilistic fault, and Network.Seed names it for the failure message.
@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // Faults are what happens to the calls over one link, one way.
@@ -200,7 +200,7 @@ var errNoAnswer = fmt.Errorf("no answer: %w", context.DeadlineExceeded)
 // and wait is closed (then on its own goroutine, counted in late), its
 // reply lost or not.
 type fate struct {
-	h         route.Handler
+	h         peer.Handler
 	refused   error
 	lost      bool
 	later     bool
@@ -230,22 +230,22 @@ func (n *Network) fate(from, to string) fate {
 
 // call makes one call from member from to member to: act runs on the
 // member's handler, with ctx carrying the call's request id and deadline.
-func call[T any](n *Network, ctx context.Context, from, to, id string, act func(context.Context, route.Handler) T) (T, error) {
+func call[T any](n *Network, ctx context.Context, from, to, id string, act func(context.Context, peer.Handler) T) (T, error) {
 	var zero T
-	ctx, cancel := context.WithTimeout(route.WithRequestID(ctx, id), n.timeout)
+	ctx, cancel := context.WithTimeout(peer.WithRequestID(ctx, id), n.timeout)
 	defer cancel()
 	f := n.fate(from, to)
 	switch {
 	case f.refused != nil:
-		return zero, &route.CallError{ID: id, Err: f.refused}
+		return zero, &peer.CallError{ID: id, Err: f.refused}
 	case f.lost:
 		<-ctx.Done()
-		return zero, &route.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
+		return zero, &peer.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
 	}
 	res, delivered := deliver(n, ctx, f, act)
 	if !delivered || f.replyLost {
 		<-ctx.Done()
-		return zero, &route.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
+		return zero, &peer.CallError{ID: id, Err: fmt.Errorf("memnet: %s→%s: %w", from, to, errNoAnswer)}
 	}
 	return res, nil
 }
@@ -253,7 +253,7 @@ func call[T any](n *Network, ctx context.Context, from, to, id string, act func(
 // deliver runs act on f's handler, at once on this goroutine, or, for a
 // paused member or a delayed link, on another that may outlive the call;
 // it reports false if ctx ended first.
-func deliver[T any](n *Network, ctx context.Context, f fate, act func(context.Context, route.Handler) T) (T, bool) {
+func deliver[T any](n *Network, ctx context.Context, f fate, act func(context.Context, peer.Handler) T) (T, bool) {
 	if !f.later {
 		return act(ctx, f.h), true
 	}
@@ -277,145 +277,145 @@ func deliver[T any](n *Network, ctx context.Context, f fate, act func(context.Co
 	}
 }
 
-var _ route.Peers = (*Peers)(nil)
+var _ peer.Peers = (*Peers)(nil)
 
-// Peers is one member's route.Peers on a Network.
+// Peers is one member's peer.Peers on a Network.
 type Peers struct {
 	net  *Network
 	self string
 
 	mu sync.Mutex
-	h  route.Handler
+	h  peer.Handler
 }
 
 // Serve makes h answer the calls other members make to this one.
-func (p *Peers) Serve(h route.Handler) {
+func (p *Peers) Serve(h peer.Handler) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.h = h
 }
 
-func (p *Peers) handler() route.Handler {
+func (p *Peers) handler() peer.Handler {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.h
 }
 
-// Forward implements route.Peers: one call per check.
-func (p *Peers) Forward(ctx context.Context, to route.Route, req limiter.Request) (route.Result, string, error) {
+// Forward implements peer.Peers: one call per check.
+func (p *Peers) Forward(ctx context.Context, to peer.Route, req limiter.Request) (peer.Result, string, error) {
 	results, id, err := p.ForwardBatch(ctx, to, []limiter.Request{req})
 	if err != nil {
-		return route.Result{}, id, err
+		return peer.Result{}, id, err
 	}
 	return results[0], id, nil
 }
 
-// ForwardBatch implements route.Peers.
-func (p *Peers) ForwardBatch(ctx context.Context, to route.Route, reqs []limiter.Request) ([]route.Result, string, error) {
-	id := route.RequestIDForCall(ctx)
-	res, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) []route.Result {
+// ForwardBatch implements peer.Peers.
+func (p *Peers) ForwardBatch(ctx context.Context, to peer.Route, reqs []limiter.Request) ([]peer.Result, string, error) {
+	id := peer.RequestIDForCall(ctx)
+	res, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) []peer.Result {
 		return h.HandleForward(ctx, p.self, reqs)
 	})
 	return res, id, err
 }
 
-// Reset implements route.Peers. A reset the member refuses is its
+// Reset implements peer.Peers. A reset the member refuses is its
 // answer, not the transport's error: it comes back as the member's error,
 // field and all.
-func (p *Peers) Reset(ctx context.Context, to route.Route, r route.ResetRequest) (int, error) {
+func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (int, error) {
 	type answer struct {
 		cleared int
 		err     error
 	}
-	id := route.RequestIDForCall(ctx)
-	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+	id := peer.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) answer {
 		n, err := h.HandleReset(ctx, p.self, r)
 		return answer{n, err}
 	})
 	if err == nil && a.err != nil {
-		err = &route.CallError{ID: id, Err: fmt.Errorf("reset on %s: %w", to.ID, a.err)}
+		err = &peer.CallError{ID: id, Err: fmt.Errorf("reset on %s: %w", to.ID, a.err)}
 	}
 	return a.cleared, err
 }
 
-// Handoff implements route.Peers.
-func (p *Peers) Handoff(ctx context.Context, to route.Route, states []limiter.KeyState) (int, []string, error) {
+// Handoff implements peer.Peers.
+func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.KeyState) (int, []string, error) {
 	type answer struct {
 		merged   int
 		rejected []string
 	}
-	a, err := call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) answer {
+	a, err := call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) answer {
 		m, r := h.HandleHandoff(ctx, p.self, states)
 		return answer{m, r}
 	})
 	return a.merged, a.rejected, err
 }
 
-// Replicate implements route.Peers.
-func (p *Peers) Replicate(ctx context.Context, to route.Route, r route.Replication) (int, error) {
+// Replicate implements peer.Peers.
+func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {
 	type answer struct {
 		kept int
 		err  error
 	}
-	id := route.RequestIDForCall(ctx)
-	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+	id := peer.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) answer {
 		n, err := h.HandleReplicate(ctx, p.self, r)
 		return answer{n, err}
 	})
 	if err == nil && a.err != nil {
-		err = &route.CallError{ID: id, Err: fmt.Errorf("replicate on %s: %w", to.ID, a.err)}
+		err = &peer.CallError{ID: id, Err: fmt.Errorf("replicate on %s: %w", to.ID, a.err)}
 	}
 	return a.kept, err
 }
 
-// Relay implements route.Peers.
-func (p *Peers) Relay(ctx context.Context, via route.Route, reqs []limiter.Request) ([]route.Result, error) {
-	return call(p.net, ctx, p.self, via.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) []route.Result {
+// Relay implements peer.Peers.
+func (p *Peers) Relay(ctx context.Context, via peer.Route, reqs []limiter.Request) ([]peer.Result, error) {
+	return call(p.net, ctx, p.self, via.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) []peer.Result {
 		return h.HandleRelay(ctx, p.self, reqs)
 	})
 }
 
-// Report implements route.Peers.
-func (p *Peers) Report(ctx context.Context, to route.Route, r route.ReportRequest) (route.Report, error) {
-	return call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) route.Report {
+// Report implements peer.Peers.
+func (p *Peers) Report(ctx context.Context, to peer.Route, r peer.ReportRequest) (peer.Report, error) {
+	return call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) peer.Report {
 		return h.HandleReport(ctx, p.self, r)
 	})
 }
 
-// Inspect implements route.Peers. A refusal is the member's answer, as
+// Inspect implements peer.Peers. A refusal is the member's answer, as
 // for Reset.
-func (p *Peers) Inspect(ctx context.Context, to route.Route, q route.PeerInspect) (route.OwnerView, error) {
+func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery) (peer.OwnerView, error) {
 	type answer struct {
-		views route.OwnerView
+		views peer.OwnerView
 		err   error
 	}
-	id := route.RequestIDForCall(ctx)
-	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h route.Handler) answer {
+	id := peer.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) answer {
 		v, err := h.HandleInspect(ctx, p.self, q)
 		return answer{v, err}
 	})
 	if err == nil && a.err != nil {
-		err = &route.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, a.err)}
+		err = &peer.CallError{ID: id, Err: fmt.Errorf("inspect on %s: %w", to.ID, a.err)}
 	}
 	return a.views, err
 }
 
-// Lease implements route.Peers.
-func (p *Peers) Lease(ctx context.Context, to route.Route, req limiter.Request, want int64) (route.Result, route.LeaseGrant, error) {
+// Lease implements peer.Peers.
+func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant, error) {
 	type answer struct {
-		res   route.Result
-		grant route.LeaseGrant
+		res   peer.Result
+		grant peer.LeaseGrant
 	}
-	a, err := call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) answer {
+	a, err := call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) answer {
 		r, g := h.HandleLease(ctx, p.self, req, want)
 		return answer{r, g}
 	})
 	return a.res, a.grant, err
 }
 
-// Settle implements route.Peers.
-func (p *Peers) Settle(ctx context.Context, to route.Route, uses []route.LeaseUse) (int, error) {
-	return call(p.net, ctx, p.self, to.ID, route.RequestIDForCall(ctx), func(ctx context.Context, h route.Handler) int {
+// Settle implements peer.Peers.
+func (p *Peers) Settle(ctx context.Context, to peer.Route, uses []peer.LeaseUse) (int, error) {
+	return call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) int {
 		return h.HandleSettle(ctx, p.self, uses)
 	})
 }

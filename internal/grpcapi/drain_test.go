@@ -1,4 +1,4 @@
-package rpc
+package grpcapi
 
 import (
 	"context"
@@ -15,26 +15,26 @@ import (
 // nothing is; after it nothing new is taken.
 func TestDrainQuietOnceNothingIsUnderWay(t *testing.T) {
 	d := NewDrain()
-	require.True(t, d.enter())
-	require.True(t, d.enter())
+	require.True(t, d.Enter())
+	require.True(t, d.Enter())
 	quiet := d.Start()
-	assert.True(t, d.draining())
-	d.leave()
+	assert.True(t, d.Draining())
+	d.Leave()
 	select {
 	case <-quiet:
 		t.Fatal("quiet with a call under way")
 	default:
 	}
-	d.leave()
+	d.Leave()
 	<-quiet
-	assert.False(t, d.enter(), "nothing is taken past the quiet point")
+	assert.False(t, d.Enter(), "nothing is taken past the quiet point")
 
 	idle := NewDrain()
 	<-idle.Start() // nothing under way: quiet at once
 
 	var nilDrain *Drain
-	assert.True(t, nilDrain.enter(), "no Drain: everything is taken")
-	assert.False(t, nilDrain.draining())
+	assert.True(t, nilDrain.Enter(), "no Drain: everything is taken")
+	assert.False(t, nilDrain.Draining())
 }
 
 func TestDrainUnaryRefusesPastTheQuietPoint(t *testing.T) {

@@ -1,12 +1,9 @@
-package route
+package peer
 
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"math/rand/v2"
-	"sync/atomic"
-	"time"
 )
 
 // Request ids tie together the log lines that one request causes on the
@@ -86,64 +83,4 @@ func RequestIDForCall(ctx context.Context) string {
 		return id
 	}
 	return NewRequestID()
-}
-
-// CallError is a failed call to another member and the request id it
-// carried, so that the caller's log line names what the member's shows.
-// Peers implementations return their transport errors as one.
-type CallError struct {
-	ID  string
-	Err error
-}
-
-func (e *CallError) Error() string { return e.Err.Error() }
-func (e *CallError) Unwrap() error { return e.Err }
-
-// CallID returns the request id of the call to another member that err
-// comes from, or "".
-func CallID(err error) string {
-	var ce *CallError
-	if errors.As(err, &ce) {
-		return ce.ID
-	}
-	return ""
-}
-
-// every lets a log line through at most once a second, so a fault that
-// hits every request costs one line a second, not one per request. The
-// zero value is ready to use.
-type every struct {
-	last atomic.Int64 // unix ns
-}
-
-func (e *every) allow() bool {
-	now := time.Now().UnixNano()
-	last := e.last.Load()
-	return now-last >= int64(time.Second) && e.last.CompareAndSwap(last, now)
-}
-
-// idAttrs returns the log attributes naming a request and the call to
-// another member that carried it: request_id is the client's id, else the
-// call's; forward_id is the call's when it differs.
-func idAttrs(ctx context.Context, callID string) []any {
-	rid := RequestIDFrom(ctx)
-	switch {
-	case rid == "" && callID == "":
-		return nil
-	case rid == "":
-		return []any{"request_id", callID}
-	case callID == "" || callID == rid:
-		return []any{"request_id", rid}
-	}
-	return []any{"request_id", rid, "forward_id", callID}
-}
-
-// Clip shortens text a caller sent (an origin, a key) to at most 64 bytes
-// for a log line or a message, so a huge one costs nothing downstream.
-func Clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
 }

@@ -1,4 +1,4 @@
-package rpc
+package peerrpc
 
 import (
 	"context"
@@ -15,11 +15,13 @@ import (
 	"github.com/peerlimit/peerlimit/internal/batch"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/pipeline"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
 )
 
-// fwdItem is one check waiting in a peer's batcher, with the context of
+// fwdItem is one check waiting in a member's batcher, with the context of
 // the request it belongs to: a batch that carries only it carries its
 // request id.
 type fwdItem struct {
@@ -34,25 +36,25 @@ type fwdResult struct {
 	id  string
 }
 
-// forwardLink carries the checks forwarded to one peer: a Batcher groups
-// them, and each batch goes as one message on the peer's ForwardStream
+// forwardLink carries the checks forwarded to one member: a Batcher groups
+// them, and each batch goes as one message on the member's ForwardStream
 // (one stream per pair of members, batches pipelined, answers matched by
-// seq). A peer that does not serve ForwardStream (an older node during a
-// rolling upgrade) is sent Forward calls instead, from then on.
+// seq). A member that does not serve ForwardStream (an older node during
+// a rolling upgrade) is sent Forward calls instead, from then on.
 type forwardLink struct {
 	p       *Peers
-	pr      *peer
+	c       *conn
 	batcher *batch.Batcher[fwdItem, fwdResult]
 	pipe    *pipeline.Pipeline[pb.ForwardRequest, pb.ForwardResponse]
-	unary   atomic.Bool // the peer answered ForwardStream with UNIMPLEMENTED
+	unary   atomic.Bool // the member answered ForwardStream with UNIMPLEMENTED
 }
 
-func newForwardLink(p *Peers, pr *peer) (*forwardLink, error) {
-	l := &forwardLink{p: p, pr: pr}
+func newForwardLink(p *Peers, c *conn) (*forwardLink, error) {
+	l := &forwardLink{p: p, c: c}
 	var err error
 	l.pipe, err = pipeline.New(pipeline.Config[pb.ForwardRequest, pb.ForwardResponse]{
 		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.ForwardRequest, pb.ForwardResponse], error) {
-			return pr.client.ForwardStream(metadata.AppendToOutgoingContext(ctx, grpcapi.OriginKey, p.self))
+			return c.client.ForwardStream(metadata.AppendToOutgoingContext(ctx, grpcapi.OriginKey, p.self))
 		},
 		SetSeq:  func(r *pb.ForwardRequest, seq uint64) { r.Seq = seq },
 		SeqOf:   (*pb.ForwardResponse).GetSeq,
@@ -68,23 +70,22 @@ func newForwardLink(p *Peers, pr *peer) (*forwardLink, error) {
 	return l, nil
 }
 
-// send sends one batch: on the stream, or as a Forward call to a peer
+// send sends one batch: on the stream, or as a Forward call to a member
 // that has no stream. A batch for one request carries its id; a coalesced
 // one its own.
 func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 	id := ""
 	if len(items) == 1 {
-		id = route.RequestIDForCall(items[0].ctx)
+		id = peer.RequestIDForCall(items[0].ctx)
 	} else {
-		id = route.NewRequestID()
+		id = peer.NewRequestID()
 	}
 	reqs := make([]*pb.CheckRequest, len(items))
 	for i, it := range items {
 		reqs[i] = it.req
 	}
 	if l.unary.Load() {
-		results, err := l.p.forward(context.Background(), l.pr, reqs, id)
-		done(withID(results, id), err)
+		l.sendUnary(reqs, id, done)
 		return
 	}
 	start := time.Now()
@@ -94,58 +95,71 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 		if err == nil && len(resp.GetResults()) != len(reqs) {
 			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
 		}
-		l.p.metrics.ForwardCall(start, len(reqs), err)
+		l.p.observer.ForwardCall(start, len(reqs), err)
 		if status.Code(err) == codes.Unimplemented {
-			// An older peer: Forward calls from now on, starting with this
-			// batch, on a goroutine of its own (done must not block).
+			// An older member: Forward calls from now on, starting with
+			// this batch, on a goroutine of its own (done must not block).
 			l.unary.Store(true)
-			go func() {
-				results, err := l.p.forward(context.Background(), l.pr, reqs, id)
-				done(withID(results, id), err)
-			}()
+			go l.sendUnary(reqs, id, done)
 			return
 		}
 		if err != nil {
-			done(nil, &route.CallError{ID: id, Err: err})
+			done(nil, &peer.CallError{ID: id, Err: err})
 			return
 		}
 		done(withID(resp.GetResults(), id), nil)
 	})
 }
 
+// sendUnary sends a batch as one Forward call carrying request id id.
+func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]fwdResult, error)) {
+	results, _, err := l.p.forward(peer.WithRequestID(context.Background(), id), l.c.route, reqs)
+	done(withID(results, id), err)
+}
+
+// forwardOne sends req through the batcher and returns its answer and the
+// id of the batch that carried it.
+func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer.Result, string, error) {
+	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), ctx: ctx})
+	if err != nil {
+		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
+	}
+	return protoconv.FromProtoResult(res.res), res.id, nil
+}
+
 // forwardAll sends reqs through the batcher, in as few batches as its
 // limit allows, and returns their answers and the id of a batch that
 // carried them. A check whose batch could not be delivered has a Result
-// whose Err is a *route.CallError: the route falls back for it alone.
-func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) ([]route.Result, string, error) {
+// whose Err is a *peer.CallError: the route falls back for it alone.
+func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) ([]peer.Result, string, error) {
 	items := make([]fwdItem, len(reqs))
 	for i, r := range reqs {
 		items[i] = fwdItem{req: r, ctx: ctx}
 	}
 	res, errs, err := l.batcher.DoAll(ctx, items)
 	if err != nil {
-		return nil, "", fmt.Errorf("forward %d checks to %s: %w", len(reqs), l.pr.route.ID, err)
+		return nil, "", asCallError(err, "forward %d checks to %s", len(reqs), l.c.route.ID)
 	}
-	out := make([]route.Result, len(reqs))
+	out := make([]peer.Result, len(reqs))
 	id := ""
 	for i := range out {
 		if errs[i] != nil {
-			out[i].Err = asCallError(errs[i], fmt.Sprintf("forward to %s", l.pr.route.ID))
+			out[i].Err = asCallError(errs[i], "forward to %s", l.c.route.ID)
 			continue
 		}
-		out[i], id = FromProtoResult(res[i].res), res[i].id
+		out[i], id = protoconv.FromProtoResult(res[i].res), res[i].id
 	}
 	return out, id, nil
 }
 
 // asCallError wraps err, what the batcher says of a check it could not
-// deliver, as the transport error it is.
-func asCallError(err error, what string) error {
-	var ce *route.CallError
+// deliver, as the *peer.CallError it is, keeping the id of the batch.
+func asCallError(err error, whatf string, args ...any) error {
+	var ce *peer.CallError
 	if errors.As(err, &ce) {
-		return &route.CallError{ID: ce.ID, Err: fmt.Errorf("%s: %w", what, ce.Err)}
+		return &peer.CallError{ID: ce.ID, Err: fmt.Errorf("%s: %w", fmt.Sprintf(whatf, args...), ce.Err)}
 	}
-	return &route.CallError{Err: fmt.Errorf("%s: %w", what, err)}
+	return &peer.CallError{Err: fmt.Errorf("%s: %w", fmt.Sprintf(whatf, args...), err)}
 }
 
 func withID(results []*pb.CheckResult, id string) []fwdResult {

@@ -1,8 +1,19 @@
-package route
+// Package peer is the contract between the members of a cluster: what one
+// node may ask of another (Peers, the calling side) and what a node does
+// with those calls (Handler, the receiving side), the messages they carry,
+// how a failed call is told from an answer (CallError, Error) and the
+// request ids that tie both sides' log lines together.
+//
+// It holds no transport and no logic. Package rpc carries the calls over
+// gRPC (rpc.Peers calls, rpc.PeerServer serves a Handler), the in-memory
+// network of internal/testkit/memnet carries them in tests, and the
+// request path (package route), handoff and replica make them through
+// Peers without knowing which. Both transports deliver to one surface, a
+// Handler, so that what a test on memnet shows holds over gRPC.
+package peer
 
 import (
 	"context"
-	"errors"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -14,16 +25,16 @@ type Route struct {
 }
 
 // Peers carries a node's calls to the other members: the network seam of
-// the request path. rpc.Peers is the gRPC implementation; the in-memory
-// network of internal/testkit/memnet is the other, with injected faults.
+// the request path.
 //
 // An error is the transport's: the member could not be asked (refused,
 // unreachable, past the call's deadline, or the caller's context ended),
-// returned as a *CallError naming the request id the call carried. What
-// the member answered, a per-check error included, is a result, and a call
-// it refused is an *Error with its code (or a *limiter.ArgumentError when
-// it names a field). Every call is bounded by a deadline of the
-// implementation's. Implementations are safe for concurrent use.
+// always returned as a *CallError naming the request id the call carried.
+// What the member answered, a per-check error included, is a result, and
+// a call it refused is an *Error with its code (and, for invalid input,
+// the field), wrapped in the *CallError. Every call is bounded by a
+// deadline of the implementation's. Implementations are safe for
+// concurrent use.
 type Peers interface {
 	// Forward asks to to decide req, possibly in one call with other
 	// checks bound there, and returns its answer and the request id of
@@ -55,7 +66,7 @@ type Peers interface {
 	Report(ctx context.Context, to Route, r ReportRequest) (Report, error)
 	// Inspect asks to for a key's state, whatever its ring says; an
 	// invalid request is refused naming the field.
-	Inspect(ctx context.Context, to Route, q PeerInspect) (OwnerView, error)
+	Inspect(ctx context.Context, to Route, q InspectQuery) (OwnerView, error)
 	// Lease asks to, req's owner, to decide req as Forward does and to
 	// lend this node up to want hits of its limit (a zero grant: none).
 	Lease(ctx context.Context, to Route, req limiter.Request, want int64) (Result, LeaseGrant, error)
@@ -65,14 +76,20 @@ type Peers interface {
 }
 
 // Handler is the receiving side of Peers: what a member does with the
-// calls of the others. *Service is one; rpc.PeerServer serves it over
-// gRPC. origin is the calling member's id, as it says; ctx carries the
-// call's request id (WithRequestID) and ends when the caller stops
-// waiting.
+// calls of the others. route.Service is the node's; rpc.PeerServer serves
+// one over gRPC and memnet delivers to one directly.
+//
+// origin is the calling member's id, as it says (the transport has
+// checked it where peer authentication is on); ctx carries the call's
+// request id (WithRequestID) and ends when the caller stops waiting.
+// Every method is called concurrently, from the transport's goroutines,
+// and must be safe for it; none may block beyond the work it does (a
+// relay and a forward wait for the member they ask, within ctx).
 type Handler interface {
 	// HandleForward decides checks another member forwarded, here,
 	// whatever this node's ring says: a forwarded check is never
-	// forwarded again.
+	// forwarded again. An invalid check is answered with an error naming
+	// the field, and logged: the two nodes' settings differ.
 	HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []Result
 	// HandleReset drops this node's state for r, whatever its ring says,
 	// and returns how many states that still counted something it
@@ -81,18 +98,18 @@ type Handler interface {
 	// HandleHandoff merges states into this node's.
 	HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string)
 	// HandleReplicate keeps states, replicated by their owner origin,
-	// apart from this node's own; an error if this node keeps no
-	// replicas.
+	// apart from this node's own; ErrNoReplicas if this node keeps none.
 	HandleReplicate(ctx context.Context, origin string, r Replication) (kept int, err error)
 	// HandleRelay gets checks origin could not take to their owner
 	// decided by the owner, as this node's ring says, or here from the
-	// owner's replica if this node is its heir; never relayed further.
+	// owner's replica if this node is its heir; never relayed further. A
+	// check it could get decided by neither has a *CallError.
 	HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []Result
 	// HandleReport returns this node's samples newer than r.Since and its
 	// r.Top hottest keys.
 	HandleReport(ctx context.Context, origin string, r ReportRequest) Report
 	// HandleInspect reads q.Key's state here, consuming nothing.
-	HandleInspect(ctx context.Context, origin string, q PeerInspect) (OwnerView, error)
+	HandleInspect(ctx context.Context, origin string, q InspectQuery) (OwnerView, error)
 	// HandleLease decides req here, as HandleForward does, and may lend
 	// origin up to want hits of its limit.
 	HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (Result, LeaseGrant)
@@ -100,27 +117,3 @@ type Handler interface {
 	// many it settled.
 	HandleSettle(ctx context.Context, origin string, uses []LeaseUse) int
 }
-
-// Replication is what an owner sends its backup in one call.
-type Replication struct {
-	// Whole lists the partitions whose whole state starts with this call:
-	// the backup first drops what it held of them (it is new, or it
-	// missed changes).
-	Whole []int
-	// States are the keys' current states; an empty one (no counts, no
-	// log) says the key is gone.
-	States []limiter.KeyState
-}
-
-// Replicas is where a backup keeps the states owners replicate to it
-// (replica.Store is one). Apply replaces its copy of each key's state
-// with the one given, and drops the copy on an empty state.
-type Replicas interface {
-	Apply(origin string, r Replication) (kept int)
-}
-
-// ErrNoReplicas refuses a replication to a node that keeps no replicas
-// (its replication factor is 0).
-var ErrNoReplicas = errors.New("this node keeps no replicas (--replication-factor 0)")
-
-var _ Handler = (*Service)(nil)

@@ -1,7 +1,9 @@
-package rpc
+package grpcapi
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -34,12 +36,12 @@ type Drain struct {
 // NewDrain returns a Drain not started.
 func NewDrain() *Drain { return &Drain{quiet: make(chan struct{})} }
 
-// errDraining refuses what arrives after the node stopped taking work.
-var errDraining = status.Error(codes.Unavailable, "peerlimit: node shutting down")
+// ErrDraining refuses what arrives after the node stopped taking work.
+var ErrDraining = status.Error(codes.Unavailable, "peerlimit: node shutting down")
 
-// enter counts a call or message as under way, and reports false once
+// Enter counts a call or message as under way, and reports false once
 // the node no longer takes any.
-func (d *Drain) enter() bool {
+func (d *Drain) Enter() bool {
 	if d == nil {
 		return true
 	}
@@ -52,8 +54,8 @@ func (d *Drain) enter() bool {
 	return true
 }
 
-// leave ends what enter counted.
-func (d *Drain) leave() {
+// Leave ends what Enter counted.
+func (d *Drain) Leave() {
 	if d == nil {
 		return
 	}
@@ -72,9 +74,9 @@ func (d *Drain) closeIfQuiet() {
 	}
 }
 
-// draining reports whether Start was called: a stream ends after the
+// Draining reports whether Start was called: a stream ends after the
 // message in hand.
-func (d *Drain) draining() bool {
+func (d *Drain) Draining() bool {
 	if d == nil {
 		return false
 	}
@@ -95,9 +97,18 @@ func (d *Drain) Start() <-chan struct{} {
 
 // Unary is a unary server interceptor counting calls as under way.
 func (d *Drain) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if !d.enter() {
-		return nil, errDraining
+	if !d.Enter() {
+		return nil, ErrDraining
 	}
-	defer d.leave()
+	defer d.Leave()
 	return h(ctx, req)
+}
+
+// EndOfStream is what a stream handler returns when Recv fails: nothing
+// when the caller closed its side, else the error.
+func EndOfStream(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
 }

@@ -1,0 +1,129 @@
+package protoconv
+
+import (
+	"math"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// ToProtoKeyState converts a key's state for handoff and replication: a
+// log as one base time and 32-bit offsets from it.
+func ToProtoKeyState(s limiter.KeyState) *pb.KeyState {
+	out := &pb.KeyState{Key: s.Key, WindowMs: s.Window.Milliseconds(), Algorithm: pb.Algorithm(s.Algorithm),
+		WindowId: s.WindowID, Prev: s.Prev, Curr: s.Curr}
+	if len(s.Log) > 0 {
+		out.LogBaseMs = s.Log[0]
+		out.LogOffsetsMs = make([]uint32, len(s.Log))
+		for i, t := range s.Log {
+			out.LogOffsetsMs[i] = uint32(min(t-s.Log[0], math.MaxUint32))
+		}
+	}
+	return out
+}
+
+// FromProtoKeyState converts a received key state; the store validates it.
+func FromProtoKeyState(s *pb.KeyState) limiter.KeyState {
+	out := limiter.KeyState{Key: s.GetKey(), Algorithm: limiter.Algorithm(min(max(s.GetAlgorithm(), 0), 255)),
+		WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr()}
+	if ms := s.GetWindowMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+		out.Window = time.Duration(ms) * time.Millisecond
+	}
+	if offs := s.GetLogOffsetsMs(); len(offs) > 0 {
+		out.Log = make([]int64, len(offs))
+		for i, o := range offs {
+			out.Log[i] = s.GetLogBaseMs() + int64(o)
+		}
+	}
+	return out
+}
+
+// ToProtoKeyStates converts states for the wire.
+func ToProtoKeyStates(states []limiter.KeyState) []*pb.KeyState {
+	out := make([]*pb.KeyState, len(states))
+	for i, s := range states {
+		out[i] = ToProtoKeyState(s)
+	}
+	return out
+}
+
+// FromProtoKeyStates converts received states.
+func FromProtoKeyStates(states []*pb.KeyState) []limiter.KeyState {
+	out := make([]limiter.KeyState, len(states))
+	for i, s := range states {
+		out[i] = FromProtoKeyState(s)
+	}
+	return out
+}
+
+// ToProtoReplicate converts a replication round's call from origin.
+func ToProtoReplicate(origin string, r peer.Replication) *pb.ReplicateRequest {
+	out := &pb.ReplicateRequest{Origin: origin, States: ToProtoKeyStates(r.States), Whole: make([]uint32, len(r.Whole))}
+	for i, w := range r.Whole {
+		out.Whole[i] = uint32(w)
+	}
+	return out
+}
+
+// FromProtoReplicate converts a received replication.
+func FromProtoReplicate(in *pb.ReplicateRequest) peer.Replication {
+	r := peer.Replication{States: FromProtoKeyStates(in.GetStates()), Whole: make([]int, len(in.GetWhole()))}
+	for i, w := range in.GetWhole() {
+		r.Whole[i] = int(w)
+	}
+	return r
+}
+
+// maxLeaseOffset bounds a settled hit's offset from its lease's asking:
+// no lease lasts an hour, and the bound keeps a conversion from wrapping.
+const maxLeaseOffset = time.Hour
+
+// ToProtoLeaseUses converts a holder's settlements.
+func ToProtoLeaseUses(uses []peer.LeaseUse) []*pb.LeaseUse {
+	out := make([]*pb.LeaseUse, len(uses))
+	for i, u := range uses {
+		pu := &pb.LeaseUse{Id: u.ID, Used: u.Used, OffsetsMs: make([]int64, len(u.Offsets))}
+		for j, o := range u.Offsets {
+			pu.OffsetsMs[j] = o.Milliseconds()
+		}
+		out[i] = pu
+	}
+	return out
+}
+
+// FromProtoLeaseUses converts received settlements, each offset clamped
+// to [0, 1 h].
+func FromProtoLeaseUses(uses []*pb.LeaseUse) []peer.LeaseUse {
+	out := make([]peer.LeaseUse, len(uses))
+	for i, u := range uses {
+		out[i] = peer.LeaseUse{ID: u.GetId(), Used: u.GetUsed(), Offsets: make([]time.Duration, len(u.GetOffsetsMs()))}
+		for j, o := range u.GetOffsetsMs() {
+			out[i].Offsets[j] = time.Duration(min(max(o, 0), maxLeaseOffset.Milliseconds())) * time.Millisecond
+		}
+	}
+	return out
+}
+
+// ToProtoLease converts an owner's answer to a lease request.
+func ToProtoLease(res peer.Result, g peer.LeaseGrant) *pb.LeaseResponse {
+	return &pb.LeaseResponse{Result: ToProtoResult(res), Id: g.ID, Hits: g.Hits, DurationMs: g.Duration.Milliseconds(),
+		ResetAfterMs: g.ResetAfter.Milliseconds(), RefillAfterMs: g.RefillAfter.Milliseconds()}
+}
+
+// maxLeaseDuration is more than any version lends; a longer grant is not
+// taken.
+const maxLeaseDuration = time.Minute
+
+// FromProtoLease converts an owner's answer to a lease request. A grant
+// no version of peerlimit makes (negative, or longer than a minute) is
+// taken as none.
+func FromProtoLease(resp *pb.LeaseResponse) (peer.Result, peer.LeaseGrant) {
+	g := peer.LeaseGrant{ID: resp.GetId(), Hits: resp.GetHits(), Duration: time.Duration(resp.GetDurationMs()) * time.Millisecond,
+		ResetAfter: time.Duration(resp.GetResetAfterMs()) * time.Millisecond, RefillAfter: time.Duration(resp.GetRefillAfterMs()) * time.Millisecond}
+	if g.Hits < 0 || g.Duration < 0 || g.Duration > maxLeaseDuration {
+		g = peer.LeaseGrant{}
+	}
+	return FromProtoResult(resp.GetResult()), g
+}

@@ -1,0 +1,109 @@
+package peer
+
+import (
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// Result is the answer to one check: a decision and who made it, or why
+// there is none.
+type Result struct {
+	Decision limiter.Decision
+	Owner    string
+	// Degraded marks an answer not given by the key's owner: a fallback
+	// policy's, or an heir's from the owner's replica.
+	Degraded bool
+	Err      error
+}
+
+// ResetRequest selects the state a reset clears: one limit of a key (its
+// window and algorithm), or every limit of it.
+type ResetRequest struct {
+	Key        string
+	Window     time.Duration // ignored with AllWindows
+	Algorithm  limiter.Algorithm
+	AllWindows bool
+}
+
+// Replication is what an owner sends its backup in one call.
+type Replication struct {
+	// Whole lists the partitions whose whole state starts with this call:
+	// the backup first drops what it held of them (it is new, or it
+	// missed changes).
+	Whole []int
+	// States are the keys' current states; an empty one (no counts, no
+	// log) says the key is gone.
+	States []limiter.KeyState
+}
+
+// LeaseGrant is what an owner lends: Hits of one limit, usable for
+// Duration from when the holder asked. A zero ID lends nothing.
+type LeaseGrant struct {
+	ID       uint64
+	Hits     int64
+	Duration time.Duration
+	// The owner's times for the key right after the grant, for the
+	// holder's answers (run down as the lease ages).
+	ResetAfter, RefillAfter time.Duration
+}
+
+// LeaseUse is a holder's settlement of one lease: how many hits it
+// admitted and, for the log, when, as offsets from when it asked.
+type LeaseUse struct {
+	ID      uint64
+	Used    int64
+	Offsets []time.Duration
+}
+
+// LeaseInfo is a lease lent on a key, for inspection.
+type LeaseInfo struct {
+	Holder    string
+	Hits      int64
+	ExpiresIn time.Duration
+}
+
+// InspectQuery is an inspection a member asks of a key's owner, any
+// policy already resolved to numbers. Limit and Hits are optional (0: no
+// next-allow time).
+type InspectQuery struct {
+	Key         string
+	Limit, Hits int64
+}
+
+// OwnerView is what a key's owner reads of it for an inspection.
+type OwnerView struct {
+	Limits []limiter.KeyView
+	// Leases are the budget leases the owner has lent on the key.
+	Leases []LeaseInfo
+}
+
+// ReportRequest asks a member for what the console shows of it.
+type ReportRequest struct {
+	// Since: only samples newer than it; zero for every one kept.
+	Since time.Time
+	// Top is the length of the hot-key lists; 0: none.
+	Top int
+}
+
+// Report is a member's sampled rates and its hot keys.
+type Report struct {
+	Samples []Sample
+	HotKeys limiter.HotKeys
+}
+
+// Sample is one second of a member's request path, as rates per second
+// (package console samples them from the node's metrics).
+type Sample struct {
+	Time                              time.Time
+	LocalAllowed, LocalDenied         float64
+	ForwardedAllowed, ForwardedDenied float64
+	FallbackAllowed, FallbackDenied   float64
+	Errors                            float64
+	PeerChecks                        float64 // decided here for other members
+	Degraded                          float64 // answered by a fallback or an heir, not the owner
+	HandoffKeys                       float64 // key states handed to other members
+	// ForwardP99 and ReplicationLagP99 are negative when nothing was
+	// observed in the second.
+	ForwardP99, ReplicationLagP99 time.Duration
+}

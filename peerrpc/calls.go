@@ -1,0 +1,185 @@
+package peerrpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/peerlimit/peerlimit/internal/protoconv"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// The calls of peer.Peers, one method each: what goes on the wire and
+// what comes back. Every one but the batched forwards goes through call.
+
+// Forward sends one check to its owner, batched with others bound there,
+// and returns the owner's answer and the request id of the batch that
+// carried it (CallID of an error says the same). The error is for the
+// transport (the owner could not be asked); an answer the owner gave,
+// including a per-check error, is in the Result.
+func (p *Peers) Forward(ctx context.Context, to peer.Route, req limiter.Request) (peer.Result, string, error) {
+	c, err := p.get(to)
+	switch {
+	case err != nil:
+		id := peer.RequestIDForCall(ctx)
+		return peer.Result{}, id, &peer.CallError{ID: id, Err: fmt.Errorf("forward to %s: %w", to.ID, err)}
+	case c.link != nil:
+		return c.link.forwardOne(ctx, req)
+	}
+	results, id, err := p.forward(ctx, to, []*pb.CheckRequest{protoconv.ToProtoRequest(req)})
+	if err != nil {
+		return peer.Result{}, id, err
+	}
+	return protoconv.FromProtoResult(results[0]), id, nil
+}
+
+// ForwardBatch sends checks to their owner, in the member's batches with
+// everything else bound there (or, with batching off, in one Forward call
+// carrying the request's id), and returns one Result per check and the
+// request id of a batch that carried them.
+func (p *Peers) ForwardBatch(ctx context.Context, to peer.Route, reqs []limiter.Request) ([]peer.Result, string, error) {
+	c, err := p.get(to)
+	if err != nil {
+		id := peer.RequestIDForCall(ctx)
+		return nil, id, &peer.CallError{ID: id, Err: fmt.Errorf("forward %d checks to %s: %w", len(reqs), to.ID, err)}
+	}
+	preqs := protoconv.ToProtoRequests(reqs)
+	if c.link != nil {
+		return c.link.forwardAll(ctx, preqs)
+	}
+	results, id, err := p.forward(ctx, to, preqs)
+	if err != nil {
+		return nil, id, err
+	}
+	out := make([]peer.Result, len(results))
+	for i, r := range results {
+		out[i] = protoconv.FromProtoResult(r)
+	}
+	return out, id, nil
+}
+
+// forward makes one Forward call carrying reqs to to: with batching off,
+// or to a member that has no ForwardStream.
+func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequest) ([]*pb.CheckResult, string, error) {
+	start := time.Now()
+	results, id, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) ([]*pb.CheckResult, error) {
+		resp, err := c.Forward(ctx, &pb.ForwardRequest{Origin: p.self, Checks: reqs})
+		if err == nil && len(resp.GetResults()) != len(reqs) {
+			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
+		}
+		return resp.GetResults(), err
+	}, "forward %d checks to %s", len(reqs), to.ID)
+	p.observer.ForwardCall(start, len(reqs), err)
+	return results, id, err
+}
+
+// Handoff sends key states to their new owner and returns how many it
+// merged and why it refused the others.
+func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.KeyState) (int, []string, error) {
+	req := &pb.HandoffRequest{Origin: p.self, States: protoconv.ToProtoKeyStates(states)}
+	// A partition's state is bigger than a check: four timeouts.
+	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.HandoffResponse, error) {
+		return c.Handoff(ctx, req)
+	}, "hand off %d keys to %s", len(states), to.ID)
+	return int(resp.GetMerged()), resp.GetRejected(), err
+}
+
+// Replicate gives to, the backup of the partitions r's states belong to,
+// their owner's current state, and returns how many it kept.
+func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {
+	req := protoconv.ToProtoReplicate(p.self, r)
+	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.ReplicateResponse, error) {
+		return c.Replicate(ctx, req)
+	}, "replicate %d keys to %s", len(r.States), to.ID)
+	return int(resp.GetKept()), err
+}
+
+// Relay asks via to take reqs, whose owner this node cannot reach, to
+// their owner (or decide them as the owner's heir), in one call. Its
+// deadline leaves room for via's own forward to the owner. A check via
+// could not get decided (UNAVAILABLE) comes back as a *peer.CallError,
+// for this node's fallback.
+func (p *Peers) Relay(ctx context.Context, via peer.Route, reqs []limiter.Request) ([]peer.Result, error) {
+	req := &pb.ForwardRequest{Origin: p.self, Checks: protoconv.ToProtoRequests(reqs)}
+	results, id, err := call(p, ctx, via, 2*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) ([]*pb.CheckResult, error) {
+		resp, err := c.Relay(ctx, req)
+		if err == nil && len(resp.GetResults()) != len(reqs) {
+			err = fmt.Errorf("relay answered %d of %d checks", len(resp.GetResults()), len(reqs))
+		}
+		return resp.GetResults(), err
+	}, "relay %d checks through %s", len(reqs), via.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]peer.Result, len(results))
+	for i, r := range results {
+		out[i] = protoconv.FromProtoResult(r)
+		if peer.CodeOf(out[i].Err) == peer.Unavailable {
+			out[i].Err = &peer.CallError{ID: id, Err: out[i].Err}
+		}
+	}
+	return out, nil
+}
+
+// Reset asks member to to drop its state for r (never forwarding it
+// further) and returns how many states that still counted something it
+// dropped.
+func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (int, error) {
+	req := &pb.PeerResetRequest{Origin: p.self, Key: r.Key, WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm),
+		AllWindows: r.AllWindows}
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.PeerResetResponse, error) {
+		return c.Reset(ctx, req)
+	}, "reset on %s", to.ID)
+	return int(resp.GetCleared()), err
+}
+
+// Report asks to for its console report.
+func (p *Peers) Report(ctx context.Context, to peer.Route, r peer.ReportRequest) (peer.Report, error) {
+	req := protoconv.ToProtoReportRequest(p.self, r)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.ReportResponse, error) {
+		return c.Report(ctx, req)
+	}, "report from %s", to.ID)
+	if err != nil {
+		return peer.Report{}, err
+	}
+	return protoconv.FromProtoReport(resp), nil
+}
+
+// Inspect asks to for a key's state.
+func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery) (peer.OwnerView, error) {
+	req := &pb.PeerInspectRequest{Origin: p.self, Key: q.Key, Limit: q.Limit, Hits: q.Hits}
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.InspectResponse, error) {
+		return c.Inspect(ctx, req)
+	}, "inspect on %s", to.ID)
+	if err != nil {
+		return peer.OwnerView{}, err
+	}
+	return protoconv.FromProtoOwnerView(resp), nil
+}
+
+// Lease asks to, req's owner, to decide req and lend this node up to want
+// hits of its limit.
+func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant, error) {
+	in := &pb.LeaseRequest{Origin: p.self, Check: protoconv.ToProtoRequest(req), Want: want}
+	start := time.Now()
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.LeaseResponse, error) {
+		return c.Lease(ctx, in)
+	}, "lease from %s", to.ID)
+	p.observer.ForwardCall(start, 1, err)
+	if err != nil {
+		return peer.Result{}, peer.LeaseGrant{}, err
+	}
+	res, g := protoconv.FromProtoLease(resp)
+	return res, g, nil
+}
+
+// Settle reports to what this node used of the leases it holds from it.
+func (p *Peers) Settle(ctx context.Context, to peer.Route, uses []peer.LeaseUse) (int, error) {
+	req := &pb.SettleRequest{Origin: p.self, Uses: protoconv.ToProtoLeaseUses(uses)}
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.SettleResponse, error) {
+		return c.Settle(ctx, req)
+	}, "settle %d leases with %s", len(uses), to.ID)
+	return int(resp.GetSettled()), err
+}

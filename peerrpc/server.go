@@ -1,0 +1,182 @@
+package peerrpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/logging"
+	"github.com/peerlimit/peerlimit/internal/protoconv"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+// Server serves peerlimit.v1.Peer, the calls other members make through
+// Peers, over a peer.Handler: it converts each call, hands it to the
+// Handler and converts the answer back. What each call does, and its log
+// lines, are the Handler's, exactly as over memnet.
+type Server struct {
+	pb.UnimplementedPeerServer
+	h peer.Handler
+	// Admit, if set, checks each batch of a ForwardStream as the guard
+	// checks a call: from a current member, with good credentials. Nil
+	// admits every batch (peer authentication off).
+	Admit func(ctx context.Context, origin string) error
+	// Drain, if set, ends ForwardStreams when the node shuts down.
+	Drain *grpcapi.Drain
+	// MaxTop bounds the hot-key lists of a Report. Zero: none are sent.
+	MaxTop int
+}
+
+var _ pb.PeerServer = (*Server)(nil)
+
+// NewServer serves the node-to-node API over h; maxTop bounds a report's
+// hot-key lists.
+func NewServer(h peer.Handler, maxTop int) *Server { return &Server{h: h, MaxTop: maxTop} }
+
+// Forward implements pb.PeerServer: decide here, never forward again.
+func (s *Server) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	return &pb.ForwardResponse{Results: s.forward(grpcapi.Incoming(ctx), in)}, nil
+}
+
+// forward decides a batch of forwarded checks and returns their answers.
+func (s *Server) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.CheckResult {
+	b := protoconv.FromProtoBatch(in.GetChecks(), protoconv.FromForwarded)
+	return b.Answer(s.h.HandleForward(ctx, in.GetOrigin(), b.Reqs))
+}
+
+// Relay implements pb.PeerServer: take the checks to their owner, or
+// decide them as the owner's heir; never relayed further.
+func (s *Server) Relay(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	b := protoconv.FromProtoBatch(in.GetChecks(), protoconv.FromForwarded)
+	return &pb.ForwardResponse{Results: b.Answer(s.h.HandleRelay(grpcapi.Incoming(ctx), in.GetOrigin(), b.Reqs))}, nil
+}
+
+// Handoff implements pb.PeerServer: merge the states into the store.
+func (s *Server) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.HandoffResponse, error) {
+	merged, rejected := s.h.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoKeyStates(in.GetStates()))
+	return &pb.HandoffResponse{Merged: uint32(merged), Rejected: rejected}, nil
+}
+
+// Replicate implements pb.PeerServer: keep the owner's states as this
+// node's replicas of them, apart from its own; FAILED_PRECONDITION if it
+// keeps none.
+func (s *Server) Replicate(ctx context.Context, in *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	kept, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReplicate(in))
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	return &pb.ReplicateResponse{Kept: uint32(kept)}, nil
+}
+
+// Reset implements pb.PeerServer: drop this node's state for the key, here,
+// never forwarded again. The node that received the public call resolved
+// any policy; the Handler checks the numbers by this node's rules.
+func (s *Server) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.PeerResetResponse, error) {
+	algo, err := protoconv.AlgorithmFromProto(in.GetAlgorithm())
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	r := peer.ResetRequest{Key: in.GetKey(), Window: limiter.WindowFromMS(in.GetWindowMs()), Algorithm: algo, AllWindows: in.GetAllWindows()}
+	cleared, err := s.h.HandleReset(grpcapi.Incoming(ctx), in.GetOrigin(), r)
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	return &pb.PeerResetResponse{Cleared: uint32(cleared)}, nil
+}
+
+// Report implements pb.PeerServer.
+func (s *Server) Report(ctx context.Context, in *pb.ReportRequest) (*pb.ReportResponse, error) {
+	r := s.h.HandleReport(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReportRequest(in, s.MaxTop))
+	return protoconv.ToProtoReport(r), nil
+}
+
+// Inspect implements pb.PeerServer.
+func (s *Server) Inspect(ctx context.Context, in *pb.PeerInspectRequest) (*pb.InspectResponse, error) {
+	ov, err := s.h.HandleInspect(grpcapi.Incoming(ctx), in.GetOrigin(), peer.InspectQuery{Key: in.GetKey(),
+		Limit: in.GetLimit(), Hits: in.GetHits()})
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	return protoconv.ToProtoOwnerView(in.GetKey(), ov), nil
+}
+
+// maxLeaseUses bounds the leases of one settlement (a holder settles
+// those of one owner at a time: a few per hot key).
+const maxLeaseUses = 10_000
+
+// Lease implements pb.PeerServer.
+func (s *Server) Lease(ctx context.Context, in *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	req, err := protoconv.FromForwarded(in.GetCheck())
+	if err != nil {
+		return protoconv.ToProtoLease(peer.Result{Err: err}, peer.LeaseGrant{}), nil
+	}
+	res, g := s.h.HandleLease(grpcapi.Incoming(ctx), in.GetOrigin(), req, max(in.GetWant(), 0))
+	return protoconv.ToProtoLease(res, g), nil
+}
+
+// Settle implements pb.PeerServer.
+func (s *Server) Settle(ctx context.Context, in *pb.SettleRequest) (*pb.SettleResponse, error) {
+	if len(in.GetUses()) > maxLeaseUses {
+		return nil, grpcapi.Status(&limiter.ArgumentError{Field: "uses", Reason: fmt.Sprintf("%d; at most %d", len(in.GetUses()), maxLeaseUses)}).Err()
+	}
+	settled := s.h.HandleSettle(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoLeaseUses(in.GetUses()))
+	return &pb.SettleResponse{Settled: uint32(settled)}, nil
+}
+
+// ForwardStream implements pb.PeerServer: Forward for every batch of a
+// long-lived stream, answered in order with its seq. The stream's origin
+// (x-peerlimit-origin) was checked when it opened (the guard's Stream);
+// each batch must name the same origin, and is checked again with Admit,
+// so that a member that left or was refused since cannot go on
+// forwarding.
+func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
+	ctx := stream.Context()
+	origin := grpcapi.FirstValue(ctx, grpcapi.OriginKey)
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			return grpcapi.EndOfStream(err)
+		}
+		if !s.Drain.Enter() {
+			return grpcapi.ErrDraining // not decided: its sender falls back for it
+		}
+		err = s.forwardBatch(ctx, stream, origin, in)
+		s.Drain.Leave()
+		if err != nil || s.Drain.Draining() {
+			return err
+		}
+	}
+}
+
+// forwardBatch checks, decides and answers one batch of a ForwardStream.
+func (s *Server) forwardBatch(ctx context.Context, stream pb.Peer_ForwardStreamServer, origin string, in *pb.ForwardRequest) error {
+	if in.GetOrigin() != origin {
+		return status.Errorf(codes.InvalidArgument, "peerlimit: origin %q differs from the stream's %q", logging.Clip(in.GetOrigin()), logging.Clip(origin))
+	}
+	if s.Admit != nil {
+		if err := s.Admit(ctx, origin); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, in), in)})
+}
+
+// batchContext is the context a batch of a ForwardStream is decided in:
+// the stream's, with the batch's request id, and already ended if the
+// sender has stopped waiting for it (it then answered the checks by its
+// fallback, and the Handler takes back what it decided).
+func batchContext(ctx context.Context, in *pb.ForwardRequest) context.Context {
+	ctx = peer.WithRequestID(ctx, in.GetRequestId())
+	if dl := in.GetDeadlineUnixMs(); dl > 0 && time.Now().UnixMilli() > dl {
+		late, cancel := context.WithCancelCause(ctx)
+		cancel(context.DeadlineExceeded)
+		return late
+	}
+	return ctx
+}
