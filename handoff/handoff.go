@@ -1,8 +1,8 @@
 // Package handoff moves key state to its owner: a node sends every
 // partition it holds but does not own (after a ring change, after a
 // fallback decided keys of an unreachable owner, when it leaves) to the
-// partition's owner, which merges it into its own (route.Service's
-// HandleHandoff).
+// partition's owner (Sender), which merges it into its own (Receiver,
+// which the node's peer.Handler calls).
 //
 // A partition is copied, sent, and only once delivered is exactly what
 // was sent forgotten (limiter.Store.Forget), so no admitted hit is lost
@@ -14,8 +14,6 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -45,10 +43,27 @@ type Deps struct {
 	Logger *slog.Logger
 	// Metrics counts handoffs; nil counts nothing.
 	Metrics *Metrics
-	// BeforeSend, if set, is called before a partition set is copied for
-	// owner: the node drops from its store what it merged from owner's
-	// own replica, which owner still holds. Nil: nothing.
-	BeforeSend func(owner string)
+	// Replicas, if set, is told before a partition set is copied for an
+	// owner, so that the node drops from its store what it merged from
+	// that owner's own replica, which the owner still holds. Nil:
+	// replication is off.
+	Replicas Replicas
+}
+
+// Replicas is what handoff asks of the replicas this node keeps as other
+// members' heir (replica.Failover is one), so that no hit counts twice
+// when a member whose replica this node promoted hands off, or is handed,
+// the same keys. Both methods are safe for concurrent use, and may block
+// while a promotion is under way.
+type Replicas interface {
+	// Supersede is called with the states origin hands this node, before
+	// they are merged: what this node merged from origin's replica is
+	// subtracted, and the replica dropped.
+	Supersede(origin string, states []limiter.KeyState)
+	// ReturnPromoted is called before this node hands owner the state it
+	// holds of owner's partitions: what it merged from owner's own
+	// replica, which owner still holds, is dropped.
+	ReturnPromoted(owner string)
 }
 
 // Sender hands off the partitions a node holds but does not own. Run is
@@ -104,8 +119,8 @@ func (s *Sender) misplaced() map[ring.Member][]int {
 // send hands the state of parts to owner in chunks, forgetting each chunk
 // once delivered, and returns how many keys it could not deliver.
 func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left int) {
-	if s.d.BeforeSend != nil {
-		s.d.BeforeSend(owner.ID)
+	if s.d.Replicas != nil {
+		s.d.Replicas.ReturnPromoted(owner.ID)
 	}
 	var states []limiter.KeyState
 	for _, p := range parts {
@@ -137,58 +152,4 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 		s.log.Info("handed off", "owner", owner.ID, "partitions", len(parts), "keys", merged)
 	}
 	return 0
-}
-
-// Metrics counts handoffs, sent and received. A nil *Metrics counts
-// nothing.
-type Metrics struct {
-	calls *prometheus.CounterVec // by result: sent, failed
-	keys  *prometheus.CounterVec // by direction: sent, received, refused
-}
-
-// NewMetrics registers the handoff metrics with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoffs_total",
-			Help: "Handoff calls to new owners, by result (sent, failed: state kept and retried)."}, []string{"result"}),
-		keys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "handoff_keys_total",
-			Help: "Key states moved by handoff: sent (merged by the owner), received, refused (by the owner)."}, []string{"direction"}),
-	}
-	// Every series from the start, so rate() and alerts work before the
-	// first event.
-	for _, r := range []string{"sent", "failed"} {
-		m.calls.WithLabelValues(r)
-	}
-	for _, d := range []string{"sent", "received", "refused"} {
-		m.keys.WithLabelValues(d)
-	}
-	for _, c := range []prometheus.Collector{m.calls, m.keys} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-func (m *Metrics) failed() {
-	if m != nil {
-		m.calls.WithLabelValues("failed").Inc()
-	}
-}
-
-func (m *Metrics) sent(merged, refused int) {
-	if m == nil {
-		return
-	}
-	m.calls.WithLabelValues("sent").Inc()
-	m.keys.WithLabelValues("sent").Add(float64(merged))
-	m.keys.WithLabelValues("refused").Add(float64(refused))
-}
-
-// Received counts the states another member handed to this node and it
-// merged; route.Deps.OnHandoff takes it.
-func (m *Metrics) Received(merged int) {
-	if m != nil {
-		m.keys.WithLabelValues("received").Add(float64(merged))
-	}
 }

@@ -88,19 +88,16 @@ func (p *pair) start(t *testing.T, id string) *node {
 	require.NoError(t, err)
 	peers := p.net.Join(id)
 	clock := func() time.Time { return p.now }
+	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: n.store, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
+	require.NoError(t, err)
 	n.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: n.store, Now: clock,
-		Peers: peers, Owner: p.owner, Logger: slog.New(n.logs), OnHandoff: n.metrics.Received})
+		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), Handoffs: receiver})
 	require.NoError(t, err)
 	peers.Serve(n.svc)
 	n.sender, err = handoff.New(handoff.Deps{Self: id, Store: n.store, Peers: peers, Ring: p.ring.Load,
 		Leaving: n.leaving.Load, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
 	require.NoError(t, err)
 	return n
-}
-
-func (p *pair) owner(key string) peer.Route {
-	m := p.ring.Load().Owner(key)
-	return peer.Route{ID: m.ID, Addr: m.Addr}
 }
 
 // keys returns n keys the ring gives to owner.

@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
-	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/policy"
+	"github.com/peerlimit/peerlimit/ring"
 )
 
 const testPolicies = "login: {algorithm: SLIDING_WINDOW_LOG, limit: 2, window: 1s}\nsearch: {limit: 100, window: 1m}\n"
@@ -106,7 +107,7 @@ func TestResetOwnerUnreachableIs503(t *testing.T) {
 	e := newEnv(t, func(o *envOpts) {
 		o.rpc = func(c *svcConfig) {
 			c.Peers = net.Join("n1") // and n2 never joins: its port is closed
-			c.Owner = func(string) peer.Route { return peer.Route{ID: "n2", Addr: "n2:9090"} }
+			c.Cluster = testring.OwnedBy(t, ring.Member{ID: "n2", Addr: "n2:9090"})
 		}
 	})
 	rec := e.do(http.MethodPost, "/v1/reset", `{"key":"u","window_ms":1000}`)

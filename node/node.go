@@ -55,12 +55,10 @@ type Node struct {
 	members *cluster.Cluster
 	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
 	repl    replication
-	// shareView is live << 32 | known members, for --fallback share (share.go).
-	shareView atomic.Uint64
-	sec       *nodeSecurity
-	ring      ring.Holder
-	health    *health.Server
-	metrics   *nodeMetrics
+	view    view // the ring and the share the request path reads (share.go)
+	sec     *nodeSecurity
+	health  *health.Server
+	metrics *nodeMetrics
 	// policies is nil without Config.PoliciesFile.
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
@@ -182,8 +180,7 @@ func (n *Node) initRequestPath() error {
 	if err != nil {
 		return err
 	}
-	n.ring.Store(self)
-	n.shareView.Store(1<<32 | 1)
+	n.view.init(self)
 	routeMetrics, err := route.NewMetrics(n.reg)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -200,14 +197,21 @@ func (n *Node) initRequestPath() error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Owner: n.owner, Members: n.memberRoutes,
-		Peers: n.peers, Metrics: routeMetrics, Logger: n.log, OnHandoff: handoffMetrics.Received, Share: n.share,
-		Samples: n.sampler.Since}
+	if err := n.initReplicas(); err != nil {
+		return err
+	}
+	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
+	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: &n.view, Peers: n.peers,
+		Samples: n.sampler, Metrics: routeMetrics, Logger: n.log}
+	if n.repl.failover != nil {
+		deps.Failover, replicas = n.repl.failover, n.repl.failover
+	}
+	if deps.Handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: n.store, Replicas: replicas, Now: n.cfg.Now,
+		Logger: n.log, Metrics: handoffMetrics}); err != nil {
+		return err
+	}
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
-	}
-	if err := n.initReplicas(&deps); err != nil {
-		return err
 	}
 	if n.svc, err = route.NewService(n.cfg.Route, deps); err != nil {
 		return err
@@ -215,8 +219,8 @@ func (n *Node) initRequestPath() error {
 	if err := n.initReplicator(); err != nil {
 		return err
 	}
-	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.ring.Load,
-		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, BeforeSend: n.returnPromoted}); err != nil {
+	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.view.Ring,
+		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, Replicas: replicas}); err != nil {
 		return err
 	}
 	if err := registerCapacity(n.reg, n.cfg, n.svc); err != nil {
@@ -370,17 +374,10 @@ func (n *Node) ID() string { return n.cfg.ID }
 func (n *Node) Store() *limiter.Store { return n.store }
 
 // Ring returns the node's current view of ownership.
-func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
+func (n *Node) Ring() *ring.Ring { return n.view.Ring() }
 
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
-
-// owner is the Service's routing: the ring's owner of key. A leaving node
-// owns nothing, so what reaches it goes to the heirs.
-func (n *Node) owner(key string) peer.Route {
-	m := n.ring.Load().Owner(key)
-	return peer.Route{ID: m.ID, Addr: m.Addr}
-}
 
 // membershipChanged rebuilds and swaps the ring, updates the peer
 // connections, and wakes the handoff loop. The cluster's notifier calls
@@ -409,8 +406,8 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	}
 	n.peers.Update(routes)
 	n.refreshShare()
-	if old := n.ring.Load(); !old.Equal(r) {
-		n.ring.Store(r)
+	if old := n.view.Ring(); !old.Equal(r) {
+		n.view.ring.Store(r)
 		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])
@@ -561,7 +558,7 @@ func (n *Node) halt() error {
 
 // memberInfo lists the members for GET /v1/members.
 func (n *Node) memberInfo() httpapi.Members {
-	r := n.ring.Load()
+	r := n.view.Ring()
 	parts := r.Partitions()
 	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
 	for _, m := range n.members.View() {
@@ -576,7 +573,7 @@ func (n *Node) memberInfo() httpapi.Members {
 // membersProto answers the Members call: the view and the ring, with each
 // partition's owner as an index into the member list.
 func (n *Node) membersProto() *pb.MembersResponse {
-	r := n.ring.Load()
+	r := n.view.Ring()
 	out := &pb.MembersResponse{Self: n.cfg.ID, PartitionCount: uint32(r.PartitionCount())}
 	index := map[string]uint32{}
 	add := func(m *pb.Member) {

@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 
-	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
 )
 
@@ -50,16 +49,4 @@ func (n *Node) policySet() *policy.Set {
 		return nil
 	}
 	return n.policies.Current()
-}
-
-// memberRoutes lists the ring's members for the calls that go to every
-// member (Reset). The ring, not the gossip view: it is swapped atomically
-// and always set, even while the node is still joining.
-func (n *Node) memberRoutes() []peer.Route {
-	ms := n.ring.Load().Members()
-	out := make([]peer.Route, len(ms))
-	for i, m := range ms {
-		out[i] = peer.Route{ID: m.ID, Addr: m.Addr}
-	}
-	return out
 }

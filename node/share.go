@@ -1,24 +1,44 @@
 package node
 
 import (
+	"sync/atomic"
 	"time"
 
+	"github.com/peerlimit/peerlimit/route"
+
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/ring"
 )
 
-// The share --fallback share holds this node to: live members over
-// known ones (live, and failed within Config.ShareFor). Kept packed in
-// one atomic (live << 32 | known), refreshed on every membership change
-// and every sweep (failures age out), so that a check reads it with one
-// load.
-
-// share is route.Deps.Share.
-func (n *Node) share() (live, known int) {
-	v := n.shareView.Load()
-	return int(v >> 32), int(v & 0xffffffff)
+// view is this node's view of the cluster as the request path reads it
+// (route.Cluster): owners, heirs and members from the ring, and the share
+// --fallback share holds this node to, each swapped atomically by the
+// membership notifier and read with one load.
+type view struct {
+	route.Cluster // over ring
+	ring          ring.Holder
+	// share is live members << 32 | known ones (live, and failed within
+	// Config.ShareFor), refreshed on every membership change and every
+	// sweep (failures age out).
+	share atomic.Uint64
 }
 
-// refreshShare recounts the members for share.
+func (v *view) init(self *ring.Ring) {
+	v.ring.Store(self)
+	v.share.Store(1<<32 | 1)
+	v.Cluster = route.RingCluster(v.ring.Load)
+}
+
+// Ring is the current ring.
+func (v *view) Ring() *ring.Ring { return v.ring.Load() }
+
+// Share implements route.Cluster.
+func (v *view) Share() (live, known int) {
+	s := v.share.Load()
+	return int(s >> 32), int(s & 0xffffffff)
+}
+
+// refreshShare recounts the members for the share.
 func (n *Node) refreshShare() {
 	c := n.cluster.Load()
 	if c == nil {
@@ -35,5 +55,5 @@ func (n *Node) refreshShare() {
 		}
 	}
 	live = max(live, 1)
-	n.shareView.Store(uint64(live)<<32 | uint64(live+failed))
+	n.view.share.Store(uint64(live)<<32 | uint64(live+failed))
 }

@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peer"
@@ -31,22 +33,30 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const t0 = 1_700_000_000_000 // ms; whole seconds
 
 // member is a node's request path with replication: its store, the
-// replicas it keeps, its replicator, on the cluster's in-memory network.
+// replicas it keeps and their failover, its replicator, on the cluster's
+// in-memory network.
 type member struct {
 	id       string
 	svc      *route.Service
 	store    *limiter.Store
 	replicas *replica.Store
+	failover *replica.Failover
 	sender   *replica.Replicator
+	peers    *memnet.Peers
+	logs     *testlog.Capture
 	reg      *prometheus.Registry
 }
 
+// cluster is members sharing one ring, which a test may change (as
+// gossip would), and one clock: route.Cluster for all of them.
 type cluster struct {
 	net     *memnet.Network
-	ring    *ring.Ring
+	ring    atomic.Pointer[ring.Ring]
 	now     atomic.Int64
 	members map[string]*member
 }
+
+func (c *cluster) Ring() *ring.Ring { return c.ring.Load() }
 
 // newCluster starts members ids sharing one ring and one clock; the
 // network's seed is printed if the test fails.
@@ -58,13 +68,8 @@ func newCluster(t *testing.T, ids ...string) *cluster {
 			t.Logf("memnet seed: %d", seed)
 		}
 	})
-	rms := make([]ring.Member, len(ids))
-	for i, id := range ids {
-		rms[i] = ring.Member{ID: id, Addr: id + ":9090"}
-	}
-	r, err := ring.New(ring.DefaultConfig(), partition.DefaultCount, rms)
-	require.NoError(t, err)
-	c := &cluster{net: memnet.New(seed, 500*time.Millisecond), ring: r, members: map[string]*member{}}
+	c := &cluster{net: memnet.New(seed, 500*time.Millisecond), members: map[string]*member{}}
+	c.ring.Store(testring.New(t, ids...))
 	c.now.Store(t0)
 	t.Cleanup(c.net.Close)
 	for _, id := range ids {
@@ -86,34 +91,20 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	require.NoError(t, err)
 	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm)
 	peers := c.net.Join(id)
-	promote := func(key string) {
-		if p := store.PartitionOf(key); m.replicas.Holds(p) {
-			states, _ := m.replicas.Take(p)
-			_, errs := store.Merge(c.clock(), states)
-			require.Empty(t, errs)
-		}
-	}
-	heir := func(key string) (peer.Route, bool) {
-		b, ok := c.ring.Backup(c.ring.Partition(key))
-		return peer.Route{ID: b.ID, Addr: b.Addr}, ok
-	}
-	owner := func(key string) peer.Route {
-		o := c.ring.Owner(key)
-		return peer.Route{ID: o.ID, Addr: o.Addr}
-	}
-	members := func() []peer.Route {
-		var out []peer.Route
-		for _, m := range c.ring.Members() {
-			out = append(out, peer.Route{ID: m.ID, Addr: m.Addr})
-		}
-		return out
-	}
-	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock, Owner: owner,
-		Members: members, Peers: peers, Logger: slog.New(testlog.NewCapture()), Replicas: m.replicas, Heir: heir, Promote: promote})
+	m.peers = peers
+	m.logs = testlog.NewCapture()
+	log := slog.New(m.logs)
+	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Replicas: m.replicas, Ring: c.Ring,
+		Now: c.clock, Logger: log, Metrics: rm})
+	require.NoError(t, err)
+	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: store, Replicas: m.failover, Now: c.clock, Logger: log})
+	require.NoError(t, err)
+	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock, Cluster: route.RingCluster(c.Ring),
+		Peers: peers, Failover: m.failover, Handoffs: receiver, Logger: log})
 	require.NoError(t, err)
 	peers.Serve(m.svc)
 	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: peers,
-		Ring: func() *ring.Ring { return c.ring }, Now: c.clock, Logger: slog.New(testlog.NewCapture()), Metrics: rm})
+		Ring: c.Ring, Now: c.clock, Logger: log, Metrics: rm})
 	require.NoError(t, err)
 	return m
 }
@@ -122,7 +113,7 @@ func (c *cluster) start(t *testing.T, id string) *member {
 func (c *cluster) key(t *testing.T, owner, prefix string) string {
 	t.Helper()
 	for i := range 10_000 {
-		if k := fmt.Sprintf("%s:%d", prefix, i); c.ring.Owner(k).ID == owner {
+		if k := fmt.Sprintf("%s:%d", prefix, i); c.Ring().Owner(k).ID == owner {
 			return k
 		}
 	}
@@ -132,7 +123,7 @@ func (c *cluster) key(t *testing.T, owner, prefix string) string {
 
 // heirOf returns the member that inherits key.
 func (c *cluster) heirOf(key string) string {
-	b, _ := c.ring.Backup(c.ring.Partition(key))
+	b, _ := c.Ring().Backup(c.Ring().Partition(key))
 	return b.ID
 }
 
@@ -287,7 +278,7 @@ func TestConfigValidate(t *testing.T) {
 func (c *cluster) keyWith(t *testing.T, owner, heir, prefix string) string {
 	t.Helper()
 	for i := range 10_000 {
-		if k := fmt.Sprintf("%s:%d", prefix, i); c.ring.Owner(k).ID == owner && c.heirOf(k) == heir {
+		if k := fmt.Sprintf("%s:%d", prefix, i); c.Ring().Owner(k).ID == owner && c.heirOf(k) == heir {
 			return k
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/peerlimit/peerlimit/ring"
+
+	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 )
@@ -65,7 +68,8 @@ func (c Config) Validate() error {
 }
 
 // Deps is what a Service works with, supplied by whoever assembles the
-// node (package node, or a test).
+// node (package node, or a test). Each is an interface with its own
+// contract, or a value; none is a hook into the node.
 type Deps struct {
 	// NodeID names this node in every answer it decides (owner). Required.
 	NodeID string
@@ -76,51 +80,32 @@ type Deps struct {
 	// the nodes that receive requests cannot move a key's windows.
 	// Required.
 	Now func() time.Time
-	// Owner returns the member that owns a key. Nil means this node owns
-	// every key (a node alone).
-	Owner func(key string) peer.Route
-	// Members returns every live member's route (this node may be among
-	// them), for the calls that go to all of them: Reset asks each to drop
-	// its copy of a key's state. Nil: this node knows no others.
-	Members func() []peer.Route
-	// Peers reaches the other members. Required with Owner or Members.
+	// Cluster is this node's view of the membership: each key's owner and
+	// heir, the members, the share of FallbackShare. Nil: this node alone
+	// owns every key.
+	Cluster Cluster
+	// Peers reaches the other members. Required with Cluster.
 	Peers peer.Peers
+	// Failover keeps the replicas other members' partitions have here and
+	// promotes them when their owner cannot be reached (replica.Failover).
+	// Nil: replication is off; this node is nobody's heir and refuses
+	// replication (peer.ErrNoReplicas).
+	Failover Failover
+	// Handoffs merges what other members hand this node
+	// (handoff.Receiver). Nil: a Receiver over Store, with no replicas.
+	Handoffs *handoff.Receiver
 	// Policies resolves the policy names requests may give instead of
 	// numbers. Nil: this node has none, and a request naming one is
 	// refused.
 	Policies PolicyLookup
+	// Samples are this node's sampled rates, for the console's report
+	// (console.Sampler). Nil: none.
+	Samples Samples
 	// Metrics counts the request path; nil counts nothing.
 	Metrics *Metrics
 	// Logger receives the warnings of the request path, each at most once
 	// a second. Nil: slog.Default().
 	Logger *slog.Logger
-	// OnHandoff, if set, is told how many states each handoff another
-	// member made to this node merged, for metrics.
-	OnHandoff func(merged int)
-	// Replicas keeps the state that owners replicate to this node as
-	// their backup. Nil: this node refuses replication (ErrNoReplicas).
-	Replicas Replicas
-	// Heir returns the member that inherits key if its owner fails (its
-	// partition's backup, which holds its replica). A check whose owner
-	// cannot be reached goes there before the fallback policy answers.
-	// Nil, or false: no heir (replication off, a ring of one).
-	Heir func(key string) (peer.Route, bool)
-	// Share returns how many members are live and how many this node
-	// knows: live plus those that failed recently (not those that left),
-	// for FallbackShare. Nil: this node alone, (1, 1).
-	Share func() (live, known int)
-	// BeforeHandoff, if set, is called with a handoff's states before
-	// they are merged (the node subtracts what it already merged from
-	// the sender's replica). Nil: nothing.
-	BeforeHandoff func(origin string, states []limiter.KeyState)
-	// Promote is called before this node decides a key it does not own
-	// (as the heir of an unreachable owner, or for a member whose ring
-	// already says the owner is gone): it merges the replica this node
-	// holds of the key's partition, if any, into its store. Nil: none.
-	Promote func(key string)
-	// Samples returns this node's samples newer than since, for the
-	// console's report (package console). Nil: none.
-	Samples func(since time.Time) []peer.Sample
 }
 
 func (d Deps) validate() error {
@@ -131,15 +116,85 @@ func (d Deps) validate() error {
 		return errors.New("route: Deps.Store is required")
 	case d.Now == nil:
 		return errors.New("route: Deps.Now is required")
-	case (d.Owner != nil || d.Members != nil) && d.Peers == nil:
-		return errors.New("route: Deps.Peers is required with Owner or Members")
+	case d.Cluster != nil && d.Peers == nil:
+		return errors.New("route: Deps.Peers is required with Cluster")
 	}
 	return nil
 }
 
-// Replicas is where a backup keeps the states owners replicate to it
-// (replica.Store is one). Apply replaces its copy of each key's state
-// with the one given, and drops the copy on an empty state.
-type Replicas interface {
+// Cluster is this node's view of the membership, as the request path
+// reads it on every check. Implementations are safe for concurrent use
+// and must not block: the node's reads the ring it swaps in atomically
+// on every membership change (ring.Holder).
+type Cluster interface {
+	// Owner returns the member that owns key.
+	Owner(key string) peer.Route
+	// Heir returns the member that inherits key if its owner fails: its
+	// partition's backup, which holds its replica. False in a ring of one.
+	Heir(key string) (peer.Route, bool)
+	// Members returns every member that owns partitions, this node among
+	// them, for the calls that go to each (a reset's copies, the
+	// console's reports).
+	Members() []peer.Route
+	// Share returns how many members are live and how many this node
+	// knows: live plus those that failed recently (not those that left),
+	// for FallbackShare.
+	Share() (live, known int)
+}
+
+// RingCluster is a Cluster read from the ring load returns at each call
+// (ring.Holder.Load), every member of which is live.
+func RingCluster(load func() *ring.Ring) Cluster { return onRing(load) }
+
+// FixedCluster is a Cluster of one ring that never changes, every member
+// of which is live: for tests, and a node whose members are fixed.
+func FixedCluster(r *ring.Ring) Cluster { return RingCluster(func() *ring.Ring { return r }) }
+
+type onRing func() *ring.Ring
+
+func (f onRing) Owner(key string) peer.Route { return RouteOf(f().Owner(key)) }
+func (f onRing) Heir(key string) (peer.Route, bool) {
+	r := f()
+	b, ok := r.Backup(r.Partition(key))
+	return RouteOf(b), ok
+}
+func (f onRing) Members() []peer.Route { return RoutesOf(f().Members()) }
+func (f onRing) Share() (live, known int) {
+	n := len(f().Members())
+	return n, n
+}
+
+// RouteOf is a ring member's route.
+func RouteOf(m ring.Member) peer.Route { return peer.Route{ID: m.ID, Addr: m.Addr} }
+
+// RoutesOf are ring members' routes.
+func RoutesOf(ms []ring.Member) []peer.Route {
+	out := make([]peer.Route, len(ms))
+	for i, m := range ms {
+		out[i] = RouteOf(m)
+	}
+	return out
+}
+
+// Failover is the replicas this node keeps as other members' heir, as
+// the request path uses them; replica.Failover is the node's. Both
+// methods are safe for concurrent use. Promote runs on the request path,
+// from many checks at once: it merges the replica of key's partition
+// into Store at the first call after its owner became unreachable, and
+// finds nothing to do after that; the caller must hold no lock of the
+// store's. Apply runs on a peer's replication call.
+type Failover interface {
+	// Apply keeps the states owner origin replicated to this node, apart
+	// from Store, and returns how many it kept.
 	Apply(origin string, r peer.Replication) (kept int)
+	// Promote merges the replica this node holds of key's partition, if
+	// its owner sent it, into Store.
+	Promote(key string)
+}
+
+// Samples is the source of a node's sampled rates (console.Sampler). Safe
+// for concurrent use.
+type Samples interface {
+	// Since returns the samples newer than t, oldest first.
+	Since(t time.Time) []peer.Sample
 }

@@ -7,9 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
-	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -39,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 		"NodeID": func(d *route.Deps) { d.NodeID = "" },
 		"Store":  func(d *route.Deps) { d.Store = nil },
 		"Now":    func(d *route.Deps) { d.Now = nil },
-		"Peers":  func(d *route.Deps) { d.Owner = func(string) peer.Route { return peer.Route{} } },
+		"Peers":  func(d *route.Deps) { d.Cluster = testring.OwnedBy(t, ring.Member{ID: "n2"}) },
 	} {
 		d := deps
 		mutate(&d)

@@ -64,10 +64,8 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 	if local {
 		res.Owner = s.deps.NodeID
 	}
-	if s.deps.Heir != nil {
-		if h, ok := s.deps.Heir(q.Key); ok {
-			res.Replica = h.ID
-		}
+	if h, ok := s.heirOf(q.Key); ok {
+		res.Replica = h.ID
 	}
 	return res, nil
 }
@@ -128,7 +126,7 @@ func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery
 func (s *Service) HandleReport(_ context.Context, _ string, req peer.ReportRequest) peer.Report {
 	var r peer.Report
 	if s.deps.Samples != nil {
-		r.Samples = s.deps.Samples(req.Since)
+		r.Samples = s.deps.Samples.Since(req.Since)
 	}
 	r.HotKeys = s.store.HotKeys(s.deps.Now(), min(req.Top, MaxTop))
 	return r
@@ -144,14 +142,11 @@ type MemberReport struct {
 	Err    error
 }
 
-// Reports asks every live member (Deps.Members; this node answers itself)
+// Reports asks every member of the ring (this node answers itself)
 // for its report, all at once, and returns one per member in the order of
-// Deps.Members. A member that does not answer within ctx has Err set.
+// the ring. A member that does not answer within ctx has Err set.
 func (s *Service) Reports(ctx context.Context, req peer.ReportRequest) []MemberReport {
-	members := []peer.Route{{ID: s.deps.NodeID}}
-	if s.deps.Members != nil {
-		members = s.deps.Members()
-	}
+	members := s.members()
 	out := make([]MemberReport, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {

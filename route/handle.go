@@ -91,36 +91,19 @@ func (s *Service) HandleReset(ctx context.Context, origin string, r peer.ResetRe
 	return cleared, nil
 }
 
-// HandleHandoff implements Handler: merge the states into the store, and
-// tell Deps.OnHandoff. A state refused (invalid, or no room under
-// --overflow=reject) is named in the answer and logged here, under the
-// call's request id, which the sender logs too.
+// HandleHandoff implements peer.Handler: Deps.Handoffs merges the states
+// into the store.
 func (s *Service) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
-	if s.deps.BeforeHandoff != nil {
-		s.deps.BeforeHandoff(origin, states)
-	}
-	merged, errs := s.store.Merge(s.deps.Now(), states)
-	var rejected []string
-	for _, err := range errs {
-		rejected = append(rejected, err.Error())
-	}
-	if s.deps.OnHandoff != nil {
-		s.deps.OnHandoff(merged)
-	}
-	if len(rejected) > 0 {
-		s.log.Warn("refused handed-off keys", append([]any{"from", logging.Clip(origin), "refused", len(rejected), "first", rejected[0]},
-			idAttrs(ctx, "")...)...)
-	}
-	return merged, rejected
+	return s.handoffs.Receive(ctx, origin, states)
 }
 
-// HandleReplicate implements Handler: keep the owner's states apart, in
-// Deps.Replicas, never in the store that decides.
+// HandleReplicate implements peer.Handler: keep the owner's states apart,
+// in Deps.Failover, never in the store that decides.
 func (s *Service) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {
-	if s.deps.Replicas == nil {
+	if s.deps.Failover == nil {
 		return 0, peer.ErrNoReplicas
 	}
-	return s.deps.Replicas.Apply(origin, r), nil
+	return s.deps.Failover.Apply(origin, r), nil
 }
 
 var _ peer.Handler = (*Service)(nil)

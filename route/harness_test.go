@@ -16,9 +16,9 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
-	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 )
@@ -83,13 +83,7 @@ func newCluster(t testing.TB, ids []string, opts ...func(*clusterOpts)) *cluster
 			t.Logf("memnet seed: %d", o.seed)
 		}
 	})
-	rms := make([]ring.Member, len(ids))
-	for i, id := range ids {
-		rms[i] = ring.Member{ID: id, Addr: id + ":9090"}
-	}
-	r, err := ring.New(ring.DefaultConfig(), partition.DefaultCount, rms)
-	require.NoError(t, err)
-	c := &cluster{net: memnet.New(o.seed, o.timeout), ring: r, clock: newClock(), members: map[string]*member{}}
+	c := &cluster{net: memnet.New(o.seed, o.timeout), ring: testring.New(t, ids...), clock: newClock(), members: map[string]*member{}}
 	t.Cleanup(c.net.Close)
 	for _, id := range ids {
 		c.members[id] = c.start(t, id, o)
@@ -116,24 +110,11 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	if o.route != nil {
 		o.route(id, &rcfg)
 	}
-	m.svc, err = route.NewService(rcfg, route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Owner: c.owner,
-		Members: c.routes, Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)})
+	m.svc, err = route.NewService(rcfg, route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: route.FixedCluster(c.ring),
+		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)})
 	require.NoError(t, err)
 	m.peers.Serve(m.svc)
 	return m
-}
-
-func (c *cluster) owner(key string) peer.Route {
-	m := c.ring.Owner(key)
-	return peer.Route{ID: m.ID, Addr: m.Addr}
-}
-
-func (c *cluster) routes() []peer.Route {
-	var out []peer.Route
-	for _, m := range c.ring.Members() {
-		out = append(out, peer.Route{ID: m.ID, Addr: m.Addr})
-	}
-	return out
 }
 
 // key returns the first key "<prefix>:<i>" the ring gives to owner.

@@ -23,14 +23,6 @@ import (
 // Either way the cluster goes on from the owner's count, not from zero,
 // and one member decides the key. Only then does the policy answer.
 
-// heirOf returns the member that inherits key if its owner fails.
-func (s *Service) heirOf(key string) (peer.Route, bool) {
-	if s.deps.Heir == nil {
-		return peer.Route{}, false
-	}
-	return s.deps.Heir(key)
-}
-
 // relayFor returns the member that relays key's checks to owner: the
 // key's heir, or, when the heir is this node, the first other live member
 // that is not the owner. false: there is none (a ring of two, or
@@ -43,10 +35,7 @@ func (s *Service) relayFor(key string, owner peer.Route) (peer.Route, bool) {
 	if h.ID != s.deps.NodeID {
 		return h, true
 	}
-	if s.deps.Members == nil {
-		return peer.Route{}, false
-	}
-	for _, m := range s.deps.Members() {
+	for _, m := range s.members() {
 		if m.ID != s.deps.NodeID && m.ID != owner.ID {
 			return m, true
 		}
@@ -59,7 +48,7 @@ func (s *Service) relayFor(key string, owner peer.Route) (peer.Route, bool) {
 // those it answered and returns them; the caller's policy answers the
 // rest.
 func (s *Service) rescue(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) map[int]bool {
-	if s.deps.Heir == nil || callerGone(ctx) != nil {
+	if s.deps.Failover == nil || callerGone(ctx) != nil {
 		return nil
 	}
 	byRelay := map[peer.Route][]int{}
@@ -117,18 +106,10 @@ func (s *Service) asHeir(now time.Time, req limiter.Request) (peer.Result, bool)
 	if !ok || h.ID != s.deps.NodeID {
 		return peer.Result{}, false
 	}
-	s.promote(req.Key)
+	s.deps.Failover.Promote(req.Key)
 	res := s.decide(now, req)
 	res.Degraded = res.Err == nil
 	return res, res.Err == nil
-}
-
-// promote merges the replica this node holds of key's partition, if any,
-// into its store (Deps.Promote).
-func (s *Service) promote(key string) {
-	if s.deps.Promote != nil {
-		s.deps.Promote(key)
-	}
 }
 
 // HandleRelay implements Handler: each check goes to its owner as this

@@ -144,11 +144,9 @@ func (s *Service) resetOnOwner(ctx context.Context, r peer.ResetRequest) (ResetR
 // dropped.
 func (s *Service) dropCopies(ctx context.Context, r peer.ResetRequest, res *ResetResult) {
 	var others []peer.Route
-	if s.deps.Members != nil {
-		for _, m := range s.deps.Members() {
-			if m.ID != s.deps.NodeID && m.ID != res.Owner {
-				others = append(others, m)
-			}
+	for _, m := range s.members() {
+		if m.ID != s.deps.NodeID && m.ID != res.Owner {
+			others = append(others, m)
 		}
 	}
 	res.MembersAsked += len(others)

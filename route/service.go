@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -78,6 +79,7 @@ type Service struct {
 	log      *slog.Logger
 	inflight atomic.Int64 // forwarded checks waiting for their owners
 	leases   *leases      // nil when Config.LeaseDuration is 0
+	handoffs *handoff.Receiver
 	// Warnings a fault could repeat for every request: one a second each.
 	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog logging.Gate
 }
@@ -94,7 +96,15 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, leases: newLeases(cfg)}, nil
+	handoffs := deps.Handoffs
+	if handoffs == nil {
+		var err error
+		if handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: deps.Store, Now: deps.Now, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
+	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, leases: newLeases(cfg),
+		handoffs: handoffs}, nil
 }
 
 // MaxBatch is the largest batch CheckBatch accepts.
@@ -109,15 +119,6 @@ func (s *Service) NodeID() string { return s.deps.NodeID }
 // InflightForwards returns how many forwarded checks wait for their
 // owners' answers now.
 func (s *Service) InflightForwards() int { return int(s.inflight.Load()) }
-
-// owner returns key's owner, and whether it is this node.
-func (s *Service) owner(key string) (peer.Route, bool) {
-	if s.deps.Owner == nil {
-		return peer.Route{ID: s.deps.NodeID}, true
-	}
-	o := s.deps.Owner(key)
-	return o, o.ID == s.deps.NodeID || o.ID == ""
-}
 
 // Check answers one request: decided here if this node owns the key,
 // else forwarded to the owner.
@@ -344,17 +345,6 @@ func (s *Service) decide(now time.Time, req limiter.Request) peer.Result {
 		return peer.Result{Err: err}
 	}
 	return peer.Result{Decision: d, Owner: s.deps.NodeID}
-}
-
-// share returns how many members are live and how many this node knows
-// (live and recently failed), for FallbackShare; (1, 1) without
-// Deps.Share.
-func (s *Service) share() (live, known int) {
-	if s.deps.Share == nil {
-		return 1, 1
-	}
-	live, known = s.deps.Share()
-	return max(live, 1), max(known, live, 1)
 }
 
 // decideShare decides req against part ÷ whole of its limit (at least

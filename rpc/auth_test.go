@@ -22,11 +22,12 @@ import (
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
-	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
@@ -219,8 +220,8 @@ func TestRefusedForwardFallsBackUntilTheOwnerKnowsTheSender(t *testing.T) {
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
 	ingress, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n2", Store: store, Now: time.Now, Peers: peers,
-		Owner:  func(string) peer.Route { return peer.Route{ID: "n1", Addr: owner.addr} },
-		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))})
+		Cluster: testring.OwnedBy(t, ring.Member{ID: "n1", Addr: owner.addr}),
+		Logger:  slog.New(slog.NewTextHandler(testlog.New(t), nil))})
 	require.NoError(t, err)
 	req := limiter.Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1}
 

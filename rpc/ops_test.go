@@ -85,16 +85,33 @@ func startIngress(t *testing.T, owner peer.Route, edit func(*peerrpc.Config)) *i
 		o.rpc = func(c *svcConfig) {
 			c.Logger = slog.New(a.logs)
 			c.Peers = peers
-			c.Owner = func(key string) peer.Route {
-				if strings.HasPrefix(key, "b:") {
-					return owner
-				}
-				return peer.Route{ID: "n1"}
-			}
+			c.Cluster = byPrefix{"b:": owner, "": {ID: "n1"}}
 		}
 	})
 	return a
 }
+
+// byPrefix is a route.Cluster that gives each key to the member of its
+// prefix ("" for the rest); nobody is anybody's heir.
+type byPrefix map[string]peer.Route
+
+func (b byPrefix) Owner(key string) peer.Route {
+	for p, r := range b {
+		if p != "" && strings.HasPrefix(key, p) {
+			return r
+		}
+	}
+	return b[""]
+}
+func (b byPrefix) Heir(string) (peer.Route, bool) { return peer.Route{}, false }
+func (b byPrefix) Members() []peer.Route {
+	var out []peer.Route
+	for _, r := range b {
+		out = append(out, r)
+	}
+	return out
+}
+func (b byPrefix) Share() (live, known int) { return len(b), len(b) }
 
 // checks_total counts every client check once, on the node it reached,
 // by route; the owner counts what it decided for others apart.

@@ -1,0 +1,113 @@
+package replica_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/testring"
+	"github.com/peerlimit/peerlimit/ring"
+)
+
+// The failover of replica.Failover, on memnet: the heir promotes an
+// unreachable owner's replica and decides from it; when that owner hands
+// the same keys off later, whichever comes first, each hit counts once.
+
+// leaverSender is a handoff Sender for m whose ring is ring: a member
+// that leaves hands off by a ring without itself before the others' rings
+// drop it.
+func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Sender {
+	t.Helper()
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: func() *ring.Ring { return r },
+		Now: c.clock, Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
+	require.NoError(t, err)
+	return s
+}
+
+// An owner cut off from everyone: its heir promotes its replica at the
+// first check it cannot forward, and decides from the owner's count.
+// When the link heals and the owner, leaving, hands the key off to its
+// heir, the promoted hits are subtracted first: counted once.
+func TestPromotionThenHandoffCountOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		key := c.keyWith(t, "n1", "n2", "k")
+		req := logReq(key, 10)
+		owner, heir := c.members["n1"], c.members["n2"]
+		require.Equal(t, 3, admit(t, owner, req, 3))
+		require.Zero(t, owner.sender.Round(context.Background()))
+		c.net.Partition([]string{"n1"}, []string{"n2", "n3"})
+
+		res := heir.svc.Check(context.Background(), req)
+		require.NoError(t, res.Err)
+		assert.True(t, res.Degraded, "decided by the heir")
+		assert.EqualValues(t, 4, held(t, c, heir, req), "the owner's 3, promoted, and this one")
+		assert.Len(t, heir.logs.Find("took over a partition's replica"), 1)
+
+		c.net.Heal()
+		sender := leaverSender(t, c, owner, testring.New(t, "n2", "n3"))
+		require.Zero(t, sender.Run(context.Background()), "handed off")
+		assert.EqualValues(t, 4, held(t, c, heir, req), "the owner's 3 once, not twice")
+		assert.Zero(t, held(t, c, owner, req), "nothing left behind")
+	})
+}
+
+// The same in the other order: the leaving owner hands its key to the
+// heir, whose ring still names the owner; a check there that cannot reach
+// the owner must not promote the replica on top of the handoff, which
+// superseded it.
+func TestHandoffThenPromotionCountOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		key := c.keyWith(t, "n1", "n2", "k")
+		req := logReq(key, 10)
+		owner, heir := c.members["n1"], c.members["n2"]
+		require.Equal(t, 3, admit(t, owner, req, 3))
+		require.Zero(t, owner.sender.Round(context.Background()))
+		require.Positive(t, heir.replicas.Len())
+
+		sender := leaverSender(t, c, owner, testring.New(t, "n2", "n3"))
+		require.Zero(t, sender.Run(context.Background()))
+		assert.Zero(t, heir.replicas.Len(), "the handoff superseded the replica")
+		c.net.Remove("n1") // gone; the others' ring still names it
+
+		res := heir.svc.Check(context.Background(), req)
+		require.NoError(t, res.Err)
+		assert.EqualValues(t, 4, held(t, c, heir, req), "the 3 handed off, and this one")
+		assert.Empty(t, heir.logs.Find("took over a partition's replica"), "nothing left to promote")
+	})
+}
+
+// A ring change that drops a failed owner has its heir promote the
+// owner's replica; one that drops a member that left has it dropped (the
+// member handed its state off itself).
+func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failed   bool
+		wantHeld int64
+	}{{"failed", true, 3}, {"left", false, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, "n1", "n2", "n3")
+				key := c.keyWith(t, "n1", "n2", "k")
+				req := logReq(key, 10)
+				owner, heir := c.members["n1"], c.members["n2"]
+				require.Equal(t, 3, admit(t, owner, req, 3))
+				require.Zero(t, owner.sender.Round(context.Background()))
+
+				old := c.Ring()
+				c.ring.Store(testring.New(t, "n2", "n3"))
+				heir.failover.Reconcile(old, c.Ring(), map[string]bool{"n1": tc.failed})
+				assert.Zero(t, heir.replicas.Len(), "promoted or dropped, never kept")
+				assert.Equal(t, tc.wantHeld, held(t, c, heir, req))
+			})
+		})
+	}
+}

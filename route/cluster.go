@@ -1,0 +1,44 @@
+package route
+
+import "github.com/peerlimit/peerlimit/peer"
+
+// What the request path reads of Deps.Cluster, with this node alone when
+// there is none.
+
+// owner returns key's owner, and whether it is this node.
+func (s *Service) owner(key string) (peer.Route, bool) {
+	if s.deps.Cluster == nil {
+		return peer.Route{ID: s.deps.NodeID}, true
+	}
+	o := s.deps.Cluster.Owner(key)
+	return o, o.ID == s.deps.NodeID || o.ID == ""
+}
+
+// heirOf returns the member that inherits key if its owner fails: its
+// partition's backup, which holds its replica. False without replication
+// or in a ring of one.
+func (s *Service) heirOf(key string) (peer.Route, bool) {
+	if s.deps.Failover == nil || s.deps.Cluster == nil {
+		return peer.Route{}, false
+	}
+	return s.deps.Cluster.Heir(key)
+}
+
+// members returns the members (this node among them), for the calls that
+// go to each: a reset's copies, the console's reports.
+func (s *Service) members() []peer.Route {
+	if s.deps.Cluster == nil {
+		return []peer.Route{{ID: s.deps.NodeID}}
+	}
+	return s.deps.Cluster.Members()
+}
+
+// share returns how many members are live and how many this node knows
+// (live and recently failed), for FallbackShare; (1, 1) alone.
+func (s *Service) share() (live, known int) {
+	if s.deps.Cluster == nil {
+		return 1, 1
+	}
+	live, known = s.deps.Cluster.Share()
+	return max(live, 1), max(known, live, 1)
+}
