@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peerrpc"
@@ -54,6 +55,9 @@ type Config struct {
 	// Route is the request path: batch size, fallback when an owner is
 	// unreachable, the bound on forwarded checks in flight.
 	Route route.Config
+	// Lease is budget leases for hot keys: how long one lasts (0: off), and
+	// the rate from which a node asks for one.
+	Lease lease.Config
 	// Peers tunes the calls to other members: batching, timeouts.
 	Peers peerrpc.Config
 	// PeerDialOptions are added to every connection to another member,
@@ -131,6 +135,7 @@ func DefaultConfig() Config {
 		Partitions:      partition.DefaultCount,
 		Ring:            ring.DefaultConfig(),
 		Route:           route.DefaultConfig(),
+		Lease:           lease.DefaultConfig(),
 		Peers:           peerrpc.DefaultConfig(),
 		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
@@ -188,7 +193,7 @@ func (c Config) Validate() error {
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
 	}
-	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
+	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Lease.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -22,7 +22,7 @@ import (
 // the key still admits exactly its limit, no more while leases are out,
 // all of it once they are settled.
 func TestLeasesOnRealNodesKeepAHotKeyExact(t *testing.T) {
-	c := testcluster.New(t, 3, func(cfg *node.Config) { cfg.Route.LeaseMinRate = 50 })
+	c := testcluster.New(t, 3, func(cfg *node.Config) { cfg.Lease.MinRate = 50 })
 	key := keyOwnedBy(t, c.Node(0), "node-1", "hot")
 	ctx := context.Background()
 	const limit = 3000

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/route"
 )
@@ -71,7 +72,7 @@ const (
 // registerCapacity exposes the configured caps, so that alerts can say
 // how near a node is to one (peerlimit_keys / peerlimit_capacity), and
 // the forwarded checks in flight.
-func registerCapacity(reg prometheus.Registerer, cfg Config, svc *route.Service) error {
+func registerCapacity(reg prometheus.Registerer, cfg Config, svc *route.Service, leases *lease.Book) error {
 	lc := svc.Store().Config()
 	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "capacity",
 		Help: "The configured caps: keys (--max-keys), log_entries (--max-log-entries), inflight_forwards (--max-inflight-forwards)."},
@@ -84,16 +85,24 @@ func registerCapacity(reg prometheus.Registerer, cfg Config, svc *route.Service)
 		func() float64 { return float64(svc.InflightForwards()) })
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "leases_held",
 		Help: "Budget leases this node holds now: part of a hot key's limit its owner lent it, admitted here without a hop."},
-		func() float64 { return float64(svc.LeasesHeld()) })
+		func() float64 { return float64(leasesOf(leases, (*lease.Book).Held)) })
 	lent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "leases_lent",
 		Help: "Budget leases this node, as their keys' owner, has lent and not yet seen settled or expired."},
-		func() float64 { return float64(svc.LeasesLent()) })
+		func() float64 { return float64(leasesOf(leases, (*lease.Book).Lent)) })
 	for _, c := range []prometheus.Collector{caps, inflight, held, lent} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// leasesOf is count of b, or 0 with leases off.
+func leasesOf(b *lease.Book, count func(*lease.Book) int) int {
+	if b == nil {
+		return 0
+	}
+	return count(b)
 }
 
 // capacityReport logs, once per sweep, what the caps cost since the last

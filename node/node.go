@@ -33,6 +33,7 @@ import (
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/peerrpc"
@@ -55,7 +56,8 @@ type Node struct {
 	members *cluster.Cluster
 	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
 	repl    replication
-	view    view // the ring and the share the request path reads (share.go)
+	leases  *lease.Book // nil with leases off
+	view    view        // the ring and the share the request path reads (share.go)
 	sec     *nodeSecurity
 	health  *health.Server
 	metrics *nodeMetrics
@@ -213,6 +215,9 @@ func (n *Node) initRequestPath() error {
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
+	if err := n.initLeases(&deps); err != nil {
+		return err
+	}
 	if n.svc, err = route.NewService(n.cfg.Route, deps); err != nil {
 		return err
 	}
@@ -223,7 +228,7 @@ func (n *Node) initRequestPath() error {
 		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, Replicas: replicas}); err != nil {
 		return err
 	}
-	if err := registerCapacity(n.reg, n.cfg, n.svc); err != nil {
+	if err := registerCapacity(n.reg, n.cfg, n.svc, n.leases); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
@@ -348,9 +353,9 @@ func (n *Node) startServing() {
 	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
-	if d := n.svc.LeaseDuration(); d > 0 {
+	if n.leases != nil {
 		n.loops.Add(1)
-		go func() { defer n.loops.Done(); n.every(d/4, n.settleLeases) }()
+		go func() { defer n.loops.Done(); n.every(n.leases.Duration()/4, n.settleLeases) }()
 	}
 	if n.repl.sender != nil {
 		n.loops.Add(1)
@@ -493,7 +498,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.stopGRPC(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		n.svc.ReturnLeases(ctx) // no call can admit from them any more
+		if n.leases != nil { // no call can admit from them any more
+			n.leases.SettleWithOwners(ctx, n.cfg.Now(), true)
+		}
 		// Decisions made by calls that were in flight during the handoff.
 		if left := n.handoff.Run(ctx); left > 0 {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))

@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/peerlimit/peerlimit/ring"
-
 	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/ring"
 )
 
 // Config holds the request path's settings. Start from DefaultConfig.
@@ -26,21 +26,11 @@ type Config struct {
 	// answered by the fallback: a slow owner must show as overload, and
 	// queued checks must not pile up without bound. Default 10,000.
 	MaxInflightForwards int
-	// LeaseDuration is how long a budget lease lasts (lease.go): a node
-	// that forwards a key at LeaseMinRate or more asks its owner for part
-	// of the key's limit, and admits from it for this long without a hop.
-	// 0 turns leases off. Default 250 ms; at most 10 s.
-	LeaseDuration time.Duration
-	// LeaseMinRate is the rate (checks per second, from this node, of one
-	// key) from which this node asks for a lease: ordinary keys never
-	// reach it. Default 200.
-	LeaseMinRate int
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000,
-		LeaseDuration: 250 * time.Millisecond, LeaseMinRate: 200}
+	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000}
 }
 
 // Validate reports every unusable field.
@@ -51,12 +41,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightForwards < 1 {
 		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
-	}
-	if c.LeaseDuration < 0 || c.LeaseDuration > 10*time.Second || (c.LeaseDuration > 0 && c.LeaseDuration < 10*time.Millisecond) {
-		errs = append(errs, fmt.Errorf("LeaseDuration (--lease-duration) must be 0 (off) or in [10ms, 10s], got %s", c.LeaseDuration))
-	}
-	if c.LeaseMinRate < 1 {
-		errs = append(errs, fmt.Errorf("LeaseMinRate (--lease-min-rate) must be ≥ 1, got %d", c.LeaseMinRate))
 	}
 	if c.Fallback > FallbackShare {
 		errs = append(errs, fmt.Errorf("Fallback: unknown policy %d", c.Fallback))
@@ -91,6 +75,9 @@ type Deps struct {
 	// Nil: replication is off; this node is nobody's heir and refuses
 	// replication (peer.ErrNoReplicas).
 	Failover Failover
+	// Leases are this node's budget leases (package lease), both as the
+	// holder of hot keys it forwards and as their owner. Nil: off.
+	Leases *lease.Book
 	// Handoffs merges what other members hand this node
 	// (handoff.Receiver). Nil: a Receiver over Store, with no replicas.
 	Handoffs *handoff.Receiver

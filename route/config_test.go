@@ -19,14 +19,11 @@ import (
 func TestConfigValidate(t *testing.T) {
 	good := route.DefaultConfig()
 	require.NoError(t, good.Validate())
-	assert.Equal(t, route.Config{MaxBatch: 1000, Fallback: route.FallbackLocal, MaxInflightForwards: 10_000,
-		LeaseDuration: 250 * time.Millisecond, LeaseMinRate: 200}, good)
+	assert.Equal(t, route.Config{MaxBatch: 1000, Fallback: route.FallbackLocal, MaxInflightForwards: 10_000}, good)
 	for name, mutate := range map[string]func(*route.Config){
 		"MaxBatch":            func(c *route.Config) { c.MaxBatch = 0 },
 		"MaxInflightForwards": func(c *route.Config) { c.MaxInflightForwards = -1 },
 		"Fallback":            func(c *route.Config) { c.Fallback = 7 },
-		"LeaseDuration":       func(c *route.Config) { c.LeaseDuration = time.Millisecond },
-		"LeaseMinRate":        func(c *route.Config) { c.LeaseMinRate = 0 },
 	} {
 		c := good
 		mutate(&c)

@@ -118,7 +118,7 @@ func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery
 	if err != nil {
 		return peer.OwnerView{}, err
 	}
-	return peer.OwnerView{Limits: views, Leases: s.leases.leasesOn(now, q.Key)}, nil
+	return peer.OwnerView{Limits: views, Leases: s.deps.Leases.On(now, q.Key)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)

@@ -17,6 +17,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/testkit/testring"
+	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/ring"
@@ -44,12 +45,13 @@ func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 // member is one node of a test cluster: a route.Service with its own
 // store, logs and metrics, on the cluster's in-memory network.
 type member struct {
-	id    string
-	svc   *route.Service
-	store *limiter.Store
-	peers *memnet.Peers
-	logs  *testlog.Capture
-	reg   *prometheus.Registry
+	id     string
+	svc    *route.Service
+	store  *limiter.Store
+	peers  *memnet.Peers
+	leases *lease.Book // nil unless the cluster has leases on
+	logs   *testlog.Capture
+	reg    *prometheus.Registry
 }
 
 // cluster is route.Services on a memnet.Network, sharing one ring and one
@@ -67,6 +69,7 @@ type clusterOpts struct {
 	seed    uint64
 	timeout time.Duration // of every call between members
 	route   func(id string, c *route.Config)
+	leases  bool // budget leases on, with the defaults
 	limiter func(id string, c *limiter.Config)
 }
 
@@ -103,15 +106,22 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	metrics, err := route.NewMetrics(m.reg)
 	require.NoError(t, err)
 	rcfg := route.DefaultConfig()
-	// Leases off unless a test turns them on: at the harness's frozen
-	// clock any key checked 20 times from one member would be leased, and
-	// most tests are about what forwarding does.
-	rcfg.LeaseDuration = 0
 	if o.route != nil {
 		o.route(id, &rcfg)
 	}
-	m.svc, err = route.NewService(rcfg, route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: route.FixedCluster(c.ring),
-		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)})
+	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: route.FixedCluster(c.ring),
+		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)}
+	// Leases off unless a test turns them on: at the harness's frozen
+	// clock any key checked 20 times from one member would be leased, and
+	// most tests are about what forwarding does.
+	if o.leases {
+		lm, err := lease.NewMetrics(m.reg)
+		require.NoError(t, err)
+		m.leases, err = lease.New(lease.DefaultConfig(), lease.Deps{Store: store, Peers: m.peers, Metrics: lm, Logger: slog.New(m.logs)})
+		require.NoError(t, err)
+		deps.Leases = m.leases
+	}
+	m.svc, err = route.NewService(rcfg, deps)
 	require.NoError(t, err)
 	m.peers.Serve(m.svc)
 	return m

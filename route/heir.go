@@ -84,8 +84,8 @@ func (s *Service) rescue(ctx context.Context, owner peer.Route, reqs []limiter.R
 // relay has via take the checks idx of reqs to their owner in one call,
 // and returns their results in order; nil if via could not be asked.
 func (s *Service) relay(ctx context.Context, via peer.Route, reqs []limiter.Request, idx []int) []peer.Result {
-	got := s.acquire(len(idx))
-	defer s.release(got)
+	got := s.inflight.acquire(len(idx))
+	defer s.inflight.release(got)
 	if got < len(idx) {
 		return nil
 	}

@@ -10,23 +10,18 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 // withLeases turns budget leases on, as a node has them by default: at the
 // harness's clock, which moves only when a test moves it, a member asks
 // for a lease at its 20th forward of a key within 100 ms.
-func withLeases(o *clusterOpts) {
-	o.route = func(_ string, c *route.Config) {
-		c.LeaseDuration, c.LeaseMinRate = 250*time.Millisecond, 200
-	}
-}
+func withLeases(o *clusterOpts) { o.leases = true }
 
 // settleAll runs every member's lease loop once.
 func (c *cluster) settleAll() {
 	for _, m := range c.members {
-		m.svc.SettleLeases(bg)
-		m.svc.ExpireLeases()
+		m.leases.SettleWithOwners(bg, c.clock.Now(), false)
+		m.leases.Expire(c.clock.Now())
 	}
 }
 
@@ -79,7 +74,7 @@ func TestLeasesSpreadAHotKeyAndKeepItsLimitExact(t *testing.T) {
 			allowed += c.hammer(t, rng, vias, req, 500)
 			assert.Equal(t, 1000, allowed, "seed %d: once settled, exactly the limit", seed)
 			assert.EqualValues(t, 1000, c.members["n2"].held(t, c.clock.Now(), req), "seed %d: the owner's count is every admission", seed)
-			assert.Zero(t, c.members["n2"].svc.LeasesLent(), "seed %d", seed)
+			assert.Zero(t, c.members["n2"].leases.Lent(), "seed %d", seed)
 		})
 	}
 }
@@ -95,7 +90,7 @@ func TestSettlingALogLeaseMovesItsHitsToTheirTimes(t *testing.T) {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
 	granted := c.clock.Now()
-	require.Equal(t, 1, n1.svc.LeasesHeld())
+	require.Equal(t, 1, n1.leases.Held())
 	lent := metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "lent")
 	require.Positive(t, lent)
 	assert.EqualValues(t, 20+lent, n2.held(t, c.clock.Now(), req), "the lease's hits are taken at once")
@@ -130,7 +125,7 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 			for range 20 {
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
-			require.Equal(t, 1, n1.svc.LeasesHeld())
+			require.Equal(t, 1, n1.leases.Held())
 			lent := int64(metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "lent"))
 			used := int64(0)
 			for range 5 {
@@ -142,7 +137,7 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 			c.settleAll()
 			assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "expired"))
 			assert.EqualValues(t, 1, metric(t, n1.reg, "peerlimit_leases_total", "event", "settle_failed"))
-			assert.Zero(t, n2.svc.LeasesLent())
+			assert.Zero(t, n2.leases.Lent())
 			admitted := 20 + used
 			// Everyone else gets what the lost lease leaves: the unused hits
 			// stay taken.
@@ -169,7 +164,7 @@ func TestCounterLeasesEndWithTheirWindow(t *testing.T) {
 	for range 20 {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
-	require.Equal(t, 1, n1.svc.LeasesHeld())
+	require.Equal(t, 1, n1.leases.Held())
 	c.clock.Advance(148 * time.Millisecond)
 	res := n1.svc.Check(bg, req)
 	require.True(t, res.Decision.Allowed)

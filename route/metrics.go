@@ -23,8 +23,6 @@ type Metrics struct {
 	fwdDuration [2]prometheus.Observer      // [ok, error]
 	fwdSize     prometheus.Observer
 	batchSize   prometheus.Observer
-	leases      [6]prometheus.Counter // by lease event
-	leaseHitsC  [2]prometheus.Counter // [lent, returned]
 }
 
 // Outcomes of a check.
@@ -42,22 +40,6 @@ const (
 	routeLeased           // admitted here from a budget lease its owner lent this node
 )
 
-// Lease events (peerlimit_leases_total{event}).
-const (
-	leaseAsked        = iota // this node asked an owner for a lease
-	leaseReceived            // and got one
-	leaseGranted             // this node, an owner, lent one
-	leaseSettled             // its holder settled it
-	leaseExpired             // it expired unsettled: counted as all used
-	leaseSettleFailed        // this node's settlement call failed
-)
-
-// Lease hits (peerlimit_lease_hits_total{direction}).
-const (
-	leaseLent     = iota // hits lent, taken from their keys at the grant
-	leaseReturned        // hits given back unused at settlement
-)
-
 // Results of forwarding one check.
 const (
 	forwardOK      = iota // the owner answered
@@ -68,7 +50,6 @@ const (
 var (
 	outcomeNames = [...]string{"allowed", "denied", "error"}
 	routeNames   = [...]string{"local", "forwarded", "fallback", "leased"}
-	leaseEvents  = [...]string{"asked", "received", "granted", "settled", "expired", "settle_failed"}
 	forwardNames = [...]string{"ok", "failed", "refused"}
 	algorithms   = [...]limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog}
 )
@@ -117,8 +98,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help:      "Checks in each CheckBatch call (gRPC or HTTP) this node received, not counting items that failed to parse.",
 		Buckets:   prometheus.ExponentialBuckets(1, 2, 11),
 	})
-	leases, leaseHits := leaseMetrics()
-	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch, leases, leaseHits} {
+	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -139,29 +119,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.fallbacks[p] = unr.WithLabelValues(p.String())
 	}
 	m.rescues[0], m.rescues[1] = unr.WithLabelValues("relay"), unr.WithLabelValues("heir")
-	for e, name := range leaseEvents {
-		m.leases[e] = leases.WithLabelValues(name)
-	}
-	m.leaseHitsC[leaseLent], m.leaseHitsC[leaseReturned] = leaseHits.WithLabelValues("lent"), leaseHits.WithLabelValues("returned")
 	m.fwdDuration[0], m.fwdDuration[1] = dur.WithLabelValues("ok"), dur.WithLabelValues("error")
 	return m, nil
-}
-
-// leaseMetrics are the budget leases' series, by event and by hits.
-func leaseMetrics() (events, hits *prometheus.CounterVec) {
-	events = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "peerlimit",
-		Name:      "leases_total",
-		Help: "Budget leases of hot keys, by event: asked, received (this node, forwarding a key at --lease-min-rate, asked its owner " +
-			"and got one), granted, settled, expired (this node, the owner, lent one; its holder settled it; or it was never settled " +
-			"and counted as all used), settle_failed (this node's settlement did not reach the owner).",
-	}, []string{"event"})
-	hits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "peerlimit",
-		Name:      "lease_hits_total",
-		Help:      "Hits this node, an owner, lent in budget leases (taken from their keys at the grant), and returned: lent but not used, given back at settlement.",
-	}, []string{"direction"})
-	return events, hits
 }
 
 func outcome(res peer.Result) int {
@@ -232,17 +191,5 @@ func (m *Metrics) ForwardCall(start time.Time, checks int, err error) {
 func (m *Metrics) checkBatch(n int) {
 	if m != nil {
 		m.batchSize.Observe(float64(n))
-	}
-}
-
-func (m *Metrics) lease(event int) {
-	if m != nil {
-		m.leases[event].Inc()
-	}
-}
-
-func (m *Metrics) leaseHits(direction int, n int64) {
-	if m != nil && n > 0 {
-		m.leaseHitsC[direction].Add(float64(n))
 	}
 }

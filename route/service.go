@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/peerlimit/peerlimit/handoff"
@@ -77,8 +76,7 @@ type Service struct {
 	store    *limiter.Store
 	metrics  *Metrics
 	log      *slog.Logger
-	inflight atomic.Int64 // forwarded checks waiting for their owners
-	leases   *leases      // nil when Config.LeaseDuration is 0
+	inflight slots // forwarded checks waiting for their owners
 	handoffs *handoff.Receiver
 	// Warnings a fault could repeat for every request: one a second each.
 	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog logging.Gate
@@ -103,7 +101,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, leases: newLeases(cfg),
+	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, inflight: slots{limit: int64(cfg.MaxInflightForwards)},
 		handoffs: handoffs}, nil
 }
 
@@ -118,7 +116,7 @@ func (s *Service) NodeID() string { return s.deps.NodeID }
 
 // InflightForwards returns how many forwarded checks wait for their
 // owners' answers now.
-func (s *Service) InflightForwards() int { return int(s.inflight.Load()) }
+func (s *Service) InflightForwards() int { return s.inflight.inUse() }
 
 // Check answers one request: decided here if this node owns the key,
 // else forwarded to the owner.
@@ -150,11 +148,11 @@ func (s *Service) forward(ctx context.Context, owner peer.Route, req limiter.Req
 	if err := s.store.Validate(req); err != nil {
 		return routed{peer.Result{Err: err}, routeForwarded}
 	}
-	if s.acquire(1) == 0 {
+	if s.inflight.acquire(1) == 0 {
 		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
 	}
 	res, id, err := s.deps.Peers.Forward(ctx, owner, req)
-	s.release(1)
+	s.inflight.release(1)
 	if err != nil {
 		return s.fallback(ctx, owner, req, err)
 	}
@@ -173,7 +171,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]pee
 		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
 	}
 	s.metrics.checkBatch(len(reqs))
-	if len(reqs) == 1 && s.leases != nil {
+	if len(reqs) == 1 && s.deps.Leases != nil {
 		// One check (an Envoy descriptor, say): as Check, which may ask
 		// its owner for a budget lease.
 		return []peer.Result{s.Check(ctx, reqs[0])}, nil
@@ -184,7 +182,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]pee
 	n := 0
 	for owner, idx := range remote {
 		n++
-		idx = s.admit(ctx, owner, reqs, idx, out)
+		idx = s.reserveSlots(ctx, owner, reqs, idx, out)
 		switch {
 		case len(idx) == 0:
 		case n == len(remote):
@@ -217,8 +215,8 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []peer.Result) map[peer.
 			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
 		}
-		if s.leases != nil {
-			if d, ok := s.leases.admit(now, r); ok {
+		if s.deps.Leases != nil {
+			if d, ok := s.deps.Leases.Admit(now, r); ok {
 				out[i] = peer.Result{Decision: d, Owner: owner.ID}
 				s.metrics.check(r.Algorithm, routeLeased, out[i])
 				continue
@@ -232,11 +230,11 @@ func (s *Service) decideOwn(reqs []limiter.Request, out []peer.Result) map[peer.
 	return remote
 }
 
-// admit takes in-flight slots for the checks idx bound to owner and
-// returns those that got one. The others are refused, with one error and
-// one count for the lot.
-func (s *Service) admit(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) []int {
-	got := s.acquire(len(idx))
+// reserveSlots takes in-flight slots for the checks idx bound to owner
+// and returns those that got one. The others are refused, with one error
+// and one count for the lot.
+func (s *Service) reserveSlots(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) []int {
+	got := s.inflight.acquire(len(idx))
 	if refused := idx[got:]; len(refused) > 0 {
 		r := s.overloaded(ctx, owner, len(refused))
 		for _, i := range refused {
@@ -250,7 +248,7 @@ func (s *Service) admit(ctx context.Context, owner peer.Route, reqs []limiter.Re
 // forwardBatch sends the checks idx of reqs, whose in-flight slots are
 // held, to owner in one call and fills in their results.
 func (s *Service) forwardBatch(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) {
-	defer s.release(len(idx))
+	defer s.inflight.release(len(idx))
 	sub := pick(reqs, idx)
 	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
 	if err != nil {
@@ -283,31 +281,6 @@ func pick(reqs []limiter.Request, idx []int) []limiter.Request {
 	}
 	return sub
 }
-
-// acquire reserves up to n in-flight forward slots and returns how many
-// it got.
-func (s *Service) acquire(n int) int {
-	limit := int64(s.cfg.MaxInflightForwards)
-	if n == 1 { // the common case: one atomic add
-		if s.inflight.Add(1) <= limit {
-			return 1
-		}
-		s.inflight.Add(-1)
-		return 0
-	}
-	for {
-		cur := s.inflight.Load()
-		got := min(int64(n), limit-cur)
-		if got <= 0 {
-			return 0
-		}
-		if s.inflight.CompareAndSwap(cur, cur+got) {
-			return int(got)
-		}
-	}
-}
-
-func (s *Service) release(n int) { s.inflight.Add(-int64(n)) }
 
 // overloaded answers a check refused for the in-flight bound: counted,
 // and logged at most once a second.

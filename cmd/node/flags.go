@@ -126,8 +126,8 @@ func defineLimiterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 // defineAPIFlags defines the bounds and the optional features of the gRPC
 // and HTTP APIs.
 func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
-	fs.DurationVar(&c.Route.LeaseDuration, "lease-duration", c.Route.LeaseDuration, "how long a budget lease of a hot key lasts: a node forwarding a key at --lease-min-rate admits part of its limit, lent by the owner, without a hop; 0 turns leases off")
-	fs.IntVar(&c.Route.LeaseMinRate, "lease-min-rate", c.Route.LeaseMinRate, "checks per second of one key, forwarded by this node, from which it asks the owner for a lease")
+	fs.DurationVar(&c.Lease.Duration, "lease-duration", c.Lease.Duration, "how long a budget lease of a hot key lasts: a node forwarding a key at --lease-min-rate admits part of its limit, lent by the owner, without a hop; 0 turns leases off")
+	fs.IntVar(&c.Lease.MinRate, "lease-min-rate", c.Lease.MinRate, "checks per second of one key, forwarded by this node, from which it asks the owner for a lease")
 	fs.IntVar(&c.Route.MaxBatch, "max-batch", c.Route.MaxBatch, "most checks in one batch call")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")

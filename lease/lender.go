@@ -1,0 +1,199 @@
+package lease
+
+import (
+	"slices"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
+)
+
+// The lender's side: an owner lends part of a key's limit, takes it from
+// the key at once, and gives back what the holder did not use.
+
+// lentLease is a lease this node lent as an owner, until it is settled or
+// expires.
+type lentLease struct {
+	origin   string
+	key      string
+	window   time.Duration
+	algo     limiter.Algorithm
+	hits     int64
+	granted  int64 // ms, this node's clock: the log's placeholders are here
+	windowID int64 // the counter's fixed window at the grant
+	dur      time.Duration
+}
+
+// end is the last moment the holder may admit under l (ms): the holder's
+// clock started before the grant, so it stops before this.
+func (ll *lentLease) end() int64 { return ll.granted + ll.dur.Milliseconds() }
+
+// On returns the leases lent on key at now; none on a nil Book.
+func (b *Book) On(now time.Time, key string) []peer.LeaseInfo {
+	if b == nil {
+		return nil
+	}
+	ms := now.UnixMilli()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []peer.LeaseInfo
+	for _, ll := range b.lent {
+		if ll.key == key {
+			out = append(out, peer.LeaseInfo{Holder: ll.origin, Hits: ll.hits, ExpiresIn: time.Duration(max(ll.end()-ms, 0)) * time.Millisecond})
+		}
+	}
+	slices.SortFunc(out, func(a, b peer.LeaseInfo) int { return int(a.ExpiresIn - b.ExpiresIn) })
+	return out
+}
+
+// Lent returns how many leases this node has lent and not yet seen
+// settled or expired.
+func (b *Book) Lent() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.lent)
+}
+
+// record records ll and returns its id.
+func (b *Book) record(ll *lentLease) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nextID++
+	b.lent[b.nextID] = ll
+	return b.nextID
+}
+
+// takeLent removes and returns the lease id lent to origin, or nil.
+func (b *Book) takeLent(id uint64, origin string) *lentLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ll := b.lent[id]
+	if ll == nil || ll.origin != origin {
+		return nil
+	}
+	delete(b.lent, id)
+	return ll
+}
+
+// takeExpired removes and returns the leases that ended at or before
+// cutoff (ms).
+func (b *Book) takeExpired(cutoff int64) []*lentLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*lentLease
+	for id, ll := range b.lent {
+		if ll.end() <= cutoff {
+			out = append(out, ll)
+			delete(b.lent, id)
+		}
+	}
+	return out
+}
+
+// placeholders are the log entries ll took at its grant.
+func (ll *lentLease) placeholders() []int64 {
+	ph := make([]int64, ll.hits)
+	for i := range ph {
+		ph[i] = ll.granted
+	}
+	return ph
+}
+
+// Lend lends origin up to want hits of req's limit, which the owner's
+// store has just allowed req under with room hits left, and returns the
+// grant (none: a zero ID). It takes the hits from the key at once, with
+// an ordinary decision of that many, so that what this node admits and
+// what it lent never exceed the limit: at most half of room, and none for
+// a limit that may not be leased (Leasable). A counter's lease ends with
+// the fixed window it was taken in, so that its hits cannot move to
+// another; one that would be shorter than a quarter of the lease duration
+// is not worth a call and is not lent.
+func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, room int64) peer.LeaseGrant {
+	hits := min(want, room/2)
+	if hits < 1 || !b.Leasable(req) {
+		return peer.LeaseGrant{}
+	}
+	ms := max(now.UnixMilli(), 0)
+	w := req.Window.Milliseconds()
+	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, hits: hits,
+		granted: ms, dur: b.cfg.Duration}
+	if req.Algorithm == limiter.SlidingWindowCounter {
+		ll.windowID = ms / w
+		left := time.Duration((ll.windowID+1)*w-ms-1) * time.Millisecond
+		if ll.dur = min(ll.dur, left); ll.dur < b.cfg.Duration/4 {
+			return peer.LeaseGrant{}
+		}
+	}
+	take := req
+	take.Hits = hits
+	d, err := b.store.Check(now, take)
+	if err != nil || !d.Allowed {
+		return peer.LeaseGrant{}
+	}
+	id := b.record(ll)
+	b.metrics.event(eventGranted)
+	b.metrics.hits(hitsLent, hits)
+	return peer.LeaseGrant{ID: id, Hits: hits, Duration: ll.dur, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter}
+}
+
+// Settle settles the leases origin reports on, at now: for each lease it
+// holds from this node, give back what it did not use and, for the log,
+// move what it used to when it was admitted. A lease already expired here
+// (counted as all used) or not origin's is skipped; it returns how many
+// it settled.
+func (b *Book) Settle(now time.Time, origin string, uses []peer.LeaseUse) int {
+	settled := 0
+	for _, u := range uses {
+		ll := b.takeLent(u.ID, origin)
+		if ll == nil {
+			continue
+		}
+		b.settle(now, ll, u)
+		settled++
+	}
+	return settled
+}
+
+// settle applies u, a holder's report, to ll. What a holder says is
+// clamped to what was lent: a member cannot make the owner count less
+// than the hits it admitted.
+func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
+	used := min(max(u.Used, 0), ll.hits)
+	b.metrics.event(eventSettled)
+	b.metrics.hits(hitsReturned, ll.hits-used)
+	if ll.algo != limiter.SlidingWindowLog {
+		if unused := ll.hits - used; unused > 0 {
+			b.store.Forget(now, []limiter.KeyState{{Key: ll.key, Window: ll.window, Algorithm: ll.algo, WindowID: ll.windowID, Curr: unused}})
+		}
+		return
+	}
+	times := make([]int64, used)
+	for i := range times {
+		off := ll.dur // a hit the holder did not time: its lease's last moment
+		if i < len(u.Offsets) {
+			off = min(max(u.Offsets[i], 0), ll.dur)
+		}
+		times[i] = ll.granted + off.Milliseconds()
+	}
+	b.store.MoveLog(now, ll.key, ll.window, ll.placeholders(), times)
+}
+
+// Expire counts every lease lent that its holder has not settled a lease
+// duration after it ended, at now, as all used, at its last moment: the
+// log's placeholders move there, where they outlast any hit the holder
+// can have admitted, so a lost lease costs under-admission only. It
+// returns how many it expired. The node runs it with SettleWithOwners.
+func (b *Book) Expire(now time.Time) int {
+	expired := b.takeExpired(now.UnixMilli() - b.cfg.Duration.Milliseconds())
+	for _, ll := range expired {
+		b.metrics.event(eventExpired)
+		if ll.algo == limiter.SlidingWindowLog {
+			last := make([]int64, ll.hits)
+			for i := range last {
+				last[i] = ll.end()
+			}
+			b.store.MoveLog(now, ll.key, ll.window, ll.placeholders(), last)
+		}
+	}
+	return len(expired)
+}
