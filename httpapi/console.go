@@ -17,15 +17,14 @@ import (
 // JSON it polls: GET /v1/cluster, GET /v1/top, GET /v1/inspect.
 // docs/console.md describes every field.
 
-// Console is what the console's routes ask of the request path;
-// *route.Service is one.
+// Console is what the console's routes ask of the node: an inspection of
+// a key on its owner (route.Service's) and every member's report and the
+// cluster's top keys (console.Cluster's).
 type Console interface {
 	Inspect(ctx context.Context, req route.InspectRequest) (route.InspectResult, error)
-	Reports(ctx context.Context, req peer.ReportRequest) []route.MemberReport
-	Top(ctx context.Context, n int) (route.TopKeys, error)
+	Reports(ctx context.Context, req peer.ReportRequest) []console.MemberReport
+	Top(ctx context.Context, n int) (console.TopKeys, error)
 }
-
-var _ Console = (*route.Service)(nil)
 
 // reportTimeout bounds how long the console waits for a member's report:
 // a member that does not answer in time is shown with its error, so one
@@ -139,7 +138,7 @@ func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
 	since, err := queryInt(r, "since_ms", 0, 0, 1<<62)
 	if err == nil {
 		var n int64
-		n, err = queryInt(r, "top", 10, 1, route.MaxTop)
+		n, err = queryInt(r, "top", 10, 1, peer.MaxTop)
 		if err == nil {
 			writeJSON(w, http.StatusOK, h.clusterView(r.Context(), since, int(n)))
 			return
@@ -158,11 +157,11 @@ func (h *handler) clusterView(ctx context.Context, sinceMS int64, n int) Cluster
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	reports := h.console.Reports(ctx, req)
-	byID := make(map[string]route.MemberReport, len(reports))
+	byID := make(map[string]console.MemberReport, len(reports))
 	for _, mr := range reports {
 		byID[mr.Member.ID] = mr
 	}
-	out := Cluster{TimeMS: time.Now().UnixMilli(), Top: topJSON(route.MergeTop(reports, n)), Members: []ClusterMember{}}
+	out := Cluster{TimeMS: time.Now().UnixMilli(), Top: topJSON(console.MergeTop(reports, n)), Members: []ClusterMember{}}
 	if h.deps.Members != nil {
 		ms := h.deps.Members()
 		out.Self, out.Partitions = ms.Self, ms.Partitions
@@ -173,7 +172,7 @@ func (h *handler) clusterView(ctx context.Context, sinceMS int64, n int) Cluster
 	return out
 }
 
-func clusterMember(m MemberInfo, reports map[string]route.MemberReport) ClusterMember {
+func clusterMember(m MemberInfo, reports map[string]console.MemberReport) ClusterMember {
 	cm := ClusterMember{MemberInfo: m, Samples: []Sample{}}
 	mr, ok := reports[m.ID]
 	switch {
@@ -210,7 +209,7 @@ func msFloat(d time.Duration) *float64 {
 }
 
 func (h *handler) top(w http.ResponseWriter, r *http.Request) {
-	n, err := queryInt(r, "n", 10, 1, route.MaxTop)
+	n, err := queryInt(r, "n", 10, 1, peer.MaxTop)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -225,7 +224,7 @@ func (h *handler) top(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, topJSON(t))
 }
 
-func topJSON(t route.TopKeys) Top {
+func topJSON(t console.TopKeys) Top {
 	return Top{SinceMS: t.Since.UnixMilli(), MembersAsked: t.MembersAsked, MembersAnswered: t.MembersAnswered,
 		Checks: hotKeysJSON(t.Checks), Denials: hotKeysJSON(t.Denials)}
 }

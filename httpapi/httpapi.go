@@ -81,6 +81,9 @@ type Deps struct {
 	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for
 	// probes.
 	Auth func(*http.Request) error
+	// Console serves the console's data: GET /v1/cluster, /v1/top and
+	// /v1/inspect. Nil leaves them out (the page, /ui/, is always served).
+	Console Console
 }
 
 // Members is the answer of GET /v1/members: the members this node sees and
@@ -196,10 +199,7 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &handler{c: c, cfg: cfg, deps: deps}
-	if con, ok := c.(Console); ok {
-		h.console = con
-	}
+	h := &handler{c: c, cfg: cfg, deps: deps, console: deps.Console}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h.guard(http.HandlerFunc(h.check)))
 	mux.Handle("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch)))
@@ -247,7 +247,7 @@ func (h *handler) guard(next http.Handler) http.Handler {
 
 type handler struct {
 	c       Checker
-	console Console // nil when c is not one: no console data routes
+	console Console // nil: no console data routes
 	cfg     Config
 	deps    Deps
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peer"
@@ -92,10 +93,25 @@ func newEnv(t *testing.T, opts ...func(*envOpts)) *env {
 	}
 	svc, err := route.NewService(cfg.Config, cfg.Deps)
 	require.NoError(t, err)
+	if o.http.Console == nil {
+		o.http.Console = nodeConsole{svc, console.NewCluster(cfg.NodeID, alone(cfg.NodeID), cfg.Peers, svc, clock.Now)}
+	}
 	h, err := NewHandler(svc, o.http.Config, o.http.Deps)
 	require.NoError(t, err)
 	return &env{t: t, clock: clock, store: store, svc: svc, handler: h}
 }
+
+// nodeConsole is the console API a node gives the handler: inspections
+// from its request path, reports and top keys from its cluster's view.
+type nodeConsole struct {
+	*route.Service
+	*console.Cluster
+}
+
+// alone is the membership of a node alone.
+type alone string
+
+func (a alone) Members() []peer.Route { return []peer.Route{{ID: string(a)}} }
 
 func withMaxBatch(n int) func(*envOpts) {
 	return func(o *envOpts) { o.rpc = func(c *svcConfig) { c.MaxBatch = n } }

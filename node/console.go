@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/console"
+	"github.com/peerlimit/peerlimit/route"
 )
 
 // The operator's console: the node samples its own metrics once a second
@@ -25,4 +26,17 @@ func (n *Node) sampleNow() {
 	if err := n.sampler.Sample(n.cfg.Now()); err != nil {
 		n.log.Warn("console: sampling metrics failed", "err", err)
 	}
+}
+
+// consoleAPI is what the console's HTTP routes and gRPC calls ask of the
+// node: an inspection of one key from the request path, every member's
+// report and the cluster's top keys from the cluster's view.
+type consoleAPI struct {
+	*route.Service
+	*console.Cluster
+}
+
+// consoleView is the node's console API over its request path and peers.
+func (n *Node) consoleView() consoleAPI {
+	return consoleAPI{n.svc, console.NewCluster(n.cfg.ID, &n.view, n.peers, n.svc, n.cfg.Now)}
 }

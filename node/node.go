@@ -249,7 +249,7 @@ func (n *Node) initGRPC() error {
 		// to a goroutine per stream, so it cannot stall calls.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	api := rpc.NewServer(n.svc)
-	api.MembersFunc, api.Drain = n.membersProto, n.drain
+	api.MembersFunc, api.Drain, api.Console = n.membersProto, n.drain, n.consoleView()
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
 	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log); err != nil {
@@ -266,7 +266,7 @@ func (n *Node) initGRPC() error {
 // ones it opened with, and checking them again on every batch would cut
 // every stream in the middle of a secret rotation.
 func (n *Node) peerServer() *peerrpc.Server {
-	s := peerrpc.NewServer(n.svc, route.MaxTop)
+	s := peerrpc.NewServer(n.svc)
 	s.Drain = n.drain
 	return s
 }
@@ -280,6 +280,7 @@ func (n *Node) initHTTP() error {
 		Members:  n.memberInfo,
 		Policies: n.policySet,
 		Auth:     n.sec.httpAuth(),
+		Console:  n.consoleView(),
 	})
 	if err != nil {
 		return err

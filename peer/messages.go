@@ -107,3 +107,7 @@ type Sample struct {
 	// observed in the second.
 	ForwardP99, ReplicationLagP99 time.Duration
 }
+
+// MaxTop bounds the hot-key lists a report carries, and the console's
+// merged lists.
+const MaxTop = 100

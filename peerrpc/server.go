@@ -29,15 +29,12 @@ type Server struct {
 	Admit func(ctx context.Context, origin string) error
 	// Drain, if set, ends ForwardStreams when the node shuts down.
 	Drain *grpcapi.Drain
-	// MaxTop bounds the hot-key lists of a Report. Zero: none are sent.
-	MaxTop int
 }
 
 var _ pb.PeerServer = (*Server)(nil)
 
-// NewServer serves the node-to-node API over h; maxTop bounds a report's
-// hot-key lists.
-func NewServer(h peer.Handler, maxTop int) *Server { return &Server{h: h, MaxTop: maxTop} }
+// NewServer serves the node-to-node API over h.
+func NewServer(h peer.Handler) *Server { return &Server{h: h} }
 
 // Forward implements pb.PeerServer: decide here, never forward again.
 func (s *Server) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
@@ -92,7 +89,7 @@ func (s *Server) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.PeerRe
 
 // Report implements pb.PeerServer.
 func (s *Server) Report(ctx context.Context, in *pb.ReportRequest) (*pb.ReportResponse, error) {
-	r := s.h.HandleReport(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReportRequest(in, s.MaxTop))
+	r := s.h.HandleReport(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReportRequest(in, peer.MaxTop))
 	return protoconv.ToProtoReport(r), nil
 }
 

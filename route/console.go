@@ -3,17 +3,14 @@ package route
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
-	"github.com/peerlimit/peerlimit/topk"
 )
 
 // This file is what the operator's console asks of the request path:
-// inspecting a key on its owner, and every member's report (sampled rates
-// and hot keys), merged into the cluster's top keys.
+// inspecting a key on its owner, and this member's report (its sampled
+// rates and hot keys; package console merges every member's).
 
 // InspectRequest asks for a key's state. Limit and Hits are optional
 // (0: no next-allow time); Policy, if set, gives the limit and also
@@ -128,77 +125,6 @@ func (s *Service) HandleReport(_ context.Context, _ string, req peer.ReportReque
 	if s.deps.Samples != nil {
 		r.Samples = s.deps.Samples.Since(req.Since)
 	}
-	r.HotKeys = s.store.HotKeys(s.deps.Now(), min(req.Top, MaxTop))
+	r.HotKeys = s.store.HotKeys(s.deps.Now(), min(req.Top, peer.MaxTop))
 	return r
-}
-
-// MaxTop bounds the hot-key lists a report or Top returns.
-const MaxTop = 100
-
-// MemberReport is one member's report, or why it could not be had.
-type MemberReport struct {
-	Member peer.Route
-	Report peer.Report
-	Err    error
-}
-
-// Reports asks every member of the ring (this node answers itself)
-// for its report, all at once, and returns one per member in the order of
-// the ring. A member that does not answer within ctx has Err set.
-func (s *Service) Reports(ctx context.Context, req peer.ReportRequest) []MemberReport {
-	members := s.members()
-	out := make([]MemberReport, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		out[i].Member = m
-		if m.ID == s.deps.NodeID {
-			out[i].Report = s.HandleReport(ctx, s.deps.NodeID, req)
-			continue
-		}
-		wg.Go(func() { out[i].Report, out[i].Err = s.deps.Peers.Report(ctx, m, req) })
-	}
-	wg.Wait()
-	return out
-}
-
-// TopKeys is the cluster's hot keys: every answering member's lists,
-// merged.
-type TopKeys struct {
-	Since           time.Time
-	Checks, Denials []topk.Entry
-	MembersAsked    int
-	MembersAnswered int
-}
-
-// MergeTop merges the hot keys of the members that answered into the n
-// heaviest. A key is decided by its owner only, but for the faults that
-// let another member decide it meanwhile (fallback, heir, gossip not yet
-// converged), its counts add up across members; a member that did not
-// list the key among its top n adds nothing for it, so such a key can be
-// under-counted by at most that member's n-th count.
-func MergeTop(reports []MemberReport, n int) TopKeys {
-	out := TopKeys{MembersAsked: len(reports)}
-	var checks, denials [][]topk.Entry
-	for _, r := range reports {
-		if r.Err != nil {
-			continue
-		}
-		out.MembersAnswered++
-		checks = append(checks, r.Report.HotKeys.Checks)
-		denials = append(denials, r.Report.HotKeys.Denials)
-		if out.Since.IsZero() || r.Report.HotKeys.Since.Before(out.Since) {
-			out.Since = r.Report.HotKeys.Since
-		}
-	}
-	out.Checks = topk.Top(topk.Merge(checks, make([]uint64, len(checks))), n)
-	out.Denials = topk.Top(topk.Merge(denials, make([]uint64, len(denials))), n)
-	return out
-}
-
-// Top returns the cluster's n hottest keys (1 ≤ n ≤ MaxTop).
-func (s *Service) Top(ctx context.Context, n int) (TopKeys, error) {
-	if n < 1 || n > MaxTop {
-		return TopKeys{}, &limiter.ArgumentError{Field: "n", Reason: fmt.Sprintf("must be in [1, %d], got %d", MaxTop, n)}
-	}
-	return MergeTop(s.Reports(ctx, peer.ReportRequest{Since: s.deps.Now(), Top: n}), n), nil
 }

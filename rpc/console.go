@@ -17,7 +17,10 @@ func (s *Server) Top(ctx context.Context, in *pb.TopRequest) (*pb.TopResponse, e
 	if n == 0 {
 		n = 10
 	}
-	t, err := s.svc.Top(grpcapi.Incoming(ctx), n)
+	if s.Console == nil {
+		return s.UnimplementedRateLimiterServer.Top(ctx, in)
+	}
+	t, err := s.Console.Top(grpcapi.Incoming(ctx), n)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}

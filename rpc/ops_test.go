@@ -48,7 +48,7 @@ func startOwner(t *testing.T, store limiter.Config) *ownerNode {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gs := grpc.NewServer(rpc.NewStrictCodec().ServerOptions()...)
-	pb.RegisterPeerServer(gs, peerrpc.NewServer(o.svc, route.MaxTop))
+	pb.RegisterPeerServer(gs, peerrpc.NewServer(o.svc))
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	t.Cleanup(func() {

@@ -10,7 +10,6 @@ import (
 	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
 )
 
 func exhaustVia(t *testing.T, e *env, req *pb.CheckRequest) {
@@ -89,7 +88,7 @@ func TestPeerResetDropsLocalStateWhateverTheRing(t *testing.T) {
 	e := newEnv(t)
 	exhaustVia(t, e, logReq("k", 1, 1000))
 	exhaustVia(t, e, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 5000})
-	peerSrv := peerrpc.NewServer(e.svc, route.MaxTop)
+	peerSrv := peerrpc.NewServer(e.svc)
 	got, err := peerSrv.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, got.GetCleared())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -17,6 +18,10 @@ type Server struct {
 	svc *route.Service
 	// MembersFunc answers Members; nil leaves it unimplemented.
 	MembersFunc func() *pb.MembersResponse
+	// Console answers Top (console.Cluster); nil leaves it unimplemented.
+	Console interface {
+		Top(ctx context.Context, n int) (console.TopKeys, error)
+	}
 	// Drain, if set, ends CheckStreams when the node shuts down.
 	Drain *grpcapi.Drain
 }

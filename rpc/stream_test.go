@@ -26,7 +26,6 @@ import (
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -94,7 +93,7 @@ func (o *oldPeer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Forwa
 func TestForwardFallsBackToCallsForOlderPeers(t *testing.T) {
 	logs := testlog.NewCapture()
 	owner := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.NodeID, c.Logger = "n2", slog.New(logs) } })
-	old := &oldPeer{inner: peerrpc.NewServer(owner.svc, route.MaxTop)}
+	old := &oldPeer{inner: peerrpc.NewServer(owner.svc)}
 	addr := serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) })
 	a := startIngress(t, peer.Route{ID: "n2", Addr: addr}, nil)
 	for i := range 3 {

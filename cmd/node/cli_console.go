@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/peer"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 )
 
@@ -27,8 +27,8 @@ func cmdTop(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	if len(pos) != 0 {
 		return c.usageError("takes no arguments")
 	}
-	if *n < 1 || *n > route.MaxTop {
-		return c.usageError("--n must be in [1, %d], got %d", route.MaxTop, *n)
+	if *n < 1 || *n > peer.MaxTop {
+		return c.usageError("--n must be in [1, %d], got %d", peer.MaxTop, *n)
 	}
 	resp, err := call(c, pb.RateLimiterClient.Top, &pb.TopRequest{N: uint32(*n)})
 	if err != nil {
