@@ -24,6 +24,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
+	"github.com/peerlimit/peerlimit/reset"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -34,7 +35,7 @@ type Checker interface {
 	MaxBatch() int
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
 	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (peer.ResetRequest, error)
-	Reset(ctx context.Context, r peer.ResetRequest) (route.ResetResult, error)
+	Reset(ctx context.Context, r peer.ResetRequest) (reset.Result, error)
 }
 
 var _ Checker = (*route.Service)(nil)

@@ -847,7 +847,7 @@ func TestWriteErrorStatus(t *testing.T) {
 		{"batch too large", fmt.Errorf("big: %w", route.ErrBatchTooLarge), http.StatusRequestEntityTooLarge, "RESOURCE_EXHAUSTED", ""},
 		{"deadline", context.DeadlineExceeded, http.StatusGatewayTimeout, "DEADLINE_EXCEEDED", ""},
 		{"canceled", context.Canceled, 499, "CANCELLED", ""},
-		{"unavailable", fmt.Errorf("reset: %w", route.ErrOwnerUnreachable), http.StatusServiceUnavailable, "UNAVAILABLE", ""},
+		{"unavailable", fmt.Errorf("reset: %w", peer.ErrOwnerUnreachable), http.StatusServiceUnavailable, "UNAVAILABLE", ""},
 		{"another member's code", &peer.Error{Code: peer.Unavailable, Message: "owner down"}, http.StatusServiceUnavailable, "UNAVAILABLE", ""},
 		{"other", errors.New("boom"), http.StatusInternalServerError, "INTERNAL", ""},
 	}

@@ -90,12 +90,17 @@ func IsCallError(err error) bool {
 	return err != nil && errors.As(err, &ce)
 }
 
+// ErrOwnerUnreachable is returned, wrapped, when a call that must reach a
+// key's owner could not (a reset, an inspection, a relay that could not
+// get a check decided): UNAVAILABLE, never a success that did nothing.
+var ErrOwnerUnreachable = NewError(Unavailable, "owner unreachable")
+
 // ErrNoReplicas refuses a replication to a node that keeps no replicas
 // (its replication factor is 0).
 var ErrNoReplicas = NewError(FailedPrecondition, "this node keeps no replicas (its replication factor is 0)")
 
 // NewError returns an *Error with code and message, for the sentinel
-// errors of the request path (route.ErrOwnerUnreachable, say): their
+// errors of the request path (route.ErrTooManyForwards, say): their
 // code then travels with them, and CodeOf needs no table of them.
 func NewError(code Code, message string) *Error { return &Error{Code: code, Message: message} }
 

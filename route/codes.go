@@ -12,8 +12,4 @@ var (
 	// Config.MaxInflightForwards checks already wait for their owners:
 	// RESOURCE_EXHAUSTED.
 	ErrTooManyForwards = peer.NewError(peer.ResourceExhausted, "too many forwarded checks in flight")
-	// ErrOwnerUnreachable is returned, wrapped, by Reset and Inspect when
-	// the key's owner could not be asked: UNAVAILABLE, never a success
-	// that cleared or showed nothing.
-	ErrOwnerUnreachable = peer.NewError(peer.Unavailable, "owner unreachable")
 )

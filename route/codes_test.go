@@ -16,7 +16,7 @@ func TestRouteErrorsCarryTheirCodes(t *testing.T) {
 		err  error
 		want peer.Code
 	}{
-		{fmt.Errorf("reset: %w: %w", route.ErrOwnerUnreachable, &peer.Error{Code: peer.Unauthenticated}), peer.Unavailable},
+		{fmt.Errorf("reset: %w: %w", peer.ErrOwnerUnreachable, &peer.Error{Code: peer.Unauthenticated}), peer.Unavailable},
 		{route.ErrBatchTooLarge, peer.ResourceExhausted},
 		{fmt.Errorf("forward refused: %w", route.ErrTooManyForwards), peer.ResourceExhausted},
 	} {

@@ -36,7 +36,7 @@ type InspectResult struct {
 }
 
 // Inspect reads req's key on its owner, here or through Peers, consuming
-// nothing; it fails with ErrOwnerUnreachable when the owner cannot be
+// nothing; it fails with peer.ErrOwnerUnreachable when the owner cannot be
 // asked, never with a guess.
 func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResult, error) {
 	q, filter, err := s.resolveInspect(req)
@@ -50,7 +50,7 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 	} else {
 		ov, err = s.deps.Peers.Inspect(ctx, owner, q)
 		if err != nil && peer.CodeOf(err) != peer.InvalidArgument {
-			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", q.Key, owner.ID, owner.Addr, ErrOwnerUnreachable, err)
+			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", q.Key, owner.ID, owner.Addr, peer.ErrOwnerUnreachable, err)
 		}
 	}
 	if err != nil {

@@ -33,7 +33,7 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 		undone := s.undo(now, reqs, out)
 		if s.lateLog.Allow() {
 			s.log.Warn("decided forwarded checks after the caller stopped waiting; took back what they added (its fallback counts them)",
-				append([]any{"origin", logging.Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, idAttrs(ctx, "")...)...)
+				append([]any{"origin", logging.Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, peer.LogAttrs(ctx, "")...)...)
 		}
 	}
 	return out
@@ -73,22 +73,7 @@ func (s *Service) refusedForward(ctx context.Context, origin, key string, err er
 		return
 	}
 	s.log.Warn("refused a forwarded check the sender accepted: the nodes' settings differ",
-		append([]any{"origin", logging.Clip(origin), "key", logging.Clip(key), "field", peer.FieldOf(err), "err", err}, idAttrs(ctx, "")...)...)
-}
-
-// HandleReset implements Handler. The member that received the public call
-// resolved any policy and checked r by its rules; it is checked again
-// here, by this node's, and refused naming the field if they differ.
-func (s *Service) HandleReset(ctx context.Context, origin string, r peer.ResetRequest) (int, error) {
-	if err := s.validateReset(r); err != nil {
-		return 0, err
-	}
-	cleared := s.ResetLocal(r)
-	// Debug: applications may reset on every successful login; the node
-	// that received the reset logs it at Info, with the same request_id.
-	s.log.Debug("dropped a key's state at a member's request", append([]any{"origin", logging.Clip(origin), "key", logging.Clip(r.Key),
-		"cleared", cleared}, idAttrs(ctx, "")...)...)
-	return cleared, nil
+		append([]any{"origin", logging.Clip(origin), "key", logging.Clip(key), "field", peer.FieldOf(err), "err", err}, peer.LogAttrs(ctx, "")...)...)
 }
 
 // HandleHandoff implements peer.Handler: Deps.Handoffs merges the states

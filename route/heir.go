@@ -140,7 +140,7 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 				out[i] = res
 				continue
 			}
-			out[i] = peer.Result{Err: &peer.CallError{ID: peer.CallID(err), Err: fmt.Errorf("relayed by %s: owner %s: %w from here too", s.deps.NodeID, owner.ID, ErrOwnerUnreachable)}}
+			out[i] = peer.Result{Err: &peer.CallError{ID: peer.CallID(err), Err: fmt.Errorf("relayed by %s: owner %s: %w from here too", s.deps.NodeID, owner.ID, peer.ErrOwnerUnreachable)}}
 		}
 	}
 	return out

@@ -10,7 +10,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
-	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/reset"
 )
 
 // exhaust checks req through m until it is denied.
@@ -47,7 +47,7 @@ func TestResetClearsTheOwnerAndEveryCopy(t *testing.T) {
 
 	got, err := n1.svc.Reset(bg, resetOf(req))
 	require.NoError(t, err)
-	assert.Equal(t, route.ResetResult{Owner: "n2", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 2}, got)
+	assert.Equal(t, reset.Result{Owner: "n2", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 2}, got)
 	for _, m := range []*member{n1, n2, n3} {
 		assert.Zero(t, m.held(t, c.clock.Now(), req), "%s holds nothing for the key", m.id)
 	}
@@ -60,7 +60,7 @@ func TestResetClearsTheOwnerAndEveryCopy(t *testing.T) {
 	require.NoError(t, err)
 	got, err = n2.svc.Reset(bg, peer.ResetRequest{Key: req.Key, AllWindows: true})
 	require.NoError(t, err)
-	assert.Equal(t, route.ResetResult{Owner: "n2", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 1}, got)
+	assert.Equal(t, reset.Result{Owner: "n2", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 2, CopiesCleared: 1}, got)
 	st := n1.store.Stats()
 	assert.Zero(t, st.CounterKeys+st.LogKeys)
 
@@ -81,7 +81,7 @@ func TestResetWithTheOwnerUnreachableClearsNothing(t *testing.T) {
 		exhaust(t, n1, req) // by the fallback: a copy here
 
 		_, err := n1.svc.Reset(bg, resetOf(req))
-		assert.ErrorIs(t, err, route.ErrOwnerUnreachable)
+		assert.ErrorIs(t, err, peer.ErrOwnerUnreachable)
 		assert.Equal(t, peer.Unavailable, peer.CodeOf(err))
 		assert.ErrorContains(t, err, "owner n2")
 		assert.EqualValues(t, 2, n1.held(t, c.clock.Now(), req), "nothing cleared")
@@ -99,7 +99,7 @@ func TestResetCountsMembersThatDoNotAnswer(t *testing.T) {
 		c.net.Cut("n1", "n3")
 		got, err := n1.svc.Reset(bg, resetOf(req))
 		require.NoError(t, err)
-		assert.Equal(t, route.ResetResult{Owner: "n1", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 1}, got)
+		assert.Equal(t, reset.Result{Owner: "n1", Cleared: 1, MembersAsked: 2, MembersAcknowledged: 1}, got)
 		warned := n1.logs.Find("a member did not drop its copy")
 		require.Len(t, warned, 1)
 		assert.Equal(t, "n3", warned[0].Attrs["member"])
@@ -120,7 +120,7 @@ func TestResetRefusedByTheOwnerNamesTheField(t *testing.T) {
 	_, err := c.members["n1"].svc.Reset(bg, peer.ResetRequest{Key: c.key(t, "n2", "longer-than-eight"), AllWindows: true})
 	assert.Equal(t, peer.InvalidArgument, peer.CodeOf(err), "%v", err)
 	assert.Equal(t, "key", peer.FieldOf(err))
-	assert.NotErrorIs(t, err, route.ErrOwnerUnreachable)
+	assert.NotErrorIs(t, err, peer.ErrOwnerUnreachable)
 }
 
 // NewResetRequest names one limit of the key or all of them, never a mix,

@@ -25,6 +25,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/reset"
 )
 
 // FallbackPolicy says how to answer a check whose owner is unreachable.
@@ -78,6 +79,7 @@ type Service struct {
 	log      *slog.Logger
 	inflight slots // forwarded checks waiting for their owners
 	handoffs *handoff.Receiver
+	resets   *reset.Resetter
 	// Warnings a fault could repeat for every request: one a second each.
 	unreachableLog, overloadLog, refusedLog, peerRefusedLog, lateLog, settleLog logging.Gate
 }
@@ -94,15 +96,22 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	handoffs := deps.Handoffs
-	if handoffs == nil {
-		var err error
-		if handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: deps.Store, Now: deps.Now, Logger: log}); err != nil {
+	s := &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log,
+		inflight: slots{limit: int64(cfg.MaxInflightForwards)}, handoffs: deps.Handoffs}
+	var err error
+	if s.handoffs == nil {
+		if s.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: deps.Store, Now: deps.Now, Logger: log}); err != nil {
 			return nil, err
 		}
 	}
-	return &Service{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: log, inflight: slots{limit: int64(cfg.MaxInflightForwards)},
-		handoffs: handoffs}, nil
+	rd := reset.Deps{Self: deps.NodeID, Store: deps.Store, Now: deps.Now, Peers: deps.Peers, Logger: log}
+	if deps.Cluster != nil { // a nil Cluster in the interface would not be nil
+		rd.Members = deps.Cluster
+	}
+	if s.resets, err = reset.New(rd); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // MaxBatch is the largest batch CheckBatch accepts.
@@ -290,7 +299,7 @@ func (s *Service) overloaded(ctx context.Context, owner peer.Route, n int) peer.
 	s.metrics.forwarded(forwardRefused, n)
 	if s.overloadLog.Allow() {
 		s.log.Warn("too many forwarded checks in flight; refusing with RESOURCE_EXHAUSTED",
-			append([]any{"owner", owner.ID, "max_inflight_forwards", s.cfg.MaxInflightForwards}, idAttrs(ctx, "")...)...)
+			append([]any{"owner", owner.ID, "max_inflight_forwards", s.cfg.MaxInflightForwards}, peer.LogAttrs(ctx, "")...)...)
 	}
 	return peer.Result{Err: err}
 }
@@ -304,7 +313,7 @@ func (s *Service) ownerRefused(ctx context.Context, owner peer.Route, res peer.R
 		return
 	}
 	s.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
-		append([]any{"owner", owner.ID, "field", peer.FieldOf(res.Err), "err", res.Err}, idAttrs(ctx, id)...)...)
+		append([]any{"owner", owner.ID, "field", peer.FieldOf(res.Err), "err", res.Err}, peer.LogAttrs(ctx, id)...)...)
 }
 
 func (s *Service) decide(now time.Time, req limiter.Request) peer.Result {
@@ -380,7 +389,7 @@ func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Re
 	s.metrics.unreachable(s.cfg.Fallback)
 	if s.unreachableLog.Allow() {
 		s.log.Warn("owner unreachable; answering by fallback policy", append([]any{"owner", owner.ID, "addr", owner.Addr,
-			"policy", s.cfg.Fallback.String(), "err", cause}, idAttrs(ctx, peer.CallID(cause))...)...)
+			"policy", s.cfg.Fallback.String(), "err", cause}, peer.LogAttrs(ctx, peer.CallID(cause))...)...)
 	}
 	var res peer.Result
 	switch s.cfg.Fallback {
