@@ -49,7 +49,29 @@ type Failover struct {
 	// (Supersede), or dropped before this node hands the owner its state
 	// (ReturnPromoted).
 	promoted map[string][]limiter.KeyState
+	// presumedDead holds, by the member that replicated them, the
+	// replicas merged when gossip declared that member dead. It may have
+	// left gracefully after all: a member that gets the leave before the
+	// leaver's "leaving" metadata takes it for a failure (seen in
+	// TestGracefulLeaveHandsCountsToHeirs, about one run in ten), and the
+	// leaver then hands off the very keys whose replicas were promoted.
+	// Supersede subtracts them then, as for promoted; unlike those, they
+	// are never dropped before handing state to the member (a member that
+	// died and restarts holds none of them). Kept until the member is in
+	// the ring again or for presumedDeadFor, whichever comes first.
+	presumedDead map[string]*presumption
 }
+
+// presumption is what was promoted from a member presumed dead, and when.
+type presumption struct {
+	at     time.Time
+	states []limiter.KeyState
+}
+
+// presumedDeadFor is how long a handoff from a member presumed dead is
+// taken to supersede what was promoted from it: far longer than a
+// leaving node takes to hand off (its shutdown timeout is seconds).
+const presumedDeadFor = time.Minute
 
 // FailoverDeps is what a Failover works with.
 type FailoverDeps struct {
@@ -83,15 +105,26 @@ func NewFailover(d FailoverDeps) (*Failover, error) {
 		log = slog.Default()
 	}
 	return &Failover{self: d.Self, store: d.Store, replicas: d.Replicas, ring: d.Ring, now: d.Now, log: log, metrics: d.Metrics,
-		promoted: map[string][]limiter.KeyState{}}, nil
+		promoted: map[string][]limiter.KeyState{}, presumedDead: map[string]*presumption{}}, nil
 }
 
 // Apply keeps a replication owner origin sent this node, as the backup
 // of r's partitions (Store.Apply), and returns how many states it kept.
 func (f *Failover) Apply(origin string, r peer.Replication) int { return f.replicas.Apply(origin, r) }
 
-// Sweep drops the replicas that count nothing any more at now.
-func (f *Failover) Sweep(now time.Time) int { return f.replicas.Sweep(now) }
+// Sweep drops the replicas that count nothing any more at now, and the
+// books of members presumed dead for longer than presumedDeadFor; it
+// returns how many replicas it dropped.
+func (f *Failover) Sweep(now time.Time) int {
+	f.mu.Lock()
+	for id, p := range f.presumedDead {
+		if now.Sub(p.at) >= presumedDeadFor {
+			delete(f.presumedDead, id)
+		}
+	}
+	f.mu.Unlock()
+	return f.replicas.Sweep(now)
+}
 
 // reason says why a partition's replica is promoted.
 type reason uint8
@@ -129,9 +162,18 @@ func (f *Failover) promote(p int, why reason) {
 	if len(states) == 0 {
 		return
 	}
-	merged, errs := f.store.Merge(f.now(), states)
-	if why == ownerUnreachable {
+	now := f.now()
+	merged, errs := f.store.Merge(now, states)
+	switch why {
+	case ownerUnreachable:
 		f.promoted[origin] = append(f.promoted[origin], states...)
+	case ownerFailed:
+		p := f.presumedDead[origin]
+		if p == nil {
+			p = &presumption{}
+			f.presumedDead[origin] = p
+		}
+		p.at, p.states = now, append(p.states, states...)
 	}
 	f.metrics.Promoted(merged)
 	f.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why.String(), "from", origin)
@@ -148,28 +190,43 @@ func (f *Failover) promote(p int, why reason) {
 // is newer, and a replica promoted after it (a check that could not reach
 // origin, which is leaving, before this node's ring says so) would count
 // its hits a second time.
+//
+// A member presumed dead that hands off was not dead: what was promoted
+// from it is subtracted the same way.
 func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dropSupersededReplicas(origin, states)
 	promoted := f.promoted[origin]
-	if len(promoted) == 0 {
+	dead := f.presumedDead[origin]
+	if len(promoted) == 0 && dead == nil {
 		return
 	}
 	incoming := make(map[stateKey]bool, len(states))
 	for _, ks := range states {
 		incoming[stateKey{ks.Key, ks.Window, ks.Algorithm}] = true
 	}
-	var gone, kept []limiter.KeyState
-	for _, ks := range promoted {
+	var gone []limiter.KeyState
+	if len(promoted) > 0 {
+		gone, f.promoted[origin] = split(promoted, incoming, gone)
+	}
+	if dead != nil {
+		gone, dead.states = split(dead.states, incoming, gone)
+	}
+	f.store.Forget(f.now(), gone)
+}
+
+// split appends to gone the states of in whose keys are in incoming, and
+// returns it and the others.
+func split(in []limiter.KeyState, incoming map[stateKey]bool, gone []limiter.KeyState) (_, kept []limiter.KeyState) {
+	for _, ks := range in {
 		if incoming[stateKey{ks.Key, ks.Window, ks.Algorithm}] {
 			gone = append(gone, ks)
 		} else {
 			kept = append(kept, ks)
 		}
 	}
-	f.promoted[origin] = kept
-	f.store.Forget(f.now(), gone)
+	return gone, kept
 }
 
 // dropSupersededReplicas drops the replicas origin sent of the partitions
@@ -213,6 +270,7 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, failed map[string]bool) {
 		return
 	}
 	f.forgetFailed(failed)
+	f.forgetReturned(cur)
 	for p := range cur.PartitionCount() {
 		if !f.replicas.Holds(p) {
 			continue
@@ -228,6 +286,16 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, failed map[string]bool) {
 		case owner != prev || backup.ID != f.self:
 			f.replicas.Drop(p)
 		}
+	}
+}
+
+// forgetReturned drops the books of members presumed dead that are in the
+// ring again: whatever such a member hands off now, it decided since.
+func (f *Failover) forgetReturned(cur *ring.Ring) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range cur.Members() {
+		delete(f.presumedDead, m.ID)
 	}
 }
 

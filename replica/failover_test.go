@@ -30,6 +30,15 @@ func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Se
 	return s
 }
 
+// handoff is m's handoff Sender, by the cluster's ring.
+func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
+	t.Helper()
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: c.Ring, Now: c.clock,
+		Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
+	require.NoError(t, err)
+	return s
+}
+
 // An owner cut off from everyone: its heir promotes its replica at the
 // first check it cannot forward, and decides from the owner's count.
 // When the link heals and the owner, leaving, hands the key off to its
@@ -110,4 +119,54 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A member that gets a leave before the leaver's "leaving" metadata takes
+// it for a failure, and promotes the leaver's replicas; the leaver then
+// hands off the same keys. Counted once: the handoff supersedes what was
+// promoted. (TestGracefulLeaveHandsCountsToHeirs counted such keys twice,
+// about one run in ten.)
+func TestALeaveTakenForAFailureCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		key := c.keyWith(t, "n1", "n2", "k")
+		req := logReq(key, 10)
+		owner, heir := c.members["n1"], c.members["n2"]
+		require.Equal(t, 3, admit(t, owner, req, 3))
+		require.Zero(t, owner.sender.Round(context.Background()))
+
+		old, without := c.Ring(), testring.New(t, "n2", "n3")
+		c.ring.Store(without)
+		heir.failover.Reconcile(old, without, map[string]bool{"n1": true}) // a leave, misread
+		require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
+
+		require.Zero(t, leaverSender(t, c, owner, without).Run(context.Background()))
+		assert.EqualValues(t, 3, held(t, c, heir, req), "the handoff superseded the promotion: once, not twice")
+	})
+}
+
+// A member presumed dead that comes back (restarted, empty) is in the
+// ring again: what it hands off from then on, it decided since, and
+// nothing is subtracted from it; and what was promoted from its replica
+// goes back to it whole.
+func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		key := c.keyWith(t, "n1", "n2", "k")
+		req := logReq(key, 10)
+		owner, heir := c.members["n1"], c.members["n2"]
+		require.Equal(t, 3, admit(t, owner, req, 3))
+		require.Zero(t, owner.sender.Round(context.Background()))
+
+		all, without := c.Ring(), testring.New(t, "n2", "n3")
+		c.ring.Store(without)
+		heir.failover.Reconcile(all, without, map[string]bool{"n1": true}) // it did die
+		require.EqualValues(t, 3, held(t, c, heir, req))
+		owner.store.Delete(c.clock(), req.Key, req.Window, req.Algorithm) // and restarts empty
+
+		c.ring.Store(all)
+		heir.failover.Reconcile(without, all, nil)
+		require.Zero(t, heir.handoff(t, c).Run(context.Background()), "the heir hands the key back")
+		assert.EqualValues(t, 3, held(t, c, owner, req), "with its count")
+	})
 }
