@@ -27,7 +27,7 @@ import (
 // call, and answers each on its own.
 type Checker interface {
 	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
-	MaxBatch() int
+	BatchTooLarge(what string, n int) error
 }
 
 var _ Checker = (*route.Service)(nil)
@@ -179,8 +179,9 @@ func (s *Server) validate(req *rlspb.RateLimitRequest) error {
 		return invalid("domain", "must not be empty")
 	case len(descs) == 0:
 		return invalid("descriptors", "must not be empty")
-	case len(descs) > s.cfg.Checker.MaxBatch():
-		return grpcapi.Status(fmt.Errorf("descriptors: %d; the maximum is %d: %w", len(descs), s.cfg.Checker.MaxBatch(), route.ErrBatchTooLarge)).Err()
+	}
+	if err := s.cfg.Checker.BatchTooLarge("descriptors", len(descs)); err != nil {
+		return grpcapi.Status(err).Err()
 	}
 	for i, d := range descs {
 		entries := d.GetEntries()

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -446,7 +447,13 @@ type smallBatch struct {
 	n int
 }
 
-func (s smallBatch) MaxBatch() int { return s.n }
+// BatchTooLarge is a route.Service's with MaxBatch n.
+func (s smallBatch) BatchTooLarge(what string, n int) error {
+	if n <= s.n {
+		return nil
+	}
+	return fmt.Errorf("%s: %d items; the maximum is %d: %w", what, n, s.n, route.ErrBatchTooLarge)
+}
 
 // A check that fails (here: the store is full) fails the call, naming the
 // descriptor, with the check's code.

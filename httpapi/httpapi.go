@@ -32,7 +32,7 @@ import (
 type Checker interface {
 	Check(ctx context.Context, req limiter.Request) peer.Result
 	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
-	MaxBatch() int
+	BatchTooLarge(what string, n int) error
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
 	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (peer.ResetRequest, error)
 	Reset(ctx context.Context, r peer.ResetRequest) (reset.Result, error)
@@ -276,8 +276,8 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &in) {
 		return
 	}
-	if n := len(in.Checks); n > h.c.MaxBatch() {
-		writeError(w, fmt.Errorf("checks: %d items; the maximum is %d: %w", n, h.c.MaxBatch(), route.ErrBatchTooLarge))
+	if err := h.c.BatchTooLarge("checks", len(in.Checks)); err != nil {
+		writeError(w, err)
 		return
 	}
 	out := CheckBatchResponse{Results: make([]CheckResult, len(in.Checks))}

@@ -50,7 +50,8 @@ func TestConfigValidate(t *testing.T) {
 	assert.ErrorContains(t, err, "MaxBatch")
 	svc, err := route.NewService(good, deps)
 	require.NoError(t, err)
-	assert.Equal(t, 1000, svc.MaxBatch())
+	assert.NoError(t, svc.BatchTooLarge("checks", 1000))
+	assert.ErrorIs(t, svc.BatchTooLarge("checks", 1001), route.ErrBatchTooLarge)
 	assert.Equal(t, "local", route.FallbackLocal.String())
 	for _, p := range []route.FallbackPolicy{route.FallbackLocal, route.FallbackAllow, route.FallbackDeny} {
 		got, err := route.ParseFallbackPolicy(p.String())

@@ -114,8 +114,16 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	return s, nil
 }
 
-// MaxBatch is the largest batch CheckBatch accepts.
-func (s *Service) MaxBatch() int { return s.cfg.MaxBatch }
+// BatchTooLarge returns why a batch of n items of what ("checks",
+// "descriptors") is refused, wrapping ErrBatchTooLarge, or nil if it is
+// within Config.MaxBatch. Every face asks it before converting a batch's
+// items, and CheckBatch once more: the one place the bound is checked.
+func (s *Service) BatchTooLarge(what string, n int) error {
+	if n <= s.cfg.MaxBatch {
+		return nil
+	}
+	return fmt.Errorf("%s: %d items; the maximum is %d: %w", what, n, s.cfg.MaxBatch, ErrBatchTooLarge)
+}
 
 // Store is the node's limiter state.
 func (s *Service) Store() *limiter.Store { return s.store }
@@ -176,8 +184,8 @@ func (s *Service) forward(ctx context.Context, owner peer.Route, req limiter.Req
 // for the batch as a whole (too large); per-item failures are in the
 // results.
 func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
-	if len(reqs) > s.cfg.MaxBatch {
-		return nil, fmt.Errorf("checks: %d items; the maximum is %d: %w", len(reqs), s.cfg.MaxBatch, ErrBatchTooLarge)
+	if err := s.BatchTooLarge("checks", len(reqs)); err != nil {
+		return nil, err
 	}
 	s.metrics.checkBatch(len(reqs))
 	if len(reqs) == 1 && s.deps.Leases != nil {

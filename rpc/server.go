@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
@@ -46,8 +45,8 @@ func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckRespo
 
 // CheckBatch implements pb.RateLimiterServer: every item gets its own result.
 func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.CheckBatchResponse, error) {
-	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
-		return nil, grpcapi.Status(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge)).Err()
+	if err := s.svc.BatchTooLarge("checks", len(in.GetChecks())); err != nil {
+		return nil, grpcapi.Status(err).Err()
 	}
 	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
 	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.Reqs)
@@ -81,8 +80,8 @@ func (s *Server) CheckStream(stream pb.RateLimiter_CheckStreamServer) error {
 // checkStreamBatch decides one batch of a CheckStream.
 func (s *Server) checkStreamBatch(ctx context.Context, in *pb.CheckStreamRequest) *pb.CheckStreamResponse {
 	out := &pb.CheckStreamResponse{Seq: in.GetSeq()}
-	if n := len(in.GetChecks()); n > s.svc.MaxBatch() {
-		out.Error = protoconv.ErrorProto(fmt.Errorf("checks: %d items; the maximum is %d: %w", n, s.svc.MaxBatch(), route.ErrBatchTooLarge))
+	if err := s.svc.BatchTooLarge("checks", len(in.GetChecks())); err != nil {
+		out.Error = protoconv.ErrorProto(err)
 		return out
 	}
 	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
