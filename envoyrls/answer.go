@@ -23,7 +23,7 @@ import (
 func (s *Server) assemble(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, results []peer.Result, b *boundMetrics, dc *domainCounters) bool {
 	degraded := s.statuses(resp, req, plans, results, b, dc)
 	s.overallCode(resp, plans, dc)
-	if s.cfg.Settings.Headers {
+	if s.cfg.Headers {
 		s.headers(resp, plans)
 	}
 	s.addMetadata(resp, req, plans, degraded)
@@ -140,7 +140,7 @@ func (s *Server) overallCode(resp *rlspb.RateLimitResponse, plans []plan, dc *do
 		}
 		over := resp.Statuses[i].Code == rlspb.RateLimitResponse_OVER_LIMIT
 		switch {
-		case s.cfg.Settings.QuotaMode || (p.rule != nil && p.rule.QuotaMode):
+		case s.cfg.QuotaMode || (p.rule != nil && p.rule.QuotaMode):
 			quota++
 			if over {
 				quotaFailed++
@@ -152,7 +152,7 @@ func (s *Server) overallCode(resp *rlspb.RateLimitResponse, plans []plan, dc *do
 	if failed == 0 && (quota == 0 || quotaFailed < quota) {
 		return
 	}
-	if s.cfg.Settings.ShadowMode {
+	if s.cfg.ShadowMode {
 		dc.globalShadow()
 		return
 	}
@@ -216,16 +216,16 @@ func addHeaders(resp *rlspb.RateLimitResponse, r *Rule, st *rlspb.RateLimitRespo
 }
 
 // addMetadata sets the answer's dynamic metadata: the request's, laid out
-// as upstream's RESPONSE_DYNAMIC_METADATA, when Settings.ResponseMetadata
+// as upstream's RESPONSE_DYNAMIC_METADATA, when Config.ResponseMetadata
 // asks for it, and peerlimit.degraded when a fallback decided a
 // descriptor. Envoy's filter emits it in its namespace,
 // envoy.filters.http.ratelimit.
 func (s *Server) addMetadata(resp *rlspb.RateLimitResponse, req *rlspb.RateLimitRequest, plans []plan, degraded bool) {
-	if !s.cfg.Settings.ResponseMetadata && !degraded {
+	if !s.cfg.ResponseMetadata && !degraded {
 		return
 	}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	if s.cfg.Settings.ResponseMetadata {
+	if s.cfg.ResponseMetadata {
 		requestMetadata(md, req, passedMetadata(resp, plans))
 	}
 	if degraded {

@@ -60,7 +60,7 @@ func BenchmarkInProcess(b *testing.B) {
 	require.NoError(b, err)
 	cfg, err := envoyrls.Parse("bench.yaml", []byte(benchConfig), envoyrls.LoadOptions{Check: store.Validate})
 	require.NoError(b, err)
-	srv, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Settings: envoyrls.DefaultSettings()})
+	srv, err := envoyrls.NewServer(envoyrls.DefaultConfig(), envoyrls.ServerDeps{Rules: envoyrls.StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024})
 	require.NoError(b, err)
 	ctx := context.Background()
 

@@ -179,10 +179,10 @@ type compatNode struct {
 
 // startCompatNode starts a node with the settings s (nil: the defaults,
 // which are upstream's), on a stepClock at compatStart.
-func startCompatNode(t *testing.T, s func(*envoyrls.Settings)) *compatNode {
+func startCompatNode(t *testing.T, s func(*envoyrls.Config)) *compatNode {
 	t.Helper()
 	dir := compatConfigDir(t)
-	settings := envoyrls.DefaultSettings()
+	settings := envoyrls.DefaultConfig()
 	if s != nil {
 		s(&settings)
 	}
@@ -862,7 +862,7 @@ func checkDiffersEmptyDescriptor(t *testing.T, n *compatNode) {
 // merged metadata of the descriptors that passed.
 func TestCompatResponseMetadata(t *testing.T) {
 	t.Parallel()
-	n := startCompatNode(t, func(s *envoyrls.Settings) { s.ResponseMetadata = true })
+	n := startCompatNode(t, func(s *envoyrls.Config) { s.ResponseMetadata = true })
 	t.Run("metadata.yaml lookups", func(t *testing.T) { checkMetadataLookups(t, n) })
 	t.Run("ratelimit_test.go merged metadata", func(t *testing.T) { checkMergedMetadata(t, n) })
 	t.Run("Differs/multiservice-tokenquota.sh", func(t *testing.T) { checkDiffersMultiserviceTokenQuota(t, n) })
@@ -980,7 +980,7 @@ func checkDiffersMultiserviceTokenQuota(t *testing.T, n *compatNode) {
 // unmatched ones included: a request fails only when all of them are over.
 func TestCompatGlobalQuotaMode(t *testing.T) {
 	t.Parallel()
-	n := startCompatNode(t, func(s *envoyrls.Settings) { s.QuotaMode = true })
+	n := startCompatNode(t, func(s *envoyrls.Config) { s.QuotaMode = true })
 	const q = "quota"
 	spent := descOf("regular=g1")
 	n.expect(t, "spending", q, "OK: [OK 1/MINUTE r=0]", spent)
@@ -994,7 +994,7 @@ func TestCompatGlobalQuotaMode(t *testing.T) {
 // descriptors are over, and the calls turned OK are counted.
 func TestCompatGlobalShadowMode(t *testing.T) {
 	t.Parallel()
-	n := startCompatNode(t, func(s *envoyrls.Settings) { s.ShadowMode = true })
+	n := startCompatNode(t, func(s *envoyrls.Config) { s.ShadowMode = true })
 	const q = "quota"
 	n.expect(t, "request 1", q, "OK: [OK 1/MINUTE r=0]", descOf("regular=s1"))
 	n.expect(t, "request 2, over", q, "OK: [OVER_LIMIT 1/MINUTE r=0] [OK 1/MINUTE r=0]", descOf("regular=s1"), descOf("regular=s2"))

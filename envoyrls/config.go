@@ -104,7 +104,7 @@ type Rule struct {
 	// key (upstream's detailed_metric).
 	DetailedMetric bool
 	// Metadata is merged into the answer's dynamic metadata when the
-	// descriptor passes (Settings.ResponseMetadata). Nil: none.
+	// descriptor passes (Config.ResponseMetadata). Nil: none.
 	Metadata *structpb.Struct
 
 	index int     // in Config.rules, for the metrics
@@ -184,9 +184,9 @@ type node struct {
 	share bool
 }
 
-// Config is every domain of a configuration. Immutable once loaded, and
+// RuleSet is every domain of a configuration. Immutable once loaded, and
 // so safe for concurrent use.
-type Config struct {
+type RuleSet struct {
 	// Source is the file or directory it was loaded from.
 	Source string
 	// Digest is "sha256:" and the hex SHA-256 of the files' names and
@@ -198,10 +198,10 @@ type Config struct {
 }
 
 // Domain returns the domain called name, or nil.
-func (c *Config) Domain(name string) *Domain { return c.byName[name] }
+func (c *RuleSet) Domain(name string) *Domain { return c.byName[name] }
 
 // Domains returns the domains in the order they were loaded.
-func (c *Config) Domains() []*Domain { return c.domains }
+func (c *RuleSet) Domains() []*Domain { return c.domains }
 
 // Rules returns every rule, in the order they were loaded.
-func (c *Config) Rules() []*Rule { return c.rules }
+func (c *RuleSet) Rules() []*Rule { return c.rules }

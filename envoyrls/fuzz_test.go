@@ -85,8 +85,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(&rlspb.RateLimitRequest{Domain: "example7", Descriptors: []*rlscommon.RateLimitDescriptor{desc("key_1=value_1", "user=bkthomps"), desc("key_2=value_2", "user=bkthomps")}})
 	seed(&rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{{}}})
 	seed(&rlspb.RateLimitRequest{Domain: "upstream", Descriptors: []*rlscommon.RateLimitDescriptor{desc("service=service_1"), desc("unspec=u"), desc("route=r", "method=GET")}})
-	h := newHarness(f, func(c *ServerConfig) {
-		c.Settings.Headers, c.Settings.ResponseMetadata, c.MaxKeyBytes = true, true, 64
+	h := newHarness(f, func(c *serverOpts) {
+		c.Headers, c.ResponseMetadata, c.MaxKeyBytes = true, true, 64
 		c.Logger = slog.New(slog.DiscardHandler) // t.Log is not allowed in a fuzz target
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -61,7 +61,7 @@ var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_mode", "unlim
 
 // NewMetrics registers the service's metrics with reg; s gives the
 // near-limit ratio and the bound on statistics keys from request values.
-func NewMetrics(reg prometheus.Registerer, s Settings) (*Metrics, error) {
+func NewMetrics(reg prometheus.Registerer, s Config) (*Metrics, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("envoyrls: %w", err)
 	}
@@ -91,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer, s Settings) (*Metrics, error) {
 // boundMetrics are the counters of one configuration, by index.
 type boundMetrics struct {
 	m       *Metrics
-	cfg     *Config
+	cfg     *RuleSet
 	domains []*domainCounters
 	rules   [][numOutcomes]prometheus.Counter
 	// ruleStats are each rule's upstream statistics under its configured
@@ -112,7 +112,7 @@ type domainCounters struct {
 }
 
 // bind returns cfg's counters, resolving them on first use.
-func (m *Metrics) bind(cfg *Config) *boundMetrics {
+func (m *Metrics) bind(cfg *RuleSet) *boundMetrics {
 	if m == nil {
 		return nil
 	}

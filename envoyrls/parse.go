@@ -82,7 +82,7 @@ type LoadOptions struct {
 // read in name order. Each YAML document is one domain; documents are
 // separated by "---", so one file may hold several domains. Every problem
 // found is reported, each as an *Error, joined.
-func Load(path string, o LoadOptions) (*Config, error) {
+func Load(path string, o LoadOptions) (*RuleSet, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoy rls config: %w", err)
@@ -112,7 +112,7 @@ func Load(path string, o LoadOptions) (*Config, error) {
 }
 
 // Parse reads one file's contents, named file in messages; see Load.
-func Parse(file string, data []byte, o LoadOptions) (*Config, error) {
+func Parse(file string, data []byte, o LoadOptions) (*RuleSet, error) {
 	p := newParser(file, o)
 	p.file(file, data)
 	if err := p.result(); err != nil {
@@ -158,7 +158,7 @@ func readFile(path string) ([]byte, error) {
 
 type parser struct {
 	opts LoadOptions
-	cfg  *Config
+	cfg  *RuleSet
 	errs []error
 	name string // the file being read
 	// descriptorCount counts the descriptors read, aliases once per use;
@@ -167,7 +167,7 @@ type parser struct {
 }
 
 func newParser(source string, o LoadOptions) *parser {
-	return &parser{opts: o, cfg: &Config{Source: source, byName: map[string]*Domain{}}}
+	return &parser{opts: o, cfg: &RuleSet{Source: source, byName: map[string]*Domain{}}}
 }
 
 func (p *parser) fail(line int, where, format string, args ...any) {

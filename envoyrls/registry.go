@@ -19,7 +19,7 @@ type Registry struct {
 	path string
 	opts LoadOptions
 	mu   sync.Mutex // serialises Reload
-	cur  atomic.Pointer[Config]
+	cur  atomic.Pointer[RuleSet]
 }
 
 // NewRegistry loads the configuration at path; see Load.
@@ -35,7 +35,7 @@ func NewRegistry(path string, o LoadOptions) (*Registry, error) {
 
 // StaticRegistry holds cfg for good: Reload reads nothing and returns it.
 // For tests and embedding.
-func StaticRegistry(cfg *Config) *Registry {
+func StaticRegistry(cfg *RuleSet) *Registry {
 	r := &Registry{}
 	r.cur.Store(cfg)
 	return r
@@ -45,11 +45,11 @@ func StaticRegistry(cfg *Config) *Registry {
 func (r *Registry) Path() string { return r.path }
 
 // Current returns the configuration in force.
-func (r *Registry) Current() *Config { return r.cur.Load() }
+func (r *Registry) Current() *RuleSet { return r.cur.Load() }
 
 // Reload reads the configuration again and, if it is valid, puts it in
 // force and returns it. On any error the configuration in force stays.
-func (r *Registry) Reload() (*Config, error) {
+func (r *Registry) Reload() (*RuleSet, error) {
 	if r.path == "" {
 		return r.cur.Load(), nil
 	}

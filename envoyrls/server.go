@@ -32,8 +32,8 @@ type Checker interface {
 
 var _ Checker = (*route.Service)(nil)
 
-// ServerConfig is what a Server needs.
-type ServerConfig struct {
+// ServerDeps is what a Server works with.
+type ServerDeps struct {
 	// Rules holds the configuration in force. Required.
 	Rules *Registry
 	// Checker decides the checks. Required.
@@ -46,9 +46,6 @@ type ServerConfig struct {
 	// MaxKeyBytes is the node's key size limit: longer descriptor keys are
 	// hashed (see Key). Required: the store's (limiter.Config.MaxKeyBytes).
 	MaxKeyBytes int
-	// Settings say how to answer; the zero value is not valid (no
-	// near-limit ratio): start from DefaultSettings.
-	Settings Settings
 	// Metrics, if not nil, counts calls and descriptors.
 	Metrics *Metrics
 	// Logger receives the warnings about unknown domains (at most one a
@@ -60,31 +57,33 @@ type ServerConfig struct {
 // node's request path. Safe for concurrent use.
 type Server struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	cfg     ServerConfig
+	cfg     Config
+	d       ServerDeps
 	log     *slog.Logger
 	lastLog atomic.Int64 // unix ns of the last unknown-domain warning
 }
 
 var _ rlspb.RateLimitServiceServer = (*Server)(nil)
 
-// NewServer returns a Server for cfg.
-func NewServer(cfg ServerConfig) (*Server, error) {
+// NewServer returns a Server answering as cfg says (start from
+// DefaultConfig: the zero value has no near-limit ratio) over d.
+func NewServer(cfg Config, d ServerDeps) (*Server, error) {
 	switch {
-	case cfg.Rules == nil || cfg.Rules.Current() == nil:
+	case d.Rules == nil || d.Rules.Current() == nil:
 		return nil, errors.New("envoyrls: no rules")
-	case cfg.Checker == nil:
+	case d.Checker == nil:
 		return nil, errors.New("envoyrls: no checker")
-	case cfg.MaxKeyBytes < 1:
-		return nil, fmt.Errorf("envoyrls: MaxKeyBytes must be ≥ 1 (the store's), got %d", cfg.MaxKeyBytes)
+	case d.MaxKeyBytes < 1:
+		return nil, fmt.Errorf("envoyrls: MaxKeyBytes must be ≥ 1 (the store's), got %d", d.MaxKeyBytes)
 	}
-	if err := cfg.Settings.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("envoyrls: %w", err)
 	}
-	log := cfg.Logger
+	log := d.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, log: log}, nil
+	return &Server{cfg: cfg, d: d, log: log}, nil
 }
 
 // DegradedKey is the dynamic metadata field set (to true) on an answer
@@ -114,9 +113,9 @@ type plan struct {
 // descriptor (or a check that fails: capacity, the caller gone) fails the
 // whole call with the gRPC status naming it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	cfg := s.cfg.Rules.Current()
+	cfg := s.d.Rules.Current()
 	dom := cfg.Domain(req.GetDomain())
-	b := s.cfg.Metrics.bind(cfg)
+	b := s.d.Metrics.bind(cfg)
 	dc := b.domain(dom)
 	// Envoy's x-request-id (it sends one with every call) names the
 	// checks' forwards in both nodes' logs.
@@ -180,7 +179,7 @@ func (s *Server) validate(req *rlspb.RateLimitRequest) error {
 	case len(descs) == 0:
 		return invalid("descriptors", "must not be empty")
 	}
-	if err := s.cfg.Checker.BatchTooLarge("descriptors", len(descs)); err != nil {
+	if err := s.d.Checker.BatchTooLarge("descriptors", len(descs)); err != nil {
 		return grpcapi.Status(err).Err()
 	}
 	for i, d := range descs {
@@ -262,10 +261,10 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 		if r == nil || r.Unlimited || r.RequestsPerUnit == 0 {
 			continue
 		}
-		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.cfg.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
+		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.d.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
 			Window: r.Window, Algorithm: r.Algorithm, Hits: p.checkHits(req, d)}
-		if s.cfg.Validate != nil {
-			if err := s.cfg.Validate(lr); err != nil {
+		if s.d.Validate != nil {
+			if err := s.d.Validate(lr); err != nil {
 				return nil, descriptorError(i, err)
 			}
 		}
@@ -317,7 +316,7 @@ func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	results, err := s.cfg.Checker.CheckBatch(ctx, reqs)
+	results, err := s.d.Checker.CheckBatch(ctx, reqs)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
@@ -355,7 +354,7 @@ func (s *Server) saturate(ctx context.Context, plans []plan, reqs []limiter.Requ
 		}
 	}
 	if len(fills) > 0 {
-		_, _ = s.cfg.Checker.CheckBatch(ctx, fills)
+		_, _ = s.d.Checker.CheckBatch(ctx, fills)
 	}
 }
 
@@ -388,7 +387,7 @@ func (s *Server) override(i int, o *rlscommon.RateLimitDescriptor_RateLimitOverr
 	if mult != 1 {
 		r.current.UnitMultiplier = wrapperspb.UInt32(mult)
 	}
-	if s.cfg.Settings.Headers {
+	if s.cfg.Headers {
 		keys := make([]string, len(entries))
 		for j, e := range entries {
 			keys[j] = e.GetKey()

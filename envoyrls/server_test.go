@@ -124,7 +124,13 @@ type harness struct {
 	reg   *prometheus.Registry
 }
 
-func newHarness(t testing.TB, edit func(*ServerConfig)) *harness {
+// serverOpts are a Server's config and deps, in one struct tests edit.
+type serverOpts struct {
+	Config
+	ServerDeps
+}
+
+func newHarness(t testing.TB, edit func(*serverOpts)) *harness {
 	t.Helper()
 	cfg, err := Parse("rls.yaml", []byte(serviceConfig), storeCheck(t))
 	require.NoError(t, err)
@@ -134,14 +140,14 @@ func newHarness(t testing.TB, edit func(*ServerConfig)) *harness {
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: clk.Now})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, DefaultSettings())
+	m, err := NewMetrics(reg, DefaultConfig())
 	require.NoError(t, err)
-	scfg := ServerConfig{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Settings: DefaultSettings(), Metrics: m,
-		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))}
+	o := serverOpts{DefaultConfig(), ServerDeps{Rules: StaticRegistry(cfg), Checker: svc, Validate: store.Validate, MaxKeyBytes: 1024, Metrics: m,
+		Logger: slog.New(slog.NewTextHandler(testlog.New(t), nil))}}
 	if edit != nil {
-		edit(&scfg)
+		edit(&o)
 	}
-	srv, err := NewServer(scfg)
+	srv, err := NewServer(o.Config, o.ServerDeps)
 	require.NoError(t, err)
 	return &harness{srv: srv, clk: clk, store: store, reg: reg}
 }
@@ -403,7 +409,7 @@ func TestUnlimitedBlockedReplacedAndUnknown(t *testing.T) {
 }
 
 func TestInvalidRequests(t *testing.T) {
-	h := newHarness(t, func(c *ServerConfig) { c.Checker = smallBatch{c.Checker, 3} })
+	h := newHarness(t, func(c *serverOpts) { c.Checker = smallBatch{c.Checker, 3} })
 	d := desc("remote_address=1")
 	badUnit := desc("remote_address=1")
 	badUnit.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
@@ -465,7 +471,7 @@ func TestCheckErrorFailsTheCall(t *testing.T) {
 	require.NoError(t, err)
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: full, Now: h.clk.Now})
 	require.NoError(t, err)
-	srv, err := NewServer(ServerConfig{Rules: h.srv.cfg.Rules, Checker: svc, MaxKeyBytes: 1024, Settings: DefaultSettings()})
+	srv, err := NewServer(DefaultConfig(), ServerDeps{Rules: h.srv.d.Rules, Checker: svc, MaxKeyBytes: 1024})
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("remote_address=1")}})
@@ -484,7 +490,7 @@ func headers(resp *rlspb.RateLimitResponse) map[string]string {
 }
 
 func TestHeaders(t *testing.T) {
-	h := newHarness(t, func(c *ServerConfig) { c.Settings.Headers = true })
+	h := newHarness(t, func(c *serverOpts) { c.Headers = true })
 	ip, burst := desc("remote_address=1.2.3.4"), desc("burst=c")
 	resp := h.call(t, "edge", ip, burst)
 	// The most restrictive: burst has 2 of 3 left, the address 9 of 10.
@@ -524,7 +530,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestHeaderValuesAreEnvoyHeaderValues(t *testing.T) {
-	h := newHarness(t, func(c *ServerConfig) { c.Settings.Headers = true })
+	h := newHarness(t, func(c *serverOpts) { c.Headers = true })
 	resp := h.call(t, "edge", desc("remote_address=1.2.3.4"))
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		require.NoError(t, (&corepb.HeaderValue{Key: hv.GetKey(), Value: hv.GetValue()}).Validate(), "Envoy's own validation")
@@ -535,12 +541,12 @@ func TestHeaderValuesAreEnvoyHeaderValues(t *testing.T) {
 // nothing and looks nothing up.
 func TestMetricsBindOncePerConfig(t *testing.T) {
 	h := newHarness(t, nil)
-	cfg := h.srv.cfg.Rules.Current()
-	b1 := h.srv.cfg.Metrics.bind(cfg)
-	assert.Same(t, b1, h.srv.cfg.Metrics.bind(cfg))
+	cfg := h.srv.d.Rules.Current()
+	b1 := h.srv.d.Metrics.bind(cfg)
+	assert.Same(t, b1, h.srv.d.Metrics.bind(cfg))
 	other, err := Parse("o.yaml", []byte("domain: edge\ndescriptors: []\n"), LoadOptions{})
 	require.NoError(t, err)
-	b2 := h.srv.cfg.Metrics.bind(other)
+	b2 := h.srv.d.Metrics.bind(other)
 	assert.NotSame(t, b1, b2)
 	assert.NotNil(t, b2.domain(other.Domain("edge")))
 	assert.Same(t, b2.unknown, b2.domain(nil))
@@ -563,7 +569,7 @@ func (d degradeAll) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]p
 func TestDegradedAnswersAreFlagged(t *testing.T) {
 	h := newHarness(t, nil)
 	assert.Nil(t, h.call(t, "edge", desc("remote_address=1")).GetDynamicMetadata())
-	h.srv.cfg.Checker = degradeAll{h.srv.cfg.Checker}
+	h.srv.d.Checker = degradeAll{h.srv.d.Checker}
 	resp := h.call(t, "edge", desc("remote_address=1"))
 	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.GetOverallCode())
 	assert.True(t, resp.GetDynamicMetadata().GetFields()[DegradedKey].GetBoolValue())
@@ -586,8 +592,8 @@ func (c *idOf) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.R
 // log lines about them (a forward, the owner's refusal) name it.
 func TestEnvoyRequestIDReachesTheChecks(t *testing.T) {
 	h := newHarness(t, nil)
-	ids := &idOf{Checker: h.srv.cfg.Checker}
-	h.srv.cfg.Checker = ids
+	ids := &idOf{Checker: h.srv.d.Checker}
+	h.srv.d.Checker = ids
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-request-id", "envoy-7"))
 	_, err := h.srv.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("remote_address=1")}})
 	require.NoError(t, err)

@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// Settings are how a node answers, beside what its configuration files
+// Config are how a node answers, beside what its configuration files
 // say: the --envoy-rls-* flags. Each of envoyproxy/ratelimit's settings
 // that changes an answer has one here, named after it.
-type Settings struct {
+type Config struct {
 	// Headers adds the IETF RateLimit-Policy and RateLimit fields of the
 	// most restrictive descriptor to every answer's
 	// response_headers_to_add, and Retry-After to OVER_LIMIT answers.
@@ -42,15 +42,15 @@ type Settings struct {
 	MaxStatsKeys int
 }
 
-// DefaultSettings are upstream's defaults: no headers, no merging, no
+// DefaultConfig are upstream's defaults: no headers, no merging, no
 // metadata, no global modes, near the limit above 80 %, and room for
 // 10 000 statistics keys from request values.
-func DefaultSettings() Settings {
-	return Settings{NearLimitRatio: 0.8, MaxStatsKeys: 10_000}
+func DefaultConfig() Config {
+	return Config{NearLimitRatio: 0.8, MaxStatsKeys: 10_000}
 }
 
 // Validate reports every setting out of range, each naming its field.
-func (s Settings) Validate() error {
+func (s Config) Validate() error {
 	var errs []error
 	if !(s.NearLimitRatio > 0 && s.NearLimitRatio <= 1) {
 		errs = append(errs, fmt.Errorf("NearLimitRatio (--envoy-rls-near-limit-ratio) must be in (0, 1], got %v", s.NearLimitRatio))

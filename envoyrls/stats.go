@@ -46,7 +46,7 @@ type upstreamStats struct {
 	perValue map[string]*statCounters // by statistics key, for keys from request values
 }
 
-func newUpstreamStats(s Settings) *upstreamStats {
+func newUpstreamStats(s Config) *upstreamStats {
 	u := &upstreamStats{nearRatio: float32(s.NearLimitRatio), maxKeys: s.MaxStatsKeys, perValue: map[string]*statCounters{},
 		overflow: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_stats_keys_overflow_total",
 			Help: "Descriptors whose ratelimit_service_rate_limit_* key came from request values (detailed_metric, value_to_metric, a request's own limit) past --envoy-rls-max-stats-keys keys: counted under their rule's configured key (\"<domain>.override\" for a request's own limit) instead."})}

@@ -169,7 +169,7 @@ func TestStatCountsMatchUpstream(t *testing.T) {
 		{limit: 10, hits: 3, after: 30, over: 3, overLimit: true, shadowMode: true},
 	} {
 		reg := prometheus.NewRegistry()
-		u := newUpstreamStats(DefaultSettings())
+		u := newUpstreamStats(DefaultConfig())
 		for _, col := range u.collectors() {
 			require.NoError(t, reg.Register(col))
 		}
@@ -194,7 +194,7 @@ func TestStatCountsMatchUpstream(t *testing.T) {
 // the fallback, and the overflow is counted.
 func TestPerValueStatsKeysAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := DefaultSettings()
+	s := DefaultConfig()
 	s.MaxStatsKeys = 2
 	u := newUpstreamStats(s)
 	for _, col := range u.collectors() {
@@ -210,7 +210,7 @@ func TestPerValueStatsKeysAreBounded(t *testing.T) {
 }
 
 func TestNearThresholdIsUpstreams(t *testing.T) {
-	u := newUpstreamStats(DefaultSettings())
+	u := newUpstreamStats(DefaultConfig())
 	for limit, want := range map[int64]int64{15: 12, 20: 16, 10: 8, 5: 4, 0: 0, 1: 0} {
 		assert.Equal(t, want, u.nearThreshold(limit), limit)
 	}

@@ -110,7 +110,7 @@ type Config struct {
 	// merging, response metadata, global shadow and quota modes, the
 	// near-limit ratio, the bound on statistics keys). Any but the
 	// defaults needs EnvoyRLSConfig.
-	EnvoyRLS envoyrls.Settings
+	EnvoyRLS envoyrls.Config
 	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
 	// Default off: they reveal internals, and a CPU profile costs CPU.
 	Pprof bool
@@ -145,7 +145,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:    1 << 20,
 		SweepInterval:   10 * time.Second,
 		Security:        DefaultSecurityConfig(),
-		EnvoyRLS:        envoyrls.DefaultSettings(),
+		EnvoyRLS:        envoyrls.DefaultConfig(),
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Now:             time.Now,
 	}
@@ -201,7 +201,7 @@ func (c Config) Validate() error {
 	if err := c.EnvoyRLS.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("EnvoyRLS: %w", err))
 	}
-	if c.EnvoyRLS != envoyrls.DefaultSettings() && c.EnvoyRLSConfig == "" {
+	if c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "" {
 		errs = append(errs, errors.New("EnvoyRLS (the --envoy-rls-* flags) needs EnvoyRLSConfig (--envoy-rls-config)"))
 	}
 	errs = append(errs, c.Security.validate(c)...)

@@ -25,7 +25,7 @@ var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration"
 // count of their reloads.
 type envoyRLS struct {
 	rules    *envoyrls.Registry
-	settings envoyrls.Settings
+	settings envoyrls.Config
 	reloads  *prometheus.CounterVec // by result: ok, error
 }
 
@@ -60,8 +60,8 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 	if err := reg.Register(e.reloads); err != nil {
 		return err
 	}
-	s, err := envoyrls.NewServer(envoyrls.ServerConfig{Rules: e.rules, Checker: svc, Validate: svc.Store().Validate,
-		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Settings: e.settings, Metrics: m, Logger: log})
+	s, err := envoyrls.NewServer(e.settings, envoyrls.ServerDeps{Rules: e.rules, Checker: svc, Validate: svc.Store().Validate,
+		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Metrics: m, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (n *Node) ReloadEnvoyRLS() error {
 
 // EnvoyRLSConfig returns the Envoy rate limit service configuration in
 // force, or nil without one.
-func (n *Node) EnvoyRLSConfig() *envoyrls.Config {
+func (n *Node) EnvoyRLSConfig() *envoyrls.RuleSet {
 	if n.rls == nil {
 		return nil
 	}

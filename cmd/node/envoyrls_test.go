@@ -29,7 +29,7 @@ func TestEnvoyRLSFlags(t *testing.T) {
 	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, o.node.EnvoyRLSConfig)
-	assert.Equal(t, envoyrls.DefaultSettings(), o.node.EnvoyRLS)
+	assert.Equal(t, envoyrls.DefaultConfig(), o.node.EnvoyRLS)
 
 	env := map[string]string{"PEERLIMIT_ENVOY_RLS_CONFIG": "/etc/peerlimit/rls", "PEERLIMIT_ENVOY_RLS_HEADERS": "true",
 		"PEERLIMIT_ENVOY_RLS_MERGE_DOMAINS": "true", "PEERLIMIT_ENVOY_RLS_RESPONSE_METADATA": "true", "PEERLIMIT_ENVOY_RLS_SHADOW_MODE": "true",
@@ -37,7 +37,7 @@ func TestEnvoyRLSFlags(t *testing.T) {
 	o, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/peerlimit/rls", o.node.EnvoyRLSConfig)
-	assert.Equal(t, envoyrls.Settings{Headers: true, MergeDomains: true, ResponseMetadata: true, ShadowMode: true, QuotaMode: true,
+	assert.Equal(t, envoyrls.Config{Headers: true, MergeDomains: true, ResponseMetadata: true, ShadowMode: true, QuotaMode: true,
 		NearLimitRatio: 0.9, MaxStatsKeys: 50}, o.node.EnvoyRLS)
 
 	_, err = parseFlags([]string{"--envoy-rls-headers"}, func(string) string { return "" }, io.Discard)

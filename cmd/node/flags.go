@@ -140,7 +140,7 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 
 // defineEnvoyRLSFlags defines the settings of Envoy's rate limit service,
 // each upstream setting it mirrors named.
-func defineEnvoyRLSFlags(fs *flag.FlagSet, s *envoyrls.Settings) {
+func defineEnvoyRLSFlags(fs *flag.FlagSet, s *envoyrls.Config) {
 	fs.BoolVar(&s.Headers, "envoy-rls-headers", s.Headers, "the rate limit service's answers carry the IETF RateLimit-Policy and RateLimit headers (and Retry-After when over the limit) for Envoy to add")
 	fs.BoolVar(&s.MergeDomains, "envoy-rls-merge-domains", s.MergeDomains, "several files may define one domain, each adding its top-level descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fs.BoolVar(&s.ResponseMetadata, "envoy-rls-response-metadata", s.ResponseMetadata, "answers carry dynamic metadata: the domain, the descriptors and the merged metadata of those that passed (RESPONSE_DYNAMIC_METADATA)")
