@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -83,8 +84,6 @@ type Config struct {
 	Replication replica.Config
 	// MaxRecvMsgBytes caps a gRPC request. Default 4 MiB.
 	MaxRecvMsgBytes int
-	// MaxBodyBytes caps an HTTP request body. Default 1 MiB.
-	MaxBodyBytes int64
 	// SweepInterval is how often expired keys are freed. Decisions never
 	// depend on it; it only bounds how long dead keys hold memory.
 	// Default 10s.
@@ -111,9 +110,10 @@ type Config struct {
 	// near-limit ratio, the bound on statistics keys). Any but the
 	// defaults needs EnvoyRLSConfig.
 	EnvoyRLS envoyrls.Config
-	// Pprof serves Go's profiles on the HTTP API under /debug/pprof/.
-	// Default off: they reveal internals, and a CPU profile costs CPU.
-	Pprof bool
+	// HTTP is the HTTP API's settings: the largest body, Go's profiles
+	// (off by default: they reveal internals, and a CPU profile costs
+	// CPU). Its AuthMetrics is Security.AuthMetrics.
+	HTTP httpapi.Config
 	// Security is TLS, mutual TLS and authentication; off by default.
 	Security SecurityConfig
 
@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		Replication:     replica.DefaultConfig(),
 		ShareFor:        5 * time.Minute,
 		MaxRecvMsgBytes: 4 << 20,
-		MaxBodyBytes:    1 << 20,
+		HTTP:            httpapi.DefaultConfig(),
 		SweepInterval:   10 * time.Second,
 		Security:        DefaultSecurityConfig(),
 		EnvoyRLS:        envoyrls.DefaultConfig(),
@@ -175,9 +175,6 @@ func (c Config) Validate() error {
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("MaxRecvMsgBytes must be ≥ 1024, got %d", c.MaxRecvMsgBytes))
 	}
-	if c.MaxBodyBytes < 1024 {
-		errs = append(errs, fmt.Errorf("MaxBodyBytes must be ≥ 1024, got %d", c.MaxBodyBytes))
-	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
 	}
@@ -193,7 +190,7 @@ func (c Config) Validate() error {
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
 	}
-	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.Lease.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
+	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.HTTP.Validate(), c.Lease.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
 		if err != nil {
 			errs = append(errs, err)
 		}

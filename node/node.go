@@ -272,8 +272,8 @@ func (n *Node) peerServer() *peerrpc.Server {
 }
 
 func (n *Node) initHTTP() error {
-	hcfg := httpapi.DefaultConfig()
-	hcfg.MaxBodyBytes, hcfg.Pprof, hcfg.AuthMetrics = n.cfg.MaxBodyBytes, n.cfg.Pprof, n.cfg.Security.AuthMetrics
+	hcfg := n.cfg.HTTP
+	hcfg.AuthMetrics = n.cfg.Security.AuthMetrics
 	h, err := httpapi.NewHandler(n.svc, hcfg, httpapi.Deps{
 		Healthy:  n.serving.Load,
 		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),

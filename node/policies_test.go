@@ -120,6 +120,6 @@ func TestPprofFlag(t *testing.T) {
 	}
 	off, _ := testNode(t, nil)
 	assert.Equal(t, http.StatusNotFound, get(off))
-	on, _ := testNode(t, func(c *Config) { c.ID, c.Pprof = "node-p", true })
+	on, _ := testNode(t, func(c *Config) { c.ID, c.HTTP.Pprof = "node-p", true })
 	assert.Equal(t, http.StatusOK, get(on))
 }

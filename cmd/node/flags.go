@@ -130,12 +130,12 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 	fs.IntVar(&c.Lease.MinRate, "lease-min-rate", c.Lease.MinRate, "checks per second of one key, forwarded by this node, from which it asks the owner for a lease")
 	fs.IntVar(&c.Route.MaxBatch, "max-batch", c.Route.MaxBatch, "most checks in one batch call")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP request body, in bytes")
+	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest HTTP request body, in bytes")
 	fs.IntVar(&c.Route.MaxInflightForwards, "max-inflight-forwards", c.Route.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
 	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
 	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")
 	defineEnvoyRLSFlags(fs, &c.EnvoyRLS)
-	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
+	fs.BoolVar(&c.HTTP.Pprof, "pprof", c.HTTP.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 }
 
 // defineEnvoyRLSFlags defines the settings of Envoy's rate limit service,

@@ -108,16 +108,16 @@ func TestPoliciesAndPprofFlags(t *testing.T) {
 	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, o.node.PoliciesFile)
-	assert.False(t, o.node.Pprof, "profiles are off by default")
+	assert.False(t, o.node.HTTP.Pprof, "profiles are off by default")
 
 	env := map[string]string{"PEERLIMIT_POLICIES": "/etc/peerlimit/policies.yaml", "PEERLIMIT_PPROF": "true"}
 	o, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/peerlimit/policies.yaml", o.node.PoliciesFile)
-	assert.True(t, o.node.Pprof)
+	assert.True(t, o.node.HTTP.Pprof)
 
 	o, err = parseFlags([]string{"--pprof=false", "--policies", "p.json"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "p.json", o.node.PoliciesFile)
-	assert.False(t, o.node.Pprof, "a flag beats the environment")
+	assert.False(t, o.node.HTTP.Pprof, "a flag beats the environment")
 }
