@@ -2,7 +2,8 @@ package envoyrls
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/peerlimit/peerlimit/internal/field"
 )
 
 // Config are how a node answers, beside what its configuration files
@@ -53,10 +54,10 @@ func DefaultConfig() Config {
 func (s Config) Validate() error {
 	var errs []error
 	if !(s.NearLimitRatio > 0 && s.NearLimitRatio <= 1) {
-		errs = append(errs, fmt.Errorf("NearLimitRatio (--envoy-rls-near-limit-ratio) must be in (0, 1], got %v", s.NearLimitRatio))
+		errs = append(errs, field.Errorf("NearLimitRatio", "must be in (0, 1], got %v", s.NearLimitRatio))
 	}
 	if s.MaxStatsKeys < 0 {
-		errs = append(errs, fmt.Errorf("MaxStatsKeys (--envoy-rls-max-stats-keys) must be ≥ 0, got %d", s.MaxStatsKeys))
+		errs = append(errs, field.Errorf("MaxStatsKeys", "must be ≥ 0, got %d", s.MaxStatsKeys))
 	}
 	return errors.Join(errs...)
 }

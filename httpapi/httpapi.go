@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
@@ -59,7 +60,7 @@ func DefaultConfig() Config { return Config{MaxBodyBytes: 1 << 20} }
 // Validate reports an unusable Config.
 func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1 {
-		return fmt.Errorf("httpapi config: MaxBodyBytes must be ≥ 1, got %d", c.MaxBodyBytes)
+		return field.Errorf("MaxBodyBytes", "must be ≥ 1, got %d", c.MaxBodyBytes)
 	}
 	return nil
 }

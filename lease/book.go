@@ -25,11 +25,11 @@ package lease
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -51,19 +51,16 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config { return Config{Duration: 250 * time.Millisecond, MinRate: 200} }
 
-// Validate reports every unusable field.
+// Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Duration < 0 || c.Duration > 10*time.Second || (c.Duration > 0 && c.Duration < 10*time.Millisecond) {
-		errs = append(errs, fmt.Errorf("Duration must be 0 (off) or in [10ms, 10s], got %s", c.Duration))
+		errs = append(errs, field.Errorf("Duration", "must be 0 (off) or in [10ms, 10s], got %s", c.Duration))
 	}
 	if c.MinRate < 1 {
-		errs = append(errs, fmt.Errorf("MinRate must be ≥ 1, got %d", c.MinRate))
+		errs = append(errs, field.Errorf("MinRate", "must be ≥ 1, got %d", c.MinRate))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("lease config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Book is a node's budget leases, on both sides: those it holds as a node

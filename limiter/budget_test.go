@@ -47,7 +47,7 @@ func TestLogBudgetValidation(t *testing.T) {
 	}
 	_, err := New(budget(399), 4)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "--max-log-entries")
+	assert.Contains(t, err.Error(), "MaxLogEntries must be")
 	assert.Contains(t, err.Error(), "4 × 100")
 	_, err = New(budget(400), 4)
 	require.NoError(t, err)

@@ -52,7 +52,7 @@ func TestHotKeysOff(t *testing.T) {
 	_, err := s.Check(now, Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1})
 	require.NoError(t, err)
 	assert.Empty(t, s.HotKeys(now, 10).Checks)
-	require.ErrorContains(t, configWith(func(c *Config) { c.HotKeys = 65 }).Validate(3), "HotKeys (--hot-keys)")
+	require.ErrorContains(t, configWith(func(c *Config) { c.HotKeys = 65 }).Validate(3), "HotKeys must be in [0, 64]")
 }
 
 // TestHotKeysKeepSpaceSavingsBound drives skewed traffic over two epochs

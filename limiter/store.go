@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/partition"
 )
 
@@ -104,37 +105,34 @@ func DefaultConfig() Config {
 }
 
 // Validate reports every field unusable in a store of the given number
-// of partitions.
+// of partitions, each a *field.Error naming it.
 func (c Config) Validate(partitions int) error {
 	var errs []error
 	if partitions < 1 {
 		errs = append(errs, fmt.Errorf("partitions must be ≥ 1, got %d", partitions))
 	}
 	if c.MaxKeys < max(partitions, 1) {
-		errs = append(errs, fmt.Errorf("MaxKeys (--max-keys) must be ≥ the partition count (%d), got %d", partitions, c.MaxKeys))
+		errs = append(errs, field.Errorf("MaxKeys", "must be ≥ the partition count (%d), got %d", partitions, c.MaxKeys))
 	}
 	if c.Overflow > OverflowReject {
-		errs = append(errs, fmt.Errorf("unknown Overflow policy %d", c.Overflow))
+		errs = append(errs, field.Errorf("Overflow", "is an unknown policy, %d", c.Overflow))
 	}
 	if c.MaxKeyBytes < 1 {
-		errs = append(errs, fmt.Errorf("MaxKeyBytes must be ≥ 1, got %d", c.MaxKeyBytes))
+		errs = append(errs, field.Errorf("MaxKeyBytes", "must be ≥ 1, got %d", c.MaxKeyBytes))
 	}
 	if c.MaxWindow < time.Millisecond {
-		errs = append(errs, fmt.Errorf("MaxWindow must be ≥ 1ms, got %s", c.MaxWindow))
+		errs = append(errs, field.Errorf("MaxWindow", "must be ≥ 1ms, got %s", c.MaxWindow))
 	}
 	if c.MaxLogLimit < 1 || c.MaxLogLimit > 1<<30 {
-		errs = append(errs, fmt.Errorf("MaxLogLimit must be in [1, 2^30], got %d", c.MaxLogLimit))
+		errs = append(errs, field.Errorf("MaxLogLimit", "must be in [1, 2^30], got %d", c.MaxLogLimit))
 	} else if partitions >= 1 && c.MaxLogEntries/int64(partitions) < c.MaxLogLimit {
-		errs = append(errs, fmt.Errorf("MaxLogEntries (--max-log-entries) must be ≥ partitions × MaxLogLimit = %d × %d, so that a full log fits in its partition's share; got %d",
-			partitions, c.MaxLogLimit, c.MaxLogEntries))
+		errs = append(errs, field.Errorf("MaxLogEntries", "must be ≥ partitions × %s = %d × %d, so that a full log fits in its partition's share; got %d",
+			field.Ref("MaxLogLimit"), partitions, c.MaxLogLimit, c.MaxLogEntries))
 	}
 	if c.HotKeys < 0 || c.HotKeys > 64 {
-		errs = append(errs, fmt.Errorf("HotKeys (--hot-keys) must be in [0, 64], got %d", c.HotKeys))
+		errs = append(errs, field.Errorf("HotKeys", "must be in [0, 64], got %d", c.HotKeys))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("limiter config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Store holds the state of every key this node owns and decides requests

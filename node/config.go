@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -163,52 +163,41 @@ func DefaultLocalConfig(id string) Config {
 	return c
 }
 
-// Validate reports every unusable field.
+// Validate reports every unusable field, each a *field.Error naming it
+// from Config ("Limiter.MaxKeys"): cmd/node says which flag sets it.
 func (c Config) Validate() error {
 	var errs []error
-	if c.ID == "" {
-		errs = append(errs, errors.New("ID must not be empty"))
-	}
-	if c.GRPCAddr == "" || c.HTTPAddr == "" {
-		errs = append(errs, errors.New("GRPCAddr and HTTPAddr must be set"))
-	}
-	if c.MaxRecvMsgBytes < 1024 {
-		errs = append(errs, fmt.Errorf("MaxRecvMsgBytes must be ≥ 1024, got %d", c.MaxRecvMsgBytes))
-	}
-	if c.SweepInterval <= 0 {
-		errs = append(errs, fmt.Errorf("SweepInterval must be positive, got %s", c.SweepInterval))
-	}
-	if c.ShareFor <= 0 {
-		errs = append(errs, fmt.Errorf("ShareFor (--share-for) must be positive, got %s", c.ShareFor))
-	}
-	if c.HandoffInterval <= 0 {
-		errs = append(errs, fmt.Errorf("HandoffInterval must be positive, got %s", c.HandoffInterval))
-	}
-	if c.GossipAddr == "" {
-		errs = append(errs, errors.New("GossipAddr must be set"))
-	}
-	if c.Partitions < 1 {
-		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
-	}
-	for _, err := range []error{c.Ring.Validate(), c.Route.Validate(), c.HTTP.Validate(), c.Lease.Validate(), c.Peers.Validate(), c.limiterErr(), c.Replication.Validate()} {
-		if err != nil {
-			errs = append(errs, err)
+	check := func(bad bool, path, format string, args ...any) {
+		if bad {
+			errs = append(errs, field.Errorf(path, format, args...))
 		}
 	}
-	if err := c.EnvoyRLS.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("EnvoyRLS: %w", err))
-	}
-	if c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "" {
-		errs = append(errs, errors.New("EnvoyRLS (the --envoy-rls-* flags) needs EnvoyRLSConfig (--envoy-rls-config)"))
+	check(c.ID == "", "ID", "must not be empty")
+	check(c.GRPCAddr == "", "GRPCAddr", "must be set")
+	check(c.HTTPAddr == "", "HTTPAddr", "must be set")
+	check(c.GossipAddr == "", "GossipAddr", "must be set")
+	check(c.MaxRecvMsgBytes < 1024, "MaxRecvMsgBytes", "must be ≥ 1024, got %d", c.MaxRecvMsgBytes)
+	check(c.SweepInterval <= 0, "SweepInterval", "must be positive, got %s", c.SweepInterval)
+	check(c.ShareFor <= 0, "ShareFor", "must be positive, got %s", c.ShareFor)
+	check(c.HandoffInterval <= 0, "HandoffInterval", "must be positive, got %s", c.HandoffInterval)
+	check(c.Partitions < 1, "Partitions", "must be ≥ 1, got %d", c.Partitions)
+	check(c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "", "EnvoyRLS", "needs %s", field.Ref("EnvoyRLSConfig"))
+	check(c.Logger == nil, "Logger", "must not be nil")
+	check(c.Now == nil, "Now", "must not be nil")
+	for _, nested := range []struct {
+		name string
+		err  error
+	}{
+		{"Ring", c.Ring.Validate()}, {"Route", c.Route.Validate()}, {"HTTP", c.HTTP.Validate()}, {"Lease", c.Lease.Validate()},
+		{"Peers", c.Peers.Validate()}, {"Limiter", c.limiterErr()}, {"Replication", c.Replication.Validate()},
+		{"EnvoyRLS", c.EnvoyRLS.Validate()},
+	} {
+		if nested.err != nil {
+			errs = append(errs, field.In(nested.name, nested.err))
+		}
 	}
 	errs = append(errs, c.Security.validate(c)...)
-	if c.Logger == nil || c.Now == nil {
-		errs = append(errs, errors.New("Logger and Now must not be nil"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("node config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // limiterErr validates Limiter for Partitions, once Partitions itself is

@@ -74,7 +74,7 @@ func TestEnvoyRLSNotServedWithoutConfig(t *testing.T) {
 		c.EnvoyRLS.Headers = true
 		return c
 	}())
-	assert.ErrorContains(t, err, "EnvoyRLS (the --envoy-rls-* flags) needs EnvoyRLSConfig (--envoy-rls-config)")
+	assert.ErrorContains(t, err, "EnvoyRLS needs EnvoyRLSConfig")
 }
 
 func TestEnvoyRLSBadConfigFailsStart(t *testing.T) {

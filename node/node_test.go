@@ -264,5 +264,5 @@ func TestConfigValidate(t *testing.T) {
 	c.Partitions = 0
 	assert.ErrorContains(t, c.Validate(), "Partitions must be ≥ 1")
 	c.Partitions = 1 << 21 // more partitions than keys
-	assert.ErrorContains(t, c.Validate(), "MaxKeys (--max-keys) must be ≥ the partition count")
+	assert.ErrorContains(t, c.Validate(), "Limiter.MaxKeys must be ≥ the partition count")
 }

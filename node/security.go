@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
 )
@@ -97,63 +98,65 @@ func (s SecurityConfig) clientAuthOn() bool {
 	return len(s.APITokens) > 0 || s.APITokenFile != "" || s.RequireClientCert
 }
 
-// validate reports every unusable field, naming it and its flag.
+// validate reports every unusable field, each a *field.Error naming it
+// from Config ("Security.TLSKeyFile").
 func (s SecurityConfig) validate(c Config) []error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(path, format string, args ...any) { errs = append(errs, field.Errorf(path, format, args...)) }
 	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
-		add("Security.TLSCertFile (--tls-cert-file) and Security.TLSKeyFile (--tls-key-file) go together")
+		add("Security.TLSCertFile", "and %s go together", field.Ref("Security.TLSKeyFile"))
 	}
 	if (s.PeerCertFile == "") != (s.PeerKeyFile == "") {
-		add("Security.PeerCertFile (--peer-tls-cert-file) and Security.PeerKeyFile (--peer-tls-key-file) go together")
+		add("Security.PeerCertFile", "and %s go together", field.Ref("Security.PeerKeyFile"))
 	}
 	if s.tlsOn() && s.PeerCAFile == "" {
-		add("Security.PeerCAFile (--peer-tls-ca-file) is required with TLS: peers call each other on the TLS port and verify each other with it")
+		add("Security.PeerCAFile", "is required with TLS: peers call each other on the TLS port and verify each other with it")
 	}
 	if !s.tlsOn() {
-		for _, f := range []struct{ field, flag, v string }{
-			{"PeerCAFile", "peer-tls-ca-file", s.PeerCAFile}, {"ClientCAFile", "tls-client-ca-file", s.ClientCAFile},
-			{"PeerCertFile", "peer-tls-cert-file", s.PeerCertFile},
+		for _, f := range []struct{ path, v string }{
+			{"Security.PeerCAFile", s.PeerCAFile}, {"Security.ClientCAFile", s.ClientCAFile}, {"Security.PeerCertFile", s.PeerCertFile},
 		} {
 			if f.v != "" {
-				add("Security.%s (--%s) needs TLS: set Security.TLSCertFile (--tls-cert-file) and Security.TLSKeyFile (--tls-key-file)", f.field, f.flag)
+				add(f.path, "needs TLS: set %s and %s", field.Ref("Security.TLSCertFile"), field.Ref("Security.TLSKeyFile"))
 			}
 		}
 	}
 	if s.RequireClientCert && s.ClientCAFile == "" {
-		add("Security.RequireClientCert (--tls-client-auth=require) needs Security.ClientCAFile (--tls-client-ca-file)")
+		add("Security.RequireClientCert", "needs %s", field.Ref("Security.ClientCAFile"))
 	}
 	if s.PeerCAFile != "" && s.PeerServerName == "" {
-		add("Security.PeerServerName (--peer-tls-server-name) must not be empty with a peer CA")
+		add("Security.PeerServerName", "must not be empty with a peer CA")
 	}
 	if len(s.ClusterSecrets) > 0 && s.ClusterSecretFile != "" {
-		add("set Security.ClusterSecrets (PEERLIMIT_CLUSTER_SECRET) or Security.ClusterSecretFile (--cluster-secret-file), not both")
+		add("Security.ClusterSecrets", "or %s, not both", field.Ref("Security.ClusterSecretFile"))
 	}
 	for i, sec := range s.ClusterSecrets {
 		if len(sec) < security.MinSecretBytes {
-			add("Security.ClusterSecrets[%d] (PEERLIMIT_CLUSTER_SECRET) is %d bytes; want at least %d", i, len(sec), security.MinSecretBytes)
+			add(fmt.Sprintf("Security.ClusterSecrets[%d]", i), "is %d bytes; want at least %d", len(sec), security.MinSecretBytes)
 		}
 	}
 	if len(s.APITokens) > 0 && s.APITokenFile != "" {
-		add("set Security.APITokens (PEERLIMIT_API_TOKEN) or Security.APITokenFile (--api-token-file), not both")
+		add("Security.APITokens", "or %s, not both", field.Ref("Security.APITokenFile"))
 	}
 	for i, tok := range s.APITokens {
 		if len(tok) < security.MinSecretBytes {
-			add("Security.APITokens[%d] (PEERLIMIT_API_TOKEN) is %d bytes; want at least %d", i, len(tok), security.MinSecretBytes)
+			add(fmt.Sprintf("Security.APITokens[%d]", i), "is %d bytes; want at least %d", len(tok), security.MinSecretBytes)
 		}
 	}
 	if s.clientAuthOn() && !s.peerAuthOn() {
-		add("the public API is authenticated but the Peer service is not: Peer.Forward decides checks too, so anyone could go around the token or certificate; " +
-			"set Security.PeerCAFile (--peer-tls-ca-file) or a cluster secret (--cluster-secret-file, PEERLIMIT_CLUSTER_SECRET)")
+		add("Security.PeerCAFile", "or a cluster secret (%s, %s) is required: the public API is authenticated but the Peer service is not, "+
+			"and Peer.Forward decides checks too, so anyone could go around the token or certificate",
+			field.Ref("Security.ClusterSecretFile"), field.Ref("Security.ClusterSecrets"))
 	}
 	if s.AuthMetrics && !s.clientAuthOn() {
-		add("Security.AuthMetrics (--auth-metrics) needs public API credentials: an API token or --tls-client-auth=require")
+		add("Security.AuthMetrics", "needs public API credentials: an API token (%s, %s) or %s",
+			field.Ref("Security.APITokenFile"), field.Ref("Security.APITokens"), field.Ref("Security.RequireClientCert"))
 	}
 	if s.PeerGrace < 0 {
-		add("Security.PeerGrace (--peer-grace) must not be negative, got %s", s.PeerGrace)
+		add("Security.PeerGrace", "must not be negative, got %s", s.PeerGrace)
 	}
 	if s.GossipKeyringFile != "" && len(c.GossipKey) > 0 {
-		add("set GossipKey (--gossip-key) or Security.GossipKeyringFile (--gossip-keyring-file), not both")
+		add("GossipKey", "or %s, not both", field.Ref("Security.GossipKeyringFile"))
 	}
 	return errs
 }
@@ -202,12 +205,13 @@ func newNodeSecurity(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*
 	}
 	if sc.GossipKeyringFile != "" {
 		if s.gossipKeys, err = security.ReadKeyring(sc.GossipKeyringFile); err != nil {
-			return nil, fmt.Errorf("--gossip-keyring-file: %w", err)
+			return nil, field.Wrap("Security.GossipKeyringFile", err)
 		}
 	}
 	if s.peer != nil && len(cfg.GossipKey) == 0 && len(s.gossipKeys) == 0 {
 		log.Warn("peer authentication is on but gossip is not encrypted: whoever reaches the gossip port can join and be routed keys " +
-			"(with TLS its forwards fail, degraded; with a cluster secret alone it answers them and learns the callers' tokens); set --gossip-keyring-file or --gossip-key")
+			"(with TLS its forwards fail, degraded; with a cluster secret alone it answers them and learns the callers' tokens); set a gossip key or keyring",
+			"fields", "GossipKey, Security.GossipKeyringFile")
 	}
 	log.Info("security", "tls", s.tls != nil, "client_cert_required", sc.RequireClientCert, "api_tokens", tokens.Len(),
 		"peer_cert_required", sc.PeerCAFile != "", "cluster_secrets", len(secrets), "gossip_keys", len(s.gossipKeys))
@@ -225,7 +229,7 @@ func (s SecurityConfig) tokens() (*security.Tokens, error) {
 	if s.APITokenFile != "" {
 		var err error
 		if list, err = security.ReadSecrets(s.APITokenFile); err != nil {
-			return nil, fmt.Errorf("--api-token-file: %w", err)
+			return nil, field.Wrap("Security.APITokenFile", err)
 		}
 	}
 	if len(list) == 0 {
@@ -240,7 +244,7 @@ func (s SecurityConfig) secrets() ([][]byte, error) {
 	}
 	lines, err := security.ReadSecrets(s.ClusterSecretFile)
 	if err != nil {
-		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
+		return nil, field.Wrap("Security.ClusterSecretFile", err)
 	}
 	out := make([][]byte, len(lines))
 	for i, l := range lines {
@@ -342,11 +346,11 @@ func (n *Node) ReloadSecurity() error {
 		}
 	}
 	if s.cfg.ClusterSecretFile != "" {
-		// secrets() names the flag in its errors already.
+		// secrets() names the field in its errors already.
 		secrets, err := s.cfg.secrets()
 		if err == nil {
 			if err = s.peer.SetSecrets(secrets); err != nil {
-				err = fmt.Errorf("--cluster-secret-file: %w", err)
+				err = field.Wrap("Security.ClusterSecretFile", err)
 			}
 		}
 		if err != nil {
@@ -361,7 +365,7 @@ func (n *Node) ReloadSecurity() error {
 			err = n.members.SetKeys(keys)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--gossip-keyring-file: %w", err))
+			errs = append(errs, field.Wrap("Security.GossipKeyringFile", err))
 		} else {
 			reloaded = append(reloaded, fmt.Sprintf("gossip keys (%d, primary %s)", len(keys), KeyFingerprint(keys[0])))
 		}

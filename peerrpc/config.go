@@ -2,8 +2,9 @@ package peerrpc
 
 import (
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/peerlimit/peerlimit/internal/field"
 )
 
 // Config holds the settings of a node's calls to other members. Start
@@ -29,20 +30,17 @@ func DefaultConfig() Config {
 	return Config{BatchLimit: 128, MaxInflight: 1, Timeout: 500 * time.Millisecond}
 }
 
-// Validate reports every unusable field.
+// Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
 	var errs []error
 	if c.BatchLimit < 1 {
-		errs = append(errs, fmt.Errorf("BatchLimit must be ≥ 1 (1 turns batching off), got %d", c.BatchLimit))
+		errs = append(errs, field.Errorf("BatchLimit", "must be ≥ 1 (1 turns batching off), got %d", c.BatchLimit))
 	}
 	if c.MaxInflight < 1 {
-		errs = append(errs, fmt.Errorf("MaxInflight must be ≥ 1, got %d", c.MaxInflight))
+		errs = append(errs, field.Errorf("MaxInflight", "must be ≥ 1, got %d", c.MaxInflight))
 	}
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("Timeout must be positive, got %s", c.Timeout))
+		errs = append(errs, field.Errorf("Timeout", "must be positive, got %s", c.Timeout))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("peer calls config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }

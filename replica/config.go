@@ -14,8 +14,9 @@ package replica
 
 import (
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/peerlimit/peerlimit/internal/field"
 )
 
 // Config is replication's settings. Start from DefaultConfig.
@@ -40,20 +41,17 @@ func DefaultConfig() Config {
 	return Config{Factor: 1, Interval: 20 * time.Millisecond, MaxKeys: 1 << 20}
 }
 
-// Validate reports every unusable field, by its flag.
+// Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Factor < 0 || c.Factor > 1 {
-		errs = append(errs, fmt.Errorf("Factor (--replication-factor) must be 0 (off) or 1, got %d", c.Factor))
+		errs = append(errs, field.Errorf("Factor", "must be 0 (off) or 1, got %d", c.Factor))
 	}
 	if c.Interval < time.Millisecond {
-		errs = append(errs, fmt.Errorf("Interval (--replication-interval) must be ≥ 1ms, got %s", c.Interval))
+		errs = append(errs, field.Errorf("Interval", "must be ≥ 1ms, got %s", c.Interval))
 	}
 	if c.MaxKeys < 1 {
-		errs = append(errs, fmt.Errorf("MaxKeys (--replica-max-keys) must be ≥ 1, got %d", c.MaxKeys))
+		errs = append(errs, field.Errorf("MaxKeys", "must be ≥ 1, got %d", c.MaxKeys))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("replication config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }

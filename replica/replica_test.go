@@ -268,7 +268,7 @@ func TestConfigValidate(t *testing.T) {
 	c.Factor, c.Interval, c.MaxKeys = 2, 0, 0
 	err := c.Validate()
 	require.Error(t, err)
-	for _, flag := range []string{"--replication-factor", "--replication-interval", "--replica-max-keys"} {
+	for _, flag := range []string{"Factor", "Interval", "MaxKeys"} {
 		assert.Contains(t, err.Error(), flag)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/partition"
 )
 
@@ -43,15 +44,16 @@ func DefaultConfig() Config {
 	return Config{ReplicationFactor: 200, Load: 1.25}
 }
 
-// Validate reports an unusable Config.
+// Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
-	switch {
-	case c.ReplicationFactor < 1:
-		return fmt.Errorf("ring config: ReplicationFactor must be ≥ 1, got %d", c.ReplicationFactor)
-	case c.Load < 1:
-		return fmt.Errorf("ring config: Load must be ≥ 1, got %g", c.Load)
+	var errs []error
+	if c.ReplicationFactor < 1 {
+		errs = append(errs, field.Errorf("ReplicationFactor", "must be ≥ 1, got %d", c.ReplicationFactor))
 	}
-	return nil
+	if c.Load < 1 {
+		errs = append(errs, field.Errorf("Load", "must be ≥ 1, got %g", c.Load))
+	}
+	return errors.Join(errs...)
 }
 
 // Ring is one membership's assignment of partitions to members. It is

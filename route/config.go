@@ -2,11 +2,11 @@ package route
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -33,22 +33,19 @@ func DefaultConfig() Config {
 	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000}
 }
 
-// Validate reports every unusable field.
+// Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
 	var errs []error
 	if c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("MaxBatch must be ≥ 1, got %d", c.MaxBatch))
+		errs = append(errs, field.Errorf("MaxBatch", "must be ≥ 1, got %d", c.MaxBatch))
 	}
 	if c.MaxInflightForwards < 1 {
-		errs = append(errs, fmt.Errorf("MaxInflightForwards must be ≥ 1, got %d", c.MaxInflightForwards))
+		errs = append(errs, field.Errorf("MaxInflightForwards", "must be ≥ 1, got %d", c.MaxInflightForwards))
 	}
 	if c.Fallback > FallbackShare {
-		errs = append(errs, fmt.Errorf("Fallback: unknown policy %d", c.Fallback))
+		errs = append(errs, field.Errorf("Fallback", "is an unknown policy, %d", c.Fallback))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("route config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Deps is what a Service works with, supplied by whoever assembles the

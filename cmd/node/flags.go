@@ -10,6 +10,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 	"github.com/peerlimit/peerlimit/route"
@@ -25,6 +26,9 @@ type options struct {
 	// deprecated says, for each flag given that no longer does anything,
 	// why: main logs it, so that an old configuration still starts.
 	deprecated []string
+	// fieldName says a field of node the way this command's user set it:
+	// its path and its flag (fieldNames).
+	fieldName func(path string) string
 }
 
 // rawFlags holds the flags read as strings: they are converted into options
@@ -64,9 +68,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, err
 	}
 	// Settings that contradict each other are usage errors, reported
-	// before anything starts.
+	// before anything starts, each naming the flag.
+	o.fieldName = fieldNames(fs, &o.node)
 	if err := o.node.Validate(); err != nil {
-		return o, err
+		return o, field.Render(err, o.fieldName)
 	}
 	return o, nil
 }

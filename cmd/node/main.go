@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/node"
 )
 
@@ -47,7 +48,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer signal.Stop(hup)
 	n, err := node.Start(opts.node)
 	if err != nil {
-		opts.node.Logger.Error("start failed", "err", err)
+		opts.node.Logger.Error("start failed", "err", field.Render(err, opts.fieldName))
 		return 1
 	}
 	// SIGHUP runs every reload hook in turn: policies, credentials, Envoy

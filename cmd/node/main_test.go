@@ -92,8 +92,8 @@ func TestFlagErrorsAreClear(t *testing.T) {
 		{args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{args: []string{"stray"}, want: "unexpected arguments"},
 		{env: map[string]string{"PEERLIMIT_MAX_KEYS": "many"}, want: "PEERLIMIT_MAX_KEYS"},
-		{args: []string{"--max-log-entries", "1000"}, want: "MaxLogEntries (--max-log-entries) must be ≥ partitions × MaxLogLimit"},
-		{args: []string{"--max-inflight-forwards", "0"}, want: "MaxInflightForwards must be ≥ 1"},
+		{args: []string{"--max-log-entries", "1000"}, want: "Limiter.MaxLogEntries (--max-log-entries) must be ≥ partitions × Limiter.MaxLogLimit (--max-log-limit)"},
+		{args: []string{"--max-inflight-forwards", "0"}, want: "Route.MaxInflightForwards (--max-inflight-forwards) must be ≥ 1"},
 	} {
 		var stderr bytes.Buffer
 		code := run(c.args, func(k string) string { return c.env[k] }, &stderr)
