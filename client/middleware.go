@@ -198,37 +198,68 @@ func Middleware(c Checker, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	if c == nil {
 		return nil, errors.New("peerlimit middleware: nil Checker")
 	}
-	if cfg.Limit.Limit <= 0 {
-		return nil, fmt.Errorf("peerlimit middleware: Limit.Limit must be positive, got %d", cfg.Limit.Limit)
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Limit.Window <= 0 || cfg.Limit.Window%time.Millisecond != 0 {
-		return nil, fmt.Errorf("peerlimit middleware: Limit.Window must be a positive whole number of milliseconds, got %s", cfg.Limit.Window)
-	}
-	if cfg.Key == nil {
-		return nil, errors.New("peerlimit middleware: Key is nil; use e.g. client.KeyByIP")
-	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("peerlimit middleware: Timeout must not be negative, got %s", cfg.Timeout)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 250 * time.Millisecond
-	}
-	if cfg.Policy == "" {
-		cfg.Policy = "default"
-	}
-	name, err := ratelimitheader.String(cfg.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("peerlimit middleware: Policy %q: %w", cfg.Policy, err)
-	}
-	if cfg.Denied == nil {
-		cfg.Denied = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
-		})
-	}
+	name, _ := ratelimitheader.String(cfg.Policy) // Validate checked it
 	m := &middleware{c: c, cfg: cfg, name: name, policy: ratelimitheader.Policy(name, cfg.Limit.Limit, cfg.Limit.Window)}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
+}
+
+// DefaultMiddlewareConfig returns the defaults documented on
+// MiddlewareConfig; Limit and Key are the caller's. As with Config, a zero
+// field means its default, so MiddlewareConfig{Limit: ..., Key: ...} is
+// complete.
+func DefaultMiddlewareConfig() MiddlewareConfig {
+	return MiddlewareConfig{Policy: "default", Timeout: 250 * time.Millisecond, Denied: http.HandlerFunc(deny)}
+}
+
+func deny(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c MiddlewareConfig) withDefaults() MiddlewareConfig {
+	d := DefaultMiddlewareConfig()
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if c.Denied == nil {
+		c.Denied = d.Denied
+	}
+	return c
+}
+
+// Validate reports every unusable field of c as Middleware would use it:
+// zero fields count as their defaults.
+func (c MiddlewareConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Limit.Limit <= 0 {
+		errs = append(errs, fmt.Errorf("Limit.Limit must be positive, got %d", c.Limit.Limit))
+	}
+	if c.Limit.Window <= 0 || c.Limit.Window%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("Limit.Window must be a positive whole number of milliseconds, got %s", c.Limit.Window))
+	}
+	if c.Key == nil {
+		errs = append(errs, errors.New("Key is nil; use e.g. client.KeyByIP"))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout must not be negative, got %s", c.Timeout))
+	}
+	if _, err := ratelimitheader.String(c.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("Policy %q: %w", c.Policy, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("peerlimit middleware: %w", err)
+	}
+	return nil
 }
 
 type middleware struct {

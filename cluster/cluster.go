@@ -88,7 +88,7 @@ type failure struct {
 // Start creates the member, tries the seeds once, and starts the notifier
 // and the reconnector. Unreachable seeds are logged, not fatal.
 func Start(cfg Config) (*Cluster, error) {
-	cfg.sanitize()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

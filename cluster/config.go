@@ -22,7 +22,9 @@ const (
 	ProfileLocal Profile = "local"
 )
 
-// Config holds a member's settings. Start from DefaultConfig.
+// Config holds a member's settings. Start from DefaultConfig; as with
+// client.Config, a zero timing means the profile's default (withDefaults),
+// because the node fills this one by hand from its own.
 type Config struct {
 	// ID is the member's unique name. A node that restarts with the same ID
 	// takes its old place.
@@ -95,7 +97,10 @@ func DefaultConfig() Config {
 		Resolver: net.DefaultResolver}
 }
 
-func (c *Config) sanitize() {
+// withDefaults returns c with every zero field set to its default: the
+// timings' depend on the profile, so a zero one means "the profile's".
+// A negative one stays, for Validate to refuse.
+func (c Config) withDefaults() Config {
 	if c.Profile == "" {
 		c.Profile = ProfileLAN
 	}
@@ -120,6 +125,7 @@ func (c *Config) sanitize() {
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver
 	}
+	return c
 }
 
 // Validate reports every unusable field.
