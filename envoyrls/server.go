@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/internal/ratelimitheader"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -57,10 +57,11 @@ type ServerDeps struct {
 // node's request path. Safe for concurrent use.
 type Server struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	cfg     Config
-	d       ServerDeps
-	log     *slog.Logger
-	lastLog atomic.Int64 // unix ns of the last unknown-domain warning
+	cfg Config
+	d   ServerDeps
+	log *slog.Logger
+	// unknownLog gates the unknown-domain warning: one a second.
+	unknownLog logging.Gate
 }
 
 var _ rlspb.RateLimitServiceServer = (*Server)(nil)
@@ -399,12 +400,8 @@ func (s *Server) override(i int, o *rlscommon.RateLimitDescriptor_RateLimitOverr
 }
 
 func (s *Server) warnUnknownDomain(domain string) {
-	if now := time.Now().UnixNano(); now-s.lastLog.Load() > int64(time.Second) {
-		s.lastLog.Store(now)
-		if len(domain) > 64 {
-			domain = domain[:64] + "…"
-		}
-		s.log.Warn("envoy rls: unknown domain; answering OK with no limits", "domain", domain)
+	if s.unknownLog.Allow() {
+		s.log.Warn("envoy rls: unknown domain; answering OK with no limits", "domain", logging.Clip(domain))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
@@ -43,8 +44,8 @@ type Replicator struct {
 	// last is when the previous round took the changes it sent: every
 	// change a round delivers was made after it.
 	last time.Time
-	// warned is when a failure was last logged: one line a second.
-	warned time.Time
+	// failLog gates the failures' warning: one line a second.
+	failLog logging.Gate
 }
 
 // NewReplicator returns a Replicator over d.
@@ -85,8 +86,7 @@ func (r *Replicator) Round(ctx context.Context) (failed int) {
 				r.synced[p] = ""
 			}
 			r.d.Metrics.sent(0, len(b.States), 0)
-			if now := time.Now(); now.Sub(r.warned) >= time.Second {
-				r.warned = now
+			if r.failLog.Allow() {
 				r.log.Warn("replication to a backup failed; its partitions go whole at the next round that reaches it", "backup", b.to.ID,
 					"partitions", len(b.parts), "keys", len(b.States), "err", err)
 			}

@@ -2,9 +2,9 @@ package security
 
 import (
 	"log/slog"
-	"sync/atomic"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,7 +29,7 @@ func (a API) String() string { return apiLabels[a] }
 type Rejections struct {
 	log      *slog.Logger
 	counters [len(apiLabels)][len(reasonLabels)]prometheus.Counter
-	lastLog  [len(apiLabels)]atomic.Int64 // unix ns
+	logs     [len(apiLabels)]logging.Gate
 	now      func() time.Time
 }
 
@@ -60,9 +60,7 @@ func (r *Rejections) Reject(api API, reason Reason, attrs ...any) {
 		return
 	}
 	r.counters[api][reason].Inc()
-	now := r.now().UnixNano()
-	last := r.lastLog[api].Load()
-	if now-last < int64(time.Second) || !r.lastLog[api].CompareAndSwap(last, now) {
+	if !r.logs[api].AllowAt(r.now()) {
 		return
 	}
 	r.log.Warn("refused a call", append([]any{"api", api.String(), "reason", reason.String()}, attrs...)...)
