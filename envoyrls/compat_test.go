@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/node"
@@ -139,46 +139,26 @@ func saysAt(err error, at, phrase string) bool {
 	return false
 }
 
-// Part 2: answers, on real nodes.
-
-// stepClock is a node's clock. It stands still until a test moves it, so
-// a sequence never crosses a window edge by accident, and nothing sleeps.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// Part 2: answers, on real nodes, each on a clock that stands still until
+// a test moves it, so a sequence never crosses a window edge by accident.
 
 // compatStart is a few seconds into a minute, an hour and a day.
 var compatStart = time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)
 
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// ToNextMinute moves the clock forward to offset into the next minute.
-func (c *stepClock) ToNextMinute(offset time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Truncate(time.Minute).Add(time.Minute + offset)
+// toNextMinute moves c forward to offset into the next minute.
+func toNextMinute(c *fakeclock.Clock, offset time.Duration) {
+	c.Set(c.Now().Truncate(time.Minute).Add(time.Minute + offset))
 }
 
 // compatNode is one node serving every configuration of testdata/compat.
 type compatNode struct {
-	clk     *stepClock
+	clk     *fakeclock.Clock
 	rls     rlspb.RateLimitServiceClient
 	metrics prometheus.Gatherer // the node's registry, as its /metrics serves it
 }
 
 // startCompatNode starts a node with the settings s (nil: the defaults,
-// which are upstream's), on a stepClock at compatStart.
+// which are upstream's), on a clock at compatStart.
 func startCompatNode(t *testing.T, s func(*envoyrls.Config)) *compatNode {
 	t.Helper()
 	dir := compatConfigDir(t)
@@ -186,7 +166,7 @@ func startCompatNode(t *testing.T, s func(*envoyrls.Config)) *compatNode {
 	if s != nil {
 		s(&settings)
 	}
-	clk := &stepClock{now: compatStart}
+	clk := fakeclock.At(compatStart)
 	c := testcluster.New(t, 1, func(cfg *node.Config) {
 		cfg.EnvoyRLSConfig, cfg.EnvoyRLS, cfg.Now = dir, settings, clk.Now
 	})
@@ -718,7 +698,7 @@ func checkValueInStatsKeyScript(t *testing.T, n *compatNode) {
 // quota.sh: two quota_mode descriptors fail the request only when both
 // are over.
 func checkQuotaScript(t *testing.T, n *compatNode) {
-	n.clk.ToNextMinute(5 * time.Second)
+	toNextMinute(n.clk, 5*time.Second)
 	s1, s2 := descOf("service=service_1"), descOf("service=service_2")
 	n.expect(t, "request 1", "rl", "OK: [OK 1/MINUTE r=0] [OK 2/MINUTE r=1]", s1, s2)
 	n.expect(t, "request 2", "rl", "OK: [OVER_LIMIT 1/MINUTE r=0] [OK 2/MINUTE r=0]", s1, s2)
@@ -785,13 +765,13 @@ func checkUsageBeyondLimit(t *testing.T, n *compatNode) {
 // part of that minute still in the window: 15 s after the edge, 45/60 of
 // the 20 hits still count, so 5 more pass, not 20.
 func checkDiffersWindowEdge(t *testing.T, n *compatNode) {
-	n.clk.ToNextMinute(30 * time.Second)
+	toNextMinute(n.clk, 30*time.Second)
 	d := descOf("edge=e1")
 	for i := range 20 {
 		n.expect(t, fmt.Sprintf("at :30, request %d", i+1), "differs", fmt.Sprintf("OK: [OK 20/MINUTE r=%d]", 19-i), d)
 	}
 	n.expect(t, "at :30, request 21", "differs", "OVER_LIMIT: [OVER_LIMIT 20/MINUTE r=0]", d)
-	n.clk.ToNextMinute(15 * time.Second)
+	toNextMinute(n.clk, 15*time.Second)
 	for i := range 5 {
 		resp := n.expect(t, fmt.Sprintf("past the edge, at :15, request %d", i+1), "differs", fmt.Sprintf("OK: [OK 20/MINUTE r=%d]", 4-i), d)
 		assert.Equal(t, 45*time.Second, resp.GetStatuses()[0].GetDurationUntilReset().AsDuration(), "the rest of the window")
@@ -835,7 +815,7 @@ func checkDiffersRefusedNotCounted(t *testing.T, n *compatNode) {
 // of N passes N requests.
 func checkDiffersTokenQuota(t *testing.T, n *compatNode) {
 	const tq = "tokenquota"
-	n.clk.ToNextMinute(5 * time.Second)
+	toNextMinute(n.clk, 5*time.Second)
 	peek := func() *rlscommon.RateLimitDescriptor { return withHits(descOf("service=service_2"), 0) }
 	done := func() *rlscommon.RateLimitDescriptor { return withHits(descOf("service=service_2"), 1) }
 	n.expect(t, "request 1", tq, "OK: [OK 2/MINUTE r=2]", peek())
@@ -949,7 +929,7 @@ func checkMergedMetadata(t *testing.T, n *compatNode) {
 // refused: Service 1 once, Service 2 twice, then 429.
 func checkDiffersMultiserviceTokenQuota(t *testing.T, n *compatNode) {
 	const tq = "tokenquota"
-	n.clk.ToNextMinute(5 * time.Second)
+	toNextMinute(n.clk, 5*time.Second)
 	// route peeks at both quotas and checks the service the metadata
 	// routes to ("": none passed).
 	route := func(step, want, service string) {

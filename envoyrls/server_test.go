@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -30,18 +30,6 @@ import (
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const serviceConfig = `domain: messaging
 descriptors:
@@ -119,7 +107,7 @@ descriptors:
 
 type harness struct {
 	srv   *Server
-	clk   *fakeClock
+	clk   *fakeclock.Clock
 	store *limiter.Store
 	reg   *prometheus.Registry
 }
@@ -136,7 +124,7 @@ func newHarness(t testing.TB, edit func(*serverOpts)) *harness {
 	require.NoError(t, err)
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
-	clk := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := fakeclock.AtMilli(1_700_000_000_000)
 	svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: "n1", Store: store, Now: clk.Now})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
@@ -197,7 +185,7 @@ func TestNestedDescriptorsAndOverallCode(t *testing.T) {
 		assert.True(t, sameLimit(t, limitOf(100, rlspb.RateLimitResponse_RateLimit_DAY), s1.GetCurrentLimit()))
 		// The log's first hit leaves the window a day after it came.
 		assert.Equal(t, 24*time.Hour-time.Duration(i)*time.Second, s0.GetDurationUntilReset().AsDuration())
-		h.clk.Add(time.Second)
+		h.clk.Advance(time.Second)
 	}
 	resp := h.call(t, "messaging", marketing, anyMsg)
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, resp.GetOverallCode())
@@ -231,7 +219,7 @@ func TestUnitMultiplierWindowSlides(t *testing.T) {
 	burst := desc("burst=client-1")
 	for range 3 {
 		assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
-		h.clk.Add(10 * time.Second)
+		h.clk.Advance(10 * time.Second)
 	}
 	resp := h.call(t, "edge", burst) // t=30s: the first hit (t=0) is out at t=30s exactly: (T−W, T]
 	assert.Equal(t, rlspb.RateLimitResponse_OK, resp.GetOverallCode())
@@ -241,7 +229,7 @@ func TestUnitMultiplierWindowSlides(t *testing.T) {
 	assert.Equal(t, uint32(30), st.GetCurrentLimit().GetUnitMultiplier().GetValue())
 	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_SECOND, st.GetCurrentLimit().GetUnit())
 	assert.Equal(t, uint32(3), st.GetCurrentLimit().GetRequestsPerUnit())
-	h.clk.Add(10 * time.Second)
+	h.clk.Advance(10 * time.Second)
 	assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
 }
 
@@ -300,11 +288,11 @@ func TestRefusedHitsAreNotCounted(t *testing.T) {
 	for range 3 {
 		assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
 	}
-	h.clk.Add(time.Second)
+	h.clk.Advance(time.Second)
 	for range 20 {
 		assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, h.call(t, "edge", burst).GetOverallCode())
 	}
-	h.clk.Add(29 * time.Second) // the three hits leave at t=30 s
+	h.clk.Advance(29 * time.Second) // the three hits leave at t=30 s
 	for range 3 {
 		assert.Equal(t, rlspb.RateLimitResponse_OK, h.call(t, "edge", burst).GetOverallCode())
 	}
@@ -495,9 +483,9 @@ func TestHeaders(t *testing.T) {
 	resp := h.call(t, "edge", ip, burst)
 	// The most restrictive: burst has 2 of 3 left, the address 9 of 10.
 	assert.Equal(t, map[string]string{"RateLimit-Policy": `"burst";q=3;w=30`, "RateLimit": `"burst";r=2;t=30`}, headers(resp))
-	h.clk.Add(10 * time.Second)
+	h.clk.Advance(10 * time.Second)
 	h.call(t, "edge", burst)
-	h.clk.Add(5 * time.Second)
+	h.clk.Advance(5 * time.Second)
 	h.call(t, "edge", burst)
 	resp = h.call(t, "edge", ip, burst)
 	// Over: the burst log frees a hit 15 s from now (the first at t=0).
@@ -520,7 +508,7 @@ func TestHeaders(t *testing.T) {
 	resp = h.call(t, "edge", blocked, burst)
 	assert.Equal(t, `"burst";r=0;t=15`, headers(resp)["RateLimit"], "over twice: the longer wait")
 	assert.Equal(t, "15", headers(resp)["Retry-After"])
-	h.clk.Add(14 * time.Second)
+	h.clk.Advance(14 * time.Second)
 	resp = h.call(t, "edge", burst, blocked)
 	assert.Equal(t, "1", headers(resp)["Retry-After"])
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/route"
@@ -29,7 +30,7 @@ func newFuzzHandler(t testing.TB) http.Handler {
 	t.Helper()
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
-	clock := newTestClock(t0)
+	clock := fakeclock.AtMilli(t0)
 	cfg := route.DefaultConfig()
 	cfg.MaxBatch = fuzzMaxBatch
 	svc, err := route.NewService(cfg, route.Deps{NodeID: "n1", Store: store,

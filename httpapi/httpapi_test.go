@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/peerlimit/peerlimit/console"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peer"
@@ -33,21 +34,9 @@ import (
 // start exactly at t0 and the expected numbers below are exact.
 const t0 = 1_700_000_000_000
 
-// testClock is a controllable clock, safe for concurrent use.
-type testClock struct{ ms atomic.Int64 }
-
-func newTestClock(ms int64) *testClock {
-	c := &testClock{}
-	c.ms.Store(ms)
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *testClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
 type env struct {
 	t       *testing.T
-	clock   *testClock
+	clock   *fakeclock.Clock
 	store   *limiter.Store
 	svc     *route.Service
 	handler http.Handler
@@ -82,7 +71,7 @@ func newEnv(t *testing.T, opts ...func(*envOpts)) *env {
 	}
 	store, err := limiter.New(o.store, o.partitions)
 	require.NoError(t, err)
-	clock := newTestClock(t0)
+	clock := fakeclock.AtMilli(t0)
 	cfg := svcConfig{Config: route.DefaultConfig(), Deps: route.Deps{NodeID: "n1", Store: store, Now: clock.Now}}
 	if o.registry != nil {
 		cfg.Metrics, err = route.NewMetrics(o.registry)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -36,23 +36,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // testNode starts a real node on loopback free ports, logging through t.
-func testNode(t *testing.T, edit func(*Config)) (*Node, *fakeClock) {
+func testNode(t *testing.T, edit func(*Config)) (*Node, *fakeclock.Clock) {
 	t.Helper()
-	clk := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := fakeclock.AtMilli(1_700_000_000_000)
 	cfg := DefaultLocalConfig("node-a")
 	cfg.Now = clk.Now
 	cfg.Logger = slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -108,7 +95,7 @@ func TestNodeServesGRPCAndHTTPOnOneState(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, resp.Allowed, "call %d", i)
 		assert.Equal(t, "node-a", resp.Owner)
-		clk.Add(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	code, body := postJSON(t, "http://"+n.HTTPAddr()+"/v1/check",
 		`{"key":"user:42","limit":3,"window_ms":1000,"algorithm":"SLIDING_WINDOW_LOG"}`)
@@ -123,7 +110,7 @@ func TestNodeServesGRPCAndHTTPOnOneState(t *testing.T) {
 	// The first hit (at t0) leaves the window at t0+1000ms; it is now t0+200ms.
 	assert.EqualValues(t, 800, resp.RetryAfterMs)
 
-	clk.Add(800 * time.Millisecond)
+	clk.Advance(800 * time.Millisecond)
 	resp, err = c.Check(ctx, req)
 	require.NoError(t, err)
 	assert.True(t, resp.Allowed)
@@ -222,7 +209,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // Shutdown waits for in-flight calls, turns health off first, and can be
 // called again.
 func TestShutdownIsGracefulAndIdempotent(t *testing.T) {
-	clk := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := fakeclock.AtMilli(1_700_000_000_000)
 	cfg := DefaultLocalConfig("node-b")
 	cfg.Now = clk.Now
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -25,7 +25,7 @@ import (
 func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Sender {
 	t.Helper()
 	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: func() *ring.Ring { return r },
-		Now: c.clock, Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
+		Now: c.clk.Now, Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
 }
@@ -33,7 +33,7 @@ func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Se
 // handoff is m's handoff Sender, by the cluster's ring.
 func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
 	t.Helper()
-	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: c.Ring, Now: c.clock,
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: c.Ring, Now: c.clk.Now,
 		Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
@@ -162,7 +162,7 @@ func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 		c.ring.Store(without)
 		heir.failover.Reconcile(all, without, map[string]bool{"n1": true}) // it did die
 		require.EqualValues(t, 3, held(t, c, heir, req))
-		owner.store.Delete(c.clock(), req.Key, req.Window, req.Algorithm) // and restarts empty
+		owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
 
 		c.ring.Store(all)
 		heir.failover.Reconcile(without, all, nil)

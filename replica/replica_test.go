@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
@@ -52,7 +53,7 @@ type member struct {
 type cluster struct {
 	net     *memnet.Network
 	ring    atomic.Pointer[ring.Ring]
-	now     atomic.Int64
+	clk     *fakeclock.Clock
 	members map[string]*member
 }
 
@@ -68,17 +69,14 @@ func newCluster(t *testing.T, ids ...string) *cluster {
 			t.Logf("memnet seed: %d", seed)
 		}
 	})
-	c := &cluster{net: memnet.New(seed, 500*time.Millisecond), members: map[string]*member{}}
+	c := &cluster{net: memnet.New(seed, 500*time.Millisecond), clk: fakeclock.AtMilli(t0), members: map[string]*member{}}
 	c.ring.Store(testring.New(t, ids...))
-	c.now.Store(t0)
 	t.Cleanup(c.net.Close)
 	for _, id := range ids {
 		c.members[id] = c.start(t, id)
 	}
 	return c
 }
-
-func (c *cluster) clock() time.Time { return time.UnixMilli(c.now.Load()) }
 
 func (c *cluster) start(t *testing.T, id string) *member {
 	t.Helper()
@@ -95,16 +93,16 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	m.logs = testlog.NewCapture()
 	log := slog.New(m.logs)
 	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Replicas: m.replicas, Ring: c.Ring,
-		Now: c.clock, Logger: log, Metrics: rm})
+		Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
-	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: store, Replicas: m.failover, Now: c.clock, Logger: log})
+	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: store, Replicas: m.failover, Now: c.clk.Now, Logger: log})
 	require.NoError(t, err)
-	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock, Cluster: route.RingCluster(c.Ring),
+	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clk.Now, Cluster: route.RingCluster(c.Ring),
 		Peers: peers, Failover: m.failover, Handoffs: receiver, Logger: log})
 	require.NoError(t, err)
 	peers.Serve(m.svc)
 	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: peers,
-		Ring: c.Ring, Now: c.clock, Logger: log, Metrics: rm})
+		Ring: c.Ring, Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
 	return m
 }
@@ -175,7 +173,7 @@ func TestHeirDecidesFromTheReplicaWhenTheOwnerIsCut(t *testing.T) {
 func held(t *testing.T, c *cluster, m *member, req limiter.Request) int64 {
 	t.Helper()
 	req.Hits = 0
-	d, err := m.store.Check(c.clock(), req)
+	d, err := m.store.Check(c.clk.Now(), req)
 	require.NoError(t, err)
 	return d.CurrentCount
 }
@@ -217,7 +215,7 @@ func TestReplicatorSendsChangesAndWholePartitions(t *testing.T) {
 		assert.Equal(t, whole+1, metrictest.Value(t, owner.reg, "peerlimit_replication_keys_total", "result", "sent"),
 			"only the key that changed")
 
-		owner.store.Delete(c.clock(), b.Key, b.Window, b.Algorithm)
+		owner.store.Delete(c.clk.Now(), b.Key, b.Window, b.Algorithm)
 		require.Zero(t, owner.sender.Round(context.Background()))
 		assert.Zero(t, replicated(t, c, b), "the reset reached the backup")
 

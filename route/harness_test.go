@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
@@ -29,18 +29,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // t0 is a whole number of seconds since the epoch, so 1000 ms windows
 // start exactly at t0.
 const t0 = 1_700_000_000_000
-
-// clock is a node's clock, moved by the test only.
-type clock struct{ ms atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ms.Store(t0)
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // member is one node of a test cluster: a route.Service with its own
 // store, logs and metrics, on the cluster's in-memory network.
@@ -60,7 +48,7 @@ type member struct {
 type cluster struct {
 	net     *memnet.Network
 	ring    *ring.Ring
-	clock   *clock
+	clock   *fakeclock.Clock
 	members map[string]*member
 }
 
@@ -86,7 +74,7 @@ func newCluster(t testing.TB, ids []string, opts ...func(*clusterOpts)) *cluster
 			t.Logf("memnet seed: %d", o.seed)
 		}
 	})
-	c := &cluster{net: memnet.New(o.seed, o.timeout), ring: testring.New(t, ids...), clock: newClock(), members: map[string]*member{}}
+	c := &cluster{net: memnet.New(o.seed, o.timeout), ring: testring.New(t, ids...), clock: fakeclock.AtMilli(t0), members: map[string]*member{}}
 	t.Cleanup(c.net.Close)
 	for _, id := range ids {
 		c.members[id] = c.start(t, id, o)

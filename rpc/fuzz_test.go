@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/peerlimit/peerlimit/internal/protoconv"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -63,7 +64,7 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 	e := newEnv(f, func(o *envOpts) {
 		o.rpc = func(c *svcConfig) {
 			c.MaxBatch = fuzzMaxBatch
-			clock := newTestClock(t0)
+			clock := fakeclock.AtMilli(t0)
 			c.Now = func() time.Time { clock.Advance(time.Millisecond); return clock.Now() }
 		}
 	})

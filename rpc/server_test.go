@@ -26,6 +26,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/protoconv"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peer"
@@ -39,19 +40,8 @@ import (
 // exactly at t0.
 const t0 = 1_700_000_000_000
 
-type testClock struct{ ms atomic.Int64 }
-
-func newTestClock(ms int64) *testClock {
-	c := &testClock{}
-	c.ms.Store(ms)
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *testClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
 type env struct {
-	clock *testClock
+	clock *fakeclock.Clock
 	store *limiter.Store
 	svc   *route.Service
 	srv   *rpc.Server
@@ -79,7 +69,7 @@ func newEnv(t testing.TB, opts ...func(*envOpts)) *env {
 	}
 	store, err := limiter.New(o.store, o.partitions)
 	require.NoError(t, err)
-	clock := newTestClock(t0)
+	clock := fakeclock.AtMilli(t0)
 	cfg := svcConfig{Config: route.DefaultConfig(), Deps: route.Deps{NodeID: "n1", Now: clock.Now, Store: store, Metrics: o.metrics}}
 	if o.rpc != nil {
 		o.rpc(&cfg)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,17 +15,13 @@ var (
 	secretNew = []byte("new-secret-0123456789")
 )
 
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
-func newPeerAuth(t *testing.T, cfg PeerAuthConfig) (*PeerAuth, *fakeClock) {
+func newPeerAuth(t *testing.T, cfg PeerAuthConfig) (*PeerAuth, *fakeclock.Clock) {
 	t.Helper()
-	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	clk := fakeclock.At(time.Unix(1_000_000, 0))
 	if cfg.SelfID == "" {
 		cfg.SelfID = "a"
 	}
-	cfg.Now = clk.now
+	cfg.Now = clk.Now
 	p, err := NewPeerAuth(cfg)
 	require.NoError(t, err)
 	return p, clk
@@ -50,10 +47,10 @@ func TestPeerAuthTrustsDepartedMembersForTheGraceOnly(t *testing.T) {
 	tokB := PeerToken(secretOld, "b")
 
 	p.SetMembers([]string{"a", "c"}) // b leaves
-	clk.t = clk.t.Add(29 * time.Second)
+	clk.Advance(29 * time.Second)
 	assert.Equal(t, OK, p.Check("b", tokB, false), "a leaving member hands off after the others saw it go")
 	p.SetMembers([]string{"a"}) // another change must not restart b's grace
-	clk.t = clk.t.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	assert.Equal(t, NotMember, p.Check("b", tokB, false))
 	p.SetMembers([]string{"a"})
 	assert.Equal(t, NotMember, p.Check("b", tokB, false), "forgotten")
