@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -19,30 +18,11 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
-// Error is one problem in a configuration file, at a line.
-type Error struct {
-	File string
-	Line int // 1-based; 0 when the problem is the file as a whole
-	// Where names the domain and descriptor, when the problem is inside one.
-	Where string
-	Msg   string
-}
-
-// Error reads like a compiler's: `rls.yaml:12: domain "messaging",
-// descriptor to_number: requests_per_unit must be a whole number`.
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Where != "" {
-		b.WriteString(e.Where + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// Error is one problem in a configuration file, at a line; Where names
+// the domain and descriptor, when the problem is inside one. It reads
+// like a compiler's: `rls.yaml:12: domain "messaging", descriptor
+// to_number: requests_per_unit must be a whole number`.
+type Error = yamlconf.Error
 
 const (
 	// MaxFileBytes caps one configuration file, and MaxFiles the files of

@@ -24,7 +24,6 @@ import (
 	"io"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -79,29 +78,10 @@ func (s *Set) All() []Policy {
 	return out
 }
 
-// Error is one problem in a policy file, at a line.
-type Error struct {
-	File   string
-	Line   int    // 1-based; 0 when the problem is the file as a whole
-	Policy string // the policy's name, when the problem is inside one
-	Msg    string
-}
-
-// Error reads like a compiler's: "policies.yaml:12: policy "login": limit
-// must be positive".
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Policy != "" {
-		fmt.Fprintf(&b, "policy %q: ", e.Policy)
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// Error is one problem in a policy file, at a line; Where names the
+// policy, when the problem is inside one. It reads like a compiler's:
+// "policies.yaml:12: policy "login": limit must be positive".
+type Error = yamlconf.Error
 
 // maxErrors bounds the errors one parse reports.
 const maxErrors = yamlconf.MaxErrors
@@ -138,7 +118,11 @@ type parser struct {
 }
 
 func (p *parser) fail(line int, policy, format string, args ...any) {
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Policy: policy, Msg: fmt.Sprintf(format, args...)})
+	where := ""
+	if policy != "" {
+		where = fmt.Sprintf("policy %q", policy)
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Where: where, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) parse(data []byte) *Set {

@@ -215,7 +215,7 @@ func TestLoadErrors(t *testing.T) {
 	_, err = Load(bad, nil)
 	var pe *Error
 	require.True(t, errors.As(err, &pe))
-	assert.Equal(t, Error{File: bad, Line: 3, Policy: "login", Msg: "window is missing"}, *pe)
+	assert.Equal(t, Error{File: bad, Line: 3, Where: `policy "login"`, Msg: "window is missing"}, *pe)
 }
 
 // Lookups race with reloads: each sees one whole Set or the other.

@@ -103,3 +103,30 @@ func Int(v *yaml.Node, field string, bits int) (n int64, msg string, ok bool) {
 	}
 	return n, "", true
 }
+
+// Error is one problem in a configuration file, at a line: both loaders
+// report every problem as one.
+type Error struct {
+	File string
+	Line int // 1-based; 0 when the problem is the file as a whole
+	// Where names the part of the file the problem is inside (a domain and
+	// descriptor, a policy), if any.
+	Where string
+	Msg   string
+}
+
+// Error reads like a compiler's: `rls.yaml:12: domain "messaging",
+// descriptor to_number: requests_per_unit must be a whole number`.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Where != "" {
+		b.WriteString(e.Where + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
