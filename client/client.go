@@ -32,26 +32,43 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/batch"
 	"github.com/peerlimit/peerlimit/internal/wire"
-	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
-// Algorithm selects how a limit's rolling window is counted.
-type Algorithm = limiter.Algorithm
+// Algorithm selects how a limit's rolling window is counted. Its values
+// are the API's (peerlimit.v1.Algorithm): the client needs none of the
+// server's packages.
+type Algorithm uint8
 
 const (
 	// SlidingWindowCounter (the default) estimates the rolling window from
 	// two fixed windows, in constant memory per key.
-	SlidingWindowCounter = limiter.SlidingWindowCounter
+	SlidingWindowCounter Algorithm = iota
 	// SlidingWindowLog counts the rolling window exactly; limits are capped
 	// (10,000 by default) because its memory grows with the limit.
-	SlidingWindowLog = limiter.SlidingWindowLog
+	SlidingWindowLog
 )
+
+// String returns the algorithm's name as the API spells it.
+func (a Algorithm) String() string {
+	if name, ok := pb.Algorithm_name[int32(a)]; ok {
+		return name
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
 
 // ParseAlgorithm reads an algorithm's API name (SLIDING_WINDOW_COUNTER,
 // SLIDING_WINDOW_LOG); the empty string is the default, the counter.
-func ParseAlgorithm(s string) (Algorithm, error) { return limiter.ParseAlgorithm(s) }
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "" {
+		return SlidingWindowCounter, nil
+	}
+	if v, ok := pb.Algorithm_value[s]; ok {
+		return Algorithm(v), nil
+	}
+	return 0, fmt.Errorf("invalid algorithm: unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)
+}
 
 // Limit is "Limit hits per Window".
 type Limit struct {

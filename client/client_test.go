@@ -21,6 +21,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/client"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
 )
 
@@ -269,4 +270,20 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	}
 	// An unset MaxRetryBackoff is never below a RetryBackoff that was set.
 	require.NoError(t, client.Config{Endpoints: []string{"x:1"}, RetryBackoff: time.Minute}.Validate())
+}
+
+// The client's algorithms are the server's, by value and by name, though
+// the client imports none of the server's packages.
+func TestAlgorithmsAreTheServers(t *testing.T) {
+	for _, a := range []limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog} {
+		c, err := client.ParseAlgorithm(a.String())
+		require.NoError(t, err)
+		assert.Equal(t, uint8(a), uint8(c))
+		assert.Equal(t, a.String(), c.String())
+	}
+	c, err := client.ParseAlgorithm("")
+	require.NoError(t, err)
+	assert.Equal(t, client.SlidingWindowCounter, c, "the default")
+	_, err = client.ParseAlgorithm("FIXED_WINDOW")
+	assert.ErrorContains(t, err, "invalid algorithm")
 }
