@@ -88,29 +88,62 @@ func (s *Sampler) Since(t time.Time) []peer.Sample {
 // from a budget lease was decided here, without a hop, so it is local.
 var routeIndex = map[string]int{"local": 0, "leased": 0, "forwarded": 1, "fallback": 2}
 
+// The metrics the console reads, by name: other packages register them
+// (route, handoff, replica).
+const (
+	checksMetric      = "peerlimit_checks_total"
+	peerChecksMetric  = "peerlimit_peer_checks_total"
+	unreachableMetric = "peerlimit_owner_unreachable_total"
+	handoffMetric     = "peerlimit_handoff_keys_total"
+	forwardMetric     = "peerlimit_forward_duration_seconds"
+	replLagMetric     = "peerlimit_replication_lag_seconds"
+)
+
+// Series is a metric the console reads: its name and, if it selects on
+// one, a label and the values of it that it reads.
+type Series struct {
+	Name   string
+	Label  string
+	Values []string
+}
+
+// Reads lists every series read picks, by name and label value. A node
+// registers them all; node's TestConsoleReadsRegisteredSeries checks it,
+// so that a metric renamed elsewhere fails a test instead of blanking a
+// chart of the page in silence.
+var Reads = []Series{
+	{checksMetric, "route", []string{"local", "leased", "forwarded", "fallback"}},
+	{checksMetric, "outcome", []string{"allowed", "denied", "error"}},
+	{Name: peerChecksMetric},
+	{unreachableMetric, "policy", []string{"relay"}},
+	{handoffMetric, "direction", []string{"sent"}},
+	{forwardMetric, "result", []string{"ok"}},
+	{Name: replLagMetric},
+}
+
 // read picks the series the console shows out of a gathered registry.
 func read(mfs []*dto.MetricFamily) totals {
 	var t totals
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			switch mf.GetName() {
-			case "peerlimit_checks_total":
+			case checksMetric:
 				addCheck(&t, label(m, "route"), label(m, "outcome"), m.GetCounter().GetValue())
-			case "peerlimit_peer_checks_total":
+			case peerChecksMetric:
 				t.peerChecks += m.GetCounter().GetValue()
-			case "peerlimit_owner_unreachable_total":
+			case unreachableMetric:
 				if label(m, "policy") != "relay" { // a relay is the owner's own answer; the rest are degraded
 					t.degraded += m.GetCounter().GetValue()
 				}
-			case "peerlimit_handoff_keys_total":
+			case handoffMetric:
 				if label(m, "direction") == "sent" {
 					t.handoffKeys += m.GetCounter().GetValue()
 				}
-			case "peerlimit_forward_duration_seconds":
+			case forwardMetric:
 				if label(m, "result") == "ok" {
 					t.forward = readHistogram(m.GetHistogram())
 				}
-			case "peerlimit_replication_lag_seconds":
+			case replLagMetric:
 				t.replLag = readHistogram(m.GetHistogram())
 			}
 		}

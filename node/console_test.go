@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/httpapi"
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -117,4 +119,35 @@ func TestConsoleClusterViewShowsADeadMember(t *testing.T) {
 		}
 		return false, "node-2 not listed"
 	})
+}
+
+// Every series the console's sampler reads is registered by a node, with
+// the label values it selects: a metric renamed in its own package fails
+// here instead of blanking a chart of the page in silence.
+func TestConsoleReadsRegisteredSeries(t *testing.T) {
+	c := testcluster.New(t, 1, nil)
+	families, err := metrictest.Scrape("http://" + c.Node(0).HTTPAddr() + "/metrics").Gather()
+	require.NoError(t, err)
+	labels := map[string]map[string]map[string]bool{} // name → label → values
+	for _, mf := range families {
+		byLabel := map[string]map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if byLabel[l.GetName()] == nil {
+					byLabel[l.GetName()] = map[string]bool{}
+				}
+				byLabel[l.GetName()][l.GetValue()] = true
+			}
+		}
+		labels[mf.GetName()] = byLabel
+	}
+	for _, s := range console.Reads {
+		byLabel, ok := labels[s.Name]
+		if !assert.True(t, ok, "the console reads %s, which no node registers", s.Name) {
+			continue
+		}
+		for _, v := range s.Values {
+			assert.True(t, byLabel[s.Label][v], "the console reads %s{%s=%q}, which a node does not export", s.Name, s.Label, v)
+		}
+	}
 }
