@@ -58,6 +58,9 @@ type clusterOpts struct {
 	timeout time.Duration // of every call between members
 	route   func(id string, c *route.Config)
 	leases  bool // budget leases on, with the defaults
+	// share, if set, is every member's count of live and known members
+	// (route.Cluster.Share); nil: all members of the ring, all live.
+	share func() (live, known int)
 	limiter func(id string, c *limiter.Config)
 }
 
@@ -97,7 +100,11 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	if o.route != nil {
 		o.route(id, &rcfg)
 	}
-	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: route.FixedCluster(c.ring),
+	var view route.Cluster = route.FixedCluster(c.ring)
+	if o.share != nil {
+		view = sharing{view, o.share}
+	}
+	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: view,
 		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)}
 	// Leases off unless a test turns them on: at the harness's frozen
 	// clock any key checked 20 times from one member would be leased, and
@@ -114,6 +121,14 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	m.peers.Serve(m.svc)
 	return m
 }
+
+// sharing is a route.Cluster whose Share is the test's.
+type sharing struct {
+	route.Cluster
+	share func() (live, known int)
+}
+
+func (s sharing) Share() (live, known int) { return s.share() }
 
 // key returns the first key "<prefix>:<i>" the ring gives to owner.
 func (c *cluster) key(t testing.TB, owner, prefix string) string {
