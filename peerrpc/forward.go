@@ -21,12 +21,12 @@ import (
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
-// fwdItem is one check waiting in a member's batcher, with the context of
-// the request it belongs to: a batch that carries only it carries its
-// request id.
+// fwdItem is one check waiting in a member's batcher, with the id of the
+// request it belongs to ("" for none): a batch that carries only that
+// request's checks carries its id.
 type fwdItem struct {
 	req *pb.CheckRequest
-	ctx context.Context
+	rid string
 }
 
 // fwdResult is the owner's answer to one check and the request id of the
@@ -71,15 +71,11 @@ func newForwardLink(p *Peers, c *conn) (*forwardLink, error) {
 }
 
 // send sends one batch: on the stream, or as a Forward call to a member
-// that has no stream. A batch for one request carries its id; a coalesced
-// one its own.
+// that has no stream. A batch for one request (one check, or the checks
+// of one CheckBatch) carries its id; one that coalesces several requests
+// an id of its own.
 func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
-	id := ""
-	if len(items) == 1 {
-		id = peer.RequestIDForCall(items[0].ctx)
-	} else {
-		id = peer.NewRequestID()
-	}
+	id := batchID(items)
 	reqs := make([]*pb.CheckRequest, len(items))
 	for i, it := range items {
 		reqs[i] = it.req
@@ -111,6 +107,21 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 	})
 }
 
+// batchID is the request id of a batch: its checks' request's, when they
+// all carry the same one, else a new one.
+func batchID(items []fwdItem) string {
+	rid := items[0].rid
+	for _, it := range items[1:] {
+		if it.rid != rid {
+			return peer.NewRequestID()
+		}
+	}
+	if rid == "" {
+		return peer.NewRequestID()
+	}
+	return rid
+}
+
 // sendUnary sends a batch as one Forward call carrying request id id.
 func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]fwdResult, error)) {
 	results, _, err := l.p.forward(peer.WithRequestID(context.Background(), id), l.c.route, reqs)
@@ -120,7 +131,7 @@ func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]
 // forwardOne sends req through the batcher and returns its answer and the
 // id of the batch that carried it.
 func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer.Result, string, error) {
-	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), ctx: ctx})
+	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), rid: peer.RequestIDFrom(ctx)})
 	if err != nil {
 		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
 	}
@@ -133,8 +144,9 @@ func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer
 // whose Err is a *peer.CallError: the route falls back for it alone.
 func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) ([]peer.Result, string, error) {
 	items := make([]fwdItem, len(reqs))
+	rid := peer.RequestIDFrom(ctx)
 	for i, r := range reqs {
-		items[i] = fwdItem{req: r, ctx: ctx}
+		items[i] = fwdItem{req: r, rid: rid}
 	}
 	res, errs, err := l.batcher.DoAll(ctx, items)
 	if err != nil {

@@ -1,0 +1,75 @@
+package peerrpc_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/peerlimit/peerlimit/internal/testkit/peertest"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/peerrpc"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// peerrpc keeps the peer protocol's contract over real gRPC, as memnet
+// does in memory: the request path tested on memnet sees the same.
+func TestConformance(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		name := "stream"
+		if !batching {
+			name = "unary"
+		}
+		t.Run(name, func(t *testing.T) {
+			peertest.Conformance(t, func(t *testing.T) peertest.Transport {
+				return peertest.Transport{
+					Serve: func(t *testing.T, id string, h peer.Handler) peer.Route {
+						return peer.Route{ID: id, Addr: serve(t, peerrpc.NewServer(h))}
+					},
+					Caller: func(t *testing.T, id string) peer.Peers {
+						cfg := peerrpc.DefaultConfig()
+						if !batching {
+							cfg.BatchLimit = 1
+						}
+						p, err := peerrpc.NewPeers(cfg, id, nil)
+						require.NoError(t, err)
+						t.Cleanup(p.Close)
+						return p
+					},
+					Absent: func(t *testing.T) peer.Route { return peer.Route{ID: "gone", Addr: deadAddr(t)} },
+				}
+			})
+		})
+	}
+}
+
+// serve runs s on loopback until the test ends and returns its address.
+func serve(t *testing.T, s *peerrpc.Server) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer()
+	pb.RegisterPeerServer(gs, s)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	t.Cleanup(func() {
+		gs.Stop()
+		assert.NoError(t, <-served)
+	})
+	return lis.Addr().String()
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
