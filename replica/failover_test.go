@@ -12,6 +12,7 @@ import (
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/testkit/testring"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -30,6 +31,18 @@ func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Se
 	return s
 }
 
+// replicatedKey starts n1, n2 and n3, and has n1 admit 3 hits of a key
+// whose heir is n2 and replicate them there.
+func replicatedKey(t *testing.T) (c *cluster, owner, heir *member, req limiter.Request) {
+	t.Helper()
+	c = newCluster(t, "n1", "n2", "n3")
+	req = logReq(c.keyWith(t, "n1", "n2", "k"), 10)
+	owner, heir = c.members["n1"], c.members["n2"]
+	require.Equal(t, 3, admit(t, owner, req, 3))
+	require.Zero(t, owner.sender.Round(context.Background()))
+	return c, owner, heir, req
+}
+
 // handoff is m's handoff Sender, by the cluster's ring.
 func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
 	t.Helper()
@@ -45,12 +58,7 @@ func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
 // heir, the promoted hits are subtracted first: counted once.
 func TestPromotionThenHandoffCountOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, "n1", "n2", "n3")
-		key := c.keyWith(t, "n1", "n2", "k")
-		req := logReq(key, 10)
-		owner, heir := c.members["n1"], c.members["n2"]
-		require.Equal(t, 3, admit(t, owner, req, 3))
-		require.Zero(t, owner.sender.Round(context.Background()))
+		c, owner, heir, req := replicatedKey(t)
 		c.net.Partition([]string{"n1"}, []string{"n2", "n3"})
 
 		res := heir.svc.Check(context.Background(), req)
@@ -73,12 +81,7 @@ func TestPromotionThenHandoffCountOnce(t *testing.T) {
 // superseded it.
 func TestHandoffThenPromotionCountOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, "n1", "n2", "n3")
-		key := c.keyWith(t, "n1", "n2", "k")
-		req := logReq(key, 10)
-		owner, heir := c.members["n1"], c.members["n2"]
-		require.Equal(t, 3, admit(t, owner, req, 3))
-		require.Zero(t, owner.sender.Round(context.Background()))
+		c, owner, heir, req := replicatedKey(t)
 		require.Positive(t, heir.replicas.Len())
 
 		sender := leaverSender(t, c, owner, testring.New(t, "n2", "n3"))
@@ -104,12 +107,7 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 	}{{"failed", true, 3}, {"left", false, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, "n1", "n2", "n3")
-				key := c.keyWith(t, "n1", "n2", "k")
-				req := logReq(key, 10)
-				owner, heir := c.members["n1"], c.members["n2"]
-				require.Equal(t, 3, admit(t, owner, req, 3))
-				require.Zero(t, owner.sender.Round(context.Background()))
+				c, owner, heir, req := replicatedKey(t)
 
 				old := c.Ring()
 				c.ring.Store(testring.New(t, "n2", "n3"))
@@ -128,12 +126,7 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 // about one run in ten.)
 func TestALeaveTakenForAFailureCountsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, "n1", "n2", "n3")
-		key := c.keyWith(t, "n1", "n2", "k")
-		req := logReq(key, 10)
-		owner, heir := c.members["n1"], c.members["n2"]
-		require.Equal(t, 3, admit(t, owner, req, 3))
-		require.Zero(t, owner.sender.Round(context.Background()))
+		c, owner, heir, req := replicatedKey(t)
 
 		old, without := c.Ring(), testring.New(t, "n2", "n3")
 		c.ring.Store(without)
@@ -151,12 +144,7 @@ func TestALeaveTakenForAFailureCountsOnce(t *testing.T) {
 // goes back to it whole.
 func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, "n1", "n2", "n3")
-		key := c.keyWith(t, "n1", "n2", "k")
-		req := logReq(key, 10)
-		owner, heir := c.members["n1"], c.members["n2"]
-		require.Equal(t, 3, admit(t, owner, req, 3))
-		require.Zero(t, owner.sender.Round(context.Background()))
+		c, owner, heir, req := replicatedKey(t)
 
 		all, without := c.Ring(), testring.New(t, "n2", "n3")
 		c.ring.Store(without)
