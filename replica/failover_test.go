@@ -107,7 +107,7 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 	}{{"failed", true, 3}, {"left", false, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c, owner, heir, req := replicatedKey(t)
+				c, _, heir, req := replicatedKey(t)
 
 				old := c.Ring()
 				c.ring.Store(testring.New(t, "n2", "n3"))
