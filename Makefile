@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare chaos image compose-test
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare bench-scale chaos image compose-test
 
 all: build
 
@@ -69,6 +69,15 @@ clean:
 # BENCH_REPEATS, BENCH_DURATION and BENCH_OUT tune it.
 bench-compare:
 	GO=$(GO) ./scripts/bench-compare.sh
+
+# What a forwarding hop costs as the cluster grows: N = 1, 3, 5, 7 nodes
+# (GOMAXPROCS=1 each), unary checks to a random node and to the owner, CPU
+# per check of every process, forward batch sizes, the hop per forwarded
+# check, a chart (docs/benchmarks.md, "Scaling out"). About 6 min;
+# BENCH_SCALE_NODES, BENCH_REPEATS, BENCH_DURATION, BENCH_WORKERS and
+# BENCH_OUT tune it.
+bench-scale:
+	GO=$(GO) ./scripts/bench-scale.sh
 
 # jepsen-lite: every chaos scenario against real node processes on
 # 127.0.0.11.., with kills, pauses, iptables partitions (needs root;

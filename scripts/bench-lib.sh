@@ -1,0 +1,103 @@
+# Shell functions the benchmark scripts share (bench-compare.sh,
+# bench-scale.sh): logging, starting and stopping the processes they own,
+# the CPU time of processes, the nodes' forwarding counters. Sourced, not
+# run; the sourcing script sets `work` (its scratch directory) first.
+
+log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() { log "error: $*" >&2; exit 1; }
+
+started=() # every long-running process started, for stop_started
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Starts "$@" in its own session (so that Ctrl-C reaches only the script,
+# as in scripts/run-local.sh) and sets started_pid. A script without job
+# control runs setsid outside any group lead, so it does not fork and $! is
+# the program itself; checked, since the cleanup signals that pid.
+start_detached() {
+	local name=$1 logfile=$2
+	shift 2
+	setsid "$@" >"$logfile" 2>&1 &
+	started_pid=$!
+	started+=("$started_pid")
+	sleep 0.2
+	local comm
+	comm=$(ps -o comm= -p "$started_pid" 2>/dev/null || true)
+	[ "$comm" = "$name" ] || [ "${comm:0:15}" = "${name:0:15}" ] ||
+		die "expected $name as pid $started_pid, found '${comm}'; see $logfile"
+}
+
+# Stops the given pids: one TERM each (a second signal would cut a node's
+# handoff short), then KILL after 15 s.
+stop_pids() {
+	[ "$#" -gt 0 ] || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	local deadline=$((SECONDS + 15)) pid
+	for pid in "$@"; do
+		while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "pid $pid still running after 15 s: KILL"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+		wait "$pid" 2>/dev/null || true
+	done
+}
+
+# CPU time (user + system, every thread) that the given processes have
+# used so far, in clock ticks (1/CLK_TCK s): fields 14 and 15 of
+# /proc/<pid>/stat, counted after the command name, which may hold spaces.
+cpu_ticks() {
+	local total=0 pid stat f
+	for pid in "$@"; do
+		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || die "process $pid exited during the benchmark; see $work/logs"
+		read -r -a f <<<"${stat##*) }"
+		total=$((total + f[11] + f[12]))
+	done
+	echo "$total"
+}
+
+# The nodes' forwarding counters, summed over the nodes whose HTTP ports
+# are given: checks carried by forward calls
+# (peerlimit_forward_batch_size_sum), the calls (_count), checks forwarded
+# and answered (peerlimit_forwards_total{result="ok"}) and checks received
+# from clients (peerlimit_checks_total, every label). "- - - -" if a node
+# did not answer.
+scrape_forwarding() {
+	local p
+	for p in "$@"; do
+		curl -sf --max-time 5 "http://127.0.0.1:$p/metrics" || echo "scrape_failed 1"
+	done | awk '
+		$1 == "peerlimit_forward_batch_size_sum" { s += $2 }
+		$1 == "peerlimit_forward_batch_size_count" { c += $2 }
+		$1 ~ /^peerlimit_forwards_total\{/ && $1 ~ /result="ok"/ { ok += $2 }
+		$1 ~ /^peerlimit_checks_total\{/ { n += $2 }
+		$1 == "scrape_failed" { bad = 1 }
+		END { if (bad) print "- - - -"; else printf "%.0f %.0f %.0f %.0f\n", s, c, ok, n }'
+}
+
+# after - before for each of the 4 counters of scrape_forwarding; "-"
+# where unknown.
+delta4() {
+	local -a b a
+	read -r -a b <<<"$1"
+	read -r -a a <<<"$2"
+	local i outs=()
+	for i in 0 1 2 3; do
+		if [[ ${b[i]} =~ ^[0-9]+$ && ${a[i]} =~ ^[0-9]+$ ]]; then outs+=($((a[i] - b[i]))); else outs+=(-); fi
+	done
+	echo "${outs[*]}"
+}
+
+# How many members the node on HTTP port $1 sees alive and owning
+# partitions.
+alive_members() {
+	curl -sf --max-time 2 "localhost:$1/v1/members" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["members"]
+print(sum(1 for x in m if x["state"] == "alive" and x["partitions"] > 0))' 2>/dev/null || echo 0
+}
+
+# Seconds in a Go duration ("10s", "500ms", "1m"), rounded up.
+duration_seconds() {
+	python3 -c 'import sys,re; m=re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", sys.argv[1]); print(int(float(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]] + 0.999))' "$1"
+}
