@@ -316,7 +316,7 @@ func (c *Client) node(addr string) (*node, error) {
 	if n, ok := c.nodes[addr]; ok {
 		return n, nil
 	}
-	opts := append(Credentials(c.cfg.TLS, c.cfg.Token, c.cfg.TokenWithoutTLS), wire.Dial())
+	opts := append(Credentials(c.cfg.TLS, c.cfg.Token, c.cfg.TokenWithoutTLS), wire.Dial()...)
 	conn, err := grpc.NewClient(addr, append(opts, c.cfg.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("peerlimit client: connect to %s: %w", addr, err)

@@ -159,7 +159,7 @@ func TestCheckStreamAnswersEveryBatch(t *testing.T) {
 
 func openForwardStream(t *testing.T, addr, origin string) pb.Peer_ForwardStreamClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), wire.Dial())
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, wire.Dial()...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), grpcapi.OriginKey, origin))

@@ -173,7 +173,7 @@ func (c *command) dialOptions() ([]grpc.DialOption, error) {
 	if tok != "" && tc == nil && !c.tokenWithoutTLS {
 		return nil, errors.New("refusing to send the API token over plaintext: give --tls-ca-file (or --tls), or --token-without-tls")
 	}
-	return append(client.Credentials(tc, tok, c.tokenWithoutTLS), wire.Dial()), nil
+	return append(client.Credentials(tc, tok, c.tokenWithoutTLS), wire.Dial()...), nil
 }
 
 // parse reads flags and arguments in any order ("check key --hits 2" and

@@ -23,7 +23,6 @@ package wire
 import (
 	"fmt"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 
@@ -44,9 +43,6 @@ type resetter interface{ Reset() }
 
 // Codec is the encoding.CodecV2 of peerlimit's connections.
 var Codec encoding.CodecV2 = codec{fallback: encoding.GetCodecV2("proto")}
-
-// Dial is the dial option that makes Codec a connection's codec.
-func Dial() grpc.DialOption { return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(Codec)) }
 
 type codec struct{ fallback encoding.CodecV2 }
 
