@@ -110,13 +110,14 @@ func NewError(code Code, message string) *Error { return &Error{Code: code, Mess
 // DEADLINE_EXCEEDED or CANCELLED, an *Error its own code, anything else
 // INTERNAL.
 func CodeOf(err error) Code {
+	if err == nil { // the common case, and before errors.As's targets escape to the heap
+		return OK
+	}
 	var (
 		ae *limiter.ArgumentError
 		pe *Error
 	)
 	switch {
-	case err == nil:
-		return OK
 	case errors.As(err, &ae):
 		return InvalidArgument
 	case errors.As(err, &pe):
@@ -134,6 +135,9 @@ func CodeOf(err error) Code {
 // FieldOf returns the request field an error is about, or "": a bad
 // field this node found, or one another member named.
 func FieldOf(err error) string {
+	if err == nil {
+		return ""
+	}
 	var (
 		ae *limiter.ArgumentError
 		pe *Error
