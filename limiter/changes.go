@@ -1,31 +1,126 @@
 package limiter
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
-// TakeChanged returns the state, at now, of every key of partition i that
-// changed since the last call, and forgets that they changed: what an
-// owner sends its backup (see Config.TrackChanges). A key whose state is
-// gone or expired comes as its tombstone, an empty state of each
-// algorithm (no counts, no log), on which a backup drops its copy.
-func (s *Store) TakeChanged(i int, now time.Time) []KeyState {
+// A journal records, per partition, which states changed since the
+// replicator last took them (Config.TrackChanges), so that a round sends
+// a backup only those, without walking the partition.
+//
+// A check is the common change, and it must cost almost nothing: the
+// state it changed carries the round (epoch) in which it was last
+// journaled and its record's index (mark, slot), so a repeated change
+// overwrites its record in place and a first one appends. Neither looks
+// anything up, and the round reads the records in order without looking
+// anything up either: a counter's record holds its counts, a log's its
+// state. Rarer changes (a merge, a handoff's forget, a lease's move, a
+// reset) append a lookup record, read from the maps when taken; so does a
+// journaled state that is deleted (evicted, expired, reset), which then
+// goes as its tombstone, as the backup must drop its copy.
+//
+// Records go in the order the changes were made, and a backup applies
+// them in order: a lookup record reads the state as it is when taken,
+// never older than an earlier record of the same key.
+type journal struct {
+	epoch   uint32 // never 0: a new state's mark is 0
+	changes []change
+}
+
+type changeKind uint8
+
+const (
+	counterChange changeKind = iota // counter holds the counts
+	logChange                       // log is the state, read when taken
+	lookupChange                    // read both maps when taken
+)
+
+type change struct {
+	key     string // the journal's copy: the caller's may be a request buffer
+	window  int64  // ms
+	kind    changeKind
+	counter counterState
+	log     *logState
+}
+
+func newJournal() *journal { return &journal{epoch: 1} }
+
+// owns reports whether the record at slot is k's, journaled this epoch
+// as kind: the slot of a state journaled in an earlier epoch may hold
+// another key's record, or none.
+func (j *journal) owns(mark, slot uint32, k stateKey, kind changeKind) bool {
+	if mark != j.epoch || int(slot) >= len(j.changes) {
+		return false
+	}
+	c := &j.changes[slot]
+	return c.kind == kind && c.window == k.window && c.key == k.key
+}
+
+// journalCounter records that the counter of k changed to *st, and marks
+// st with its record: call it before st is stored. Requires sh.mu held.
+func (sh *shard) journalCounter(k stateKey, st *counterState) {
+	j := sh.journal
+	if j == nil {
+		return
+	}
+	if j.owns(st.mark, st.slot, k, counterChange) {
+		j.changes[st.slot].counter = *st
+		return
+	}
+	st.mark, st.slot = j.epoch, uint32(len(j.changes))
+	j.changes = append(j.changes, change{key: strings.Clone(k.key), window: k.window, kind: counterChange, counter: *st})
+}
+
+// journalLog records that the log of k changed. Requires sh.mu held.
+func (sh *shard) journalLog(k stateKey, st *logState) {
+	j := sh.journal
+	if j == nil || j.owns(st.mark, st.slot, k, logChange) {
+		return // the record reads st when taken
+	}
+	st.mark, st.slot = j.epoch, uint32(len(j.changes))
+	j.changes = append(j.changes, change{key: strings.Clone(k.key), window: k.window, kind: logChange, log: st})
+}
+
+// touch records that k's state, of either algorithm, changed or went,
+// to be read when taken. Requires sh.mu held.
+func (sh *shard) touch(k stateKey) {
+	if sh.journal != nil {
+		sh.journal.changes = append(sh.journal.changes, change{key: strings.Clone(k.key), window: k.window, kind: lookupChange})
+	}
+}
+
+// unjournal turns the record of a state being deleted, if it has one
+// this epoch, into a lookup: taken, it finds the state gone (or a new
+// one) and sends that. Requires sh.mu held.
+func (sh *shard) unjournal(k stateKey, mark, slot uint32, kind changeKind) {
+	if j := sh.journal; j != nil && j.owns(mark, slot, k, kind) {
+		j.changes[slot] = change{key: j.changes[slot].key, window: k.window, kind: lookupChange}
+	}
+}
+
+// TakeChanged appends to out the state, at now, of every key of
+// partition i that changed since the last call, in the order they
+// changed, and forgets that they changed: what an owner sends its backup
+// (see Config.TrackChanges). A state that is gone or expired comes as
+// its tombstone, an empty state (no counts, no log), on which a backup
+// drops its copy; a key changed by something rarer than a check (see
+// journal) comes under both algorithms, as its state or its tombstone.
+// The caller may reuse out: nothing appended refers to the store's
+// memory but key strings and fresh logs.
+func (s *Store) TakeChanged(out []KeyState, i int, now time.Time) []KeyState {
 	ms := max(now.UnixMilli(), 0)
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if len(sh.changed) == 0 {
-		return nil
+	j := sh.journal
+	if j == nil || len(j.changes) == 0 {
+		return out
 	}
-	out := make([]KeyState, 0, len(sh.changed))
-	for k := range sh.changed {
-		n := len(out)
-		out = sh.appendState(out, k, ms)
-		if len(out) == n {
-			w := time.Duration(k.window) * time.Millisecond
-			out = append(out, KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowCounter},
-				KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowLog})
-		}
+	for i := range j.changes {
+		out = sh.appendChange(out, &j.changes[i], ms)
 	}
-	clear(sh.changed)
+	j.reset()
 	return out
 }
 
@@ -34,22 +129,51 @@ func (s *Store) TakeChanged(i int, now time.Time) []KeyState {
 func (s *Store) ClearChanged(i int) {
 	sh := &s.shards[i]
 	sh.mu.Lock()
-	clear(sh.changed)
+	if sh.journal != nil {
+		sh.journal.reset()
+	}
 	sh.mu.Unlock()
 }
 
-// appendState appends the unexpired states of k at now (ms), of either
-// algorithm, to out. Requires sh.mu held.
-func (sh *shard) appendState(out []KeyState, k stateKey, now int64) []KeyState {
-	w := time.Duration(k.window) * time.Millisecond
-	if st, ok := sh.counters[k]; ok && counterExpiry(&st, k.window) > now {
-		out = append(out, KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowCounter,
-			WindowID: st.window, Prev: st.prev, Curr: st.curr})
+// reset drops the records, and what they reference, and starts a new
+// epoch: no state's mark names it.
+func (j *journal) reset() {
+	clear(j.changes)
+	j.changes = j.changes[:0]
+	if j.epoch++; j.epoch == 0 {
+		j.epoch = 1
 	}
-	if st, ok := sh.logs[k]; ok {
-		if log := st.live(now - k.window); len(log) > 0 {
-			out = append(out, KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowLog, Log: log})
+}
+
+// appendChange appends the state c recorded, at now (ms), to out.
+// Requires sh.mu held.
+func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
+	w := time.Duration(c.window) * time.Millisecond
+	switch c.kind {
+	case counterChange:
+		ks := KeyState{Key: c.key, Window: w, Algorithm: SlidingWindowCounter}
+		if counterExpiry(&c.counter, c.window) > now {
+			ks.WindowID, ks.Prev, ks.Curr = c.counter.window, c.counter.prev, c.counter.curr
 		}
+		return append(out, ks)
+	case logChange:
+		return append(out, KeyState{Key: c.key, Window: w, Algorithm: SlidingWindowLog, Log: c.log.live(now - c.window)})
 	}
-	return out
+	return sh.appendLookup(out, stateKey{c.key, c.window}, now)
+}
+
+// appendLookup appends the state of k at now (ms) under each algorithm:
+// its counter and its log, each as its tombstone if it is gone or
+// expired. Requires sh.mu held.
+func (sh *shard) appendLookup(out []KeyState, k stateKey, now int64) []KeyState {
+	w := time.Duration(k.window) * time.Millisecond
+	counter := KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowCounter}
+	if st, ok := sh.counters[k]; ok && counterExpiry(&st, k.window) > now {
+		counter.WindowID, counter.Prev, counter.Curr = st.window, st.prev, st.curr
+	}
+	log := KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowLog}
+	if st, ok := sh.logs[k]; ok {
+		log.Log = st.live(now - k.window)
+	}
+	return append(out, counter, log)
 }

@@ -8,6 +8,9 @@ type counterState struct {
 	window int64 // id of the current fixed window, floor(t / W)
 	prev   int64 // hits allowed in window-1
 	curr   int64 // hits allowed in window
+	// mark and slot place the state's record in its shard's journal
+	// (Config.TrackChanges): the epoch it was last journaled in, and where.
+	mark, slot uint32
 }
 
 // counterResult is what a counter decision needs to report, in milliseconds.

@@ -28,7 +28,7 @@ func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algori
 	if !ok {
 		return false
 	}
-	sh.deleteCounter(k)
+	sh.deleteCounter(k, st)
 	return counterExpiry(&st, k.window) > ms
 }
 
@@ -52,7 +52,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 				live++
 			}
 			sh.touch(k)
-			sh.deleteCounter(k)
+			sh.deleteCounter(k, st)
 		}
 	}
 	for k, st := range sh.logs {

@@ -98,7 +98,7 @@ func (s *Store) Forget(now time.Time, states []KeyState) {
 			sent.roll(id)
 			st.prev, st.curr = max(st.prev-sent.prev, 0), max(st.curr-sent.curr, 0)
 			if st.prev == 0 && st.curr == 0 {
-				sh.deleteCounter(k)
+				sh.deleteCounter(k, st)
 			} else {
 				sh.counters[k] = st
 			}

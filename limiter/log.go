@@ -12,6 +12,9 @@ type logState struct {
 	ring []uint32 // len(ring) is the capacity
 	head int32    // index of the oldest entry
 	n    int32    // number of entries
+	// mark and slot place the log's record in its shard's journal, as a
+	// counter's.
+	mark, slot uint32
 }
 
 const minLogCap = 4

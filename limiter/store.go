@@ -77,9 +77,10 @@ type Config struct {
 	// MaxLogLimit, so that any one log fits.
 	MaxLogEntries int64
 	// TrackChanges makes the store remember which keys changed since
-	// TakeChanged last asked, for replication to a backup: a map insert per
-	// admitted check, under the partition's lock it already holds. Default
-	// false.
+	// TakeChanged last asked, for replication to a backup: a record per
+	// key changed in a round, appended or overwritten in place by an
+	// admitted check under the partition's lock it already holds (see
+	// journal). Default false.
 	TrackChanges bool
 	// HotKeys is how many keys each partition's hot-key summaries monitor
 	// (see HotKeys): two Space-Saving summaries, by checks and by denials,
@@ -171,23 +172,12 @@ type shard struct {
 	entries  int // hits held by the logs
 	slots    int // ring slots the logs allocated (≥ entries): the budgeted memory
 	keyBytes int // bytes of the key strings held
-	// changed holds the keys changed since TakeChanged last took them;
-	// nil unless Config.TrackChanges.
-	changed map[stateKey]struct{}
+	// journal holds what changed since TakeChanged last took it; nil
+	// unless Config.TrackChanges.
+	journal *journal
 	// hot summarises the keys decided here; nil unless Config.HotKeys.
 	hot *hotKeys
 	_   [8]byte // keep neighbouring shards' locks off one cache line
-}
-
-// touch records that k's state changed. Requires sh.mu held.
-func (sh *shard) touch(k stateKey) {
-	if sh.changed == nil {
-		return
-	}
-	if _, ok := sh.changed[k]; !ok {
-		k.key = strings.Clone(k.key) // don't pin the caller's buffer (a decoded request's)
-		sh.changed[k] = struct{}{}
-	}
 }
 
 func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }
@@ -209,12 +199,14 @@ func (sh *shard) putLog(k stateKey, st *logState) {
 	sh.peak = max(sh.peak, sh.len())
 }
 
-func (sh *shard) deleteCounter(k stateKey) {
+func (sh *shard) deleteCounter(k stateKey, st counterState) {
+	sh.unjournal(k, st.mark, st.slot, counterChange)
 	delete(sh.counters, k)
 	sh.keyBytes -= len(k.key)
 }
 
 func (sh *shard) deleteLog(k stateKey, st *logState) {
+	sh.unjournal(k, st.mark, st.slot, logChange)
 	delete(sh.logs, k)
 	sh.keyBytes -= len(k.key)
 	sh.entries -= int(st.n)
@@ -240,7 +232,7 @@ func New(cfg Config, partitions int) (*Store, error) {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)
 		if cfg.TrackChanges {
-			s.shards[i].changed = make(map[stateKey]struct{})
+			s.shards[i].journal = newJournal()
 		}
 		if cfg.HotKeys > 0 {
 			s.shards[i].hot = newHotKeys(cfg.HotKeys)
@@ -296,17 +288,19 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decision, error) {
 	st, ok := sh.counters[k]
 	res := decideCounter(&st, now, k.window, r.Limit, r.Hits)
+	changed := res.allowed && r.Hits > 0
 	switch {
 	case ok:
+		if changed {
+			sh.journalCounter(k, &st)
+		}
 		sh.counters[k] = st
-	case res.allowed && r.Hits > 0:
+	case changed:
 		if err := s.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
+		sh.journalCounter(k, &st)
 		sh.putCounter(k, st)
-	}
-	if res.allowed && r.Hits > 0 {
-		sh.touch(k)
 	}
 	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }
@@ -350,7 +344,7 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 		sh.putLog(k, st)
 	}
 	if res.allowed && r.Hits > 0 {
-		sh.touch(k)
+		sh.journalLog(k, st)
 	}
 	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
 }
@@ -384,6 +378,7 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	// Map iteration starts at a random position, which makes this a sample.
 	var (
 		victimC *stateKey
+		victimS counterState
 		soonest = int64(math.MaxInt64)
 		dropped int
 	)
@@ -393,11 +388,11 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 			break
 		}
 		if exp := counterExpiry(&st, k.window); exp <= now {
-			sh.deleteCounter(k)
+			sh.deleteCounter(k, st)
 			dropped++
 		} else if exp < soonest {
 			kk := k
-			victimC, soonest = &kk, exp
+			victimC, victimS, soonest = &kk, st, exp
 		}
 	}
 	// No key has window 0, so nothing is skipped.
@@ -415,7 +410,7 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	case victimLog != nil: // expires sooner than any sampled counter
 		sh.deleteLog(victimL, victimLog)
 	case victimC != nil:
-		sh.deleteCounter(*victimC)
+		sh.deleteCounter(*victimC, victimS)
 	}
 	s.evictions.Add(1)
 	return nil
@@ -490,7 +485,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, st := range sh.counters {
 			if counterExpiry(&st, k.window) <= ms {
-				sh.deleteCounter(k)
+				sh.deleteCounter(k, st)
 				freed++
 			}
 		}

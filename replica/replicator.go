@@ -46,7 +46,14 @@ type Replicator struct {
 	last time.Time
 	// failLog gates the failures' warning: one line a second.
 	failLog logging.Gate
+	// spares are sent batches' states, emptied, for the next round to
+	// fill: a round sends about as many as the last.
+	spares [][]limiter.KeyState
 }
+
+// maxSpare bounds the states a round keeps for the next: a whole
+// partition's copy may be far larger than the rounds that follow.
+const maxSpare = 1 << 16
 
 // NewReplicator returns a Replicator over d.
 func NewReplicator(d Deps) (*Replicator, error) {
@@ -80,21 +87,37 @@ func (r *Replicator) Round(ctx context.Context) (failed int) {
 	since := r.last
 	r.last = r.d.Now()
 	for _, b := range r.collect() {
-		if err := r.send(ctx, b); err != nil {
-			failed += len(b.States)
-			for _, p := range b.parts {
-				r.synced[p] = ""
-			}
-			r.d.Metrics.sent(0, len(b.States), 0)
-			if r.failLog.Allow() {
-				r.log.Warn("replication to a backup failed; its partitions go whole at the next round that reaches it", "backup", b.to.ID,
-					"partitions", len(b.parts), "keys", len(b.States), "err", err)
-			}
-			continue
-		}
-		r.d.Metrics.sent(len(b.States), 0, r.d.Now().Sub(since))
+		failed += r.deliver(ctx, b, since)
+		r.keep(b)
 	}
 	return failed
+}
+
+// deliver sends b and returns how many states it could not deliver; a
+// failure sends its partitions whole at the next round.
+func (r *Replicator) deliver(ctx context.Context, b *batch, since time.Time) (failed int) {
+	err := r.send(ctx, b)
+	if err == nil {
+		r.d.Metrics.sent(len(b.States), 0, r.d.Now().Sub(since))
+		return 0
+	}
+	for _, p := range b.parts {
+		r.synced[p] = ""
+	}
+	r.d.Metrics.sent(0, len(b.States), 0)
+	if r.failLog.Allow() {
+		r.log.Warn("replication to a backup failed; its partitions go whole at the next round that reaches it", "backup", b.to.ID,
+			"partitions", len(b.parts), "keys", len(b.States), "err", err)
+	}
+	return len(b.States)
+}
+
+// keep offers b's states, sent or not, to the next round.
+func (r *Replicator) keep(b *batch) {
+	if c := cap(b.States); c > 0 && c <= maxSpare {
+		clear(b.States) // the keys and logs are the receiver's now, or garbage
+		r.spares = append(r.spares, b.States[:0])
+	}
 }
 
 // collect takes, for every partition this node owns, what its backup
@@ -115,6 +138,9 @@ func (r *Replicator) collect() map[string]*batch {
 		b := out[backup.ID]
 		if b == nil {
 			b = &batch{to: backup}
+			if n := len(r.spares); n > 0 {
+				b.States, r.spares = r.spares[n-1], r.spares[:n-1]
+			}
 			out[backup.ID] = b
 		}
 		if r.synced[p] != backup.ID {
@@ -125,8 +151,8 @@ func (r *Replicator) collect() map[string]*batch {
 			r.synced[p] = backup.ID
 			continue
 		}
-		if changed := r.d.Store.TakeChanged(p, now); len(changed) > 0 {
-			b.States = append(b.States, changed...)
+		n := len(b.States)
+		if b.States = r.d.Store.TakeChanged(b.States, p, now); len(b.States) > n {
 			b.parts = append(b.parts, p)
 		}
 	}
