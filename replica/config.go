@@ -31,8 +31,11 @@ type Config struct {
 	// round at most, and only with changes to send.
 	Interval time.Duration
 	// MaxKeys caps the key states a backup holds for others, to bound its
-	// memory whatever the owners send; states over it are refused and
-	// counted. Default 1,048,576, as the store's --max-keys.
+	// memory whatever the owners send, split evenly over the partitions
+	// as the store's MaxKeys is: past its share, a partition keeps the keys
+	// replicated last, and the others are refused and counted. Between
+	// compactions a partition's list may hold repeats of a key, at most
+	// about twice its share (see Store). Default 1,048,576, as the store's.
 	MaxKeys int
 }
 

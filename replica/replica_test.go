@@ -231,33 +231,63 @@ func TestReplicatorSendsChangesAndWholePartitions(t *testing.T) {
 	})
 }
 
-// A backup holds at most MaxKeys states, refuses the rest and counts
-// them, and sweeps what expired.
+// A backup holds at most MaxKeys states, split over its partitions: past
+// its share, a partition keeps the keys replicated last and counts the
+// others refused. It sweeps what expired.
 func TestStoreIsBoundedAndSwept(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := replica.NewMetrics(reg)
 	require.NoError(t, err)
-	s := replica.NewStore(partition.DefaultCount, 2, 3, m)
+	s := replica.NewStore(1, 2, 3, m)
 	state := func(key string, log ...int64) limiter.KeyState {
 		return limiter.KeyState{Key: key, Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: log}
 	}
-	kept := s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0), state("b", t0, t0+1, t0+2, t0+3), state("c", t0)}})
-	assert.Equal(t, 2, kept)
+	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0), state("b", t0, t0+1, t0+2, t0+3), state("c", t0)}})
 	assert.Equal(t, 2, s.Len())
 	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"))
-	got, origin := s.Take(partition.Of("b", partition.DefaultCount))
+	got, origin := s.Take(0)
 	assert.Equal(t, "n1", origin)
-	require.Len(t, got, 1)
+	require.Len(t, got, 2)
+	assert.Equal(t, []string{"b", "c"}, []string{got[0].Key, got[1].Key}, "a was replicated longest ago")
 	assert.Equal(t, []int64{t0 + 1, t0 + 2, t0 + 3}, got[0].Log, "trimmed to the newest MaxLogLimit")
 
+	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0)}})
 	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a")}})
 	assert.Zero(t, s.Len(), "an empty state drops the copy")
 	s.Apply("n1", peer.Replication{States: []limiter.KeyState{state("a", t0), state("c", t0+5000)}})
 	assert.Equal(t, 1, s.Sweep(time.UnixMilli(t0+1000)), "a's entry left its window")
 	assert.Equal(t, 1, s.Len())
-	p := partition.Of("c", partition.DefaultCount)
-	s.Apply("n1", peer.Replication{Whole: []int{p}})
+	s.Apply("n1", peer.Replication{Whole: []int{0}})
 	assert.Zero(t, s.Len(), "a whole partition starts from nothing")
+}
+
+// However many rounds a backup receives, it holds one state per key, the
+// last it received, and a bounded list of what it received since its
+// last compaction.
+func TestStoreKeepsTheLastStateOfEachKey(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := replica.NewMetrics(reg)
+	require.NoError(t, err)
+	s := replica.NewStore(1, 1<<20, 100, m)
+	keys := []string{"a", "b", "c"}
+	maxHeld := 0.0
+	for round := int64(1); round <= 1000; round++ {
+		r := peer.Replication{}
+		for _, k := range keys {
+			r.States = append(r.States, limiter.KeyState{Key: k, Window: time.Minute, WindowID: t0 / 60_000, Curr: round})
+		}
+		require.Equal(t, len(keys), s.Apply("n1", r))
+		maxHeld = max(maxHeld, metrictest.Value(t, reg, "peerlimit_replica_keys"))
+	}
+	assert.LessOrEqual(t, maxHeld, float64(2*len(keys)+64), "compacted as it grows")
+	assert.Equal(t, len(keys), s.Len())
+	assert.EqualValues(t, len(keys), metrictest.Value(t, reg, "peerlimit_replica_keys"), "exact once compacted")
+	got, _ := s.Take(0)
+	require.Len(t, got, len(keys))
+	for i, k := range keys {
+		assert.Equal(t, k, got[i].Key)
+		assert.EqualValues(t, 1000, got[i].Curr, "%s: its last state", k)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

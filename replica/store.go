@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -12,16 +13,44 @@ import (
 // Store holds the replicas other members sent this node as their
 // partitions' backup, by partition, apart from the node's own state. It
 // is safe for concurrent use.
+//
+// Receiving must cost a backup almost nothing: every change an owner
+// admits arrives here within a round, and an index by key (the map this
+// store used to be) costs a cold lookup per state, the largest part of
+// what replication added to a check. So a partition's replicas are a
+// list of the states in the order they came, where a key's last state
+// is its copy: a state received is appended. The list is compacted to
+// one state per key, tombstones and superseded states dropped, when it
+// has grown past twice what the last compaction left (plus
+// compactSlack), before it is read (Take, Holds, Len) and at every
+// Sweep. A compaction indexes one partition's states, hundreds where
+// an index of the whole store would hold millions, so it runs in cache:
+// it costs about one map insert per state received, in a small map.
 type Store struct {
-	maxKeys int
+	share   int // states each partition holds at most, after compaction
 	maxLog  int
 	metrics *Metrics
 
-	mu      sync.Mutex
-	parts   []map[stateKey]limiter.KeyState
-	origins []string // by partition: the member that last replicated it
-	n       int      // states held
+	mu    sync.Mutex
+	parts []part
+	held  int // states held, over all partitions, repeats included
+	// seen is compact's scratch index, sized for seenFor states: reused
+	// while the partitions compacted are of a size with it.
+	seen    map[stateKey]struct{}
+	seenFor int
 }
+
+// part is one partition's replicas.
+type part struct {
+	states []limiter.KeyState // in the order received: a key's last is its copy
+	live   int                // len(states) after the last compaction
+	origin string             // the member that last replicated the partition
+}
+
+// compactSlack is what a partition's list may grow by past twice what
+// its last compaction left: a partition of few keys is not compacted
+// every few states.
+const compactSlack = 64
 
 type stateKey struct {
 	key    string
@@ -30,59 +59,109 @@ type stateKey struct {
 }
 
 // NewStore returns an empty Store of partitions partitions that holds at
-// most maxKeys states, each log trimmed to its newest maxLog entries (the
-// store's MaxLogLimit: no log needs more to decide).
+// most maxKeys states, split evenly over the partitions as the limiter's
+// MaxKeys is, each log trimmed to its newest maxLog entries (the store's
+// MaxLogLimit: no log needs more to decide).
 func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
-	s := &Store{maxKeys: maxKeys, maxLog: int(maxLog), metrics: m, parts: make([]map[stateKey]limiter.KeyState, partitions),
-		origins: make([]string, partitions)}
-	for i := range s.parts {
-		s.parts[i] = map[stateKey]limiter.KeyState{}
-	}
-	return s
+	return &Store{share: (maxKeys + partitions - 1) / partitions, maxLog: int(maxLog), metrics: m,
+		parts: make([]part, partitions)}
 }
 
 // Apply implements route.Replicas: it drops what it held of r.Whole, then
-// replaces its copy of each state's key with the state, or drops the
-// copy when the state is empty. States over MaxKeys are refused and
-// counted; it returns how many it kept.
+// keeps each state as its key's copy; an empty state (a tombstone) drops
+// the copy. It returns how many states it kept, tombstones aside. A
+// partition over its share of MaxKeys keeps its most recently replicated
+// keys; the others are refused and counted when it is compacted.
 func (s *Store) Apply(origin string, r peer.Replication) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range r.Whole {
 		if p >= 0 && p < len(s.parts) {
-			s.n -= len(s.parts[p])
-			clear(s.parts[p])
-			s.origins[p] = origin
+			s.drop(p)
+			s.parts[p].origin = origin
 		}
 	}
 	kept, refused := 0, 0
 	for _, ks := range r.States {
-		p := partition.Of(ks.Key, len(s.parts))
-		s.origins[p] = origin
-		part := s.parts[p]
-		k := stateKey{ks.Key, ks.Window, ks.Algorithm}
-		_, had := part[k]
-		switch {
-		case empty(ks):
-			if had {
-				delete(part, k)
-				s.n--
-			}
-			continue
-		case !had && s.n >= s.maxKeys:
-			refused++
-			continue
-		case !had:
-			s.n++
-		}
+		pt := &s.parts[partition.Of(ks.Key, len(s.parts))]
+		pt.origin = origin
 		if over := len(ks.Log) - s.maxLog; over > 0 {
 			ks.Log = ks.Log[over:]
 		}
-		part[k] = ks
-		kept++
+		pt.states = append(pt.states, ks)
+		s.held++
+		if !empty(ks) {
+			kept++
+		}
+		if len(pt.states) > 2*pt.live+compactSlack {
+			_, r := s.compact(pt, noExpiry)
+			refused += r
+		}
 	}
-	s.metrics.held(s.n, refused)
+	s.metrics.held(s.held, refused)
 	return kept
+}
+
+// noExpiry compacts without dropping expired states: Apply has no clock.
+const noExpiry = math.MinInt64
+
+// compact leaves one state per key in pt, its last, in the order
+// received: it drops superseded states, tombstones (with what they
+// supersede), the states expired at now (Unix ms), and the states
+// replicated longest ago past the partition's share, which it returns
+// as refused. Requires s.mu held.
+func (s *Store) compact(pt *part, now int64) (expired, refused int) {
+	n := len(pt.states)
+	if n == pt.live && now == noExpiry {
+		return 0, 0 // nothing received since the last compaction
+	}
+	seen := s.scratch(n)
+	w := n // pt.states[w:] are kept, newest last; w ≥ i throughout
+	for i := n - 1; i >= 0; i-- {
+		ks := pt.states[i]
+		k := stateKey{ks.Key, ks.Window, ks.Algorithm}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		switch {
+		case empty(ks):
+		case now != noExpiry && expiry(ks) <= now:
+			expired++
+		case n-w >= s.share:
+			refused++
+		default:
+			w--
+			pt.states[w] = ks
+		}
+	}
+	live := copy(pt.states, pt.states[w:])
+	clear(pt.states[live:]) // release the dropped states' keys and logs
+	pt.states = pt.states[:live]
+	s.held += live - n
+	pt.live = live
+	return expired, refused
+}
+
+// scratch returns compact's index, empty, for n states: a map is cleared
+// in time proportional to the most it held, so one much larger than n is
+// replaced. Requires s.mu held.
+func (s *Store) scratch(n int) map[stateKey]struct{} {
+	if s.seen == nil || n > s.seenFor || s.seenFor > 4*n {
+		s.seen, s.seenFor = make(map[stateKey]struct{}, n), n
+	} else {
+		clear(s.seen)
+	}
+	return s.seen
+}
+
+// drop empties partition p. Requires s.mu held.
+func (s *Store) drop(p int) int {
+	pt := &s.parts[p]
+	n := len(pt.states)
+	s.held -= n
+	pt.states, pt.live = nil, 0
+	return n
 }
 
 // empty reports whether ks counts nothing: a key's tombstone.
@@ -95,14 +174,23 @@ func empty(ks limiter.KeyState) bool {
 func (s *Store) Origin(p int) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.origins[p]
+	return s.parts[p].origin
 }
 
 // Holds reports whether the store holds replicas of partition p.
 func (s *Store) Holds(p int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.parts[p]) > 0
+	s.compactFor(p)
+	return len(s.parts[p].states) > 0
+}
+
+// compactFor compacts partition p before it is read, and counts what it
+// refused. Requires s.mu held.
+func (s *Store) compactFor(p int) {
+	if _, refused := s.compact(&s.parts[p], noExpiry); refused > 0 {
+		s.metrics.held(s.held, refused)
+	}
 }
 
 // Take removes and returns the replicas of partition p, and the member
@@ -111,14 +199,11 @@ func (s *Store) Holds(p int) bool {
 func (s *Store) Take(p int) ([]limiter.KeyState, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]limiter.KeyState, 0, len(s.parts[p]))
-	for _, ks := range s.parts[p] {
-		out = append(out, ks)
-	}
-	s.n -= len(s.parts[p])
-	clear(s.parts[p])
-	s.metrics.held(s.n, 0)
-	return out, s.origins[p]
+	s.compactFor(p)
+	out := s.parts[p].states
+	s.drop(p)
+	s.metrics.held(s.held, 0)
+	return out, s.parts[p].origin
 }
 
 // Drop removes the replicas of partition p (its owner left gracefully and
@@ -127,37 +212,37 @@ func (s *Store) Take(p int) ([]limiter.KeyState, string) {
 func (s *Store) Drop(p int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := len(s.parts[p])
-	s.n -= n
-	clear(s.parts[p])
-	s.metrics.held(s.n, 0)
+	s.compactFor(p)
+	n := s.drop(p)
+	s.metrics.held(s.held, 0)
 	return n
 }
 
-// Len returns how many states the store holds.
+// Len returns how many states the store holds, one per key.
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.n
+	for p := range s.parts {
+		s.compactFor(p)
+	}
+	s.metrics.held(s.held, 0)
+	return s.held
 }
 
-// Sweep drops the replicas that count nothing any more at now, and
-// returns how many.
+// Sweep compacts every partition, drops the replicas that count nothing
+// any more at now, and returns how many expired.
 func (s *Store) Sweep(now time.Time) int {
 	ms := now.UnixMilli()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	freed := 0
-	for _, part := range s.parts {
-		for k, ks := range part {
-			if expiry(ks) <= ms {
-				delete(part, k)
-				freed++
-			}
-		}
+	freed, refused := 0, 0
+	for p := range s.parts {
+		s.mu.Lock() // a partition at a time: Apply waits one compaction at most
+		e, r := s.compact(&s.parts[p], ms)
+		s.mu.Unlock()
+		freed, refused = freed+e, refused+r
 	}
-	s.n -= freed
-	s.metrics.held(s.n, 0)
+	s.mu.Lock()
+	s.metrics.held(s.held, refused)
+	s.mu.Unlock()
 	return freed
 }
 
