@@ -32,6 +32,16 @@
 # BENCH_NODE_GOMAXPROCS (unset: Go's default, every core), the nodes'
 # GOMAXPROCS: with 3 nodes on 2 cores, 1 simulates a node per machine
 # better (docs/benchmarks.md, "Three nodes on two cores").
+#
+# BENCH_RATELIMIT_BIN, if set, is a binary of envoyproxy/ratelimit's
+# ./src/service_cmd, the rate limit service Envoy users would otherwise
+# run (this repository neither vendors nor builds it; docs/benchmarks.md
+# says how it was built). Three instances of it are started on the same
+# Redis, ports 18081-18083 (gRPC), 18091-18093 and 18071-18073, with a
+# domain like the nodes' (a fixed window of a minute, upstream's only
+# kind), and the case counter-single-upstream asks them as
+# counter-single-envoy asks the nodes: ShouldRateLimit to a random
+# instance. Its server CPU is the 3 instances' plus Redis's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +51,7 @@ workers=${BENCH_WORKERS:-64}
 nkeys=${BENCH_KEYS:-10000}
 redis_port=${BENCH_REDIS_PORT:-6399}
 node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-}
+ratelimit_bin=${BENCH_RATELIMIT_BIN:-}
 read -r -a node_extra_args <<<"${BENCH_NODE_ARGS:-}" # extra node flags, e.g. "--replication-factor 0"
 go=${GO:-go}
 endpoints=127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092
@@ -55,17 +66,17 @@ out=${BENCH_OUT:-$work/bench-results}
 mkdir -p "$out" "$work/logs" "$work/redis"
 out=$(cd "$out" && pwd)
 
-log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
-die() { log "error: $*" >&2; exit 1; }
+# log, die, start_detached (which fills `started`, what the cleanup stops),
+# port_in_use, cpu_ticks, scrape_forwarding, delta4, alive_members,
+# duration_seconds.
+. scripts/bench-lib.sh
 
 node_pids=()
 redis_pid=
-started=() # every long-running process started, for the cleanup
 sampler_pid=
 
-# Stops everything this script started: each node gets one TERM (a second
-# signal would cut its handoff short), then KILL after 15 s; redis-server
-# likewise. Runs on every exit.
+# Stops everything this script started (stop_pids: one TERM each, then
+# KILL after 15 s). Runs on every exit.
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -74,20 +85,9 @@ cleanup() {
 		kill -TERM "$sampler_pid" 2>/dev/null || true
 		wait "$sampler_pid" 2>/dev/null || true
 	fi
-	local pids=()
-	[ "${#started[@]}" -gt 0 ] && pids+=("${started[@]}")
-	if [ "${#pids[@]}" -gt 0 ]; then
-		log "stopping the ${#pids[@]} processes this script started (nodes, redis-server)..."
-		kill -TERM "${pids[@]}" 2>/dev/null || true
-		local deadline=$((SECONDS + 15)) pid
-		for pid in "${pids[@]}"; do
-			while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
-			if kill -0 "$pid" 2>/dev/null; then
-				log "pid $pid still running after 15 s: KILL"
-				kill -KILL "$pid" 2>/dev/null || true
-			fi
-			wait "$pid" 2>/dev/null || true
-		done
+	if [ "${#started[@]}" -gt 0 ]; then
+		log "stopping the ${#started[@]} processes this script started (nodes, redis-server, ratelimit)..."
+		stop_pids "${started[@]}"
 	fi
 	rm -rf "$work/redis"
 	if [ "$rc" -ne 0 ]; then
@@ -101,24 +101,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Starts "$@" in its own session (so that Ctrl-C reaches only this script,
-# as in scripts/run-local.sh) and sets started_pid. A script without job
-# control runs setsid outside any group lead, so it does not fork and $! is
-# the program itself; checked, since the cleanup signals that pid.
-start_detached() {
-	local name=$1 logfile=$2
-	shift 2
-	setsid "$@" >"$logfile" 2>&1 &
-	started_pid=$!
-	started+=("$started_pid")
-	sleep 0.2
-	local comm
-	comm=$(ps -o comm= -p "$started_pid" 2>/dev/null || true)
-	[ "$comm" = "$name" ] || [ "${comm:0:15}" = "${name:0:15}" ] ||
-		die "expected $name as pid $started_pid, found '${comm}'; see $logfile"
-}
 
 # --- Prerequisites ---------------------------------------------------------
 
@@ -134,7 +116,13 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 fi
 command -v python3 >/dev/null || die "python3 is needed for the summary"
 command -v curl >/dev/null || die "curl is needed to see when the cluster is ready and to read its metrics"
-for p in 8080 8081 8082 9090 9091 9092 7946 7947 7948 "$redis_port"; do
+ports=(8080 8081 8082 9090 9091 9092 7946 7947 7948 "$redis_port")
+if [ -n "$ratelimit_bin" ]; then
+	[ -x "$ratelimit_bin" ] || die "BENCH_RATELIMIT_BIN=$ratelimit_bin is not an executable"
+	ratelimit_bin=$(cd "$(dirname "$ratelimit_bin")" && pwd)/$(basename "$ratelimit_bin")
+	ports+=(18081 18082 18083 18091 18092 18093 18071 18072 18073)
+fi
+for p in "${ports[@]}"; do
 	! port_in_use "$p" || die "port $p is in use (a cluster from make run, or another benchmark?); stop it first"
 done
 
@@ -150,6 +138,7 @@ CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 	echo "redis: $(redis-server --version)"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
 	echo "settings: repeats=$repeats duration=$duration workers=$workers keys=$nkeys node_gomaxprocs=${node_gomaxprocs:-default}"
+	[ -z "$ratelimit_bin" ] || echo "envoyproxy/ratelimit: $ratelimit_bin ($("$go" version -m "$ratelimit_bin" | awk '$1 == "mod" { print $2, $3 } $1 == "build" && $2 ~ /^vcs.revision=/ { print $2 }' | tr '\n' ' '))"
 } >"$out/env.txt"
 cat "$out/env.txt"
 
@@ -234,14 +223,8 @@ for i in 1 2 3; do
 done
 
 # Ready when every node sees 3 alive members that all own partitions.
-alive() {
-	curl -sf --max-time 2 "localhost:$1/v1/members" | python3 -c '
-import json, sys
-m = json.load(sys.stdin)["members"]
-print(sum(1 for x in m if x["state"] == "alive" and x["partitions"] > 0))' 2>/dev/null || echo 0
-}
 deadline=$((SECONDS + 60))
-until [ "$(alive 8080)" = 3 ] && [ "$(alive 8081)" = 3 ] && [ "$(alive 8082)" = 3 ]; do
+until [ "$(alive_members 8080)" = 3 ] && [ "$(alive_members 8081)" = 3 ] && [ "$(alive_members 8082)" = 3 ]; do
 	for pid in "${node_pids[@]}"; do
 		kill -0 "$pid" 2>/dev/null || die "node pid $pid exited; see $work/logs"
 	done
@@ -250,50 +233,38 @@ until [ "$(alive 8080)" = 3 ] && [ "$(alive 8081)" = 3 ] && [ "$(alive 8082)" = 
 done
 log "cluster ready: 3 alive members on every node (pids ${node_pids[*]})"
 
+# --- envoyproxy/ratelimit (optional) ---------------------------------------
+
+upstream_pids=()
+if [ -n "$ratelimit_bin" ]; then
+	# Its runtime layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
+	mkdir -p "$work/ratelimit/bench/config"
+	cat >"$work/ratelimit/bench/config/bench.yaml" <<'YAML'
+# Written by scripts/bench-compare.sh (docs/benchmarks.md).
+domain: bench-counter
+descriptors:
+  - key: key
+    rate_limit: {unit: minute, requests_per_unit: 4294967295}
+YAML
+	for i in 1 2 3; do
+		start_detached "$(basename "$ratelimit_bin")" "$work/logs/ratelimit$i.log" env USE_STATSD=false LOG_LEVEL=warn \
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" RUNTIME_ROOT="$work/ratelimit" RUNTIME_SUBDIRECTORY=bench \
+			RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT="1809$i" GRPC_HOST=127.0.0.1 GRPC_PORT="1808$i" \
+			DEBUG_HOST=127.0.0.1 DEBUG_PORT="1807$i" "$ratelimit_bin"
+		upstream_pids+=("$started_pid")
+	done
+	for i in 1 2 3; do
+		for _ in $(seq 50); do
+			port_in_use "1808$i" && break
+			sleep 0.2
+		done
+		port_in_use "1808$i" || die "envoyproxy/ratelimit $i did not listen on 127.0.0.1:1808$i; see $work/logs/ratelimit$i.log"
+	done
+	log "envoyproxy/ratelimit ready: 3 instances on 127.0.0.1:18081-18083 (pids ${upstream_pids[*]})"
+fi
+
 # --- Throughput --------------------------------------------------------------
 
-# CPU time (user + system, every thread) that the given processes have
-# used so far, in clock ticks (1/CLK_TCK s): fields 14 and 15 of
-# /proc/<pid>/stat, counted after the command name, which may hold spaces.
-cpu_ticks() {
-	local total=0 pid stat f
-	for pid in "$@"; do
-		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || die "process $pid exited during the benchmark; see $work/logs"
-		read -r -a f <<<"${stat##*) }"
-		total=$((total + f[11] + f[12]))
-	done
-	echo "$total"
-}
-
-# The nodes' forwarding counters, summed over the 3 nodes: checks carried
-# by Forward calls (peerlimit_forward_batch_size_sum), Forward calls
-# (_count), checks forwarded and answered (peerlimit_forwards_total
-# {result="ok"}) and checks received from clients (peerlimit_checks_total,
-# every label). "- - - -" if a node did not answer.
-scrape() {
-	local p
-	for p in 8080 8081 8082; do
-		curl -sf --max-time 5 "http://127.0.0.1:$p/metrics" || echo "scrape_failed 1"
-	done | awk '
-		$1 == "peerlimit_forward_batch_size_sum" { s += $2 }
-		$1 == "peerlimit_forward_batch_size_count" { c += $2 }
-		$1 ~ /^peerlimit_forwards_total\{/ && $1 ~ /result="ok"/ { ok += $2 }
-		$1 ~ /^peerlimit_checks_total\{/ { n += $2 }
-		$1 == "scrape_failed" { bad = 1 }
-		END { if (bad) print "- - - -"; else printf "%.0f %.0f %.0f %.0f\n", s, c, ok, n }'
-}
-
-# after - before for each of the 4 counters of scrape; "-" where unknown.
-delta4() {
-	local -a b a
-	read -r -a b <<<"$1"
-	read -r -a a <<<"$2"
-	local i outs=()
-	for i in 0 1 2 3; do
-		if [[ ${b[i]} =~ ^[0-9]+$ && ${a[i]} =~ ^[0-9]+$ ]]; then outs+=($((a[i] - b[i]))); else outs+=(-); fi
-	done
-	echo "${outs[*]}"
-}
 
 # What the idle nodes burn (gossip, timers): it is inside every run's
 # nodes CPU, so it is measured once, over 5 s, and reported beside it.
@@ -312,12 +283,15 @@ for algo in counter log; do
 	for tgt in redis owner random http envoy; do
 		cases+=("$algo-single-$tgt")
 	done
+	if [ "$algo" = counter ] && [ -n "$ratelimit_bin" ]; then
+		cases+=(counter-single-upstream)
+	fi
 	for tgt in redis owner random; do
 		cases+=("$algo-batch100-$tgt")
 	done
 done
 cases+=(counter-idle-random)
-dur_s=$(python3 -c 'import sys,re; m=re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", sys.argv[1]); print(int(float(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]] + 0.999))' "$duration")
+dur_s=$(duration_seconds "$duration")
 total=$((${#cases[@]} * repeats))
 # Each run costs about 2 s beyond its duration: loadgen's setup and
 # warm-up, the metrics and /proc samples, Redis's FLUSHALLs.
@@ -337,7 +311,7 @@ for rep in $(seq "$repeats"); do
 		[ "$algo" = log ] && limit=$log_limit
 		args=(-workers "$nworkers" -duration "$duration" -keys "$nkeys" -dist uniform -batch "$batch" -progress=false)
 		# Envoy's limits come from the domain's rule (envoy-rls.yaml).
-		[ "$tgt" = envoy ] || args+=(-algorithm "$algo" -limit "$limit" -window 60s)
+		[ "$tgt" = envoy ] || [ "$tgt" = upstream ] || args+=(-algorithm "$algo" -limit "$limit" -window 60s)
 		# Every run gets its own keys (same length as loadgen's default
 		# prefix), so that peerlimit starts each run with empty state, as
 		# Redis does after its FLUSHALL.
@@ -350,6 +324,10 @@ for rep in $(seq "$repeats"); do
 		owner | random) args+=(-target peerlimit -api grpc -endpoints "$endpoints" -route "$tgt") ;;
 		http) args+=(-target peerlimit -api http -http-endpoints 127.0.0.1:8080,127.0.0.1:8081,127.0.0.1:8082 -route random) ;;
 		envoy) args+=(-target peerlimit -api envoy -endpoints "$endpoints" -route random -rls-domain "bench-$algo") ;;
+		upstream)
+			rcli flushall >/dev/null
+			args+=(-target peerlimit -api envoy -endpoints 127.0.0.1:18081,127.0.0.1:18082,127.0.0.1:18083 -route random -rls-domain bench-counter)
+			;;
 		*) die "unknown target $tgt" ;;
 		esac
 		json="$out/$cs.r$rep.json"
@@ -359,18 +337,20 @@ for rep in $(seq "$repeats"); do
 		# the metrics first, so that serving them is not in the CPU
 		# window. loadgen's setup and teardown fall inside it, while the
 		# nodes and Redis are idle (docs/benchmarks.md).
-		metrics_before=$(scrape)
-		nodes_before=$(cpu_ticks "${node_pids[@]}")
+		metrics_before=$(scrape_forwarding 8080 8081 8082)
+		servers=("${node_pids[@]}")
+		[ "$tgt" != upstream ] || servers=("${upstream_pids[@]}")
+		nodes_before=$(cpu_ticks "${servers[@]}")
 		redis_before=$(cpu_ticks "$redis_pid")
 		start=$(date +%s)
 		timeout --foreground -k 5 $((dur_s + 60)) bin/loadgen "${args[@]}" -json "$json" >"$lglog" 2>&1 || {
 			cat "$lglog" >&2
 			die "loadgen failed for $cs (repeat $rep)"
 		}
-		nodes_after=$(cpu_ticks "${node_pids[@]}")
+		nodes_after=$(cpu_ticks "${servers[@]}")
 		redis_after=$(cpu_ticks "$redis_pid")
 		end=$(date +%s)
-		metrics_after=$(scrape)
+		metrics_after=$(scrape_forwarding 8080 8081 8082)
 		nodes_cpu=$(awk -v t=$((nodes_after - nodes_before)) -v h="$clk_tck" 'BEGIN { printf "%.3f", t / h }')
 		redis_cpu=$(awk -v t=$((redis_after - redis_before)) -v h="$clk_tck" 'BEGIN { printf "%.3f", t / h }')
 		fwd=$(delta4 "$metrics_before" "$metrics_after")
@@ -379,7 +359,7 @@ for rep in $(seq "$repeats"); do
 			"$(cut -d' ' -f1-3 /proc/loadavg)" "$nodes_cpu" "$redis_cpu" "$fwd_checks" "$fwd_calls" "$fwd_ok" "$node_checks" >>"$out/runs.tsv"
 		# Redis's active expiry would otherwise free this run's keys during
 		# the next runs, on their CPU.
-		[ "$tgt" != redis ] || rcli flushall >/dev/null
+		[ "$tgt" != redis ] && [ "$tgt" != upstream ] || rcli flushall >/dev/null
 		python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -388,8 +368,8 @@ fc, fn, fok, seen = sys.argv[6:10]
 per = lambda s: s * 1e6 / r["checks"] if r["checks"] else float("nan")
 line = "%9.0f checks/s  p50 %7.0f us  p99 %7.0f us  errors %d  denied %d  CPU us/check: loadgen %.1f" % (
     r["checks_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r["errors"], r["denied"], per(r["cpu_seconds"]))
-line += "  redis %.1f" % per(redis) if tgt == "redis" else "  nodes %.1f" % per(nodes)
-if tgt != "redis" and fn.isdigit() and seen.isdigit() and int(seen):
+line += {"redis": "  redis %.1f" % per(redis), "upstream": "  ratelimit %.1f + redis %.1f" % (per(nodes), per(redis))}.get(tgt, "  nodes %.1f" % per(nodes))
+if tgt not in ("redis", "upstream") and fn.isdigit() and seen.isdigit() and int(seen):
     line += "  forwarded %.0f%%" % (100 * int(fok) / int(seen))
     if int(fn):
         line += " in calls of %.1f" % (int(fc) / int(fn))
@@ -431,9 +411,10 @@ def fmt(x, d=0):
 
 WL = {"single": "single check", "batch100": "batch of 100", "idle": "single check, 1 worker (idle)"}
 TGT = {"redis": "Redis + Lua", "owner": "peerlimit, route=owner", "random": "peerlimit, route=random",
-       "http": "peerlimit, HTTP/JSON, random node", "envoy": "peerlimit, Envoy RLS, random node"}
+       "http": "peerlimit, HTTP/JSON, random node", "envoy": "peerlimit, Envoy RLS, random node",
+       "upstream": "envoyproxy/ratelimit + Redis, Envoy RLS, random instance"}
 ROWS = [r for a in ("counter", "log") for r in
-        [(a, "single", t) for t in ("redis", "owner", "random", "http", "envoy")] +
+        [(a, "single", t) for t in ("redis", "owner", "random", "http", "envoy", "upstream")] +
         [(a, "batch100", t) for t in ("redis", "owner", "random")]]
 ROWS += [(a, "idle", "random") for a in ("counter", "log")]
 
@@ -452,11 +433,11 @@ for case, rs in runs.items():
         nodes, redis = us(c.get("nodes")), us(c.get("redis"))
         per["loadgen"].append(lg)
         per["nodes"].append(nodes)
-        server = redis if tgt == "redis" else nodes
-        if tgt == "redis":
+        server = {"redis": redis, "upstream": None if nodes is None or redis is None else nodes + redis}.get(tgt, nodes)
+        if tgt in ("redis", "upstream"):
             per["redis"].append(redis)
         per["total"].append(None if lg is None or server is None else lg + server)
-        if tgt != "redis":
+        if tgt not in ("redis", "upstream"):
             calls, seen = c.get("fwd_calls"), c.get("node_checks")
             if calls:
                 per["batch"].append(c["fwd_checks"] / calls)
@@ -490,14 +471,14 @@ for algo, wl, tgt in ROWS:
         rt, rp = f"**{s['tput'] / base['tput']:.2f}**", f"{s['p99'] / base['p99']:.2f}"
     else:
         rt = rp = "?"
-    if tgt == "redis":
+    if tgt in ("redis", "upstream"):
         batch = fwd = "–"
     else:
         batch = fmt(s["batch"], 1) if s["batch"] is not None else "– (none)"
         fwd = "?" if s["fwd"] is None else f"{s['fwd']:.1f}%"
     lines.append(f"| {algo} | {WL[wl]} | {TGT[tgt]} | {fmt(s['tput'])} | {spread:.0f}% | "
                  f"{fmt(s['p50'])} | {fmt(s['p99'])} | {rt} | {rp} | {fmt(s['nodes'], 1)} | {fmt(s['loadgen'], 1)} | "
-                 f"{fmt(s['redis'], 1) if tgt == 'redis' else '–'} | {fmt(s['total'], 1)} | {batch} | {fwd} | "
+                 f"{fmt(s['redis'], 1) if tgt in ('redis', 'upstream') else '–'} | {fmt(s['total'], 1)} | {batch} | {fwd} | "
                  f"{s['errors']} | {s['denied']} |")
 table = "\n".join(lines)
 
@@ -511,6 +492,21 @@ for algo in ("counter", "log"):
                           f"Target \"an idle cluster answers one forwarded check in under 1 ms at p99\": {verdict} "
                           f"(the forwarded calls' own p99 lies between the p99 and the p99.9 of all calls).")
 idle = "\n".join(idle_lines) or "(no idle case ran)"
+
+# Envoy's API, both sides 3 instances: peerlimit against envoyproxy/ratelimit + Redis.
+up, pe = stats.get("counter-single-upstream"), stats.get("counter-single-envoy")
+if up and pe and up["tput"]:
+    def server(s, tgt):
+        return {"upstream": None if s["nodes"] is None or s["redis"] is None else s["nodes"] + s["redis"]}.get(tgt, s["nodes"])
+    su, sp = server(up, "upstream"), server(pe, "envoy")
+    cpu = f"{su / sp:.2f}× less server CPU per check ({fmt(sp, 1)} µs against {fmt(su, 1)} µs: ratelimit {fmt(up['nodes'], 1)} + Redis {fmt(up['redis'], 1)})" if su and sp else "CPU unknown"
+    rounds = "; ".join(f"{r['checks_per_s'] / u['checks_per_s']:.2f}" for (_, r), (_, u) in
+                       zip(sorted(runs["counter-single-envoy"]), sorted(runs["counter-single-upstream"])) if u["checks_per_s"])
+    vs_upstream = (f"Envoy's ShouldRateLimit, counter, 3 instances each, a random instance per call: peerlimit answers "
+                   f"**{pe['tput'] / up['tput']:.2f}×** envoyproxy/ratelimit's checks/s (medians; per repeat: {rounds}) at {cpu}; "
+                   f"p99 {fmt(pe['p99'])} µs against {fmt(up['p99'])} µs.")
+else:
+    vs_upstream = "(not run: set BENCH_RATELIMIT_BIN to a build of envoyproxy/ratelimit's ./src/service_cmd)"
 
 # Memory: cmd/redismem against BenchmarkMemoryPerKey.
 mem_lines = []
@@ -598,7 +594,8 @@ CPU per check is each process's own CPU time (user + system) over the run
 divided by the checks decided: the nodes' and Redis's from /proc/<pid>/stat
 read before and after the loadgen process, loadgen's from its own
 `cpu_seconds` (its load phase). Total is loadgen plus the server side
-(Redis for Redis rows, the 3 nodes otherwise). The nodes' figure includes
+(Redis for Redis rows, envoyproxy/ratelimit's 3 instances plus Redis for
+its row, in the nodes and Redis columns, the 3 nodes otherwise). The nodes' figure includes
 what they burn idle (see "idle nodes" below) over the loadgen process's
 life, a second or so longer than its load phase. Avg forward batch is checks
 per Forward call between nodes, forwarded is the share of the checks the
@@ -608,6 +605,10 @@ nodes' /metrics before and after the run).
 ## Idle latency
 
 {idle}
+
+## Envoy's API against envoyproxy/ratelimit
+
+{vs_upstream}
 
 ## Memory per key
 
@@ -625,10 +626,11 @@ open(os.path.join(out, "table.md"), "w").write(doc)
 print(doc)
 
 # Chart: checks/s per case, one panel for single checks and one for batches.
-COL = {"redis": "#d62728", "owner": "#1f77b4", "random": "#9ecae1", "http": "#2ca02c", "envoy": "#9467bd"}
+COL = {"redis": "#d62728", "owner": "#1f77b4", "random": "#9ecae1", "http": "#2ca02c", "envoy": "#9467bd", "upstream": "#8c564b"}
 SHORT = {"redis": "Redis + Lua", "owner": "route=owner (Go client)", "random": "route=random (gRPC)",
-         "http": "HTTP/JSON, random node", "envoy": "Envoy RLS, random node"}
-PANELS = [("single", ("redis", "owner", "random", "http", "envoy")), ("batch100", ("redis", "owner", "random"))]
+         "http": "HTTP/JSON, random node", "envoy": "Envoy RLS, random node", "upstream": "envoyproxy/ratelimit"}
+PANELS = [("single", ("redis", "owner", "random", "http", "envoy") + (("upstream",) if "counter-single-upstream" in stats else ())),
+          ("batch100", ("redis", "owner", "random"))]
 W, H, top, bottom, left, gap = 1000, 400, 60, 80, 60, 60
 panel_w = (W - left - gap - 20) // 2
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
@@ -659,8 +661,8 @@ for pi, (wl, tgts) in enumerate(PANELS):
                 svg.append(f'<text x="{x + bw * 0.45:.1f}" y="{top + ph - bh - 16:.1f}" text-anchor="middle" font-size="10" font-weight="bold">{v / base:.2f}×</text>')
         svg.append(f'<text x="{x0 + ai * gw + gw / 2:.1f}" y="{top + ph + 16}" text-anchor="middle">{algo}</text>')
     svg.append(f'<line x1="{x0}" y1="{top + ph}" x2="{x0 + panel_w}" y2="{top + ph}" stroke="black"/>')
-for ti, tgt in enumerate(COL):
-    x = left + ti * 190
+for ti, tgt in enumerate(t for t in COL if t != "upstream" or "counter-single-upstream" in stats):
+    x = left + ti * 160
     svg.append(f'<rect x="{x}" y="{H - 30}" width="12" height="12" fill="{COL[tgt]}"/>')
     svg.append(f'<text x="{x + 16}" y="{H - 20}">{SHORT[tgt]}</text>')
 svg.append("</svg>")
