@@ -209,7 +209,7 @@ func newNodeSecurity(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*
 		}
 	}
 	if s.peer != nil && len(cfg.GossipKey) == 0 && len(s.gossipKeys) == 0 {
-		log.Warn("peer authentication is on but gossip is not encrypted: whoever reaches the gossip port can join and be routed keys " +
+		log.Warn("peer authentication is on but gossip is not encrypted: whoever reaches the gossip port can join and be routed keys "+
 			"(with TLS its forwards fail, degraded; with a cluster secret alone it answers them and learns the callers' tokens); set a gossip key or keyring",
 			"fields", "GossipKey, Security.GossipKeyringFile")
 	}

@@ -60,7 +60,7 @@ type clusterOpts struct {
 	leases  bool // budget leases on, with the defaults
 	// share, if set, is every member's count of live and known members
 	// (route.Cluster.Share); nil: all members of the ring, all live.
-	share func() (live, known int)
+	share   func() (live, known int)
 	limiter func(id string, c *limiter.Config)
 }
 

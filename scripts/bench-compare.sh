@@ -382,7 +382,7 @@ echo "finished: $(date -u +%FT%TZ); uptime: $(uptime)" >>"$out/env.txt"
 
 # --- Summary -------------------------------------------------------------------
 
-python3 - "$out" <<'PY'
+RATELIMIT_NAME=$(basename "${ratelimit_bin:-ratelimit}") python3 - "$out" <<'PY'
 import glob, json, os, re, statistics, sys
 
 out = sys.argv[1]
@@ -556,6 +556,8 @@ for line in open(os.path.join(out, "load.log")) if os.path.exists(os.path.join(o
             except ValueError:
                 pass
 def ours(name):
+    if name[:15] == os.environ.get("RATELIMIT_NAME", "ratelimit")[:15]:
+        return "ratelimit"
     return {"peerlimit-node": "nodes", "loadgen": "loadgen", "redis-server": "redis"}.get(name)
 
 load_lines = ["| run | case | load before → after | CPU busy | our processes' CPU | other processes ≥ 20% CPU |",
@@ -566,9 +568,9 @@ for row in tsv:
     ss = [s for s in samples if int(start) <= s["t"] and s["t"] + 1 <= int(end)]
     busy = [s["busy"] for s in ss if s["busy"] is not None]
     hogs = {}
-    mine = {"nodes": [], "loadgen": [], "redis": []}
+    mine = {"nodes": [], "loadgen": [], "redis": [], "ratelimit": []}
     for s in ss:
-        tot = {"nodes": 0.0, "loadgen": 0.0, "redis": 0.0}
+        tot = {"nodes": 0.0, "loadgen": 0.0, "redis": 0.0, "ratelimit": 0.0}
         for cpu, name, pid in s["procs"]:
             if pid in s["mine"] and ours(name):
                 tot[ours(name)] += cpu
