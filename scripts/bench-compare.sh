@@ -75,8 +75,8 @@ node_pids=()
 redis_pid=
 sampler_pid=
 
-# Stops everything this script started (stop_pids: one TERM each, then
-# KILL after 15 s). Runs on every exit.
+# Stops the load sampler, then everything else this script started
+# (finish). Runs on every exit.
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -85,17 +85,7 @@ cleanup() {
 		kill -TERM "$sampler_pid" 2>/dev/null || true
 		wait "$sampler_pid" 2>/dev/null || true
 	fi
-	if [ "${#started[@]}" -gt 0 ]; then
-		log "stopping the ${#started[@]} processes this script started (nodes, redis-server, ratelimit)..."
-		stop_pids "${started[@]}"
-	fi
-	rm -rf "$work/redis"
-	if [ "$rc" -ne 0 ]; then
-		log "failed (exit $rc); node and redis logs are in $work/logs" >&2
-	elif [[ $out != "$work"/* ]]; then
-		rm -rf "$work"
-	fi
-	exit "$rc"
+	finish "$rc" "node, redis and ratelimit logs"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -43,6 +43,24 @@ stop_pids() {
 	done
 }
 
+# Stops every process the script started, removes its scratch directory
+# unless the results are in it or the script failed (then the logs, which
+# $2 names, stay for a look), and exits with the script's status $1: the
+# scripts' EXIT trap.
+finish() {
+	local rc=$1 logs=$2
+	if [ "${#started[@]}" -gt 0 ]; then
+		log "stopping the ${#started[@]} processes this script started..."
+		stop_pids "${started[@]}"
+	fi
+	if [ "$rc" -ne 0 ]; then
+		log "failed (exit $rc); $logs are in $work/logs" >&2
+	elif [[ $out != "$work"/* ]]; then
+		rm -rf "$work"
+	fi
+	exit "$rc"
+}
+
 # CPU time (user + system, every thread) that the given processes have
 # used so far, in clock ticks (1/CLK_TCK s): fields 14 and 15 of
 # /proc/<pid>/stat, counted after the command name, which may hold spaces.

@@ -50,16 +50,7 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	set +e
-	if [ "${#started[@]}" -gt 0 ]; then
-		log "stopping the ${#started[@]} processes this script started..."
-		stop_pids "${started[@]}"
-	fi
-	if [ "$rc" -ne 0 ]; then
-		log "failed (exit $rc); node logs are in $work/logs" >&2
-	elif [[ $out != "$work"/* ]]; then
-		rm -rf "$work"
-	fi
-	exit "$rc"
+	finish "$rc" "node logs"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -69,24 +69,21 @@ func Wrap(path string, err error) error {
 // In("Limiter", err) reads "MaxKeys" as "Limiter.MaxKeys". Errors that
 // name no field stay as they are. nil stays nil.
 func In(prefix string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var out []error
-	Each(err, func(fe *Error, other error) {
-		if fe == nil {
-			out = append(out, other)
-			return
-		}
+	return mapFields(err, func(fe *Error) error {
 		reason := refs.ReplaceAllStringFunc(fe.Reason, func(r string) string { return Ref(prefix + "." + r[1:len(r)-1]) })
-		out = append(out, &Error{Path: prefix + "." + fe.Path, Reason: reason, Err: fe.Err})
+		return &Error{Path: prefix + "." + fe.Path, Reason: reason, Err: fe.Err}
 	})
-	return errors.Join(out...)
 }
 
 // Render returns err with every field named by name: cmd/node passes its
 // flag for each field it has one for, and the path for the others.
 func Render(err error, name func(path string) string) error {
+	return mapFields(err, func(fe *Error) error { return rendered{fe.render(name), fe} })
+}
+
+// mapFields returns err, one error or several joined, with every *Error
+// in it replaced by f's, the others kept. nil stays nil.
+func mapFields(err error, f func(*Error) error) error {
 	if err == nil {
 		return nil
 	}
@@ -96,7 +93,7 @@ func Render(err error, name func(path string) string) error {
 			out = append(out, other)
 			return
 		}
-		out = append(out, rendered{fe.render(name), fe})
+		out = append(out, f(fe))
 	})
 	return errors.Join(out...)
 }
