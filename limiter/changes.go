@@ -136,10 +136,16 @@ func (s *Store) ClearChanged(i int) {
 }
 
 // reset drops the records, and what they reference, and starts a new
-// epoch: no state's mark names it.
+// epoch: no state's mark names it. The records' array is kept for the
+// next round unless a burst (a handoff merged, a reset of many keys)
+// left it far larger than this round needed.
 func (j *journal) reset() {
-	clear(j.changes)
-	j.changes = j.changes[:0]
+	if n := len(j.changes); cap(j.changes) > 1024 && cap(j.changes) > 4*n {
+		j.changes = nil
+	} else {
+		clear(j.changes)
+		j.changes = j.changes[:0]
+	}
 	if j.epoch++; j.epoch == 0 {
 		j.epoch = 1
 	}
