@@ -1,14 +1,13 @@
 package peerrpc_test
 
 import (
-	"net"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/grpctest"
 	"github.com/peerlimit/peerlimit/internal/testkit/peertest"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/peerrpc"
@@ -29,7 +28,7 @@ func TestConformance(t *testing.T) {
 			peertest.Conformance(t, func(t *testing.T) peertest.Transport {
 				return peertest.Transport{
 					Serve: func(t *testing.T, id string, h peer.Handler) peer.Route {
-						return peer.Route{ID: id, Addr: serve(t, peerrpc.NewServer(h))}
+						return peer.Route{ID: id, Addr: grpctest.Serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, peerrpc.NewServer(h)) })}
 					},
 					Caller: func(t *testing.T, id string) peer.Peers {
 						cfg := peerrpc.DefaultConfig()
@@ -41,35 +40,9 @@ func TestConformance(t *testing.T) {
 						t.Cleanup(p.Close)
 						return p
 					},
-					Absent: func(t *testing.T) peer.Route { return peer.Route{ID: "gone", Addr: deadAddr(t)} },
+					Absent: func(t *testing.T) peer.Route { return peer.Route{ID: "gone", Addr: grpctest.DeadAddr(t)} },
 				}
 			})
 		})
 	}
-}
-
-// serve runs s on loopback until the test ends and returns its address.
-func serve(t *testing.T, s *peerrpc.Server) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer()
-	pb.RegisterPeerServer(gs, s)
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	t.Cleanup(func() {
-		gs.Stop()
-		assert.NoError(t, <-served)
-	})
-	return lis.Addr().String()
-}
-
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }

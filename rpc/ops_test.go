@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/testkit/grpctest"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -161,7 +162,7 @@ func TestMetricsByRoute(t *testing.T) {
 	assert.Equal(t, 3.0, metric(t, a.reg, "peerlimit_forward_batch_size"))
 
 	// The owner cannot be reached: the fallback answers, route fallback.
-	down := startIngress(t, peer.Route{ID: "n3", Addr: deadAddr(t)}, nil)
+	down := startIngress(t, peer.Route{ID: "n3", Addr: grpctest.DeadAddr(t)}, nil)
 	got, err := down.srv.Check(ctx, counter("b:5", 5))
 	require.NoError(t, err)
 	assert.True(t, got.Degraded)
@@ -217,17 +218,6 @@ func TestRequestIDOnBothNodes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.srv.Check(withRequestID(strings.Repeat("x", peer.MaxRequestIDBytes+1)), &pb.CheckRequest{Key: "b:ok", Limit: 5, WindowMs: 1000})
 	require.NoError(t, err)
-}
-
-// deadAddr is a loopback address nothing listens on: calls to it are
-// refused at once.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }
 
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {

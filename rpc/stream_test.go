@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
+	"github.com/peerlimit/peerlimit/internal/testkit/grpctest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -94,7 +94,7 @@ func TestForwardFallsBackToCallsForOlderPeers(t *testing.T) {
 	logs := testlog.NewCapture()
 	owner := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.NodeID, c.Logger = "n2", slog.New(logs) } })
 	old := &oldPeer{inner: peerrpc.NewServer(owner.svc)}
-	addr := serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) })
+	addr := grpctest.Serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) }, rpc.NewStrictCodec().ServerOptions()...)
 	a := startIngress(t, peer.Route{ID: "n2", Addr: addr}, nil)
 	for i := range 3 {
 		got, err := a.srv.Check(context.Background(), logReq(fmt.Sprintf("b:%d", i), 5, 60_000))
@@ -167,21 +167,4 @@ func openForwardStream(t *testing.T, addr, origin string) pb.Peer_ForwardStreamC
 	stream, err := pb.NewPeerClient(conn).ForwardStream(ctx)
 	require.NoError(t, err)
 	return stream
-}
-
-// serve runs a gRPC server with register's services on loopback until the
-// test ends, and returns its address.
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(rpc.NewStrictCodec().ServerOptions()...)
-	register(gs)
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	t.Cleanup(func() {
-		gs.Stop()
-		assert.NoError(t, <-served)
-	})
-	return lis.Addr().String()
 }
