@@ -212,15 +212,7 @@ for i in 1 2 3; do
 	node_pids+=("$started_pid")
 done
 
-# Ready when every node sees 3 alive members that all own partitions.
-deadline=$((SECONDS + 60))
-until [ "$(alive_members 8080)" = 3 ] && [ "$(alive_members 8081)" = 3 ] && [ "$(alive_members 8082)" = 3 ]; do
-	for pid in "${node_pids[@]}"; do
-		kill -0 "$pid" 2>/dev/null || die "node pid $pid exited; see $work/logs"
-	done
-	[ "$SECONDS" -lt "$deadline" ] || die "the cluster did not converge to 3 alive members in 60 s; see $work/logs"
-	sleep 0.5
-done
+wait_converged 60
 log "cluster ready: 3 alive members on every node (pids ${node_pids[*]})"
 
 # --- envoyproxy/ratelimit (optional) ---------------------------------------

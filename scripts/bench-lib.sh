@@ -115,6 +115,25 @@ m = json.load(sys.stdin)["members"]
 print(sum(1 for x in m if x["state"] == "alive" and x["partitions"] > 0))' 2>/dev/null || echo 0
 }
 
+# Waits until each of the nodes whose pids are ${node_pids[@]}, serving
+# HTTP on 8080, 8081, …, sees all of them alive and owning partitions;
+# dies if one exits or $1 seconds pass.
+wait_converged() {
+	local secs=$1 n=${#node_pids[@]} deadline=$((SECONDS + $1)) ready i pid
+	while :; do
+		ready=1
+		for i in $(seq 0 $((n - 1))); do
+			[ "$(alive_members $((8080 + i)))" = "$n" ] || ready=0
+		done
+		[ "$ready" = 1 ] && return 0
+		for pid in "${node_pids[@]}"; do
+			kill -0 "$pid" 2>/dev/null || die "node pid $pid exited; see $work/logs"
+		done
+		[ "$SECONDS" -lt "$deadline" ] || die "$n nodes did not converge in $secs s; see $work/logs"
+		sleep 0.5
+	done
+}
+
 # Seconds in a Go duration ("10s", "500ms", "1m"), rounded up.
 duration_seconds() {
 	python3 -c 'import sys,re; m=re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", sys.argv[1]); print(int(float(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]] + 0.999))' "$1"

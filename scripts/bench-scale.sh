@@ -92,19 +92,7 @@ start_cluster() {
 		start_detached peerlimit-node "$work/logs/n$n-node$((i + 1)).log" "${node_env[@]}" bin/peerlimit-node "${args[@]}"
 		node_pids+=("$started_pid")
 	done
-	local deadline=$((SECONDS + 90)) ready
-	while :; do
-		ready=1
-		for i in $(seq 0 $((n - 1))); do
-			[ "$(alive_members $((8080 + i)))" = "$n" ] || ready=0
-		done
-		[ "$ready" = 1 ] && break
-		for pid in "${node_pids[@]}"; do
-			kill -0 "$pid" 2>/dev/null || die "node pid $pid exited; see $work/logs"
-		done
-		[ "$SECONDS" -lt "$deadline" ] || die "$n nodes did not converge in 90 s; see $work/logs"
-		sleep 0.5
-	done
+	wait_converged 90
 }
 
 # stop_cluster stops the nodes of start_cluster, gracefully.
