@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -47,10 +48,11 @@ type forwardLink struct {
 	batcher *batch.Batcher[fwdItem, fwdResult]
 	pipe    *pipeline.Pipeline[pb.ForwardRequest, pb.ForwardResponse]
 	unary   atomic.Bool // the member answered ForwardStream with UNIMPLEMENTED
+	waitMS  uint32      // how long a batch waits for its answer (Config.Timeout), as the owner is told
 }
 
 func newForwardLink(p *Peers, c *conn) (*forwardLink, error) {
-	l := &forwardLink{p: p, c: c}
+	l := &forwardLink{p: p, c: c, waitMS: uint32(min(p.cfg.Timeout.Milliseconds(), math.MaxUint32))}
 	var err error
 	l.pipe, err = pipeline.New(pipeline.Config[pb.ForwardRequest, pb.ForwardResponse]{
 		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.ForwardRequest, pb.ForwardResponse], error) {
@@ -85,8 +87,7 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 		return
 	}
 	start := time.Now()
-	msg := &pb.ForwardRequest{Origin: l.p.self, Checks: reqs, RequestId: id,
-		DeadlineUnixMs: start.Add(l.p.cfg.Timeout).UnixMilli()}
+	msg := &pb.ForwardRequest{Origin: l.p.self, Checks: reqs, RequestId: id, WaitMs: l.waitMS}
 	l.pipe.Send(msg, func(resp *pb.ForwardResponse, err error) {
 		if err == nil && len(resp.GetResults()) != len(reqs) {
 			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))

@@ -140,10 +140,11 @@ func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
 		if err != nil {
 			return grpcapi.EndOfStream(err)
 		}
+		arrived := time.Now()
 		if !s.Drain.Enter() {
 			return grpcapi.ErrDraining // not decided: its sender falls back for it
 		}
-		err = s.forwardBatch(ctx, stream, origin, in)
+		err = s.forwardBatch(ctx, stream, origin, arrived, in)
 		s.Drain.Leave()
 		if err != nil || s.Drain.Draining() {
 			return err
@@ -152,7 +153,7 @@ func (s *Server) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
 }
 
 // forwardBatch checks, decides and answers one batch of a ForwardStream.
-func (s *Server) forwardBatch(ctx context.Context, stream pb.Peer_ForwardStreamServer, origin string, in *pb.ForwardRequest) error {
+func (s *Server) forwardBatch(ctx context.Context, stream pb.Peer_ForwardStreamServer, origin string, arrived time.Time, in *pb.ForwardRequest) error {
 	if in.GetOrigin() != origin {
 		return status.Errorf(codes.InvalidArgument, "peerlimit: origin %q differs from the stream's %q", logging.Clip(in.GetOrigin()), logging.Clip(origin))
 	}
@@ -161,19 +162,14 @@ func (s *Server) forwardBatch(ctx context.Context, stream pb.Peer_ForwardStreamS
 			return err
 		}
 	}
-	return stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, in), in)})
+	return stream.Send(&pb.ForwardResponse{Seq: in.GetSeq(), Results: s.forward(batchContext(ctx, arrived, in), in)})
 }
 
-// batchContext is the context a batch of a ForwardStream is decided in:
-// the stream's, with the batch's request id, and already ended if the
-// sender has stopped waiting for it (it then answered the checks by its
-// fallback, and the Handler takes back what it decided).
-func batchContext(ctx context.Context, in *pb.ForwardRequest) context.Context {
+// batchContext is the context a batch of a ForwardStream, which arrived
+// at arrived, is decided in: the stream's, with the batch's request id
+// and how long its sender waits (peer.WithSenderWait: the Handler takes
+// back what it decided after that, and says so).
+func batchContext(ctx context.Context, arrived time.Time, in *pb.ForwardRequest) context.Context {
 	ctx = peer.WithRequestID(ctx, in.GetRequestId())
-	if dl := in.GetDeadlineUnixMs(); dl > 0 && time.Now().UnixMilli() > dl {
-		late, cancel := context.WithCancelCause(ctx)
-		cancel(context.DeadlineExceeded)
-		return late
-	}
-	return ctx
+	return peer.WithSenderWait(ctx, arrived, time.Duration(in.GetWaitMs())*time.Millisecond)
 }

@@ -213,3 +213,29 @@ func TestSlowOwnerDecidesLateAndBothSayso(t *testing.T) {
 		assert.EqualValues(t, 1, n1.held(t, c.clock.Now(), req), "the fallback's is the one count: counted once")
 	})
 }
+
+// An owner that judges a batch late (its sender's wait, measured from
+// arrival by the owner's clock, has passed) takes its counts back and
+// answers ErrNotCounted. A sender that is in fact still waiting (its
+// clock ran slower) must not pass that on as an admission nobody counted:
+// it answers by its fallback, which counts the check once.
+func TestCheckTheOwnerTookBackIsAnsweredByTheFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, three)
+		n1, n2 := c.members["n1"], c.members["n2"]
+		req := logReq(c.key(t, "n2", "late"), 5, time.Minute)
+		judgedLate := peer.WithSenderWait(bg, time.Now().Add(-time.Second), time.Millisecond)
+
+		direct := n2.svc.HandleForward(judgedLate, "n1", []limiter.Request{req})
+		require.ErrorIs(t, direct[0].Err, peer.ErrNotCounted)
+		assert.True(t, peer.NotDecided(direct[0].Err))
+		assert.Zero(t, n2.held(t, c.clock.Now(), req), "taken back")
+
+		res := n1.svc.Check(judgedLate, req)
+		require.NoError(t, res.Err)
+		assert.True(t, res.Decision.Allowed)
+		assert.True(t, res.Degraded, "answered by the fallback, and marked so")
+		assert.Zero(t, n2.held(t, c.clock.Now(), req), "the owner took its count back")
+		assert.EqualValues(t, 1, n1.held(t, c.clock.Now(), req), "the fallback's is the one count: never zero")
+	})
+}

@@ -25,18 +25,32 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 	if refused >= 0 {
 		s.refusedForward(ctx, origin, reqs[refused].Key, out[refused].Err)
 	}
-	// Decided, but the caller has stopped waiting (its forward deadline
-	// passed): it answers these checks by its fallback, which counts
-	// them, so what they added here is taken back. (A reply already on
-	// its way when the deadline passes is not caught: those count twice.)
-	if err := ctx.Err(); err != nil {
+	// Decided, but the sender has stopped waiting (its wait passed): it
+	// answers these checks by its fallback, which counts them, so what
+	// they added here is taken back, and the answers say so
+	// (peer.ErrNotCounted): a sender that still waits after all falls
+	// back too, rather than pass on an admission nothing counts. (A reply
+	// already on its way when the wait ends is not caught: those count
+	// twice, which over-denies; never zero times.)
+	if err := peer.SenderGone(ctx); err != nil {
 		undone := s.undo(now, reqs, out)
+		notCounted(out)
 		if s.lateLog.Allow() {
 			s.log.Warn("decided forwarded checks after the caller stopped waiting; took back what they added (its fallback counts them)",
 				append([]any{"origin", logging.Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, peer.LogAttrs(ctx, "")...)...)
 		}
 	}
 	return out
+}
+
+// notCounted answers every decided check of out with peer.ErrNotCounted:
+// what they added was taken back. Refusals (invalid input) stay.
+func notCounted(out []peer.Result) {
+	for i := range out {
+		if out[i].Err == nil {
+			out[i] = peer.Result{Err: peer.ErrNotCounted}
+		}
+	}
 }
 
 // undo takes back from the store what the allowed checks of reqs,

@@ -132,7 +132,7 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 		sub := pick(reqs, idx)
 		results, _, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
 		for j, i := range idx {
-			if err == nil && !peer.IsCallError(results[j].Err) {
+			if err == nil && !peer.NotDecided(results[j].Err) {
 				out[i] = results[j]
 				continue
 			}

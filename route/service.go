@@ -170,6 +170,9 @@ func (s *Service) forward(ctx context.Context, owner peer.Route, req limiter.Req
 	}
 	res, id, err := s.deps.Peers.Forward(ctx, owner, req)
 	s.inflight.release(1)
+	if err == nil && peer.NotDecided(res.Err) {
+		err = res.Err // the owner took it back, or a batch's call failed
+	}
 	if err != nil {
 		return s.fallback(ctx, owner, req, err)
 	}
@@ -276,7 +279,7 @@ func (s *Service) forwardBatch(ctx context.Context, owner peer.Route, reqs []lim
 	for j, i := range idx {
 		var r routed
 		switch {
-		case peer.IsCallError(results[j].Err):
+		case peer.NotDecided(results[j].Err):
 			r = s.fallback(ctx, owner, reqs[i], results[j].Err)
 		default:
 			r = routed{results[j], routeForwarded}

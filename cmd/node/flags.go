@@ -10,6 +10,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/node"
@@ -23,6 +24,9 @@ type options struct {
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	logFormat       string
+	// faultClock makes the node's wall clock wrong on purpose
+	// (jepsen-lite's clock scenarios); off by default.
+	faultClock faultclock.Config
 	// deprecated says, for each flag given that no longer does anything,
 	// why: main logs it, so that an old configuration still starts.
 	deprecated []string
@@ -53,6 +57,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	defineLimiterFlags(fs, &o.node, &raw)
 	defineAPIFlags(fs, &o.node)
 	defineProcessFlags(fs, &o, &raw)
+	defineFaultFlags(fs, &o.faultClock)
 	defineSecurityFlags(fs, &o.node.Security, &raw)
 
 	if err := fs.Parse(args); err != nil {
@@ -72,6 +77,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	o.fieldName = fieldNames(fs, &o.node)
 	if err := o.node.Validate(); err != nil {
 		return o, field.Render(err, o.fieldName)
+	}
+	if err := o.faultClock.Validate(); err != nil {
+		return o, field.Render(err, faultFlagNames)
 	}
 	return o, nil
 }
@@ -161,6 +169,21 @@ func defineProcessFlags(fs *flag.FlagSet, o *options, raw *rawFlags) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
 	fs.StringVar(&raw.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
+}
+
+// defineFaultFlags defines the fault-injection flags: a node started with
+// any of them is wrong on purpose, and says so in its log.
+func defineFaultFlags(fs *flag.FlagSet, c *faultclock.Config) {
+	fs.DurationVar(&c.Offset, "fault-clock-offset", 0, "FAULT INJECTION ONLY: add this to the node's wall clock (e.g. -2s)")
+	fs.Float64Var(&c.Drift, "fault-clock-drift", 0, "FAULT INJECTION ONLY: make the node's wall clock run this much fast (0.01) or slow (-0.01)")
+	fs.DurationVar(&c.Step, "fault-clock-step", 0, "FAULT INJECTION ONLY: step the node's wall clock by this once --fault-clock-step-after has passed")
+	fs.DurationVar(&c.StepAfter, "fault-clock-step-after", 0, "FAULT INJECTION ONLY: when, after start, --fault-clock-step happens")
+}
+
+// faultFlagNames says a faultclock.Config field as its flag.
+func faultFlagNames(path string) string {
+	flags := map[string]string{"Offset": "offset", "Drift": "drift", "Step": "step", "StepAfter": "step-after"}
+	return "--fault-clock-" + flags[path]
 }
 
 // defineSecurityFlags defines the TLS, mutual TLS and authentication flags

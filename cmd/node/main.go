@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/node"
 )
@@ -38,6 +39,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	opts.node.Logger = slog.New(h)
 	for _, why := range opts.deprecated {
 		opts.node.Logger.Warn("deprecated flag", "why", why)
+	}
+	if fc := opts.faultClock; fc.Enabled() {
+		opts.node.Now = faultclock.New(fc, opts.node.Now)
+		opts.node.Logger.Warn("FAULT INJECTION: this node's wall clock is wrong on purpose; never serve real traffic so",
+			"offset", fc.Offset, "drift", fc.Drift, "step", fc.Step, "step_after", fc.StepAfter)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -103,7 +103,7 @@ func TestCodecRefusesMalformed(t *testing.T) {
 // never panic.
 func FuzzCodecMatchesProtobufGo(f *testing.F) {
 	for _, m := range []proto.Message{batchRequest(3), batchResponse(3),
-		&pb.ForwardRequest{Origin: "n1", Seq: 7, RequestId: "r-1", DeadlineUnixMs: 1_700_000_000_000, Checks: batchRequest(2).GetChecks()},
+		&pb.ForwardRequest{Origin: "n1", Seq: 7, RequestId: "r-1", WaitMs: 250, Checks: batchRequest(2).GetChecks()},
 		&pb.CheckStreamResponse{Seq: 9, Error: &pb.Error{Code: 8, Message: "too many"}},
 		&pb.ReportResponse{HotSinceUnixMs: 1_700_000_000_000, Checks: []*pb.HotKey{{Key: "k", Count: 9, Error: 1}},
 			Samples: []*pb.Sample{{TimeUnixMs: 1, LocalAllowed: 2.5, ForwardP99Ms: new(0.7)}}},

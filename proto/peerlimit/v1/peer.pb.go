@@ -34,13 +34,17 @@ type ForwardRequest struct {
 	// back. Unset on Forward.
 	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	// On a ForwardStream: the request id the batch carries (x-request-id
-	// metadata on Forward), and when the sender stops waiting for the
-	// answer (Unix ms, by the sender's clock), after which it has answered
-	// the checks by its fallback policy.
-	RequestId      string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	DeadlineUnixMs int64  `protobuf:"varint,5,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// metadata on Forward).
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// On a ForwardStream: how long, from sending, the sender waits for the
+	// answer (ms), after which it answers the checks by its fallback. A
+	// duration, never a time: the owner measures it from the batch's
+	// arrival by its own clock, so it ends there no sooner than at the
+	// sender, whatever the two clocks say (Forward calls carry gRPC's
+	// timeout, also a duration).
+	WaitMs        uint32 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ForwardRequest) Reset() {
@@ -101,9 +105,9 @@ func (x *ForwardRequest) GetRequestId() string {
 	return ""
 }
 
-func (x *ForwardRequest) GetDeadlineUnixMs() int64 {
+func (x *ForwardRequest) GetWaitMs() uint32 {
 	if x != nil {
-		return x.DeadlineUnixMs
+		return x.WaitMs
 	}
 	return 0
 }
@@ -1254,14 +1258,14 @@ var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\xb7\x01\n" +
+	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\xbe\x01\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
 	"\x06checks\x18\x02 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\x12(\n" +
-	"\x10deadline_unix_ms\x18\x05 \x01(\x03R\x0edeadlineUnixMs\"X\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\rR\x06waitMsJ\x04\b\x05\x10\x06R\x10deadline_unix_ms\"X\n" +
 	"\x0fForwardResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"X\n" +

@@ -50,10 +50,10 @@ func (m *ForwardRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if m.DeadlineUnixMs != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DeadlineUnixMs))
+	if m.WaitMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.WaitMs))
 		i--
-		dAtA[i] = 0x28
+		dAtA[i] = 0x30
 	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
@@ -1134,8 +1134,8 @@ func (m *ForwardRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
-	if m.DeadlineUnixMs != 0 {
-		n += 1 + protohelpers.SizeOfVarint(uint64(m.DeadlineUnixMs))
+	if m.WaitMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.WaitMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1694,11 +1694,11 @@ func (m *ForwardRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.RequestId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field DeadlineUnixMs", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field WaitMs", wireType)
 			}
-			m.DeadlineUnixMs = 0
+			m.WaitMs = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1708,7 +1708,7 @@ func (m *ForwardRequest) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.DeadlineUnixMs |= int64(b&0x7F) << shift
+				m.WaitMs |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
