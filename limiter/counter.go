@@ -77,6 +77,18 @@ func (s *counterState) roll(id int64) {
 	s.window = id
 }
 
+// within returns s placed no later than window at: s itself if it is
+// not later, else everything s still counts (prev and curr) as at's
+// current count. A state from a clock ahead of ours thus loses no hit and
+// never drags a key into a window our clock has not reached; its hits
+// count a little longer than their sender would count them.
+func (s counterState) within(at int64) counterState {
+	if s.window <= at {
+		return s
+	}
+	return counterState{window: at, curr: satAdd(s.prev, s.curr)}
+}
+
 // counterExpiry is the time (ms) from which s holds nothing: the current
 // count weighs nothing once the window after next begins, the previous count
 // nothing once the next window begins.

@@ -9,9 +9,11 @@ import (
 )
 
 // KeyState is the portable state of one key, moved between nodes when a
-// partition changes owner. It carries absolute times (window ids, log
-// timestamps), so clock skew between the old and new owner shifts windows by
-// at most that skew.
+// partition changes owner and replicated to its backup. It carries absolute
+// times (window ids, log timestamps) on its sender's clock; the receiver
+// places them on its own (Merge says how, and what a skew between the two
+// clocks costs: never a hit lost from a sender ahead, at most the hits of
+// the skew's span from one behind).
 type KeyState struct {
 	Key       string
 	Window    time.Duration
@@ -69,7 +71,9 @@ func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
 // Forget removes from the store what states describe, after they were
 // handed to another node: counter counts are subtracted per window, log
 // entries removed one for one. What was admitted since the snapshot stays;
-// a key left with nothing is deleted.
+// a key left with nothing is deleted. A state that came from another
+// node's clock is best forgotten in the form MergeAdded returned for it,
+// which Forget takes back exactly.
 func (s *Store) Forget(now time.Time, states []KeyState) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
@@ -81,29 +85,54 @@ func (s *Store) Forget(now time.Time, states []KeyState) {
 		sh.mu.Lock()
 		sh.touch(k)
 		if ks.Algorithm == SlidingWindowLog {
-			if st, ok := sh.logs[k]; ok {
-				rest := subtractSorted(st.live(ms-k.window), ks.Log)
-				if len(rest) == 0 {
-					sh.deleteLog(k, st)
-				} else {
-					n0, c0 := st.n, len(st.ring)
-					st.fill(rest) // no bigger than before: rest is a subset
-					sh.account(st, n0, c0)
-				}
-			}
-		} else if st, ok := sh.counters[k]; ok {
-			sent := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
-			id := max(st.window, sent.window)
-			st.roll(id)
-			sent.roll(id)
-			st.prev, st.curr = max(st.prev-sent.prev, 0), max(st.curr-sent.curr, 0)
-			if st.prev == 0 && st.curr == 0 {
-				sh.deleteCounter(k, st)
-			} else {
-				sh.counters[k] = st
-			}
+			sh.forgetLog(k, ms, ks.Log)
+		} else {
+			sh.forgetCounter(k, ms, ks)
 		}
 		sh.mu.Unlock()
+	}
+}
+
+// forgetLog removes the entries of sent from the log of k at now (ms).
+// Requires sh.mu held.
+func (sh *shard) forgetLog(k stateKey, now int64, sent []int64) {
+	st, ok := sh.logs[k]
+	if !ok {
+		return
+	}
+	rest := subtractSorted(st.live(now-k.window), sent)
+	if len(rest) == 0 {
+		sh.deleteLog(k, st)
+		return
+	}
+	n0, c0 := st.n, len(st.ring)
+	st.fill(rest) // no bigger than before: rest is a subset
+	sh.account(st, n0, c0)
+}
+
+// forgetCounter subtracts the counts of sent from the counter of k at now
+// (ms), per window. Requires sh.mu held.
+//
+// sent is placed as mergeCounter places a state: folded into the key's
+// current window if later (its window id came from a clock ahead of
+// ours), so the key is never rolled past that window. Rolling it onto
+// such an id would shift or zero its own counts and subtract sent's from
+// the wrong window: its own admissions would be lost.
+func (sh *shard) forgetCounter(k stateKey, now int64, ks KeyState) {
+	st, ok := sh.counters[k]
+	if !ok {
+		return
+	}
+	current := max(st.window, floorDiv(now, k.window))
+	sent := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}.within(current)
+	id := max(st.window, sent.window)
+	st.roll(id)
+	sent.roll(id)
+	st.prev, st.curr = max(st.prev-sent.prev, 0), max(st.curr-sent.curr, 0)
+	if st.prev == 0 && st.curr == 0 {
+		sh.deleteCounter(k, st)
+	} else {
+		sh.counters[k] = st
 	}
 }
 
@@ -130,35 +159,60 @@ func subtractSorted(a, b []int64) []int64 {
 // sides may have served the key (a partition, a handoff in flight), and
 // every hit either side admitted still counts.
 //
+// A state's times are on its sender's clock. Merge places them on this
+// node's: nothing is ever put in a window, or at a time, this node's clock
+// has not reached (mergeCounter and mergeLog state the rules, and what a
+// skew costs).
+//
 // Invalid states are skipped with an error each; a state that does not fit
 // (OverflowReject at capacity) is skipped too. Merge returns how many it
 // merged and the errors of the others, so the caller can report them.
 func (s *Store) Merge(now time.Time, states []KeyState) (merged int, errs []error) {
+	return s.merge(now, states, nil)
+}
+
+// MergeAdded is Merge, returning what it added instead of how many: each
+// state as this node's clock placed it, without what had expired. Forget
+// of those takes back exactly what was added, however the sender's clock
+// differed from this node's: Merge's placement is not undone by a Forget
+// of the states as sent.
+func (s *Store) MergeAdded(now time.Time, states []KeyState) (added []KeyState, errs []error) {
+	_, errs = s.merge(now, states, &added)
+	return added, errs
+}
+
+// merge implements Merge, appending to added (if not nil) what it added.
+func (s *Store) merge(now time.Time, states []KeyState, added *[]KeyState) (merged int, errs []error) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
-		if err := s.mergeOne(ms, ks); err != nil {
+		in, err := s.mergeOne(ms, ks)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("merge %q: %w", ks.Key, err))
 			continue
 		}
 		merged++
+		if added != nil && in.Key != "" {
+			*added = append(*added, in)
+		}
 	}
 	return merged, errs
 }
 
 // mergeOne checks ks against the bounds a request meets (key, window,
 // algorithm; a log longer than MaxLogLimit is trimmed by mergeLog, not
-// refused), then merges it under its partition's lock.
-func (s *Store) mergeOne(now int64, ks KeyState) error {
+// refused), then merges it under its partition's lock. It returns what it
+// added, the zero KeyState if nothing.
+func (s *Store) mergeOne(now int64, ks KeyState) (KeyState, error) {
 	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm}
 	if ks.Algorithm == SlidingWindowLog {
 		probe.Limit = min(int64(len(ks.Log)), s.cfg.MaxLogLimit)
 	}
 	probe.Limit = max(probe.Limit, 1)
 	if err := s.cfg.validate(&probe); err != nil {
-		return err
+		return KeyState{}, err
 	}
 	if ks.Prev < 0 || ks.Curr < 0 {
-		return &ArgumentError{"state", "negative count"}
+		return KeyState{}, &ArgumentError{"state", "negative count"}
 	}
 	k := stateKey{ks.Key, ks.Window.Milliseconds()}
 	sh := s.shardOf(ks.Key)
@@ -169,68 +223,128 @@ func (s *Store) mergeOne(now int64, ks KeyState) error {
 	case SlidingWindowCounter:
 		return s.mergeCounter(sh, k, now, ks)
 	default:
-		return s.mergeLog(sh, k, now, ks.Log)
+		return s.mergeLog(sh, k, now, ks)
 	}
 }
 
-// mergeCounter adds the counts of ks to the counter of k at now (ms).
-// Requires sh.mu held.
-func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) error {
+// mergeCounter adds the counts of ks to the counter of k at now (ms), and
+// returns what it added (ks as placed here), the zero KeyState if
+// nothing. Requires sh.mu held.
+//
+// ks's window id is on its sender's clock, ahead of ours by a skew S
+// (S < 0: behind). The key's current window here is the later of now's
+// and its own (a key never moves back):
+//   - An id up to the current window keeps its counts in their slots, and
+//     the later of the two states' windows wins. From a sender ahead, our
+//     window is S less advanced than its, so each hit counts up to S
+//     longer: over-denial of at most max(Prev, Curr)·S/W while S < W.
+//     From a sender behind, a merge within |S| after our window began
+//     rolls its counts on a window early: up to max(Prev, Curr)·|S|/W is
+//     lost (so up to L·|S|/W extra admissions), all of it if |S| ≥ W.
+//     That is kept: without the sender's clock, such a state looks exactly
+//     like an older one from an exact clock, which must be rolled.
+//   - A later id (the sender, ahead, has crossed a boundary we have not)
+//     is folded into the current window: Prev and Curr both count as hits
+//     of this window. Nothing the sender still counts is lost, and the key
+//     is not dragged into a window our clock has not reached (where it
+//     would be frozen). The cost is over-denial: at most Prev·S/W over the
+//     sender's estimate while S < W (its Prev, mostly hits of our current
+//     window, counts whole until our next window), Prev+Curr if S ≥ W;
+//     all of it is gone when our window after next begins, within 2W.
+func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
 	w := k.window
-	in := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}
-	// A sender whose clock runs ahead would drag the key into a future
-	// window and, since time never runs backwards for a key, freeze it
-	// there: count its hits in our current window instead.
-	in.window = min(in.window, floorDiv(now, w))
-	if counterExpiry(&in, w) <= now {
-		return nil // nothing left to count
-	}
 	cur, ok := sh.counters[k]
+	at := floorDiv(now, w)
+	if ok {
+		at = max(at, cur.window)
+	}
+	in := counterState{window: ks.WindowID, prev: ks.Prev, curr: ks.Curr}.within(at)
+	if counterExpiry(&in, w) <= now {
+		return KeyState{}, nil // nothing left to count
+	}
 	if !ok {
 		if err := s.makeRoom(sh, now); err != nil {
-			return err
+			return KeyState{}, err
 		}
 		sh.putCounter(k, in)
-		return nil
+	} else {
+		id := max(cur.window, in.window)
+		cur.roll(id)
+		in.roll(id)
+		cur.prev, cur.curr = satAdd(cur.prev, in.prev), satAdd(cur.curr, in.curr)
+		sh.counters[k] = cur
 	}
-	id := max(cur.window, in.window)
-	cur.roll(id)
-	in.roll(id)
-	cur.prev, cur.curr = satAdd(cur.prev, in.prev), satAdd(cur.curr, in.curr)
-	sh.counters[k] = cur
-	return nil
+	added := ks
+	added.WindowID, added.Prev, added.Curr, added.Log = in.window, in.prev, in.curr, nil
+	return added, nil
 }
 
-// mergeLog unites log (Unix ms, any order) with the log of k at now (ms):
-// it drops what has left the window, unites, and keeps the newest
-// MaxLogLimit (no log ever needs more to decide). Requires sh.mu held.
-func (s *Store) mergeLog(sh *shard, k stateKey, now int64, log []int64) error {
-	w := k.window
+// mergeLog unites the log of ks (Unix ms, any order) with the log of k at
+// now (ms): it drops what has left the window, unites, and keeps the newest
+// MaxLogLimit (no log ever needs more to decide). It returns what it added
+// (ks's entries as placed here), the zero KeyState if nothing. Requires
+// sh.mu held.
+//
+// The entries are on the sender's clock, ahead of ours by a skew S (S < 0:
+// behind). From a sender ahead, an entry later than now is taken as now
+// (a later one would freeze the key until our clock reached it), the
+// others stay S late: each hit counts up to S longer, over-denial only.
+// From a sender behind, every entry lands |S| early: the hits it admitted
+// in the first |S| of its window are dropped here at once, and the others
+// leave |S| early, so up to the sender's hits of any |S| span (up to L,
+// all of them if |S| ≥ W) may be admitted again. That is kept: shifting
+// entries later needs the sender's clock, which a KeyState does not carry.
+func (s *Store) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
+	in := placeLog(ks.Log, now, k.window)
+	cur, ok := sh.logs[k]
+	united, c0 := in, 0 // c0: the slots the shard counts for this key's log
+	if ok {
+		n0, p0 := cur.n, len(cur.ring)
+		cur.prune(now - k.window)
+		sh.account(cur, n0, p0)
+		c0 = len(cur.ring)
+		united = make([]int64, 0, len(in)+int(cur.n))
+		united = append(united, in...)
+		for j := int32(0); j < cur.n; j++ {
+			united = append(united, cur.at(j))
+		}
+		slices.Sort(united)
+	}
+	if len(united) == 0 {
+		return KeyState{}, nil
+	}
+	if over := len(united) - int(s.cfg.MaxLogLimit); over > 0 {
+		in = subtractSorted(in, united[:over])
+		united = united[over:]
+	}
+	if err := s.storeLog(sh, k, now, cur, c0, united); err != nil {
+		return KeyState{}, err
+	}
+	if len(in) == 0 {
+		return KeyState{}, nil
+	}
+	added := ks
+	added.WindowID, added.Prev, added.Curr, added.Log = 0, 0, 0, in
+	return added, nil
+}
+
+// placeLog returns log (Unix ms, any order, on a sender's clock) as this
+// node keeps it at now (ms) for window w: sorted, any entry later than now
+// taken as now, and those that have left the window dropped.
+func placeLog(log []int64, now, w int64) []int64 {
 	entries := slices.Clone(log)
 	for j, t := range entries {
 		entries[j] = min(t, now) // a sender ahead of us must not freeze the key
 	}
 	slices.Sort(entries)
-	entries = slices.DeleteFunc(entries, func(t int64) bool { return t <= now-w })
-	cur, ok := sh.logs[k]
-	c0 := 0 // the slots the shard counts for this key's log
-	if ok {
-		n0, p0 := cur.n, len(cur.ring)
-		cur.prune(now - w)
-		sh.account(cur, n0, p0)
-		c0 = len(cur.ring)
-		for j := int32(0); j < cur.n; j++ {
-			entries = append(entries, cur.at(j))
-		}
-		slices.Sort(entries)
-	}
-	if len(entries) == 0 {
-		return nil
-	}
-	if over := len(entries) - int(s.cfg.MaxLogLimit); over > 0 {
-		entries = entries[over:]
-	}
-	if !ok {
+	return slices.DeleteFunc(entries, func(t int64) bool { return t <= now-w })
+}
+
+// storeLog makes entries (sorted, at most MaxLogLimit) the log of k, cur
+// (nil if k has none), whose slots the shard counts as c0. Requires sh.mu
+// held.
+func (s *Store) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 int, entries []int64) error {
+	if cur == nil {
 		if err := s.makeRoom(sh, now); err != nil {
 			return err
 		}
@@ -240,7 +354,7 @@ func (s *Store) mergeLog(sh *shard, k stateKey, now int64, log []int64) error {
 	if err := s.makeLogRoom(sh, now, k, c0, len(entries)); err != nil {
 		return err
 	}
-	if !ok {
+	if cur == nil {
 		cur = new(logState)
 		sh.putLog(k, cur)
 	}

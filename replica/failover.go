@@ -44,7 +44,8 @@ type Failover struct {
 	mu sync.Mutex
 	// promoted holds, by the member that replicated them, the replicas
 	// merged into this node's state while that member was alive but
-	// unreachable. If it hands its state off later (it was leaving, or
+	// unreachable, as merged (limiter.Store.MergeAdded, as are those of
+	// presumedDead). If it hands its state off later (it was leaving, or
 	// comes back), that state includes them: they are subtracted first
 	// (Supersede), or dropped before this node hands the owner its state
 	// (ReturnPromoted).
@@ -163,17 +164,22 @@ func (f *Failover) promote(p int, why reason) {
 		return
 	}
 	now := f.now()
-	merged, errs := f.store.Merge(now, states)
+	// The books keep what was added, as this node's clock placed it, not
+	// the states as the owner sent them: taking those back would roll
+	// this node's own counts onto the owner's clock and subtract from the
+	// wrong window, erasing its own hits when the owner's clock runs ahead.
+	added, errs := f.store.MergeAdded(now, states)
+	merged := len(states) - len(errs)
 	switch why {
 	case ownerUnreachable:
-		f.promoted[origin] = append(f.promoted[origin], states...)
+		f.promoted[origin] = append(f.promoted[origin], added...)
 	case ownerFailed:
 		p := f.presumedDead[origin]
 		if p == nil {
 			p = &presumption{}
 			f.presumedDead[origin] = p
 		}
-		p.at, p.states = now, append(p.states, states...)
+		p.at, p.states = now, append(p.states, added...)
 	}
 	f.metrics.Promoted(merged)
 	f.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why.String(), "from", origin)

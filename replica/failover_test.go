@@ -2,9 +2,11 @@ package replica_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +15,8 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -157,4 +161,49 @@ func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 		require.Zero(t, heir.handoff(t, c).Run(context.Background()), "the heir hands the key back")
 		assert.EqualValues(t, 3, held(t, c, owner, req), "with its count")
 	})
+}
+
+// An owner whose clock runs one or two windows ahead of its heir's
+// replicates a counter the heir, holding 40 hits of its own, promotes.
+// When the owner turns out alive (its handoff supersedes the promotion, or
+// the heir hands the key back), the heir takes back what it merged, in the
+// window it merged in or a window later, and no more: its own 40 count as
+// in a store that never held the owner's.
+func TestTakingBackAPromotionFromAnOwnerAheadKeepsTheHeirsHits(t *testing.T) {
+	const w = time.Minute
+	for _, ahead := range []int64{1, 2} {
+		for _, back := range []string{"Supersede", "ReturnPromoted"} {
+			for _, later := range []time.Duration{0, w} {
+				t.Run(fmt.Sprintf("%d ahead, %s %v later", ahead, back, later), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						c := newCluster(t, "n1", "n2", "n3")
+						heir := c.members["n2"]
+						req := limiter.Request{Key: c.keyWith(t, "n1", "n2", "k"), Limit: 1000, Window: w, Hits: 40}
+						own, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
+						require.NoError(t, err)
+						for _, s := range []*limiter.Store{heir.store, own} {
+							_, err := s.Check(c.clk.Now(), req)
+							require.NoError(t, err)
+						}
+						owners := limiter.KeyState{Key: req.Key, Window: w, Algorithm: req.Algorithm,
+							WindowID: c.clk.Now().UnixMilli()/w.Milliseconds() + ahead, Prev: 50, Curr: 5}
+						heir.replicas.Apply("n1", peer.Replication{States: []limiter.KeyState{owners}})
+						heir.failover.Promote(req.Key)
+						require.Zero(t, heir.replicas.Len(), "promoted")
+
+						c.clk.Advance(later)
+						if back == "Supersede" {
+							heir.failover.Supersede("n1", []limiter.KeyState{owners})
+						} else {
+							heir.failover.ReturnPromoted("n1")
+						}
+						req.Hits = 0
+						d, err := own.Check(c.clk.Now(), req)
+						require.NoError(t, err)
+						assert.Equal(t, d.CurrentCount, held(t, c, heir, req), "the heir's own hits, no more, no fewer")
+					})
+				})
+			}
+		}
+	}
 }

@@ -218,8 +218,15 @@ func (x *HandoffRequest) GetStates() []*KeyState {
 	return nil
 }
 
-// KeyState is one key's state. Times are absolute, so skew between the old
-// and the new owner shifts windows by at most that skew.
+// KeyState is one key's state. Its times (window_id, log entries) are
+// absolute, on the sender's clock, and no sender clock travels with them.
+// The receiver places them on its own (limiter.Store.Merge): a window_id
+// later than its current window is folded into it (prev and curr both
+// counted as current hits: nothing lost; over-denial ≤ prev·S/W for a skew
+// S < W, gone within 2W); log entries later than its now are taken as now.
+// From a sender behind by |S|, up to max(prev, curr)·|S|/W of a counter
+// and a log's entries of any |S| span may be admitted again (all if
+// |S| ≥ W): keep clock skew well under the shortest window.
 type KeyState struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
