@@ -26,6 +26,10 @@ const (
 	StateAlive  State = "alive"  // in the ring (also while merely suspected)
 	StateFailed State = "failed" // declared dead; the reconnector retries it
 	StateLeft   State = "left"   // left gracefully
+	// StateUnreachable: declared dead by this member's failure detector
+	// alone; still in the ring while the others are asked whether they
+	// reach it (agreement.go).
+	StateUnreachable State = "unreachable"
 )
 
 // Member is one node of the cluster.
@@ -34,8 +38,13 @@ type Member struct {
 	GossipAddr string
 	GRPCAddr   string
 	State      State
-	// Since is when a failed member was declared dead (zero otherwise).
+	// Since is when a failed member was declared dead, or an unreachable
+	// one first doubted (zero otherwise).
 	Since time.Time
+	// Unconfirmed marks a failed member taken out of the ring on this
+	// member's evidence alone: no other member could be asked. It may be
+	// alive and deciding its keys on the other side of a partition.
+	Unconfirmed bool
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -68,9 +77,13 @@ type Cluster struct {
 	// under its own lock: reading them races. Events are called under that
 	// lock, so copying there is safe.
 	mu      sync.Mutex
-	members map[string]Member  // by ID: live members
+	members map[string]Member  // by ID: live members, doubted ones among them
 	failed  map[string]failure // by ID: members to reconnect to
 	left    map[string]Member  // by ID: members that left gracefully
+	doubted map[string]*doubt  // by ID: declared dead here, not yet agreed
+
+	agreement *agreement
+	doubtKick chan struct{} // capacity 1: wakes agree
 
 	kick     chan struct{} // capacity 1: coalesces change notifications
 	stop     chan struct{}
@@ -81,8 +94,10 @@ type Cluster struct {
 }
 
 type failure struct {
-	addr  string
-	since time.Time
+	addr, grpc  string
+	since       time.Time
+	unconfirmed bool // taken out on this member's evidence alone
+	asking      bool // a round about it is out
 }
 
 // Start creates the member, tries the seeds once, and starts the notifier
@@ -98,8 +113,12 @@ func Start(cfg Config) (*Cluster, error) {
 		members: map[string]Member{},
 		failed:  map[string]failure{},
 		left:    map[string]Member{},
+		doubted: map[string]*doubt{},
 		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+
+		agreement: newAgreement(),
+		doubtKick: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	mlc, err := c.memberlistConfig()
@@ -125,9 +144,11 @@ func Start(cfg Config) (*Cluster, error) {
 			c.log.Warn("advertising the gRPC address", "err", err)
 		}
 	}
-	c.wg.Add(2)
+	c.wg.Add(4)
 	go c.notify()
 	go c.reconnect()
+	go c.agree()
+	go c.witness()
 	c.kickChange()
 	if len(cfg.Join) > 0 {
 		c.joinSeeds(cfg.Join)
@@ -239,13 +260,16 @@ func (c *Cluster) Members() []Member {
 func (c *Cluster) View() []Member {
 	out := c.Members()
 	seen := map[string]bool{}
-	for _, m := range out {
-		seen[m.ID] = true
-	}
 	c.mu.Lock()
+	for i, m := range out {
+		seen[m.ID] = true
+		if d, ok := c.doubted[m.ID]; ok {
+			out[i].State, out[i].Since = StateUnreachable, d.since
+		}
+	}
 	for id, f := range c.failed {
 		if !seen[id] {
-			out = append(out, Member{ID: id, GossipAddr: f.addr, State: StateFailed, Since: f.since})
+			out = append(out, Member{ID: id, GossipAddr: f.addr, GRPCAddr: f.grpc, State: StateFailed, Since: f.since, Unconfirmed: f.unconfirmed})
 			seen[id] = true
 		}
 	}
@@ -490,22 +514,27 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.c.members[n.Name] = aliveMember(n)
 	delete(e.c.failed, n.Name)
 	delete(e.c.left, n.Name)
+	delete(e.c.doubted, n.Name)
 	e.c.mu.Unlock()
 	e.c.log.Info("member joined", "member", n.Name, "addr", n.Address())
 	e.c.kickChange()
 }
 
+// NotifyLeave takes a member that left out at once; one declared dead
+// only once others agree (doubtMember).
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	md := parseMeta(n.Meta)
 	m := Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateFailed}
+	if !md.Leaving && n.Name != e.c.cfg.ID {
+		e.c.doubtMember(m)
+		return
+	}
 	e.c.mu.Lock()
 	delete(e.c.members, n.Name)
-	switch {
-	case md.Leaving:
+	delete(e.c.doubted, n.Name)
+	if md.Leaving {
 		m.State = StateLeft
 		e.c.left[n.Name] = m
-	case n.Name != e.c.cfg.ID:
-		e.c.failed[n.Name] = failure{addr: n.Address(), since: time.Now()}
 	}
 	e.c.mu.Unlock()
 	e.c.log.Info("member gone", "member", n.Name, "state", m.State)
@@ -515,6 +544,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.c.mu.Lock()
 	e.c.members[n.Name] = aliveMember(n)
+	delete(e.c.doubted, n.Name)
 	e.c.mu.Unlock()
 	e.c.log.Debug("member updated", "member", n.Name)
 	e.c.kickChange()
@@ -532,7 +562,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) NotifyMsg(b []byte)                         { d.c.receive(b) }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

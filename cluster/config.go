@@ -74,6 +74,15 @@ type Config struct {
 	// starting together, cached DNS answers); seeds given as IPs are
 	// retried only while alone. Default 30 s (LAN), 5 s (local).
 	SeedRefreshInterval time.Duration
+	// ConfirmTimeout is how long a member that memberlist declared dead
+	// waits for the others to say whether they reach it before it decides
+	// (agreement.go): what agreement adds to failure detection. Default
+	// 2 s (LAN), 1 s (local).
+	ConfirmTimeout time.Duration
+	// ConfirmInterval is how often a member kept in the ring because
+	// another reaches it, or one gone unconfirmed, is asked about again.
+	// Default 2 s (LAN), 1 s (local).
+	ConfirmInterval time.Duration
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the live membership after every change. It is
@@ -112,6 +121,16 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout == 0 {
 		c.ReconnectTimeout = 24 * time.Hour
+	}
+	confirm := 2 * time.Second
+	if c.Profile == ProfileLocal {
+		confirm = time.Second
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = confirm
+	}
+	if c.ConfirmInterval == 0 {
+		c.ConfirmInterval = confirm
 	}
 	if c.SeedRefreshInterval == 0 {
 		c.SeedRefreshInterval = 30 * time.Second
@@ -161,6 +180,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconnectInterval <= 0 || c.ReconnectTimeout <= 0 || c.SeedRefreshInterval <= 0 {
 		errs = append(errs, errors.New("ReconnectInterval, ReconnectTimeout and SeedRefreshInterval must be positive"))
+	}
+	if c.ConfirmTimeout <= 0 || c.ConfirmInterval <= 0 {
+		errs = append(errs, errors.New("ConfirmTimeout and ConfirmInterval must be positive"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster config: %w", err)

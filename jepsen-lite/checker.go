@@ -89,16 +89,25 @@ type Admission struct {
 	Violations []Violation `json:"violations,omitempty"`
 }
 
-// Violation is a window that admitted more than its bound.
+// Violation is a window that admitted more than its bound, or more than
+// one decider's share with no admission marked degraded (Silent).
 type Violation struct {
 	Key      string        `json:"key"`
 	From     time.Duration `json:"from_ns"`
 	Allowed  int           `json:"allowed"`
 	Bound    int           `json:"bound"` // in requests
 	Deciders int           `json:"deciders"`
+	// Silent: over the limit of one decider, and not one admission in the
+	// window said it was degraded. Whatever the phase's bound, a limiter
+	// that over-admits must say so.
+	Silent bool `json:"silent,omitempty"`
 }
 
 func (v Violation) String() string {
+	if v.Silent {
+		return fmt.Sprintf("%s: %d allowed in the window from %s, over the limit's %d with no degraded answer (silent over-admission)",
+			v.Key, v.Allowed, v.From.Round(time.Millisecond), v.Bound)
+	}
 	return fmt.Sprintf("%s: %d allowed in the window from %s, bound %d (%d deciders)", v.Key, v.Allowed, v.From.Round(time.Millisecond), v.Bound, v.Deciders)
 }
 
@@ -176,6 +185,11 @@ const Settle = 2 * time.Second
 // state: each such node adds one decider. The counter's rolling windows
 // get twice the bound: its estimate admits up to 2× in a rolling window by
 // design (docs/accuracy.md); its fixed windows get the plain bound.
+//
+// Silent over-admission. Whatever a phase allows, a window that admitted
+// more than one decider's bound (limit, or 2 × limit for the counter's
+// rolling windows) is a violation unless at least one of its admissions
+// was marked degraded: over-admitting is allowed only out loud.
 //
 // Excess counts, with the same certainty, admissions an exact limiter
 // would have refused: for the log, those an exact sliding log replaying
@@ -327,9 +341,16 @@ func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op
 	if calm && ratio > a.WorstCalm {
 		a.WorstCalm = ratio
 	}
-	if limit := int(ks.Limit) * d * factor; len(in) > limit {
-		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: limit, Deciders: d})
+	switch one := int(ks.Limit) * factor; {
+	case len(in) > one*d:
+		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one * d, Deciders: d})
+	case len(in) > one && !anyDegraded(in):
+		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one, Deciders: 1, Silent: true})
 	}
+}
+
+func anyDegraded(ops []Op) bool {
+	return slices.ContainsFunc(ops, func(op Op) bool { return op.Degraded })
 }
 
 // sliding checks the windows that start just before each allowed check.

@@ -69,11 +69,14 @@ func TestCheckerBoundsFollowThePhases(t *testing.T) {
 		Expect: map[string][]string{"n1": {"n1"}}, Sides: map[string]int{"n1": 0}}
 	views := []View{{Node: "n1", Asked: 2400 * ms, Got: 2500 * ms, Alive: []string{"n1"}}}
 
+	// One admission says it is degraded: over the limit is allowed only
+	// out loud (TestCheckerFlagsSilentOverAdmission).
 	mk := func(from time.Duration, n int, owner func(i int) string) []Op {
 		var ops []Op
 		for i := range n {
 			ops = append(ops, allowed(0, from+time.Duration(10*i)*ms, from+time.Duration(10*i+1)*ms, owner(i)))
 		}
+		ops[n-1].Degraded = true
 		return ops
 	}
 	two := func(i int) string { return []string{"n1", "n2"}[i%2] }
@@ -86,8 +89,11 @@ func TestCheckerBoundsFollowThePhases(t *testing.T) {
 	assert.Equal(t, 500*ms, r.Events[1].ConvergedAfter())
 	assert.Empty(t, r.Violations())
 
-	// 7 there is one too many.
-	h = history(mk(3*time.Second, 7, two), fault)
+	// 7 there is one too many (none degraded: a degraded answer would
+	// count its node as one more decider).
+	seven := mk(3*time.Second, 7, two)
+	seven[6].Degraded = false
+	h = history(seven, fault)
 	h.Views = views
 	assert.Len(t, Analyze(h).Log.Violations, 1)
 
@@ -160,4 +166,27 @@ func TestCheckerFlagsDegradedAnswersLongAfterConvergence(t *testing.T) {
 	h.Views = []View{{Node: "n1", Asked: 2400 * ms, Got: 2500 * ms, Alive: []string{"n1"}}}
 	r := Analyze(h)
 	assert.Equal(t, 1, r.Unsettled, "only the answer more than Settle after convergence at 2.5 s")
+}
+
+// Over the limit with not one admission marked degraded is a violation,
+// whatever the phase allows: here every node may decide (the fault is
+// being detected), and 5 of a limit of 3 is within that bound, but
+// nobody said so.
+func TestCheckerFlagsSilentOverAdmission(t *testing.T) {
+	fault := Event{Name: "bridge", Begin: 2 * time.Second, End: 2*time.Second + ms, Steady: 1, Fault: true,
+		Expect: map[string][]string{"n1": {"n1", "n2", "n3"}}, Sides: map[string]int{"n1": 0}}
+	var ops []Op
+	for i := range 5 {
+		ops = append(ops, allowed(0, 2100*ms+time.Duration(10*i)*ms, 2101*ms+time.Duration(10*i)*ms, []string{"n1", "n3"}[i%2]))
+	}
+	r := Analyze(history(ops, fault))
+	require.NotEmpty(t, r.Log.Violations)
+	for _, v := range r.Log.Violations {
+		assert.True(t, v.Silent, v.String())
+		assert.Equal(t, 3, v.Bound)
+	}
+	assert.Contains(t, r.Log.Violations[0].String(), "silent over-admission")
+
+	ops[1].Degraded = true // n3 said so
+	assert.Empty(t, Analyze(history(ops, fault)).Violations())
 }

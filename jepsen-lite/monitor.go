@@ -81,12 +81,14 @@ func (m *Monitor) Views() []View {
 	return out
 }
 
-// summarize reduces a Members answer to the alive ids and a fingerprint of
-// the ring by owner id, comparable across nodes.
+// summarize reduces a Members answer to the ids in the ring and a
+// fingerprint of the ring by owner id, comparable across nodes.
 func summarize(r *pb.MembersResponse) ([]string, uint64) {
 	var alive []string
 	for _, m := range r.GetMembers() {
-		if m.GetState() == "alive" {
+		// In the ring: alive, or unreachable from this node while the
+		// others are asked (cluster's agreement), which moves nothing.
+		if m.GetState() == "alive" || m.GetState() == "unreachable" {
 			alive = append(alive, m.GetId())
 		}
 	}

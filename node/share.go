@@ -21,6 +21,9 @@ type view struct {
 	// Config.ShareFor), refreshed on every membership change and every
 	// sweep (failures age out).
 	share atomic.Uint64
+	// contested is set while a member is out of the ring on this node's
+	// evidence alone (refreshContested).
+	contested atomic.Bool
 }
 
 func (v *view) init(self *ring.Ring) {
@@ -28,6 +31,10 @@ func (v *view) init(self *ring.Ring) {
 	v.share.Store(1<<32 | 1)
 	v.Cluster = route.RingCluster(v.ring.Load)
 }
+
+// Contested implements route.Cluster: every key, while any member is
+// out of the ring unconfirmed.
+func (v *view) Contested(string) bool { return v.contested.Load() }
 
 // Ring is the current ring.
 func (v *view) Ring() *ring.Ring { return v.ring.Load() }
@@ -48,7 +55,7 @@ func (n *Node) refreshShare() {
 	live, failed := 0, 0
 	for _, m := range c.View() {
 		switch {
-		case m.State == cluster.StateAlive:
+		case m.State == cluster.StateAlive || m.State == cluster.StateUnreachable: // in the ring
 			live++
 		case m.State == cluster.StateFailed && now.Sub(m.Since) < n.cfg.ShareFor:
 			failed++
@@ -56,4 +63,38 @@ func (n *Node) refreshShare() {
 	}
 	live = max(live, 1)
 	n.view.share.Store(uint64(live)<<32 | uint64(live+failed))
+}
+
+// refreshContested notes whether any member went unconfirmed (out of
+// the ring on this node's evidence alone, cluster.Member.Unconfirmed):
+// this node may then be on the small side of a partition, where the
+// others have taken over its keys, and they over its, so every answer it
+// decides is marked Degraded until the member returns or a majority
+// confirms it gone.
+func (n *Node) refreshContested() {
+	gone := n.goneUnconfirmed()
+	if was := n.view.contested.Swap(len(gone) > 0); was != (len(gone) > 0) {
+		if len(gone) > 0 {
+			n.log.Warn("members went out of the ring on this node's evidence alone; its answers are marked degraded until they return or a majority confirms them gone",
+				"members", gone)
+		} else {
+			n.log.Info("no member out of the ring on this node's evidence alone any more; answers no longer marked degraded")
+		}
+	}
+}
+
+// goneUnconfirmed returns the ids of the members taken out of the ring
+// on this node's evidence alone.
+func (n *Node) goneUnconfirmed() []string {
+	c := n.cluster.Load()
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range c.View() {
+		if m.State == cluster.StateFailed && m.Unconfirmed {
+			out = append(out, m.ID)
+		}
+	}
+	return out
 }

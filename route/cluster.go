@@ -42,3 +42,9 @@ func (s *Service) share() (live, known int) {
 	live, known = s.deps.Cluster.Share()
 	return max(live, 1), max(known, live, 1)
 }
+
+// contested reports whether this node decides key on its own evidence
+// alone (Cluster.Contested); never alone.
+func (s *Service) contested(key string) bool {
+	return s.deps.Cluster != nil && s.deps.Cluster.Contested(key)
+}

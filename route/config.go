@@ -124,6 +124,12 @@ type Cluster interface {
 	// knows: live plus those that failed recently (not those that left),
 	// for FallbackShare.
 	Share() (live, known int)
+	// Contested reports whether this node's answer for key rests on its
+	// own view alone: it took members out of the ring that no majority
+	// confirmed gone (cluster.Member.Unconfirmed), so it may be on the
+	// small side of a partition, with another member deciding key too.
+	// Such answers are marked Degraded.
+	Contested(key string) bool
 }
 
 // RingCluster is a Cluster read from the ring load returns at each call
@@ -143,6 +149,7 @@ func (f onRing) Heir(key string) (peer.Route, bool) {
 	return RouteOf(b), ok
 }
 func (f onRing) Members() []peer.Route { return RoutesOf(f().Members()) }
+func (f onRing) Contested(string) bool { return false }
 func (f onRing) Share() (live, known int) {
 	n := len(f().Members())
 	return n, n

@@ -10,13 +10,21 @@ import (
 )
 
 // HandleForward implements Handler: decide here, never forward again. The
-// checks are stamped with one arrival time, this node's.
+// checks are stamped with one arrival time, this node's. A check for a key
+// this node's ring gives another member is answered Degraded: the
+// sender's view and this node's disagree.
 func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
 	now := s.deps.Now()
 	out := make([]peer.Result, len(reqs))
 	refused := -1
 	for i, r := range reqs {
 		out[i] = s.decide(now, r)
+		if _, local := s.owner(r.Key); !local && out[i].Err == nil {
+			// The sender's ring says this node owns the key, this node's
+			// says another member does: two views of the membership, and
+			// perhaps two deciders. Decided, and said so.
+			out[i].Degraded = true
+		}
 		s.metrics.peerCheck(r.Algorithm, out[i])
 		if refused < 0 && peer.CodeOf(out[i].Err) == peer.InvalidArgument {
 			refused = i

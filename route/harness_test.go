@@ -62,6 +62,9 @@ type clusterOpts struct {
 	// (route.Cluster.Share); nil: all members of the ring, all live.
 	share   func() (live, known int)
 	limiter func(id string, c *limiter.Config)
+	// view, if set, replaces member id's view of the cluster (base: the
+	// ring every member shares).
+	view func(id string, base route.Cluster) route.Cluster
 }
 
 // newCluster starts members ids on a fresh network. The network's seed
@@ -103,6 +106,9 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	var view route.Cluster = route.FixedCluster(c.ring)
 	if o.share != nil {
 		view = sharing{view, o.share}
+	}
+	if o.view != nil {
+		view = o.view(id, view)
 	}
 	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: view,
 		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)}

@@ -337,7 +337,7 @@ func (s *Service) decide(now time.Time, req limiter.Request) peer.Result {
 	if err != nil {
 		return peer.Result{Err: err}
 	}
-	return peer.Result{Decision: d, Owner: s.deps.NodeID}
+	return peer.Result{Decision: d, Owner: s.deps.NodeID, Degraded: s.contested(req.Key)}
 }
 
 // decideShare decides req against part ÷ whole of its limit (at least

@@ -113,6 +113,7 @@ func (b byPrefix) Members() []peer.Route {
 	return out
 }
 func (b byPrefix) Share() (live, known int) { return len(b), len(b) }
+func (b byPrefix) Contested(string) bool      { return false }
 
 // checks_total counts every client check once, on the node it reached,
 // by route; the owner counts what it decided for others apart.
