@@ -13,7 +13,10 @@ EXPOSE 8080/tcp 9090/tcp 7946/tcp 7946/udp
 # The node's defaults listen on every interface of the container (:8080,
 # :9090, :7946); memberlist then advertises the container's private IP, the
 # one on the interface with the default route (set --advertise-addr when
-# that is not the one the other nodes reach).
+# that is not the one the other nodes reach). Beyond loopback, peer calls
+# need authentication: run it with PEERLIMIT_CLUSTER_SECRET (or
+# --cluster-secret-file, or peer TLS), or it exits saying so
+# (docs/security.md).
 # Exec form calling the binary itself: there is no shell or curl. /healthz
 # answers 503 while the node shuts down, so it turns unhealthy as it leaves.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=3 \

@@ -114,7 +114,9 @@ type Config struct {
 	// (off by default: they reveal internals, and a CPU profile costs
 	// CPU). Its AuthMetrics is Security.AuthMetrics.
 	HTTP httpapi.Config
-	// Security is TLS, mutual TLS and authentication; off by default.
+	// Security is TLS, mutual TLS and authentication; off by default,
+	// except that a GRPCAddr beyond loopback needs peer authentication
+	// or Security.OpenPeers (protected mode, SecurityConfig).
 	Security SecurityConfig
 
 	// Logger receives the node's structured logs. Default: text to stderr.
@@ -123,7 +125,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultConfig returns production defaults.
+// DefaultConfig returns production defaults. They listen on every
+// interface, so they validate only once peers authenticate (a cluster
+// secret or mutual TLS) or Security.OpenPeers says they need not.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{

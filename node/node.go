@@ -243,6 +243,7 @@ func (n *Node) initGRPC() error {
 	}
 	opts := append(rpc.NewStrictCodec().ServerOptions(unary...), n.sec.serverOptions()...)
 	opts = append(opts, wire.ServerWindow()...) // no flow-control pings per message (internal/wire)
+	opts = append(opts, n.cfg.Peers.ServerKeepalive())
 	n.grpcSrv = grpc.NewServer(append(opts,
 		grpc.MaxRecvMsgSize(n.cfg.MaxRecvMsgBytes),
 		// Reuse handler goroutines instead of one fresh goroutine per call,
@@ -432,6 +433,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])
 	}
+	n.refreshContested()
 	n.wakeHandoff()
 }
 

@@ -238,8 +238,14 @@ func TestStartFailsCleanlyOnBusyPort(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	require.NoError(t, DefaultConfig().Validate())
+	// Production defaults listen beyond loopback (:9090): valid once peers
+	// authenticate (protected mode, SecurityConfig.OpenPeers).
 	c := DefaultConfig()
+	assert.ErrorContains(t, c.Validate(), "GRPCAddr")
+	c.Security.ClusterSecrets = [][]byte{[]byte("cluster-secret-0123456789")}
+	require.NoError(t, c.Validate())
+	require.NoError(t, DefaultLocalConfig("n").Validate())
+	c = DefaultConfig()
 	c.ID, c.Route.MaxBatch, c.SweepInterval = "", 0, 0
 	c.Peers.Timeout, c.Limiter.MaxKeyBytes, c.Ring.Load = 0, 0, 0.5
 	err := c.Validate()

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 
 // SecurityConfig is a node's transport security and authentication; the
 // zero value (plus DefaultSecurityConfig's names and durations) turns all
-// of it off. Every *File field is re-read by Node.ReloadSecurity (SIGHUP
+// of it off, which is valid only while Config.GRPCAddr is on loopback:
+// beyond it the Peer service needs a cluster secret or mutual TLS, or
+// OpenPeers. Every *File field is re-read by Node.ReloadSecurity (SIGHUP
 // in cmd/node). docs/security.md explains what each part stops and what
 // it does not.
 type SecurityConfig struct {
@@ -67,6 +71,15 @@ type SecurityConfig struct {
 	// the Peer service: a leaving node hands its keys off after the others
 	// have seen it go. Default 30s.
 	PeerGrace time.Duration
+	// OpenPeers serves Peer calls without peer authentication although
+	// Config.GRPCAddr is beyond loopback: whoever reaches the port can
+	// then feed the node checks, overwrite counts with a handoff and reset
+	// keys. Without it such a node refuses to start until it has a cluster
+	// secret or mutual TLS between peers, as Redis's protected mode does;
+	// on loopback nothing is needed. For a network that only the members
+	// can reach, and logged as a warning at start. It turns nothing off,
+	// so it and peer authentication are not set together.
+	OpenPeers bool
 
 	// APITokens are bearer tokens of the public APIs ("authorization:
 	// Bearer <token>" on gRPC, "Authorization: Bearer <token>" on HTTP);
@@ -143,6 +156,20 @@ func (s SecurityConfig) validate(c Config) []error {
 			add(fmt.Sprintf("Security.APITokens[%d]", i), "is %d bytes; want at least %d", len(tok), security.MinSecretBytes)
 		}
 	}
+	if s.OpenPeers && s.peerAuthOn() {
+		add("Security.OpenPeers", "and peer authentication (%s, %s, %s), not both: with either, Peer calls are authenticated, so the opt-out would open nothing",
+			field.Ref("Security.ClusterSecretFile"), field.Ref("Security.ClusterSecrets"), field.Ref("Security.PeerCAFile"))
+	}
+	// Protected mode: a port beyond loopback is reachable by processes that
+	// are no members, and Peer calls change counts. The public API's rule
+	// below says the same when it applies, so it is said once.
+	if !s.peerAuthOn() && !s.OpenPeers && !s.clientAuthOn() && !onLoopback(c.GRPCAddr) {
+		add("GRPCAddr", "is %q, beyond loopback, and Peer calls are not authenticated: whoever reaches the port could feed this node checks, "+
+			"overwrite counts with a handoff or reset keys. Set a cluster secret of %d+ bytes, the same on every node (%s or %s); "+
+			"or mutual TLS between peers (%s, with %s and %s); or, to serve Peer calls to anyone on purpose, %s",
+			c.GRPCAddr, security.MinSecretBytes, field.Ref("Security.ClusterSecretFile"), field.Ref("Security.ClusterSecrets"),
+			field.Ref("Security.PeerCAFile"), field.Ref("Security.TLSCertFile"), field.Ref("Security.TLSKeyFile"), field.Ref("Security.OpenPeers"))
+	}
 	if s.clientAuthOn() && !s.peerAuthOn() {
 		add("Security.PeerCAFile", "or a cluster secret (%s, %s) is required: the public API is authenticated but the Peer service is not, "+
 			"and Peer.Forward decides checks too, so anyone could go around the token or certificate",
@@ -159,6 +186,23 @@ func (s SecurityConfig) validate(c Config) []error {
 		add("GossipKey", "or %s, not both", field.Ref("Security.GossipKeyringFile"))
 	}
 	return errs
+}
+
+// onLoopback reports whether the listen address addr binds loopback only:
+// 127.0.0.0/8, ::1 or the name localhost. An empty or unspecified host
+// binds every interface, and any other name may resolve to anything. An
+// address that is no host:port counts as loopback here: nothing will
+// listen on it, and the listener's error says why.
+func onLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // nodeSecurity is a running node's credentials and the rules checking
@@ -213,8 +257,13 @@ func newNodeSecurity(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*
 			"(with TLS its forwards fail, degraded; with a cluster secret alone it answers them and learns the callers' tokens); set a gossip key or keyring",
 			"fields", "GossipKey, Security.GossipKeyringFile")
 	}
+	if sc.OpenPeers {
+		log.Warn("INSECURE: Peer calls are open to anyone who reaches the gRPC port, without a cluster secret or peer certificate: "+
+			"any process there can feed this node checks, overwrite counts with a handoff and reset keys; set a cluster secret or mutual TLS between peers instead",
+			"grpc_addr", cfg.GRPCAddr, "field", "Security.OpenPeers")
+	}
 	log.Info("security", "tls", s.tls != nil, "client_cert_required", sc.RequireClientCert, "api_tokens", tokens.Len(),
-		"peer_cert_required", sc.PeerCAFile != "", "cluster_secrets", len(secrets), "gossip_keys", len(s.gossipKeys))
+		"peer_cert_required", sc.PeerCAFile != "", "cluster_secrets", len(secrets), "open_peers", sc.OpenPeers, "gossip_keys", len(s.gossipKeys))
 	return s, nil
 }
 

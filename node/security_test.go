@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/client"
+	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/protoconv"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
@@ -619,4 +622,123 @@ func startJoined(t *testing.T, seed *node.Node, id string, f rotationFiles) *nod
 	require.NoError(t, err)
 	t.Cleanup(n.Kill)
 	return n
+}
+
+// syncBuffer collects a node's log lines, written from its goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A gRPC port beyond loopback serves Peer calls only to authenticated
+// members, or to anyone when the node is told so, loudly (protected
+// mode, docs/security.md); on loopback nothing is needed.
+func TestPeersBeyondLoopbackOnlyFromMembers(t *testing.T) {
+	var logs syncBuffer
+	config := func(id string, edit func(*node.Config)) node.Config {
+		c := node.DefaultLocalConfig(id)
+		c.GRPCAddr = ":0" // every interface
+		c.Logger = slog.New(slog.NewJSONHandler(io.MultiWriter(&logs, testlog.New(t)), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if edit != nil {
+			edit(&c)
+		}
+		return c
+	}
+	start := func(cfg node.Config) *node.Node {
+		t.Helper()
+		n, err := node.Start(cfg)
+		require.NoError(t, err)
+		t.Cleanup(n.Kill)
+		return n
+	}
+	// A Peer call from a process that is no member, with no credentials,
+	// on the bound port over loopback.
+	strangerForward := func(n *node.Node) error {
+		t.Helper()
+		_, port, err := net.SplitHostPort(n.GRPCAddr())
+		require.NoError(t, err)
+		_, err = pb.NewPeerClient(dialWith(t, net.JoinHostPort("127.0.0.1", port), insecure.NewCredentials())).
+			Forward(context.Background(), &pb.ForwardRequest{Origin: "stranger", Checks: []*pb.CheckRequest{{Key: "k", Limit: 1, WindowMs: 1000}}})
+		return err
+	}
+
+	// Nothing set: refused before anything binds, the address's field named
+	// with every way out.
+	_, err := node.Start(config("closed", nil))
+	var fe *field.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "GRPCAddr", fe.Path)
+	assert.Contains(t, fe.Reason, `":0", beyond loopback`)
+	for _, way := range []string{"Security.ClusterSecretFile", "Security.ClusterSecrets", "Security.PeerCAFile", "Security.OpenPeers"} {
+		assert.Contains(t, fe.Reason, field.Ref(way))
+	}
+
+	// A cluster secret: it starts, and the stranger is refused.
+	secured := start(config("secured", func(c *node.Config) { c.Security.ClusterSecrets = [][]byte{[]byte(secSecret)} }))
+	assert.Equal(t, codes.Unauthenticated, status.Code(strangerForward(secured)))
+	assert.NotContains(t, logs.String(), "INSECURE")
+
+	// The opt-out: it starts, says so at WARN, and the stranger is served.
+	open := start(config("open", func(c *node.Config) { c.Security.OpenPeers = true }))
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["level"] == "WARN" && strings.HasPrefix(rec["msg"].(string), "INSECURE: Peer calls are open to anyone") {
+			warned = true
+			assert.Equal(t, ":0", rec["grpc_addr"])
+			assert.Equal(t, "open", rec["node"])
+		}
+	}
+	assert.True(t, warned, "a WARN at start that Peer calls are open:\n%s", logs.String())
+	assert.NoError(t, strangerForward(open))
+
+	// The opt-out with peer authentication would open nothing: refused.
+	err = config("both", func(c *node.Config) {
+		c.Security.OpenPeers, c.Security.ClusterSecrets = true, [][]byte{[]byte(secSecret)}
+	}).Validate()
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "Security.OpenPeers", fe.Path)
+
+	// Production defaults (:9090) validate once peers authenticate; local
+	// ones need nothing.
+	prod := node.DefaultConfig()
+	require.ErrorAs(t, prod.Validate(), &fe)
+	assert.Equal(t, "GRPCAddr", fe.Path)
+	prod.Security.ClusterSecrets = [][]byte{[]byte(secSecret)}
+	assert.NoError(t, prod.Validate())
+	assert.NoError(t, node.DefaultLocalConfig("local").Validate())
+
+	// Loopback needs nothing.
+	start(config("loopback", func(c *node.Config) { c.GRPCAddr = "127.0.0.1:0" }))
+	for addr, loopback := range map[string]bool{
+		"127.0.0.1:9090": true, "127.1.2.3:9090": true, "[::1]:9090": true, "[::ffff:127.0.0.1]:9090": true,
+		"localhost:9090": true, "LocalHost:9090": true,
+		":9090": false, "0.0.0.0:9090": false, "[::]:9090": false, "10.0.0.7:9090": false, "[fe80::1%eth0]:9090": false,
+		"peerlimit-0.peerlimit-gossip:9090": false, "localhost.example:9090": false,
+	} {
+		err := config("addr", func(c *node.Config) { c.GRPCAddr = addr }).Validate()
+		if loopback {
+			assert.NoError(t, err, addr)
+		} else {
+			assert.ErrorContains(t, err, "beyond loopback", addr)
+		}
+	}
+
+	// An authenticated public API needs peer authentication anywhere; its
+	// own error says so, once.
+	err = config("tokens", func(c *node.Config) { c.Security.APITokens = []string{secToken} }).Validate()
+	assert.ErrorContains(t, err, "the Peer service is not")
+	assert.NotContains(t, err.Error(), "beyond loopback")
 }

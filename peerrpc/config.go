@@ -4,6 +4,9 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
 	"github.com/peerlimit/peerlimit/internal/field"
 )
 
@@ -23,11 +26,24 @@ type Config struct {
 	// answer. Past it the owner counts as unreachable and the fallback
 	// policy answers. Default 500ms.
 	Timeout time.Duration
+	// KeepaliveTimeout bounds how long a dead or stalled link to a peer
+	// (a cut, a frozen host, a half-open connection after a heal) goes
+	// unnoticed: data sent on it and not acknowledged within it closes
+	// the connection (grpc-go sets TCP_USER_TIMEOUT to it, on Linux), and
+	// so does a keepalive ping left unanswered as long. Forwards then fail
+	// at once, to a relay or the fallback, instead of each waiting for
+	// Timeout, and the connection is redialled. Default 1 s.
+	//
+	// KeepaliveTime is how long a connection may be idle before it is
+	// pinged: an idle dead link is noticed within KeepaliveTime +
+	// KeepaliveTimeout. grpc-go allows no less than 10 s. Default 10 s.
+	// The server side must permit pings this often (ServerKeepalive).
+	KeepaliveTime, KeepaliveTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{BatchLimit: 128, MaxInflight: 1, Timeout: 500 * time.Millisecond}
+	return Config{BatchLimit: 128, MaxInflight: 1, Timeout: 500 * time.Millisecond, KeepaliveTime: 10 * time.Second, KeepaliveTimeout: time.Second}
 }
 
 // Validate reports every unusable field, each a *field.Error naming it.
@@ -42,5 +58,23 @@ func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		errs = append(errs, field.Errorf("Timeout", "must be positive, got %s", c.Timeout))
 	}
+	if c.KeepaliveTime < 10*time.Second { // grpc-go would raise it, silently
+		errs = append(errs, field.Errorf("KeepaliveTime", "must be ≥ 10s (grpc-go's minimum), got %s", c.KeepaliveTime))
+	}
+	if c.KeepaliveTimeout <= 0 {
+		errs = append(errs, field.Errorf("KeepaliveTimeout", "must be positive, got %s", c.KeepaliveTimeout))
+	}
 	return errors.Join(errs...)
+}
+
+// keepalive is the dial option that pings a silent peer connection.
+func (c Config) keepalive() grpc.DialOption {
+	return grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout, PermitWithoutStream: true})
+}
+
+// ServerKeepalive is the server option that lets peers ping as often as
+// c.KeepaliveTime: grpc-go's default policy answers a ping more often
+// than every 5 minutes by closing the connection ("too_many_pings").
+func (c Config) ServerKeepalive() grpc.ServerOption {
+	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveTime / 2, PermitWithoutStream: true})
 }

@@ -141,7 +141,7 @@ func (p *Peers) getLocked(r peer.Route) (c, old *conn, err error) {
 	if c, ok := p.conns[r.ID]; ok && c.route == r {
 		return c, nil, nil
 	}
-	opts := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), connectParams}, wire.Dial()...),
+	opts := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), connectParams, p.cfg.keepalive()}, wire.Dial()...),
 		p.dial...)
 	cc, err := grpc.NewClient(r.Addr, opts...)
 	if err != nil {

@@ -6,7 +6,8 @@
 #   2. a log-algorithm key with limit 5, checked 10 times spread over the
 #      three nodes' published HTTP ports, is allowed exactly 5 times, the
 #      README's curl answers, and each node's published gRPC port answers
-#      the gRPC health check;
+#      the gRPC health check and refuses a Peer call without the cluster
+#      secret (UNAUTHENTICATED);
 #   3. a real Prometheus (the host's, Debian's package; installed if
 #      missing) scrapes the three nodes with deploy/prometheus/prometheus.yml
 #      and loads alerts.yml (after promtool checked both and ran
@@ -72,6 +73,11 @@ for _ in $(seq 1 20); do
 done
 export PEERLIMIT_TEST_NET=$net
 export PEERLIMIT_IMAGE=$image PEERLIMIT_PUBLISH_IP=127.0.0.1
+# A cluster secret of this run's own, not docker-compose.yml's public
+# default: the nodes (and those jepsen-lite adds, which copy n1's
+# environment) authenticate Peer calls with it.
+PEERLIMIT_CLUSTER_SECRET=$(head -c 32 /dev/urandom | base64)
+export PEERLIMIT_CLUSTER_SECRET
 # Empty host ports: Docker picks free ones; `port` tells which.
 export PEERLIMIT_N1_HTTP= PEERLIMIT_N1_GRPC= PEERLIMIT_N2_HTTP= PEERLIMIT_N2_GRPC= PEERLIMIT_N3_HTTP= PEERLIMIT_N3_GRPC=
 
@@ -186,6 +192,17 @@ grpc_serving() {
 	[ "$hex" = 00000000020801 ] || fail "gRPC health via $1: got frame '$hex', want 00000000020801 (SERVING)"
 }
 
+# peer_refused GRPC: a Peer.Forward without the cluster secret's token is
+# refused UNAUTHENTICATED (grpc-status 16, in the trailers-only answer):
+# the nodes listen beyond loopback, so peer calls are members' only.
+peer_refused() {
+	local head
+	head=$(printf '\0\0\0\0\0' | curl -s -m 5 --http2-prior-knowledge -X POST -o /dev/null -D - \
+		-H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- \
+		"http://$1/peerlimit.v1.Peer/Forward" | tr -d '\r') || true
+	grep -q '^grpc-status: 16$' <<<"$head" || fail "Peer.Forward without the cluster secret via $1: want grpc-status 16 (UNAUTHENTICATED), got: $head"
+}
+
 # ---- Prometheus (step 3) ----
 # The host's Prometheus scrapes the nodes' published ports, rather than a
 # container joined to the compose network: Debian's prometheus is linked
@@ -295,6 +312,8 @@ case $answer in *'"allowed":true'*) ;; *) fail "the README's curl: $answer" ;; e
 step "the README's curl answers: $answer"
 for g in "$g1" "$g2" "$g3"; do grpc_serving "$g"; done
 step "gRPC health: SERVING on every published gRPC port"
+for g in "$g1" "$g2" "$g3"; do peer_refused "$g"; done
+step "Peer.Forward without the cluster secret: UNAUTHENTICATED on every published gRPC port"
 
 # Before the kill and jepsen-lite: every dashboard query must find all 3.
 step "Prometheus: promtool checks deploy/prometheus (config, rules, rule tests)"

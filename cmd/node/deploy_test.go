@@ -82,7 +82,7 @@ func readDockerfile(t *testing.T) dockerfile {
 
 func TestDockerfileHealthcheckHitsTheNodesHTTPPort(t *testing.T) {
 	d := readDockerfile(t)
-	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
+	o, err := parseFlags(onLoopback, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	args := d.healthcheck[2:]
 	i := slices.Index(args, "--addr")
@@ -150,8 +150,17 @@ type (
 		SecurityContext               struct {
 			RunAsNonRoot *bool  `yaml:"runAsNonRoot"`
 			RunAsUser    *int64 `yaml:"runAsUser"`
+			RunAsGroup   *int64 `yaml:"runAsGroup"`
+			FSGroup      *int64 `yaml:"fsGroup"`
 		} `yaml:"securityContext"`
 		Containers []k8sContainer `yaml:"containers"`
+		Volumes    []struct {
+			Name   string `yaml:"name"`
+			Secret *struct {
+				SecretName  string `yaml:"secretName"`
+				DefaultMode *int   `yaml:"defaultMode"`
+			} `yaml:"secret"`
+		} `yaml:"volumes"`
 	}
 	k8sContainer struct {
 		Name  string   `yaml:"name"`
@@ -174,6 +183,11 @@ type (
 			ContainerPort int    `yaml:"containerPort"`
 			Protocol      string `yaml:"protocol"`
 		} `yaml:"ports"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
 		ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
 		LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
 		Resources      struct {
@@ -300,6 +314,7 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "peerlimit-0", o.node.ID, "the pod name is the node id")
+	checkClusterSecretVolume(t, pod, c, o.node.Security.ClusterSecretFile)
 	assert.Equal(t, "10.42.0.7:7946", o.node.AdvertiseAddr, "the pod IP is advertised")
 	if assert.NotNil(t, pod.EnableServiceLinks) {
 		assert.False(t, *pod.EnableServiceLinks, "service links would inject PEERLIMIT_*_PORT variables")
@@ -373,6 +388,39 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
+// checkClusterSecretVolume requires the pod's cluster secret file, which
+// its Peer calls need (a pod listens beyond loopback), to be a key of a
+// Secret mounted read-only and readable by the pod's user, and the
+// manifest's header to say how to create that Secret: the manifests do
+// not hold it, so that applying them never overwrites it.
+func checkClusterSecretVolume(t *testing.T, pod k8sPodSpec, c k8sContainer, file string) {
+	t.Helper()
+	require.NotEmpty(t, file, "peer calls need the cluster secret: PEERLIMIT_CLUSTER_SECRET_FILE")
+	var secretName, key string
+	var mode *int
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		assert.True(t, m.ReadOnly, "the secret's volume is mounted read-only")
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				secretName, key, mode = v.Secret.SecretName, rel, v.Secret.DefaultMode
+			}
+		}
+	}
+	require.NotEmpty(t, secretName, "%s is in a volume of a Secret", file)
+	if mode != nil && *mode&0o004 == 0 {
+		require.NotNil(t, pod.SecurityContext.FSGroup, "mode %#o: the pod's user reads the file through fsGroup", *mode)
+		assert.NotZero(t, *mode&0o040, "mode %#o: the group reads the file", *mode)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "deploy/kubernetes/peerlimit.yaml"))
+	require.NoError(t, err)
+	assert.Regexp(t, `kubectl create secret generic `+secretName+` .*\n.*--from-literal=`+key+`=`, string(raw),
+		"the header says how to create the Secret")
+}
+
 func subset(sel, labels map[string]string) bool {
 	if len(sel) == 0 {
 		return false
@@ -406,6 +454,14 @@ type composeFile struct {
 	} `yaml:"services"`
 }
 
+// composeValue is v as docker-compose interpolates it with none of its
+// variables set: ${NAME:-default} and ${NAME-default} are the default.
+func composeValue(v string) string {
+	return composeVar.ReplaceAllString(v, "${1}")
+}
+
+var composeVar = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}`)
+
 func TestComposeFile(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
 	require.NoError(t, err)
@@ -415,8 +471,13 @@ func TestComposeFile(t *testing.T) {
 	ids := map[string]bool{}
 	for name, s := range cf.Services {
 		assert.Contains(t, s.Image, "peerlimit:dev", name)
-		o, err := parseFlags(s.Command, func(k string) string { return s.Environment[k] }, io.Discard)
+		o, err := parseFlags(s.Command, func(k string) string { return composeValue(s.Environment[k]) }, io.Discard)
 		require.NoError(t, err, "%s: command and environment parse with the node's flags", name)
+		// The nodes listen beyond loopback: Peer calls need the secret,
+		// which whoever runs the file can set (compose-test.sh does).
+		assert.Len(t, o.node.Security.ClusterSecrets, 1, "%s: a cluster secret", name)
+		assert.Regexp(t, `^\$\{PEERLIMIT_CLUSTER_SECRET:-.+\}$`, s.Environment["PEERLIMIT_CLUSTER_SECRET"],
+			"%s: the secret is the variable's, its default only a fallback", name)
 		if len(s.Command) > 0 {
 			assert.False(t, ids[o.node.ID], "%s: id %s is unique", name, o.node.ID)
 			ids[o.node.ID] = true

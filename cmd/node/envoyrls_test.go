@@ -26,7 +26,7 @@ import (
 )
 
 func TestEnvoyRLSFlags(t *testing.T) {
-	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
+	o, err := parseFlags(onLoopback, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, o.node.EnvoyRLSConfig)
 	assert.Equal(t, envoyrls.DefaultConfig(), o.node.EnvoyRLS)
@@ -34,7 +34,7 @@ func TestEnvoyRLSFlags(t *testing.T) {
 	env := map[string]string{"PEERLIMIT_ENVOY_RLS_CONFIG": "/etc/peerlimit/rls", "PEERLIMIT_ENVOY_RLS_HEADERS": "true",
 		"PEERLIMIT_ENVOY_RLS_MERGE_DOMAINS": "true", "PEERLIMIT_ENVOY_RLS_RESPONSE_METADATA": "true", "PEERLIMIT_ENVOY_RLS_SHADOW_MODE": "true",
 		"PEERLIMIT_ENVOY_RLS_QUOTA_MODE": "true", "PEERLIMIT_ENVOY_RLS_NEAR_LIMIT_RATIO": "0.9", "PEERLIMIT_ENVOY_RLS_MAX_STATS_KEYS": "50"}
-	o, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
+	o, err = parseFlags(onLoopback, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/peerlimit/rls", o.node.EnvoyRLSConfig)
 	assert.Equal(t, envoyrls.Config{Headers: true, MergeDomains: true, ResponseMetadata: true, ShadowMode: true, QuotaMode: true,
@@ -136,7 +136,7 @@ func TestComposeEnvoyOverlay(t *testing.T) {
 	for name, s := range overlay {
 		env := maps.Clone(base[name].Environment)
 		maps.Copy(env, s.Environment) // compose merges environments by name
-		o, err := parseFlags(base[name].Command, func(k string) string { return env[k] }, io.Discard)
+		o, err := parseFlags(base[name].Command, func(k string) string { return composeValue(env[k]) }, io.Discard)
 		require.NoError(t, err, name)
 		assert.True(t, o.node.EnvoyRLS.Headers, name)
 		require.Len(t, s.Volumes, 1, name)

@@ -114,6 +114,8 @@ func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.DurationVar(&raw.batchWait, "batch-wait", 0, "deprecated, ignored: a forwarded check goes at once on an idle link, else with the next batch (see --max-inflight-batches)")
 	fs.IntVar(&c.Peers.MaxInflight, "max-inflight-batches", c.Peers.MaxInflight, "batches of forwarded checks out to one peer at once; while they are out, checks gather for the next")
 	fs.DurationVar(&c.Peers.Timeout, "forward-timeout", c.Peers.Timeout, "deadline of a call to a peer; past it the owner counts as unreachable")
+	fs.DurationVar(&c.Peers.KeepaliveTimeout, "peer-keepalive-timeout", c.Peers.KeepaliveTimeout, "a peer connection whose sent data or keepalive ping goes unacknowledged this long is closed and redialled: how long a dead link goes unnoticed")
+	fs.DurationVar(&c.Peers.KeepaliveTime, "peer-keepalive-time", c.Peers.KeepaliveTime, "an idle peer connection is pinged after this long (≥ 10s, grpc-go's minimum)")
 	fs.StringVar(&raw.fallback, "fallback", c.Route.Fallback.String(), "when a key's owner is unreachable and neither a relay nor its heir answers: local (decide here), allow, deny, or share (decide here against this node's share of the limit, and hold every key to live ÷ known members while members have failed); answers are marked degraded")
 	fs.DurationVar(&c.ShareFor, "share-for", c.ShareFor, "with --fallback share: how long a failed member still counts among the members sharing each limit")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
@@ -201,6 +203,8 @@ func defineSecurityFlags(fs *flag.FlagSet, sc *node.SecurityConfig, raw *rawFlag
 	fs.StringVar(&sc.PeerServerName, "peer-tls-server-name", sc.PeerServerName, "DNS name every peer certificate carries")
 	fs.StringVar(&sc.ClusterSecretFile, "cluster-secret-file", "", "cluster secrets authenticating node-to-node calls, one per line (16+ bytes; the first signs, all are accepted); or PEERLIMIT_CLUSTER_SECRET")
 	fs.DurationVar(&sc.PeerGrace, "peer-grace", sc.PeerGrace, "how long a member that left or failed may still forward and hand off")
+	fs.BoolVar(&sc.OpenPeers, "insecure-open-peers", false, "INSECURE: serve node-to-node (Peer) calls to anyone who reaches --grpc-addr, without a cluster secret or peer TLS "+
+		"(beyond loopback a node needs one of the three); logged as a warning")
 	fs.StringVar(&sc.APITokenFile, "api-token-file", "", "bearer tokens of the public APIs, one per line (16+ bytes; any is accepted); or PEERLIMIT_API_TOKEN")
 	fs.BoolVar(&sc.AuthMetrics, "auth-metrics", false, "GET /metrics needs the public API's credentials too")
 	fs.StringVar(&sc.GossipKeyringFile, "gossip-keyring-file", "", "base64 gossip keys, one per line, the first encrypting; SIGHUP re-reads it (key rotation). Instead of --gossip-key")

@@ -70,7 +70,7 @@ func TestStringFlagsConvertAfterTheEnvironment(t *testing.T) {
 		"PEERLIMIT_LOG_LEVEL":       "debug",
 		"PEERLIMIT_TLS_CLIENT_AUTH": "sometimes",
 	}
-	o, err := parseFlags([]string{"--overflow", "evict", "--tls-client-auth", "optional"}, func(k string) string { return env[k] }, io.Discard)
+	o, err := parseFlags([]string{"--overflow", "evict", "--tls-client-auth", "optional", "--grpc-addr", "127.0.0.1:9090"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "evict", o.node.Limiter.Overflow.String(), "a flag beats the environment")
 	assert.Equal(t, slog.LevelDebug, o.logLevel)

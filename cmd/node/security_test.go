@@ -20,6 +20,11 @@ const (
 	tokenNew = "new-token-0123456789abcdef"
 )
 
+// onLoopback are the flags a test of other settings parses the defaults
+// with: the default --grpc-addr is beyond loopback, where Peer calls need
+// authentication or --insecure-open-peers.
+var onLoopback = []string{"--grpc-addr", "127.0.0.1:9090"}
+
 func writeFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -52,10 +57,52 @@ func TestSecurityFlagsAndEnvironment(t *testing.T) {
 	assert.True(t, sc.AuthMetrics)
 	assert.Equal(t, "1m0s", sc.PeerGrace.String())
 
-	o, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
+	o, err = parseFlags(onLoopback, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "peerlimit-peer", o.node.Security.PeerServerName, "default")
 	assert.False(t, o.node.Security.RequireClientCert)
+}
+
+// The defaults listen beyond loopback (:9090), so with nothing set the
+// node does not start, and says each way out by the flag or variable that
+// sets it; docs/security.md quotes the message.
+func TestPeersBeyondLoopbackNeedAuthenticationOrTheOptOut(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(nil, func(string) string { return "" }, &stderr))
+	msg := strings.TrimSpace(strings.TrimPrefix(stderr.String(), "peerlimit-node: "))
+	for _, want := range []string{`GRPCAddr (--grpc-addr) is ":9090", beyond loopback`,
+		"Security.ClusterSecretFile (--cluster-secret-file)", "Security.ClusterSecrets (PEERLIMIT_CLUSTER_SECRET)",
+		"Security.PeerCAFile (--peer-tls-ca-file)", "Security.OpenPeers (--insecure-open-peers)"} {
+		assert.Contains(t, msg, want)
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs/security.md"))
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(strings.Join(strings.Fields(string(doc)), " "), msg), "docs/security.md quotes the error as it is:\n%s", msg)
+
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		open bool
+	}{
+		{name: "loopback", args: []string{"--grpc-addr", "127.0.0.2:9090"}},
+		{name: "localhost", args: []string{"--grpc-addr", "localhost:9090"}},
+		{name: "IPv6 loopback", args: []string{"--grpc-addr", "[::1]:9090"}},
+		{name: "a cluster secret", env: map[string]string{"PEERLIMIT_CLUSTER_SECRET": "cluster-secret-0123456789"}},
+		{name: "a cluster secret file", env: map[string]string{"PEERLIMIT_CLUSTER_SECRET_FILE": "/etc/peerlimit/cluster-secrets"}},
+		{name: "mutual TLS", args: []string{"--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", "--peer-tls-ca-file", "ca.pem"}},
+		{name: "the opt-out", args: []string{"--insecure-open-peers"}, open: true},
+		{name: "the opt-out's variable", env: map[string]string{"PEERLIMIT_INSECURE_OPEN_PEERS": "true"}, open: true},
+	} {
+		o, err := parseFlags(c.args, func(k string) string { return c.env[k] }, io.Discard)
+		require.NoError(t, err, c.name)
+		assert.Equal(t, c.open, o.node.Security.OpenPeers, c.name)
+	}
+
+	_, err = parseFlags([]string{"--insecure-open-peers"}, func(k string) string {
+		return map[string]string{"PEERLIMIT_CLUSTER_SECRET": "cluster-secret-0123456789"}[k]
+	}, io.Discard)
+	assert.ErrorContains(t, err, "Security.OpenPeers (--insecure-open-peers) and peer authentication")
 }
 
 func TestSecurityFlagErrorsAreClear(t *testing.T) {

@@ -105,18 +105,18 @@ func TestBadPolicyFileFailsStart(t *testing.T) {
 }
 
 func TestPoliciesAndPprofFlags(t *testing.T) {
-	o, err := parseFlags(nil, func(string) string { return "" }, io.Discard)
+	o, err := parseFlags(onLoopback, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, o.node.PoliciesFile)
 	assert.False(t, o.node.HTTP.Pprof, "profiles are off by default")
 
 	env := map[string]string{"PEERLIMIT_POLICIES": "/etc/peerlimit/policies.yaml", "PEERLIMIT_PPROF": "true"}
-	o, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
+	o, err = parseFlags(onLoopback, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/peerlimit/policies.yaml", o.node.PoliciesFile)
 	assert.True(t, o.node.HTTP.Pprof)
 
-	o, err = parseFlags([]string{"--pprof=false", "--policies", "p.json"}, func(k string) string { return env[k] }, io.Discard)
+	o, err = parseFlags([]string{"--pprof=false", "--policies", "p.json", "--grpc-addr", "127.0.0.1:9090"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "p.json", o.node.PoliciesFile)
 	assert.False(t, o.node.HTTP.Pprof, "a flag beats the environment")
