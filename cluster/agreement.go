@@ -17,8 +17,9 @@ import (
 // member is alive and deciding its keys, and taking them over here would
 // make two deciders that each claim to be the owner. So a member
 // memberlist declares dead (not one that left) stays in this member's
-// ring, doubted (StateUnreachable), while it asks every other live member
-// to ping it:
+// ring, doubted (StateUnreachable), while it pings it itself (memberlist
+// spreads another member's declaration by gossip: one that still reaches
+// the member must not agree) and asks every other live member to ping it:
 //   - one reaches it: it is kept, and asked about again every
 //     Config.ConfirmInterval until memberlist sees it alive again (its
 //     refutation arrives through the others) or nobody reaches it;
@@ -34,8 +35,10 @@ import (
 //     later round, asked every ConfirmInterval, finds a majority.
 // A majority cannot form on two sides at once, so at most one side of a
 // partition answers without saying it is degraded.
-// The cost is detection time: a round, at most Config.ConfirmTimeout
-// (1 s local, 2 s LAN), after memberlist's declaration.
+// The cost is detection time, after memberlist's declaration: this
+// member's own pings (pingTries × memberlist's ProbeTimeout: 300 ms local,
+// 750 ms LAN) and a round, at most Config.ConfirmTimeout (1 s local, 2 s
+// LAN).
 
 // probe is a request to ping Target (Reachable unset) or its answer,
 // sent over memberlist's reliable user messages (encrypted as gossip is).
@@ -157,6 +160,13 @@ func (v verdict) majority() bool { return 2*(1+len(v.answered)) > v.cluster }
 func (c *Cluster) askWitnesses(target Member) verdict {
 	witnesses, size := c.witnesses(target.ID)
 	v := verdict{cluster: size}
+	// This member's own pings first: memberlist's dead message spreads
+	// by gossip, so a member that still reaches the target hears it
+	// declared dead by another, and must not agree.
+	if c.reaches(target.ID) {
+		v.reached = c.cfg.ID
+		return v
+	}
 	if len(witnesses) == 0 {
 		return v
 	}
@@ -266,7 +276,8 @@ func (a *agreement) close(id uint64) {
 	a.mu.Unlock()
 }
 
-// answer delivers a witness's answer to its round, if still open.
+// answer delivers a witness's answer (From: the witness) to its round, if
+// still open.
 func (a *agreement) answer(p probe) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -313,8 +324,8 @@ func (c *Cluster) witness() {
 			if !ok {
 				continue // not a member this one knows alive: nobody to answer
 			}
-			p.Reachable = c.reaches(p.Target)
-			out, _ := json.Marshal(p)
+			answer := probe{ID: p.ID, From: c.cfg.ID, Target: p.Target, Reachable: c.reaches(p.Target)}
+			out, _ := json.Marshal(answer)
 			c.send(asker, msgProbeReply, out)
 		}
 	}
