@@ -90,22 +90,48 @@ func New(d Deps) (*Sender, error) {
 }
 
 // Run moves every partition this node holds but does not own to its
-// owner, and returns how many keys stayed behind because the owner could
-// not be reached (they go in a later round).
+// owner, tells every owner it handed all it held (done), and returns how
+// many keys stayed behind because the owner could not be reached (they go
+// in a later round).
 func (s *Sender) Run(ctx context.Context) (left int) {
-	for owner, parts := range s.misplaced() {
+	r := s.d.Ring()
+	failed := map[string]bool{}
+	for owner, parts := range s.misplaced(r) {
 		if owner.ID == s.d.Self {
 			continue // leaving, but the ring has no one else yet
 		}
-		left += s.send(ctx, owner, parts)
+		if n := s.send(ctx, owner, parts); n > 0 {
+			left += n
+			failed[owner.ID] = true
+		}
 	}
+	s.done(ctx, r, failed)
 	return left
 }
 
-// misplaced returns the partitions this node holds but does not own, by
-// owner.
-func (s *Sender) misplaced() map[ring.Member][]int {
-	r := s.d.Ring()
+// done tells each other member of r, but those a handoff to failed this
+// round, that this node holds nothing of the partitions r gives it that
+// it has not handed over (peer.Peers.HandoffDone): a member that has
+// just joined or restarted marks their keys' answers degraded until
+// every member has said so (Receiver.Pending). A member that cannot be
+// told hears it next round.
+func (s *Sender) done(ctx context.Context, r *ring.Ring, failed map[string]bool) {
+	byOwner := map[ring.Member][]int{}
+	for p := range r.PartitionCount() {
+		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] {
+			byOwner[owner] = append(byOwner[owner], p)
+		}
+	}
+	for owner, parts := range byOwner {
+		if err := s.d.Peers.HandoffDone(ctx, peer.Route{ID: owner.ID, Addr: owner.Addr}, parts); err != nil {
+			s.log.Debug("telling an owner its partitions are handed over", "owner", owner.ID, "err", err)
+		}
+	}
+}
+
+// misplaced returns the partitions this node holds but does not own in r,
+// by owner.
+func (s *Sender) misplaced(r *ring.Ring) map[ring.Member][]int {
 	leaving := s.d.Leaving != nil && s.d.Leaving()
 	byOwner := map[ring.Member][]int{}
 	for p := range s.d.Store.Partitions() {

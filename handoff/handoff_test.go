@@ -88,7 +88,7 @@ func (p *pair) start(t *testing.T, id string) *node {
 	require.NoError(t, err)
 	peers := p.net.Join(id)
 	clock := func() time.Time { return p.now }
-	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: n.store, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
+	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Self: id, Store: n.store, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
 	require.NoError(t, err)
 	n.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: n.store, Now: clock,
 		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), Handoffs: receiver})
@@ -236,7 +236,7 @@ func TestHandoffOfManyKeysIsChunked(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Zero(t, p.a.sender.Run(bg))
-	assert.Equal(t, 2, p.net.Calls("a", "b"))
+	assert.Equal(t, 3, p.net.Calls("a", "b"), "two chunks, then done")
 	assert.Equal(t, len(keys), p.b.store.Stats().CounterKeys, "every key arrived")
 	assert.Zero(t, p.a.store.Stats().CounterKeys)
 }

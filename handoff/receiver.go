@@ -17,6 +17,9 @@ import (
 // never overwrites (limiter.Store.Merge): every hit either side admitted
 // still counts. Safe for concurrent use.
 type Receiver struct {
+	self     string
+	maxWait  time.Duration
+	pending  pending
 	store    *limiter.Store
 	replicas Replicas
 	now      func() time.Time
@@ -26,6 +29,13 @@ type Receiver struct {
 
 // ReceiverDeps is what a Receiver works with.
 type ReceiverDeps struct {
+	// Self is this node's id. Required.
+	Self string
+	// MaxWait bounds how long a partition this node has come to own
+	// waits for the other members to say they handed it over (Expect):
+	// a member that never says so (an older version) stops being waited
+	// for then. Default 10 s.
+	MaxWait time.Duration
 	// Store is the node's state. Required.
 	Store *limiter.Store
 	// Replicas, if set, is told of every handoff before it is merged
@@ -41,14 +51,18 @@ type ReceiverDeps struct {
 
 // NewReceiver returns a Receiver over d.
 func NewReceiver(d ReceiverDeps) (*Receiver, error) {
-	if d.Store == nil || d.Now == nil {
-		return nil, errors.New("handoff: ReceiverDeps.Store and Now are required")
+	if d.Store == nil || d.Now == nil || d.Self == "" {
+		return nil, errors.New("handoff: ReceiverDeps.Self, Store and Now are required")
+	}
+	if d.MaxWait <= 0 {
+		d.MaxWait = 10 * time.Second
 	}
 	log := d.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Receiver{store: d.Store, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics}, nil
+	return &Receiver{self: d.Self, maxWait: d.MaxWait, store: d.Store, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics,
+		pending: pending{waiting: map[int]map[string]bool{}, done: map[string][]int{}}}, nil
 }
 
 // Receive merges states origin handed this node into its store, and

@@ -54,14 +54,17 @@ type Node struct {
 	svc     *route.Service
 	peers   *peerrpc.Peers
 	handoff *handoff.Sender
-	members *cluster.Cluster
-	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
-	repl    replication
-	leases  *lease.Book // nil with leases off
-	view    view        // the ring and the share the request path reads (share.go)
-	sec     *nodeSecurity
-	health  *health.Server
-	metrics *nodeMetrics
+	// handoffs receives what other members hand this node, and knows
+	// which partitions still wait for it (the view's Contested).
+	handoffs *handoff.Receiver
+	members  *cluster.Cluster
+	cluster  atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
+	repl     replication
+	leases   *lease.Book // nil with leases off
+	view     view        // the ring and the share the request path reads (share.go)
+	sec      *nodeSecurity
+	health   *health.Server
+	metrics  *nodeMetrics
 	// policies is nil without Config.PoliciesFile.
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
@@ -209,10 +212,12 @@ func (n *Node) initRequestPath() error {
 	if n.repl.failover != nil {
 		deps.Failover, replicas = n.repl.failover, n.repl.failover
 	}
-	if deps.Handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: n.store, Replicas: replicas, Now: n.cfg.Now,
-		Logger: n.log, Metrics: handoffMetrics}); err != nil {
+	if deps.Handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: n.cfg.ID, Store: n.store, Replicas: replicas, Now: n.cfg.Now,
+		MaxWait: 2 * n.cfg.HandoffInterval,
+		Logger:  n.log, Metrics: handoffMetrics}); err != nil {
 		return err
 	}
+	n.handoffs, n.view.handoffs = deps.Handoffs, deps.Handoffs
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
@@ -397,6 +402,11 @@ func (n *Node) Store() *limiter.Store { return n.store }
 // Ring returns the node's current view of ownership.
 func (n *Node) Ring() *ring.Ring { return n.view.Ring() }
 
+// HandoffsWaiting returns how many partitions this node has come to own
+// whose state other members have not yet said they handed over: their
+// answers are marked degraded meanwhile.
+func (n *Node) HandoffsWaiting() int { return n.handoffs.Waiting() }
+
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
 
@@ -429,6 +439,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	n.refreshShare()
 	if old := n.view.Ring(); !old.Equal(r) {
 		n.view.ring.Store(r)
+		n.handoffs.Expect(r, n.gained(old, r), added(old, r))
 		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])

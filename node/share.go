@@ -7,6 +7,7 @@ import (
 	"github.com/peerlimit/peerlimit/route"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -24,6 +25,9 @@ type view struct {
 	// contested is set while a member is out of the ring on this node's
 	// evidence alone (refreshContested).
 	contested atomic.Bool
+	// handoffs knows the partitions whose state is still on its way to
+	// this node (handoff.Receiver.Pending); nil before the node is wired.
+	handoffs *handoff.Receiver
 }
 
 func (v *view) init(self *ring.Ring) {
@@ -32,9 +36,15 @@ func (v *view) init(self *ring.Ring) {
 	v.Cluster = route.RingCluster(v.ring.Load)
 }
 
-// Contested implements route.Cluster: every key, while any member is
-// out of the ring unconfirmed.
-func (v *view) Contested(string) bool { return v.contested.Load() }
+// Contested implements route.Cluster: every key while any member is out
+// of the ring unconfirmed, and the keys of partitions this node has just
+// come to own while other members may still hold their state.
+func (v *view) Contested(key string) bool {
+	if v.contested.Load() {
+		return true
+	}
+	return v.handoffs != nil && v.handoffs.Waiting() > 0 && v.handoffs.Pending(v.ring.Load().Partition(key))
+}
 
 // Ring is the current ring.
 func (v *view) Ring() *ring.Ring { return v.ring.Load() }
@@ -93,6 +103,33 @@ func (n *Node) goneUnconfirmed() []string {
 	var out []string
 	for _, m := range c.View() {
 		if m.State == cluster.StateFailed && m.Unconfirmed {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// gained returns the partitions this node owns in r and did not in old:
+// their state may be on its way from the others (handoff.Receiver.Expect).
+func (n *Node) gained(old, r *ring.Ring) []int {
+	var out []int
+	for p := range r.PartitionCount() {
+		if r.PartitionOwner(p).ID == n.cfg.ID && old.PartitionOwner(p).ID != n.cfg.ID {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// added returns the members of r not in old.
+func added(old, r *ring.Ring) []string {
+	was := map[string]bool{}
+	for _, m := range old.Members() {
+		was[m.ID] = true
+	}
+	var out []string
+	for _, m := range r.Members() {
+		if !was[m.ID] {
 			out = append(out, m.ID)
 		}
 	}

@@ -52,6 +52,9 @@ type Peers interface {
 	// Handoff gives to key states to merge into its own and returns how
 	// many it merged and why it refused the others.
 	Handoff(ctx context.Context, to Route, states []limiter.KeyState) (merged int, rejected []string, err error)
+	// HandoffDone tells to that this node holds nothing of partitions
+	// (which its ring gives to) that it has not handed over.
+	HandoffDone(ctx context.Context, to Route, partitions []int) error
 	// Replicate gives to, the backup of the partitions r's states belong
 	// to, the owner's current state of those keys, to keep apart from its
 	// own (package replica), and returns how many it kept.
@@ -97,6 +100,9 @@ type Handler interface {
 	HandleReset(ctx context.Context, origin string, r ResetRequest) (int, error)
 	// HandleHandoff merges states into this node's.
 	HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string)
+	// HandleHandoffDone notes that origin holds nothing of partitions it
+	// has not handed this node.
+	HandleHandoffDone(ctx context.Context, origin string, partitions []int)
 	// HandleReplicate keeps states, replicated by their owner origin,
 	// apart from this node's own; ErrNoReplicas if this node keeps none.
 	HandleReplicate(ctx context.Context, origin string, r Replication) (kept int, err error)

@@ -86,6 +86,19 @@ func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.Key
 	return int(resp.GetMerged()), resp.GetRejected(), err
 }
 
+// HandoffDone tells to that this node holds nothing of partitions it has
+// not handed over.
+func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int) error {
+	req := &pb.HandoffDoneRequest{Origin: p.self, Partitions: make([]uint32, len(partitions))}
+	for i, q := range partitions {
+		req.Partitions[i] = uint32(q)
+	}
+	_, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.HandoffDoneResponse, error) {
+		return c.HandoffDone(ctx, req)
+	}, "tell %s its %d partitions are handed over", to.ID, len(partitions))
+	return err
+}
+
 // Replicate gives to, the backup of the partitions r's states belong to,
 // their owner's current state, and returns how many it kept.
 func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {

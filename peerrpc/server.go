@@ -60,6 +60,17 @@ func (s *Server) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.Handof
 	return &pb.HandoffResponse{Merged: uint32(merged), Rejected: rejected}, nil
 }
 
+// HandoffDone implements pb.PeerServer: note that the caller holds
+// nothing more of these partitions.
+func (s *Server) HandoffDone(ctx context.Context, in *pb.HandoffDoneRequest) (*pb.HandoffDoneResponse, error) {
+	parts := make([]int, len(in.GetPartitions()))
+	for i, q := range in.GetPartitions() {
+		parts[i] = int(q)
+	}
+	s.h.HandleHandoffDone(grpcapi.Incoming(ctx), in.GetOrigin(), parts)
+	return &pb.HandoffDoneResponse{}, nil
+}
+
 // Replicate implements pb.PeerServer: keep the owner's states as this
 // node's replicas of them, apart from its own; FAILED_PRECONDITION if it
 // keeps none.

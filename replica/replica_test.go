@@ -95,7 +95,7 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Replicas: m.replicas, Ring: c.Ring,
 		Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
-	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Store: store, Replicas: m.failover, Now: c.clk.Now, Logger: log})
+	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Self: id, Store: store, Replicas: m.failover, Now: c.clk.Now, Logger: log})
 	require.NoError(t, err)
 	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clk.Now, Cluster: route.RingCluster(c.Ring),
 		Peers: peers, Failover: m.failover, Handoffs: receiver, Logger: log})

@@ -104,6 +104,12 @@ func (s *Service) HandleHandoff(ctx context.Context, origin string, states []lim
 	return s.handoffs.Receive(ctx, origin, states)
 }
 
+// HandleHandoffDone implements peer.Handler: Deps.Handoffs notes that
+// origin holds nothing more of partitions.
+func (s *Service) HandleHandoffDone(_ context.Context, origin string, partitions []int) {
+	s.handoffs.Done(origin, partitions)
+}
+
 // HandleReplicate implements peer.Handler: keep the owner's states apart,
 // in Deps.Failover, never in the store that decides.
 func (s *Service) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {

@@ -100,7 +100,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		inflight: slots{limit: int64(cfg.MaxInflightForwards)}, handoffs: deps.Handoffs}
 	var err error
 	if s.handoffs == nil {
-		if s.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Store: deps.Store, Now: deps.Now, Logger: log}); err != nil {
+		if s.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: deps.NodeID, Store: deps.Store, Now: deps.Now, Logger: log}); err != nil {
 			return nil, err
 		}
 	}

@@ -351,6 +351,15 @@ func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.Key
 	return a.merged, a.rejected, err
 }
 
+// HandoffDone implements peer.Peers.
+func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int) error {
+	_, err := call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) struct{} {
+		h.HandleHandoffDone(ctx, p.self, partitions)
+		return struct{}{}
+	})
+	return err
+}
+
 // Replicate implements peer.Peers.
 func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {
 	type answer struct {

@@ -28,6 +28,7 @@ type Recorder struct {
 
 	mu    sync.Mutex
 	calls []Call
+	done  []int // the last HandoffDone's partitions
 }
 
 // Call is one call a Recorder acted on.
@@ -77,6 +78,21 @@ func (r *Recorder) HandleReset(ctx context.Context, origin string, q peer.ResetR
 func (r *Recorder) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
 	r.note(ctx, "Handoff", origin)
 	return len(states), nil
+}
+
+// HandleHandoffDone implements peer.Handler.
+func (r *Recorder) HandleHandoffDone(ctx context.Context, origin string, partitions []int) {
+	r.note(ctx, "HandoffDone", origin)
+	r.mu.Lock()
+	r.done = append([]int(nil), partitions...)
+	r.mu.Unlock()
+}
+
+// Done returns the partitions of the last HandoffDone.
+func (r *Recorder) Done() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done
 }
 
 // HandleReplicate implements peer.Handler.
@@ -155,6 +171,8 @@ func everyCall(t *testing.T, tr Transport) {
 	merged, _, err := a.Handoff(ctx, to, []limiter.KeyState{{Key: "k", Window: time.Second, WindowID: 1, Curr: 1}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, merged)
+	require.NoError(t, a.HandoffDone(ctx, to, []int{3, 7}))
+	assert.Equal(t, []int{3, 7}, b.Done())
 	relayed, err := a.Relay(ctx, to, []limiter.Request{req})
 	require.NoError(t, err)
 	assert.Equal(t, "b", relayed[0].Owner)
@@ -175,7 +193,7 @@ func everyCall(t *testing.T, tr Transport) {
 		assert.Equal(t, "req-1", c.RequestID, c.Method)
 		methods = append(methods, c.Method)
 	}
-	assert.Equal(t, []string{"Forward", "Forward", "Reset", "Handoff", "Relay", "Report", "Inspect", "Lease", "Settle"}, methods)
+	assert.Equal(t, []string{"Forward", "Forward", "Reset", "Handoff", "HandoffDone", "Relay", "Report", "Inspect", "Lease", "Settle"}, methods)
 }
 
 // refusals: a call the member refuses comes back as a *peer.CallError

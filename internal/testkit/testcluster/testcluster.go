@@ -177,6 +177,9 @@ func (c *Cluster) WaitConverged() {
 			if !n.Ring().Equal(live[0].Ring()) {
 				return false, fmt.Sprintf("%s and %s disagree on owners", n.ID(), live[0].ID())
 			}
+			if w := n.HandoffsWaiting(); w > 0 {
+				return false, fmt.Sprintf("%s waits for the handoff of %d partitions", n.ID(), w)
+			}
 		}
 		return true, ""
 	})

@@ -384,6 +384,96 @@ func (x *HandoffResponse) GetRejected() []string {
 	return nil
 }
 
+type HandoffDoneRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Partitions the caller's ring gives the receiver, of which it holds
+	// nothing it has not handed over.
+	Partitions    []uint32 `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoffDoneRequest) Reset() {
+	*x = HandoffDoneRequest{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoffDoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoffDoneRequest) ProtoMessage() {}
+
+func (x *HandoffDoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoffDoneRequest.ProtoReflect.Descriptor instead.
+func (*HandoffDoneRequest) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HandoffDoneRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *HandoffDoneRequest) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type HandoffDoneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoffDoneResponse) Reset() {
+	*x = HandoffDoneResponse{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoffDoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoffDoneResponse) ProtoMessage() {}
+
+func (x *HandoffDoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoffDoneResponse.ProtoReflect.Descriptor instead.
+func (*HandoffDoneResponse) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
 // PeerResetRequest is a public ResetRequest with its policy resolved to
 // numbers by the node that received it.
 type PeerResetRequest struct {
@@ -399,7 +489,7 @@ type PeerResetRequest struct {
 
 func (x *PeerResetRequest) Reset() {
 	*x = PeerResetRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +501,7 @@ func (x *PeerResetRequest) String() string {
 func (*PeerResetRequest) ProtoMessage() {}
 
 func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +514,7 @@ func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
 func (*PeerResetRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PeerResetRequest) GetOrigin() string {
@@ -472,7 +562,7 @@ type PeerResetResponse struct {
 
 func (x *PeerResetResponse) Reset() {
 	*x = PeerResetResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +574,7 @@ func (x *PeerResetResponse) String() string {
 func (*PeerResetResponse) ProtoMessage() {}
 
 func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +587,7 @@ func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
 func (*PeerResetResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerResetResponse) GetCleared() uint32 {
@@ -521,7 +611,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +623,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +636,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicateRequest) GetOrigin() string {
@@ -580,7 +670,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +682,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +695,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplicateResponse) GetKept() uint32 {
@@ -628,7 +718,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +730,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +743,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportRequest) GetOrigin() string {
@@ -689,7 +779,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +791,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +804,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportResponse) GetSamples() []*Sample {
@@ -768,7 +858,7 @@ type Sample struct {
 
 func (x *Sample) Reset() {
 	*x = Sample{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +870,7 @@ func (x *Sample) String() string {
 func (*Sample) ProtoMessage() {}
 
 func (x *Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +883,7 @@ func (x *Sample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sample.ProtoReflect.Descriptor instead.
 func (*Sample) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Sample) GetTimeUnixMs() int64 {
@@ -899,7 +989,7 @@ type PeerInspectRequest struct {
 
 func (x *PeerInspectRequest) Reset() {
 	*x = PeerInspectRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1001,7 @@ func (x *PeerInspectRequest) String() string {
 func (*PeerInspectRequest) ProtoMessage() {}
 
 func (x *PeerInspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1014,7 @@ func (x *PeerInspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInspectRequest.ProtoReflect.Descriptor instead.
 func (*PeerInspectRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeerInspectRequest) GetOrigin() string {
@@ -967,7 +1057,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1069,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1082,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRequest) GetOrigin() string {
@@ -1033,7 +1123,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1135,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1148,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseResponse) GetResult() *CheckResult {
@@ -1113,7 +1203,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1215,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1228,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SettleRequest) GetOrigin() string {
@@ -1168,7 +1258,7 @@ type LeaseUse struct {
 
 func (x *LeaseUse) Reset() {
 	*x = LeaseUse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1270,7 @@ func (x *LeaseUse) String() string {
 func (*LeaseUse) ProtoMessage() {}
 
 func (x *LeaseUse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1283,7 @@ func (x *LeaseUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseUse.ProtoReflect.Descriptor instead.
 func (*LeaseUse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseUse) GetId() uint64 {
@@ -1226,7 +1316,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1328,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1341,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SettleResponse) GetSettled() uint32 {
@@ -1290,7 +1380,13 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x0elog_offsets_ms\x18\b \x03(\rR\flogOffsetsMs\"E\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x12\x1a\n" +
-	"\brejected\x18\x02 \x03(\tR\brejected\"\xb1\x01\n" +
+	"\brejected\x18\x02 \x03(\tR\brejected\"L\n" +
+	"\x12HandoffDoneRequest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\rR\n" +
+	"partitions\"\x15\n" +
+	"\x13HandoffDoneResponse\"\xb1\x01\n" +
 	"\x10PeerResetRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -1360,11 +1456,12 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"offsets_ms\x18\x03 \x03(\x03R\toffsetsMs\"*\n" +
 	"\x0eSettleResponse\x12\x18\n" +
-	"\asettled\x18\x01 \x01(\rR\asettled2\xde\x05\n" +
+	"\asettled\x18\x01 \x01(\rR\asettled2\xb2\x06\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse(\x010\x01\x12F\n" +
-	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12H\n" +
+	"\aHandoff\x12\x1c.peerlimit.v1.HandoffRequest\x1a\x1d.peerlimit.v1.HandoffResponse\x12R\n" +
+	"\vHandoffDone\x12 .peerlimit.v1.HandoffDoneRequest\x1a!.peerlimit.v1.HandoffDoneResponse\x12H\n" +
 	"\x05Reset\x12\x1e.peerlimit.v1.PeerResetRequest\x1a\x1f.peerlimit.v1.PeerResetResponse\x12L\n" +
 	"\tReplicate\x12\x1e.peerlimit.v1.ReplicateRequest\x1a\x1f.peerlimit.v1.ReplicateResponse\x12D\n" +
 	"\x05Relay\x12\x1c.peerlimit.v1.ForwardRequest\x1a\x1d.peerlimit.v1.ForwardResponse\x12C\n" +
@@ -1385,67 +1482,71 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
-	(*ForwardRequest)(nil),     // 0: peerlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),    // 1: peerlimit.v1.ForwardResponse
-	(*HandoffRequest)(nil),     // 2: peerlimit.v1.HandoffRequest
-	(*KeyState)(nil),           // 3: peerlimit.v1.KeyState
-	(*HandoffResponse)(nil),    // 4: peerlimit.v1.HandoffResponse
-	(*PeerResetRequest)(nil),   // 5: peerlimit.v1.PeerResetRequest
-	(*PeerResetResponse)(nil),  // 6: peerlimit.v1.PeerResetResponse
-	(*ReplicateRequest)(nil),   // 7: peerlimit.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),  // 8: peerlimit.v1.ReplicateResponse
-	(*ReportRequest)(nil),      // 9: peerlimit.v1.ReportRequest
-	(*ReportResponse)(nil),     // 10: peerlimit.v1.ReportResponse
-	(*Sample)(nil),             // 11: peerlimit.v1.Sample
-	(*PeerInspectRequest)(nil), // 12: peerlimit.v1.PeerInspectRequest
-	(*LeaseRequest)(nil),       // 13: peerlimit.v1.LeaseRequest
-	(*LeaseResponse)(nil),      // 14: peerlimit.v1.LeaseResponse
-	(*SettleRequest)(nil),      // 15: peerlimit.v1.SettleRequest
-	(*LeaseUse)(nil),           // 16: peerlimit.v1.LeaseUse
-	(*SettleResponse)(nil),     // 17: peerlimit.v1.SettleResponse
-	(*CheckRequest)(nil),       // 18: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),        // 19: peerlimit.v1.CheckResult
-	(Algorithm)(0),             // 20: peerlimit.v1.Algorithm
-	(*HotKey)(nil),             // 21: peerlimit.v1.HotKey
-	(*InspectResponse)(nil),    // 22: peerlimit.v1.InspectResponse
+	(*ForwardRequest)(nil),      // 0: peerlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),     // 1: peerlimit.v1.ForwardResponse
+	(*HandoffRequest)(nil),      // 2: peerlimit.v1.HandoffRequest
+	(*KeyState)(nil),            // 3: peerlimit.v1.KeyState
+	(*HandoffResponse)(nil),     // 4: peerlimit.v1.HandoffResponse
+	(*HandoffDoneRequest)(nil),  // 5: peerlimit.v1.HandoffDoneRequest
+	(*HandoffDoneResponse)(nil), // 6: peerlimit.v1.HandoffDoneResponse
+	(*PeerResetRequest)(nil),    // 7: peerlimit.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),   // 8: peerlimit.v1.PeerResetResponse
+	(*ReplicateRequest)(nil),    // 9: peerlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),   // 10: peerlimit.v1.ReplicateResponse
+	(*ReportRequest)(nil),       // 11: peerlimit.v1.ReportRequest
+	(*ReportResponse)(nil),      // 12: peerlimit.v1.ReportResponse
+	(*Sample)(nil),              // 13: peerlimit.v1.Sample
+	(*PeerInspectRequest)(nil),  // 14: peerlimit.v1.PeerInspectRequest
+	(*LeaseRequest)(nil),        // 15: peerlimit.v1.LeaseRequest
+	(*LeaseResponse)(nil),       // 16: peerlimit.v1.LeaseResponse
+	(*SettleRequest)(nil),       // 17: peerlimit.v1.SettleRequest
+	(*LeaseUse)(nil),            // 18: peerlimit.v1.LeaseUse
+	(*SettleResponse)(nil),      // 19: peerlimit.v1.SettleResponse
+	(*CheckRequest)(nil),        // 20: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),         // 21: peerlimit.v1.CheckResult
+	(Algorithm)(0),              // 22: peerlimit.v1.Algorithm
+	(*HotKey)(nil),              // 23: peerlimit.v1.HotKey
+	(*InspectResponse)(nil),     // 24: peerlimit.v1.InspectResponse
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	18, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	19, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	20, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	21, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
 	3,  // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	20, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	20, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	22, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	22, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	3,  // 5: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
-	11, // 6: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
-	21, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
-	21, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
-	18, // 9: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
-	19, // 10: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
-	16, // 11: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
+	13, // 6: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
+	23, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
+	23, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
+	20, // 9: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
+	21, // 10: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
+	18, // 11: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
 	0,  // 12: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
 	0,  // 13: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
 	2,  // 14: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5,  // 15: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	7,  // 16: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
-	0,  // 17: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
-	9,  // 18: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
-	12, // 19: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
-	13, // 20: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
-	15, // 21: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
-	1,  // 22: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	1,  // 23: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	4,  // 24: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6,  // 25: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	8,  // 26: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
-	1,  // 27: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
-	10, // 28: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
-	22, // 29: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
-	14, // 30: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
-	17, // 31: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
+	5,  // 15: peerlimit.v1.Peer.HandoffDone:input_type -> peerlimit.v1.HandoffDoneRequest
+	7,  // 16: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	9,  // 17: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 18: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	11, // 19: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
+	14, // 20: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
+	15, // 21: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
+	17, // 22: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
+	1,  // 23: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	1,  // 24: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	4,  // 25: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	6,  // 26: peerlimit.v1.Peer.HandoffDone:output_type -> peerlimit.v1.HandoffDoneResponse
+	8,  // 27: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	10, // 28: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	1,  // 29: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	12, // 30: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
+	24, // 31: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
+	16, // 32: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
+	19, // 33: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1457,14 +1558,14 @@ func file_peerlimit_v1_peer_proto_init() {
 		return
 	}
 	file_peerlimit_v1_peerlimit_proto_init()
-	file_peerlimit_v1_peer_proto_msgTypes[11].OneofWrappers = []any{}
+	file_peerlimit_v1_peer_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

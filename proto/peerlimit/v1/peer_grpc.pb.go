@@ -26,6 +26,7 @@ const (
 	Peer_Forward_FullMethodName       = "/peerlimit.v1.Peer/Forward"
 	Peer_ForwardStream_FullMethodName = "/peerlimit.v1.Peer/ForwardStream"
 	Peer_Handoff_FullMethodName       = "/peerlimit.v1.Peer/Handoff"
+	Peer_HandoffDone_FullMethodName   = "/peerlimit.v1.Peer/HandoffDone"
 	Peer_Reset_FullMethodName         = "/peerlimit.v1.Peer/Reset"
 	Peer_Replicate_FullMethodName     = "/peerlimit.v1.Peer/Replicate"
 	Peer_Relay_FullMethodName         = "/peerlimit.v1.Peer/Relay"
@@ -58,6 +59,11 @@ type PeerClient interface {
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
 	Handoff(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error)
+	// HandoffDone tells the owner of partitions that the caller holds
+	// nothing of them it has not handed over: the owner stops marking
+	// their keys' answers degraded once every member has said so (a node
+	// that joins or restarts decides them from less until then).
+	HandoffDone(ctx context.Context, in *HandoffDoneRequest, opts ...grpc.CallOption) (*HandoffDoneResponse, error)
 	// Reset drops this node's state for a key, whatever its ring says: the
 	// node that received the public Reset asks the owner first, then every
 	// other member, since any of them may hold a fallback copy. Never
@@ -123,6 +129,16 @@ func (c *peerClient) Handoff(ctx context.Context, in *HandoffRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HandoffResponse)
 	err := c.cc.Invoke(ctx, Peer_Handoff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) HandoffDone(ctx context.Context, in *HandoffDoneRequest, opts ...grpc.CallOption) (*HandoffDoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HandoffDoneResponse)
+	err := c.cc.Invoke(ctx, Peer_HandoffDone_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +238,11 @@ type PeerServer interface {
 	// It merges the state with its own: counts are summed per window, log
 	// entries united, because both sides may have served the key.
 	Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error)
+	// HandoffDone tells the owner of partitions that the caller holds
+	// nothing of them it has not handed over: the owner stops marking
+	// their keys' answers degraded once every member has said so (a node
+	// that joins or restarts decides them from less until then).
+	HandoffDone(context.Context, *HandoffDoneRequest) (*HandoffDoneResponse, error)
 	// Reset drops this node's state for a key, whatever its ring says: the
 	// node that received the public Reset asks the owner first, then every
 	// other member, since any of them may hold a fallback copy. Never
@@ -268,6 +289,9 @@ func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardReq
 }
 func (UnimplementedPeerServer) Handoff(context.Context, *HandoffRequest) (*HandoffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Handoff not implemented")
+}
+func (UnimplementedPeerServer) HandoffDone(context.Context, *HandoffDoneRequest) (*HandoffDoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HandoffDone not implemented")
 }
 func (UnimplementedPeerServer) Reset(context.Context, *PeerResetRequest) (*PeerResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
@@ -350,6 +374,24 @@ func _Peer_Handoff_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PeerServer).Handoff(ctx, req.(*HandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_HandoffDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HandoffDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).HandoffDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_HandoffDone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).HandoffDone(ctx, req.(*HandoffDoneRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -494,6 +536,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Handoff",
 			Handler:    _Peer_Handoff_Handler,
+		},
+		{
+			MethodName: "HandoffDone",
+			Handler:    _Peer_HandoffDone_Handler,
 		},
 		{
 			MethodName: "Reset",
