@@ -24,6 +24,9 @@ type pending struct {
 	// (a HandoffDone can arrive before this node's own ring change).
 	done  map[string][]int
 	until time.Time // with its monotonic reading: when waiting is given up
+	// settled is closed when waiting empties (or is given up); a new one
+	// is made when it fills again.
+	settled chan struct{}
 	// count is len(waiting), read without the lock: 0 is the common case.
 	count atomic.Int32
 }
@@ -98,8 +101,8 @@ func (r *Receiver) Done(origin string, partitions []int) {
 	p.prune()
 }
 
-// prune drops the partitions nobody is waited for any more. Requires
-// p.mu held.
+// prune drops the partitions nobody is waited for any more, and closes
+// settled when none is left. Requires p.mu held.
 func (p *pending) prune() {
 	for part, from := range p.waiting {
 		if len(from) == 0 {
@@ -107,6 +110,26 @@ func (p *pending) prune() {
 		}
 	}
 	p.count.Store(int32(len(p.waiting)))
+	switch {
+	case len(p.waiting) > 0 && p.settled == nil:
+		p.settled = make(chan struct{})
+	case len(p.waiting) == 0 && p.settled != nil:
+		close(p.settled)
+		p.settled = nil
+	}
+}
+
+// Settled returns a channel closed once no partition waits any more, or
+// nil if none does: a check of a pending partition may wait on it for its
+// state, for a moment, rather than be decided from less.
+func (r *Receiver) Settled() <-chan struct{} {
+	p := &r.pending
+	if p.count.Load() == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.settled
 }
 
 // Pending reports whether partition's state may still be on its way to
@@ -123,7 +146,7 @@ func (r *Receiver) Pending(partition int) bool {
 		if len(p.waiting) > 0 {
 			r.log.Warn("gave up waiting for members to say they handed over partitions; answering them undegraded", "partitions", len(p.waiting))
 			clear(p.waiting)
-			p.count.Store(0)
+			p.prune()
 		}
 		return false
 	}

@@ -313,3 +313,40 @@ func TestGracefulLeaveEndsOpenStreams(t *testing.T) {
 		assert.NotEqual(t, leaver.ID(), d.Owner, k)
 	}
 }
+
+// A node that restarts owns its partitions again, but their state is at
+// the heirs that decided its keys while it was gone. Until that state has
+// arrived, its keys stay with the heirs (view.Owner), never decided here
+// from zero: the check right after the restart is denied, as it would
+// have been by the heir. Before, it was admitted.
+func TestARestartedNodeDecidesWithWhatItsHeirsCounted(t *testing.T) {
+	c := testcluster.New(t, 3, nil)
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("back:%d", i); c.Node(0).Ring().Owner(k).ID == c.Node(2).ID() {
+			key = k
+		}
+	}
+	c.Kill(2)
+	c.WaitConverged()
+	survivor := apiClient(t, c.Node(0))
+	for i := range 5 {
+		resp, err := survivor.Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 5, WindowMs: 60_000})
+		require.NoError(t, err)
+		require.True(t, resp.Allowed, "check %d, while node-2 is gone", i)
+	}
+
+	restarted := c.Restart(2)
+	c.Eventually(10*time.Second, func() (bool, string) {
+		return restarted.Ring().Owner(key).ID == restarted.ID(), "node-2 owns the key again"
+	})
+	resp, err := apiClient(t, restarted).Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 5, WindowMs: 60_000})
+	require.NoError(t, err)
+	assert.False(t, resp.Allowed, "decided with the heirs' count (by the heir until it has handed it over): %+v", resp)
+	c.WaitConverged() // every handoff done
+	resp, err = apiClient(t, restarted).Check(context.Background(), &pb.CheckRequest{Key: key, Limit: 5, WindowMs: 60_000})
+	require.NoError(t, err)
+	assert.Equal(t, restarted.ID(), resp.Owner)
+	assert.False(t, resp.Allowed, "node-2 holds the heirs' count: %+v", resp)
+	assert.False(t, resp.Degraded)
+}

@@ -186,7 +186,7 @@ func (n *Node) initRequestPath() error {
 	if err != nil {
 		return err
 	}
-	n.view.init(self)
+	n.view.init(self, n.cfg.ID, n.store)
 	routeMetrics, err := route.NewMetrics(n.reg)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -440,6 +440,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	if old := n.view.Ring(); !old.Equal(r) {
 		n.view.ring.Store(r)
 		n.handoffs.Expect(r, n.gained(old, r), added(old, r))
+		n.refreshWithout(r)
 		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])

@@ -8,6 +8,8 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/handoff"
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -28,9 +30,35 @@ type view struct {
 	// handoffs knows the partitions whose state is still on its way to
 	// this node (handoff.Receiver.Pending); nil before the node is wired.
 	handoffs *handoff.Receiver
+	self     string
+	store    *limiter.Store
+	// without is the current ring with this node left out, while
+	// partitions wait for their state (nil otherwise): who decided them
+	// while this node was not in the ring.
+	without atomic.Pointer[ring.Ring]
 }
 
-func (v *view) init(self *ring.Ring) {
+// Owner implements route.Cluster: the ring's owner, except for a
+// partition that has just come to this node, whose state is still on its
+// way and of which it holds nothing (it has restarted, or just joined):
+// until the state arrives, its keys stay with the member that decided
+// them while this node was out of the ring, rather than be decided here
+// from zero.
+func (v *view) Owner(key string) peer.Route {
+	r := v.ring.Load()
+	p := r.Partition(key)
+	o := r.PartitionOwner(p)
+	if o.ID != v.self || v.handoffs == nil || v.handoffs.Waiting() == 0 {
+		return route.RouteOf(o)
+	}
+	if w := v.without.Load(); w != nil && v.store.PartitionLen(p) == 0 && v.handoffs.Pending(p) {
+		return route.RouteOf(w.PartitionOwner(p))
+	}
+	return route.RouteOf(o)
+}
+
+func (v *view) init(self *ring.Ring, id string, store *limiter.Store) {
+	v.self, v.store = id, store
 	v.ring.Store(self)
 	v.share.Store(1<<32 | 1)
 	v.Cluster = route.RingCluster(v.ring.Load)
@@ -44,6 +72,14 @@ func (v *view) Contested(key string) bool {
 		return true
 	}
 	return v.handoffs != nil && v.handoffs.Waiting() > 0 && v.handoffs.Pending(v.ring.Load().Partition(key))
+}
+
+// Settling implements route.Cluster.
+func (v *view) Settling(key string) <-chan struct{} {
+	if v.handoffs == nil || v.handoffs.Waiting() == 0 || !v.handoffs.Pending(v.ring.Load().Partition(key)) {
+		return nil
+	}
+	return v.handoffs.Settled()
 }
 
 // Ring is the current ring.
@@ -134,4 +170,26 @@ func added(old, r *ring.Ring) []string {
 		}
 	}
 	return out
+}
+
+// refreshWithout keeps the ring without this node while partitions wait
+// for their state (view.Owner), and drops it once none does.
+func (n *Node) refreshWithout(r *ring.Ring) {
+	var rest []ring.Member
+	for _, m := range r.Members() {
+		if m.ID != n.cfg.ID {
+			rest = append(rest, m)
+		}
+	}
+	if n.handoffs.Waiting() == 0 || len(rest) == 0 {
+		n.view.without.Store(nil)
+		return
+	}
+	w, err := ring.New(n.cfg.Ring, n.cfg.Partitions, rest)
+	if err != nil {
+		n.log.Error("building the ring without this node", "err", err)
+		n.view.without.Store(nil)
+		return
+	}
+	n.view.without.Store(w)
 }

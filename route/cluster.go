@@ -1,6 +1,11 @@
 package route
 
-import "github.com/peerlimit/peerlimit/peer"
+import (
+	"context"
+	"time"
+
+	"github.com/peerlimit/peerlimit/peer"
+)
 
 // What the request path reads of Deps.Cluster, with this node alone when
 // there is none.
@@ -47,4 +52,25 @@ func (s *Service) share() (live, known int) {
 // alone (Cluster.Contested); never alone.
 func (s *Service) contested(key string) bool {
 	return s.deps.Cluster != nil && s.deps.Cluster.Contested(key)
+}
+
+// awaitSettled waits, at most Config.SettleWait and within ctx, for the
+// state of key's partition to arrive if it has just come to this node
+// (Cluster.Settling): deciding first would decide from less than the key
+// holds.
+func (s *Service) awaitSettled(ctx context.Context, key string) {
+	if s.deps.Cluster == nil || s.cfg.SettleWait <= 0 {
+		return
+	}
+	ch := s.deps.Cluster.Settling(key)
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(s.cfg.SettleWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

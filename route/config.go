@@ -26,11 +26,18 @@ type Config struct {
 	// answered by the fallback: a slow owner must show as overload, and
 	// queued checks must not pile up without bound. Default 10,000.
 	MaxInflightForwards int
+	// SettleWait is how long a check of a key whose partition has just
+	// come to this node waits for the partition's state to arrive from
+	// the other members (Cluster.Settling) before it is decided from what
+	// is here, marked degraded. A node that joins, restarts or comes back
+	// from a partition would otherwise decide those keys from less than
+	// they hold. 0 never waits. Default 250ms.
+	SettleWait time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000}
+	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000, SettleWait: 250 * time.Millisecond}
 }
 
 // Validate reports every unusable field, each a *field.Error naming it.
@@ -41,6 +48,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightForwards < 1 {
 		errs = append(errs, field.Errorf("MaxInflightForwards", "must be ≥ 1, got %d", c.MaxInflightForwards))
+	}
+	if c.SettleWait < 0 {
+		errs = append(errs, field.Errorf("SettleWait", "must not be negative, got %s", c.SettleWait))
 	}
 	if c.Fallback > FallbackShare {
 		errs = append(errs, field.Errorf("Fallback", "is an unknown policy, %d", c.Fallback))
@@ -130,6 +140,12 @@ type Cluster interface {
 	// small side of a partition, with another member deciding key too.
 	// Such answers are marked Degraded.
 	Contested(key string) bool
+	// Settling returns, if key's partition has just come to this node and
+	// its state may still be on its way from other members, a channel
+	// closed when it has arrived; nil otherwise (the common case). A
+	// check waits on it, at most Config.SettleWait, rather than be decided
+	// from less than the key holds.
+	Settling(key string) <-chan struct{}
 }
 
 // RingCluster is a Cluster read from the ring load returns at each call
@@ -148,8 +164,9 @@ func (f onRing) Heir(key string) (peer.Route, bool) {
 	b, ok := r.Backup(r.Partition(key))
 	return RouteOf(b), ok
 }
-func (f onRing) Members() []peer.Route { return RoutesOf(f().Members()) }
-func (f onRing) Contested(string) bool { return false }
+func (f onRing) Members() []peer.Route           { return RoutesOf(f().Members()) }
+func (f onRing) Contested(string) bool           { return false }
+func (f onRing) Settling(string) <-chan struct{} { return nil }
 func (f onRing) Share() (live, known int) {
 	n := len(f().Members())
 	return n, n

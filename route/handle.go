@@ -14,6 +14,9 @@ import (
 // this node's ring gives another member is answered Degraded: the
 // sender's view and this node's disagree.
 func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
+	for _, r := range reqs {
+		s.awaitSettled(ctx, r.Key) // once settled, the others return at once
+	}
 	now := s.deps.Now()
 	out := make([]peer.Result, len(reqs))
 	refused := -1

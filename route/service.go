@@ -140,6 +140,7 @@ func (s *Service) InflightForwards() int { return s.inflight.inUse() }
 func (s *Service) Check(ctx context.Context, req limiter.Request) peer.Result {
 	owner, local := s.owner(req.Key)
 	if local {
+		s.awaitSettled(ctx, req.Key)
 		res := s.decide(s.deps.Now(), req) // the store validates
 		s.metrics.check(req.Algorithm, routeLocal, res)
 		return res
@@ -197,7 +198,7 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]pee
 		return []peer.Result{s.Check(ctx, reqs[0])}, nil
 	}
 	out := make([]peer.Result, len(reqs))
-	remote := s.decideOwn(reqs, out)
+	remote := s.decideOwn(ctx, reqs, out)
 	var wg sync.WaitGroup
 	n := 0
 	for owner, idx := range remote {
@@ -220,13 +221,14 @@ func (s *Service) CheckBatch(ctx context.Context, reqs []limiter.Request) ([]pee
 // decideOwn decides the checks of reqs this node owns into out, refuses
 // the invalid ones bound elsewhere, and returns the others' indexes by
 // owner.
-func (s *Service) decideOwn(reqs []limiter.Request, out []peer.Result) map[peer.Route][]int {
+func (s *Service) decideOwn(ctx context.Context, reqs []limiter.Request, out []peer.Result) map[peer.Route][]int {
 	var remote map[peer.Route][]int // made at the first remote check: a batch to its owner has none
 	now := s.deps.Now()
 	for i, r := range reqs {
 		owner, local := s.owner(r.Key)
 		if local {
-			out[i] = s.decide(now, r) // the store validates
+			s.awaitSettled(ctx, r.Key) // once settled, the others return at once
+			out[i] = s.decide(now, r)  // the store validates
 			s.metrics.check(r.Algorithm, routeLocal, out[i])
 			continue
 		}

@@ -119,6 +119,7 @@ func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.StringVar(&raw.fallback, "fallback", c.Route.Fallback.String(), "when a key's owner is unreachable and neither a relay nor its heir answers: local (decide here), allow, deny, or share (decide here against this node's share of the limit, and hold every key to live ÷ known members while members have failed); answers are marked degraded")
 	fs.DurationVar(&c.ShareFor, "share-for", c.ShareFor, "with --fallback share: how long a failed member still counts among the members sharing each limit")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", c.HandoffInterval, "how often state this node holds but does not own is sent to its owner")
+	fs.DurationVar(&c.Route.SettleWait, "settle-wait", c.Route.SettleWait, "how long a check of a key whose partition has just come to this node (a join, a restart, a healed partition) waits for its state from the other members before it is decided from what is here, degraded; 0: never waits")
 	fs.IntVar(&c.Replication.Factor, "replication-factor", c.Replication.Factor, "backups of each partition's counts, kept on the member that inherits it if its owner crashes: 0 (off) or 1")
 	fs.DurationVar(&c.Replication.Interval, "replication-interval", c.Replication.Interval, "how often an owner sends its partitions' changes to their backups: what a crash can lose")
 	fs.IntVar(&c.Replication.MaxKeys, "replica-max-keys", c.Replication.MaxKeys, "cap on the key states this node keeps as other members' backup")
