@@ -47,6 +47,11 @@ type probe struct {
 	From      string `json:"from"`
 	Target    string `json:"target"`
 	Reachable bool   `json:"reachable,omitempty"`
+	// Left: the witness saw the target leave gracefully (a member whose
+	// leave message reached this one before its "leaving" metadata did
+	// takes it for a failure; the leaver still answers pings while it
+	// hands off).
+	Left bool `json:"left,omitempty"`
 }
 
 const (
@@ -145,6 +150,7 @@ func (c *Cluster) dueRounds(now time.Time) []Member {
 // verdict is what a round learnt about a member.
 type verdict struct {
 	reached  string   // a witness that reached it, or ""
+	left     string   // a witness that saw it leave gracefully, or ""
 	answered []string // the witnesses that answered
 	// cluster is the size a majority is taken of: the ring (with the
 	// member asked about) and the members already gone unconfirmed.
@@ -160,21 +166,19 @@ func (v verdict) majority() bool { return 2*(1+len(v.answered)) > v.cluster }
 func (c *Cluster) askWitnesses(target Member) verdict {
 	witnesses, size := c.witnesses(target.ID)
 	v := verdict{cluster: size}
-	// This member's own pings first: memberlist's dead message spreads
-	// by gossip, so a member that still reaches the target hears it
-	// declared dead by another, and must not agree.
-	if c.reaches(target.ID) {
-		v.reached = c.cfg.ID
-		return v
-	}
-	if len(witnesses) == 0 {
-		return v
-	}
 	id, answers := c.agreement.open(len(witnesses))
 	defer c.agreement.close(id)
 	req, _ := json.Marshal(probe{ID: id, From: c.cfg.ID, Target: target.ID})
 	for _, w := range witnesses {
 		go c.send(w, msgProbe, req) // bounded by memberlist's TCPTimeout; never blocks the round
+	}
+	// This member's own pings too, meanwhile: memberlist's dead message
+	// spreads by gossip, so a member that still reaches the target hears
+	// it declared dead by another, and must not agree.
+	self := make(chan bool, 1)
+	go func() { self <- c.reaches(target.ID) }()
+	if <-self {
+		v.reached = c.cfg.ID
 	}
 	timeout := time.NewTimer(c.cfg.ConfirmTimeout)
 	defer timeout.Stop()
@@ -182,9 +186,12 @@ func (c *Cluster) askWitnesses(target Member) verdict {
 		select {
 		case a := <-answers:
 			v.answered = append(v.answered, a.From)
-			if a.Reachable {
-				v.reached = a.From
+			if a.Left {
+				v.left = a.From
 				return v
+			}
+			if a.Reachable && v.reached == "" {
+				v.reached = a.From
 			}
 		case <-timeout.C:
 			return v
@@ -238,6 +245,16 @@ func (c *Cluster) settle(target Member, v verdict) {
 		return // alive again, or left, meanwhile
 	}
 	d.asking = false
+	if v.left != "" {
+		delete(c.doubted, target.ID)
+		delete(c.members, target.ID)
+		m := d.m
+		m.State = StateLeft
+		c.left[target.ID] = m
+		c.log.Info("member gone: it left, as another member saw", "member", target.ID, "seen_by", v.left)
+		c.kickChange()
+		return
+	}
 	if v.reached != "" {
 		d.next = time.Now().Add(c.cfg.ConfirmInterval)
 		if d.reached == "" {
@@ -324,11 +341,21 @@ func (c *Cluster) witness() {
 			if !ok {
 				continue // not a member this one knows alive: nobody to answer
 			}
-			answer := probe{ID: p.ID, From: c.cfg.ID, Target: p.Target, Reachable: c.reaches(p.Target)}
+			answer := probe{ID: p.ID, From: c.cfg.ID, Target: p.Target}
+			if answer.Left = c.hasLeft(p.Target); !answer.Left {
+				answer.Reachable = c.reaches(p.Target)
+			}
 			out, _ := json.Marshal(answer)
 			c.send(asker, msgProbeReply, out)
 		}
 	}
+}
+
+func (c *Cluster) hasLeft(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.left[id]
+	return ok
 }
 
 func (c *Cluster) liveMember(id string) (Member, bool) {

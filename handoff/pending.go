@@ -32,13 +32,14 @@ type pending struct {
 }
 
 // Expect notes a ring change: the partitions this node owns in now and
-// did not before (gained) wait for every other member of now to say it
-// has handed them over, and every partition it owns waits for the members
-// added to the ring (a member back from a partition, or restarted, may
-// have decided this node's keys meanwhile); those it no longer owns, and
-// members no longer in now, are not waited for any more. A partition
-// waits at most maxWait.
-func (r *Receiver) Expect(now *ring.Ring, gained []int, added []string) {
+// did not before (gained) wait for every other member of now, and for the
+// members that left it gracefully (leaving: they hand their partitions
+// off as they go), to say it has handed them over; every partition it
+// owns waits for the members added to the ring (a member back from a
+// partition, or restarted, may have decided this node's keys meanwhile).
+// Partitions it no longer owns, and members in neither now nor leaving,
+// are not waited for any more. A partition waits at most maxWait.
+func (r *Receiver) Expect(now *ring.Ring, gained []int, added, leaving []string) {
 	p := &r.pending
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -47,6 +48,9 @@ func (r *Receiver) Expect(now *ring.Ring, gained []int, added []string) {
 		if m.ID != r.self {
 			members[m.ID] = true
 		}
+	}
+	for _, id := range leaving {
+		members[id] = true
 	}
 	for part, from := range p.waiting {
 		if now.PartitionOwner(part).ID != r.self {

@@ -43,7 +43,7 @@ func TestAnAddedMemberIsWaitedForUntilItSaysDone(t *testing.T) {
 	mine := owned(t, "n2", "n1", "n2", "n3")
 	require.NotEmpty(t, mine)
 
-	r.Expect(ring, nil, []string{"n1", "n3"})
+	r.Expect(ring, nil, []string{"n1", "n3"}, nil)
 	assert.Equal(t, len(mine), r.Waiting())
 	assert.True(t, r.Pending(mine[0]))
 
@@ -65,25 +65,38 @@ func TestWaitingEndsOnDoneLeaveOrMaxWait(t *testing.T) {
 
 	early := receiver(t, "n2", time.Minute)
 	early.Done("n1", mine)
-	early.Expect(ring, mine, nil)
+	early.Expect(ring, mine, nil, nil)
 	early.Done("n3", mine)
 	assert.Zero(t, early.Waiting(), "n1 said so before the ring change")
 
 	left := receiver(t, "n2", time.Minute)
-	left.Expect(ring, mine, nil)
+	left.Expect(ring, mine, nil, nil)
 	left.Done("n1", mine)
-	left.Expect(testring.New(t, "n1", "n2"), nil, nil)
+	left.Expect(testring.New(t, "n1", "n2"), nil, nil, nil)
 	for _, p := range owned(t, "n2", "n1", "n2") {
 		assert.False(t, left.Pending(p), "n3 left: nobody else to wait for")
 	}
 
 	synctest.Test(t, func(t *testing.T) { // MaxWait runs on the monotonic clock: the bubble's
 		slow := receiver(t, "n2", time.Second)
-		slow.Expect(ring, mine, nil)
+		slow.Expect(ring, mine, nil, nil)
 		time.Sleep(999 * time.Millisecond)
 		assert.True(t, slow.Pending(mine[0]))
 		time.Sleep(time.Millisecond)
 		assert.False(t, slow.Pending(mine[0]))
 		assert.Zero(t, slow.Waiting())
 	})
+}
+
+// The partitions a member hands off as it leaves gracefully wait for its
+// word too, although it is no longer in the ring.
+func TestALeaverIsWaitedForOnWhatItHandsOff(t *testing.T) {
+	r := receiver(t, "n2", time.Minute)
+	after := testring.New(t, "n2", "n3")
+	gained := owned(t, "n2", "n2", "n3")
+	r.Expect(after, gained, nil, []string{"n1"})
+	r.Done("n3", gained)
+	assert.True(t, r.Pending(gained[0]), "n1 has not said it handed them over")
+	r.Done("n1", gained)
+	assert.Zero(t, r.Waiting())
 }

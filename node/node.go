@@ -439,8 +439,8 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	n.refreshShare()
 	if old := n.view.Ring(); !old.Equal(r) {
 		n.view.ring.Store(r)
-		n.handoffs.Expect(r, n.gained(old, r), added(old, r))
-		n.refreshWithout(r)
+		n.handoffs.Expect(r, n.gained(old, r), added(old, r), n.leavers(old, r))
+		n.refreshWithout(r, len(old.Members()) == 1)
 		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])

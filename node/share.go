@@ -173,15 +173,18 @@ func added(old, r *ring.Ring) []string {
 }
 
 // refreshWithout keeps the ring without this node while partitions wait
-// for their state (view.Owner), and drops it once none does.
-func (n *Node) refreshWithout(r *ring.Ring) {
+// for their state after it joined (it was alone in its ring: it has just
+// started, or restarted), for view.Owner; it drops it otherwise. After a
+// member left, the state of the partitions it had comes from it, and a
+// check waits for it here (route.Config.SettleWait) instead.
+func (n *Node) refreshWithout(r *ring.Ring, joined bool) {
 	var rest []ring.Member
 	for _, m := range r.Members() {
 		if m.ID != n.cfg.ID {
 			rest = append(rest, m)
 		}
 	}
-	if n.handoffs.Waiting() == 0 || len(rest) == 0 {
+	if !joined || n.handoffs.Waiting() == 0 || len(rest) == 0 {
 		n.view.without.Store(nil)
 		return
 	}
@@ -192,4 +195,30 @@ func (n *Node) refreshWithout(r *ring.Ring) {
 		return
 	}
 	n.view.without.Store(w)
+}
+
+// leavers returns the members of old that are not in r because they left
+// gracefully: they hand their partitions off as they go.
+func (n *Node) leavers(old, r *ring.Ring) []string {
+	c := n.cluster.Load()
+	if c == nil {
+		return nil
+	}
+	left := map[string]bool{}
+	for _, m := range c.View() {
+		if m.State == cluster.StateLeft {
+			left[m.ID] = true
+		}
+	}
+	in := map[string]bool{}
+	for _, m := range r.Members() {
+		in[m.ID] = true
+	}
+	var out []string
+	for _, m := range old.Members() {
+		if !in[m.ID] && left[m.ID] {
+			out = append(out, m.ID)
+		}
+	}
+	return out
 }
