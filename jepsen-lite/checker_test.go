@@ -95,7 +95,10 @@ func TestCheckerBoundsFollowThePhases(t *testing.T) {
 	seven[6].Degraded = false
 	h = history(seven, fault)
 	h.Views = views
-	assert.Len(t, Analyze(h).Log.Violations, 1)
+	vs := Analyze(h).Log.Violations
+	require.NotEmpty(t, vs)
+	assert.Equal(t, 7, vs[0].Allowed)
+	assert.False(t, vs[0].Silent, "over the two sides' bound") // the smaller windows after it are silent too
 
 	// While the fault is being detected every node may decide: 9 pass.
 	h = history(mk(2100*ms, 9, func(i int) string { return []string{"n1", "n2", "n3"}[i%3] }), fault)

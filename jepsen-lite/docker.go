@@ -42,7 +42,7 @@ func Docker(cfg DockerConfig) BackendFactory {
 		}
 		b := &dockerBackend{cfg: cfg, ids: []string{"n1", "n2", "n3"}[:sc.Nodes], ctr: map[string]string{},
 			addr: map[string]netAddr{}, isolated: map[string]bool{}, extras: map[string]bool{}}
-		if len(sc.Args) > 0 {
+		if len(sc.Args) > 0 || len(sc.NodeArgs) > 0 {
 			b.argsErr = fmt.Errorf("%w: the compose cluster's nodes cannot get this scenario's flags %v", ErrUnsupported, sc.Args)
 		}
 		for i := range sc.Extra {

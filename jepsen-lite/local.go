@@ -18,6 +18,7 @@ func Local(bin, baseIP string, args []string) BackendFactory {
 		if err != nil {
 			return nil, err
 		}
+		procs.nodeArgs = sc.NodeArgs
 		b := &localBackend{procs: procs}
 		for i := range sc.Nodes + sc.Extra {
 			ip, err := offsetIP(baseIP, i)

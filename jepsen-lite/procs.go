@@ -43,10 +43,12 @@ const (
 // starts, it stops: Close kills whatever is still running, and each child
 // also dies with the harness (Pdeathsig) if the harness is killed first.
 type Procs struct {
-	bin     string
-	dir     string   // one log file per node, appended across restarts
-	args    []string // extra node flags, the same for every node
-	timeout time.Duration
+	bin  string
+	dir  string   // one log file per node, appended across restarts
+	args []string // extra node flags, the same for every node
+	// nodeArgs are flags one node gets after args, by id.
+	nodeArgs map[string][]string
+	timeout  time.Duration
 
 	mu    sync.Mutex
 	specs map[string]NodeSpec
@@ -151,6 +153,7 @@ func (p *Procs) start(ctx context.Context, id string, seeds []string) error {
 		"--gossip-addr", s.GossipAddr(),
 		"--log-format", "json",
 	}, p.args...)
+	args = append(args, p.nodeArgs[id]...)
 	if len(seeds) > 0 {
 		args = append(args, "--join", strings.Join(seeds, ","))
 	}

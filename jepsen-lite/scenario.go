@@ -33,6 +33,18 @@ type Scenario struct {
 	// fallback policy, say). The docker backend cannot give them, and
 	// skips such a scenario.
 	Args []string
+	// NodeArgs are flags one node gets after Args, by node id ("n1"): a
+	// wrong clock (--fault-clock-*). The docker backend skips such a
+	// scenario too.
+	NodeArgs map[string][]string
+	// ClockRate is how much faster (or, negative, slower) than real time
+	// a node's clock runs in this scenario (a drift, or the slew that
+	// follows a step): its windows are that much shorter (longer) in real
+	// time, and not aligned with the harness's. The checker takes sliding
+	// windows shorter by a positive rate (the other nodes' are the
+	// shortest otherwise), and holds the counter's fixed windows to its
+	// rolling bound.
+	ClockRate float64
 	// Load, if set, is the offered rate per key as a multiple of
 	// Limit/Window, instead of the profile's: hot keys.
 	Load float64
@@ -383,7 +395,7 @@ func runWorkload(ctx context.Context, env *Env, cfg Config, sc Scenario) (Histor
 	env.mu.Unlock()
 
 	return History{Scenario: sc.Name, About: sc.About, Start: start, End: end, Nodes: env.ids, Keys: keys,
-		Ops: history, Views: mon.Views(), Events: events, Up: up}, stepErr
+		Ops: history, Views: mon.Views(), Events: events, Up: up, ClockRate: sc.ClockRate}, stepErr
 }
 
 // runSteps applies each step at its offset (times scale) from the run's

@@ -116,6 +116,34 @@ func faultScenarios() []Scenario {
 			},
 		},
 		{
+			Name: "clock-skew", About: "n1's clock 2 s behind, n3's 2 s ahead for the whole run: a forwarder and an owner disagree by up to 4 s",
+			// A check is stamped by its owner's clock alone, and a forward
+			// carries how long its sender waits, never until when.
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2,
+			NodeArgs: map[string][]string{"n1": {"--fault-clock-offset", "-2s"}, "n3": {"--fault-clock-offset", "2s"}},
+		},
+		{
+			Name: "clock-drift", About: "n3's clock runs 1 % fast for the whole run",
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
+			NodeArgs: map[string][]string{"n3": {"--fault-clock-drift", "0.01"}},
+		},
+		{
+			Name: "clock-step-back", About: "n2's clock steps 5 s back 6 s after it starts (an NTP step): its keys' entries lie in its future",
+			// The node's clock never steps (internal/wallclock): it slews
+			// back at 1 %, a clock 1 % slow while it lasts.
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: -0.01,
+			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "-5s", "--fault-clock-step-after", "6s"}},
+		},
+		{
+			Name: "clock-step", About: "n2's clock steps 5 s ahead 6 s after it starts (an NTP step, a VM resumed): every key it owns looks idle",
+			// The node's clock never steps (internal/wallclock): it slews
+			// forward at 1 %, a clock 1 % fast while it lasts. Read
+			// directly, the step let every key n2 owns admit a limit more
+			// at once (1.90× in the first run).
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
+			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "5s", "--fault-clock-step-after", "6s"}},
+		},
+		{
 			Name: "scale", About: "add n4 under load, then gracefully remove n1 (SIGTERM: leave and hand off)",
 			Nodes: 3, Extra: 1, Duration: 32 * time.Second,
 			Steps: []Step{

@@ -12,6 +12,7 @@ import (
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/wallclock"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
@@ -121,7 +122,8 @@ type Config struct {
 
 	// Logger receives the node's structured logs. Default: text to stderr.
 	Logger *slog.Logger
-	// Now is the node's clock. Default time.Now.
+	// Now is the node's wall clock. Default: the machine's, read through
+	// its monotonic clock so that it never steps (wallclock.Steady).
 	Now func() time.Time
 }
 
@@ -151,7 +153,7 @@ func DefaultConfig() Config {
 		Security:        DefaultSecurityConfig(),
 		EnvoyRLS:        envoyrls.DefaultConfig(),
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Now:             time.Now,
+		Now:             wallclock.Steady(wallclock.System(), wallclock.DefaultMaxSlew),
 	}
 }
 

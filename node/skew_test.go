@@ -15,6 +15,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/wallclock"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -73,7 +74,7 @@ func TestBatchFromAMemberWhoseClockIsBehindCountsWhatItAdmits(t *testing.T) {
 func TestSkewedClocksHoldTheLimitExactly(t *testing.T) {
 	offsets := map[string]time.Duration{"node-1": -2 * time.Second, "node-2": 2 * time.Second}
 	c := testcluster.New(t, 3, func(cfg *node.Config) {
-		cfg.Now = faultclock.New(faultclock.Config{Offset: offsets[cfg.ID]}, time.Now)
+		cfg.Now = wallclock.Steady(faultclock.New(faultclock.Config{Offset: offsets[cfg.ID]}, wallclock.System()), wallclock.DefaultMaxSlew)
 		cfg.Peers.Timeout = time.Second // shorter than the skew: an absolute deadline would fail open
 	})
 	for _, algo := range []pb.Algorithm{pb.Algorithm_SLIDING_WINDOW_LOG, pb.Algorithm_SLIDING_WINDOW_COUNTER} {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/wallclock"
 	"github.com/peerlimit/peerlimit/node"
 )
 
@@ -41,7 +42,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		opts.node.Logger.Warn("deprecated flag", "why", why)
 	}
 	if fc := opts.faultClock; fc.Enabled() {
-		opts.node.Now = faultclock.New(fc, opts.node.Now)
+		opts.node.Now = wallclock.Steady(faultclock.New(fc, wallclock.System()), wallclock.DefaultMaxSlew)
 		opts.node.Logger.Warn("FAULT INJECTION: this node's wall clock is wrong on purpose; never serve real traffic so",
 			"offset", fc.Offset, "drift", fc.Drift, "step", fc.Step, "step_after", fc.StepAfter)
 	}

@@ -3,11 +3,12 @@
 // injection only (jepsen-lite's clock scenarios give each node process one),
 // off by default, and never meant for a node serving real traffic.
 //
-// It replaces only the node's wall clock (node.Config.Now): the times it
-// stamps on windows, log entries and leases, which is what a machine whose
-// clock is wrong gets wrong. Durations a node measures (timeouts, gossip,
-// the wait of a forwarded batch) keep Go's monotonic clock, as they do on
-// a real machine whose wall clock an NTP step moves.
+// It is the machine a node reads its wall clock from (wallclock.Steady,
+// node.Config.Now): the times it stamps on windows, log entries and
+// leases. Durations the node measures with Go's runtime (timeouts, gossip,
+// the wait of a forwarded batch) keep the real machine's clock: offsets
+// and steps never reach them on a real machine either, and a 1 % drift
+// there changes nothing measurable.
 package faultclock
 
 import (
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/wallclock"
 )
 
 // Config says how wrong the clock is. The zero Config is the machine's
@@ -47,21 +49,32 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// New returns c's clock over base (time.Now, or a test's clock), started
-// now. The times it returns carry no monotonic reading, as a wall clock
-// read after a step would not either. Safe for concurrent use.
-func New(c Config, base func() time.Time) func() time.Time {
+// New returns a machine whose clocks are base's made wrong by c: its
+// wall clock offset, drifting and stepped, its monotonic clock drifting
+// with it (both run on one oscillator; a step moves the wall clock
+// alone). A node reads it through wallclock.Steady, as it reads the real
+// machine's. Safe for concurrent use.
+func New(c Config, base wallclock.Machine) wallclock.Machine {
 	if !c.Enabled() {
 		return base
 	}
-	start := base()
-	return func() time.Time {
-		now := base()
-		elapsed := now.Sub(start)
-		t := now.Add(c.Offset + time.Duration(float64(elapsed)*c.Drift))
-		if c.Step != 0 && elapsed >= c.StepAfter {
-			t = t.Add(c.Step)
-		}
-		return t.Round(0)
+	_, start := base.Now()
+	return &machine{c: c, base: base, start: start}
+}
+
+type machine struct {
+	c     Config
+	base  wallclock.Machine
+	start time.Duration // base's monotonic time at New
+}
+
+func (m *machine) Now() (time.Time, time.Duration) {
+	wall, mono := m.base.Now()
+	elapsed := mono - m.start
+	drift := time.Duration(float64(elapsed) * m.c.Drift)
+	wall = wall.Add(m.c.Offset + drift)
+	if m.c.Step != 0 && elapsed >= m.c.StepAfter {
+		wall = wall.Add(m.c.Step)
 	}
+	return wall, mono + drift
 }

@@ -11,23 +11,36 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 )
 
-func TestOffsetDriftAndStep(t *testing.T) {
-	base := fakeclock.AtMilli(1_700_000_000_000)
-	t0 := base.Now()
-	now := faultclock.New(faultclock.Config{Offset: -2 * time.Second, Drift: 0.01, Step: 5 * time.Second, StepAfter: 30 * time.Second}, base.Now)
+// machine is a wallclock.Machine over a fake clock: wall and monotonic
+// move together.
+type machine struct{ c *fakeclock.Clock }
 
-	assert.Equal(t, t0.Add(-2*time.Second), now(), "the offset from the start")
-	base.Advance(10 * time.Second)
-	assert.Equal(t, t0.Add(10*time.Second-2*time.Second+100*time.Millisecond), now(), "1 % fast: 100 ms gained in 10 s")
-	base.Advance(20 * time.Second)
-	assert.Equal(t, t0.Add(30*time.Second-2*time.Second+300*time.Millisecond+5*time.Second), now(), "stepped 5 s at 30 s")
+func (m machine) Now() (time.Time, time.Duration) {
+	now := m.c.Now()
+	return now, time.Duration(now.UnixNano())
 }
 
-func TestZeroConfigIsTheBaseClock(t *testing.T) {
+func TestOffsetDriftAndStep(t *testing.T) {
 	base := fakeclock.AtMilli(1_700_000_000_000)
-	now := faultclock.New(faultclock.Config{}, base.Now)
-	base.Advance(time.Hour)
-	assert.Equal(t, base.Now(), now())
+	t0, mono0 := machine{base}.Now()
+	m := faultclock.New(faultclock.Config{Offset: -2 * time.Second, Drift: 0.01, Step: 5 * time.Second, StepAfter: 30 * time.Second}, machine{base})
+
+	wall, mono := m.Now()
+	assert.Equal(t, t0.Add(-2*time.Second), wall, "the offset from the start")
+	assert.Equal(t, mono0, mono)
+	base.Advance(10 * time.Second)
+	wall, mono = m.Now()
+	assert.Equal(t, t0.Add(10*time.Second-2*time.Second+100*time.Millisecond), wall, "1 % fast: 100 ms gained in 10 s")
+	assert.Equal(t, mono0+10*time.Second+100*time.Millisecond, mono, "the monotonic clock drifts with it")
+	base.Advance(20 * time.Second)
+	wall, mono = m.Now()
+	assert.Equal(t, t0.Add(30*time.Second-2*time.Second+300*time.Millisecond+5*time.Second), wall, "stepped 5 s at 30 s")
+	assert.Equal(t, mono0+30*time.Second+300*time.Millisecond, mono, "a step moves the wall clock alone")
+}
+
+func TestZeroConfigIsTheBaseMachine(t *testing.T) {
+	base := machine{fakeclock.AtMilli(1_700_000_000_000)}
+	assert.Equal(t, base, faultclock.New(faultclock.Config{}, base))
 	assert.False(t, faultclock.Config{}.Enabled())
 }
 
