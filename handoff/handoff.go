@@ -112,13 +112,15 @@ func (s *Sender) Run(ctx context.Context) (left int) {
 // done tells each other member of r, but those a handoff to failed this
 // round, that this node holds nothing of the partitions r gives it that
 // it has not handed over (peer.Peers.HandoffDone): a member that has
-// just joined or restarted marks their keys' answers degraded until
-// every member has said so (Receiver.Pending). A member that cannot be
-// told hears it next round.
+// just joined or restarted keeps their keys with the members that decided
+// them meanwhile, or marks their answers degraded, until every member has
+// said so (Receiver.Pending). A partition this node decided more of since
+// its snapshot (checks forwarded here meanwhile) is not done: it goes in
+// the next round. A member that cannot be told hears it next round.
 func (s *Sender) done(ctx context.Context, r *ring.Ring, failed map[string]bool) {
 	byOwner := map[ring.Member][]int{}
 	for p := range r.PartitionCount() {
-		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] {
+		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] && s.d.Store.PartitionLen(p) == 0 {
 			byOwner[owner] = append(byOwner[owner], p)
 		}
 	}
