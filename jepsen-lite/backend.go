@@ -27,6 +27,8 @@ type Backend interface {
 	Partition(ctx context.Context, groups [][]string) error
 	// Cut cuts the link between two nodes only.
 	Cut(ctx context.Context, a, b string) error
+	// Lose drops each packet between two nodes with probability p.
+	Lose(ctx context.Context, a, b string, p float64) error
 	// Heal restores every link.
 	Heal(ctx context.Context) error
 	// Answering reports whether the harness can reach the node: it runs,

@@ -137,6 +137,8 @@ type Result struct {
 	Log, CounterFixed, CounterSliding Admission
 	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
 	MaxWorst float64 `json:"max_worst,omitempty"`
+	// MaxDegraded is its Scenario.MaxDegraded; 0: none.
+	MaxDegraded float64 `json:"max_degraded,omitempty"`
 	// Series is admitted requests over time relative to the limits'
 	// rate, per algorithm, in Bucket steps: the chart.
 	Bucket                   time.Duration `json:"bucket_ns"`
@@ -152,7 +154,9 @@ func (r *Result) Violations() []Violation {
 
 // OverPromise says how the run broke its scenario's MaxWorst, or "".
 func (r *Result) OverPromise() string {
-	switch {
+	switch degraded := share(r.All.Degraded, r.All.Answered); {
+	case r.MaxDegraded > 0 && degraded > r.MaxDegraded:
+		return fmt.Sprintf("%.2f %% of answers degraded > the promised %.2f %%", 100*degraded, 100*r.MaxDegraded)
 	case r.MaxWorst <= 0:
 		return ""
 	case r.Log.Worst > r.MaxWorst:

@@ -361,6 +361,10 @@ func (b *dockerBackend) Cut(context.Context, string, string) error {
 	return b.Supports(NeedLinkCut)
 }
 
+func (b *dockerBackend) Lose(context.Context, string, string, float64) error {
+	return b.Supports(NeedLinkCut)
+}
+
 // Heal reconnects every isolated node with its address and aliases.
 func (b *dockerBackend) Heal(ctx context.Context) error {
 	b.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -62,6 +63,20 @@ func (f *Firewall) Cut(a, b string) error {
 			return err
 		}
 		f.cuts[d] = true
+	}
+	return nil
+}
+
+// Lose drops each packet between a and b, both ways, with probability p:
+// a lossy link (iptables' statistic match; the kernel here has no netem).
+func (f *Firewall) Lose(a, b string, p float64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prob := strconv.FormatFloat(p, 'f', -1, 64)
+	for _, d := range [][2]string{{a, b}, {b, a}} {
+		if err := f.run("-A", f.chain, "-s", d[0], "-d", d[1], "-m", "statistic", "--mode", "random", "--probability", prob, "-j", "DROP"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

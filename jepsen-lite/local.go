@@ -99,6 +99,13 @@ func (b *localBackend) Cut(_ context.Context, x, y string) error {
 	return b.fw.Cut(b.procs.Spec(x).IP, b.procs.Spec(y).IP)
 }
 
+func (b *localBackend) Lose(_ context.Context, x, y string, p float64) error {
+	if b.fw == nil {
+		return ErrUnsupported
+	}
+	return b.fw.Lose(b.procs.Spec(x).IP, b.procs.Spec(y).IP, p)
+}
+
 func (b *localBackend) Heal(context.Context) error {
 	if b.fw == nil {
 		return ErrUnsupported

@@ -37,6 +37,10 @@ type Scenario struct {
 	// wrong clock (--fault-clock-*). The docker backend skips such a
 	// scenario too.
 	NodeArgs map[string][]string
+	// MaxDegraded, if set, is the most of the answers that may be
+	// degraded: a slow or lossy link that works must not make a storm of
+	// fallbacks.
+	MaxDegraded float64
 	// ClockRate is how much faster (or, negative, slower) than real time
 	// a node's clock runs in this scenario (a drift, or the slew that
 	// follows a step): its windows are that much shorter (longer) in real
@@ -162,6 +166,11 @@ func (e *Env) Cut(ctx context.Context, a, b string) error {
 	e.mu.Unlock()
 	return nil
 }
+
+// Lose makes the link between a and b drop each packet with probability
+// p, both ways. It is not a cut: the link works, slowly, and the harness
+// still expects both sides to see each other.
+func (e *Env) Lose(ctx context.Context, a, b string, p float64) error { return e.b.Lose(ctx, a, b, p) }
 
 // Heal removes every cut.
 func (e *Env) Heal(ctx context.Context) error {
@@ -323,7 +332,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 
 	h, stepErr := runWorkload(ctx, env, cfg, sc)
 	res = Analyze(h)
-	res.MaxWorst = sc.MaxWorst
+	res.MaxWorst, res.MaxDegraded = sc.MaxWorst, sc.MaxDegraded
 	if stepErr != nil {
 		res.Errors = append(res.Errors, stepErr.Error())
 	}
