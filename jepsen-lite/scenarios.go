@@ -2,6 +2,7 @@ package jepsenlite
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -49,6 +50,82 @@ func Scenarios() []Scenario {
 
 // faultScenarios are the faults, against the profile's load.
 func faultScenarios() []Scenario {
+	return slices.Concat(nodeScenarios(), linkScenarios(), clockScenarios())
+}
+
+// linkScenarios are single links that fail or work badly.
+func linkScenarios() []Scenario {
+	return []Scenario{
+		{
+			Name: "bridge", About: "cut n1 from n3 only; n2 still reaches both (a bridge), for 12 s",
+			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
+			Steps: []Step{
+				// Gossip probes n1↔n3 indirectly through n2, so nobody
+				// is declared dead and the ring stays; forwards between
+				// n1 and n3 fail and are relayed through n2 (the keys'
+				// heir, or the other member): one decider still.
+				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
+			},
+		},
+		{
+			Name: "lossy-link", About: "5 % of the packets between n1 and n3 dropped, both ways, for 12 s: a link that works, badly",
+			// Forwards across it that lose a packet wait for TCP's
+			// retransmission (≥ 200 ms) and some time out; nothing may
+			// take the link for a cut, and few answers may be degraded.
+			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2, MaxDegraded: 0.02,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "5 % loss n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Lose(ctx, e.ID(0), e.ID(2), 0.05) }},
+				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
+			},
+		},
+		{
+			Name: "link-stall", About: "every packet between n1 and n3 dropped for 2 s, then the link recovers",
+			Nodes: 3, Duration: 25 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "stall n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
+				{At: 12 * time.Second, Name: "recover", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
+			},
+		},
+	}
+}
+
+// clockScenarios give one node a wrong wall clock (--fault-clock-*).
+func clockScenarios() []Scenario {
+	return []Scenario{
+		{
+			Name: "clock-skew", About: "n1's clock 2 s behind, n3's 2 s ahead for the whole run: a forwarder and an owner disagree by up to 4 s",
+			// A check is stamped by its owner's clock alone, and a forward
+			// carries how long its sender waits, never until when.
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2,
+			NodeArgs: map[string][]string{"n1": {"--fault-clock-offset", "-2s"}, "n3": {"--fault-clock-offset", "2s"}},
+		},
+		{
+			Name: "clock-drift", About: "n3's clock runs 1 % fast for the whole run",
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
+			NodeArgs: map[string][]string{"n3": {"--fault-clock-drift", "0.01"}},
+		},
+		{
+			Name: "clock-step-back", About: "n2's clock steps 5 s back 6 s after it starts (an NTP step): its keys' entries lie in its future",
+			// The node's clock never steps (internal/wallclock): it slews
+			// back at 1 %, a clock 1 % slow while it lasts.
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: -0.01,
+			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "-5s", "--fault-clock-step-after", "6s"}},
+		},
+		{
+			Name: "clock-step", About: "n2's clock steps 5 s ahead 6 s after it starts (an NTP step, a VM resumed): every key it owns looks idle",
+			// The node's clock never steps (internal/wallclock): it slews
+			// forward at 1 %, a clock 1 % fast while it lasts. Read
+			// directly, the step let every key n2 owns admit a limit more
+			// at once (1.90× in the first run).
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
+			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "5s", "--fault-clock-step-after", "6s"}},
+		},
+	}
+}
+
+// nodeScenarios are nodes that die, stop, leave or join, and cuts.
+func nodeScenarios() []Scenario {
 	return []Scenario{
 		{
 			Name: "calm", About: "no fault: the baseline every bound is measured against",
@@ -95,18 +172,6 @@ func faultScenarios() []Scenario {
 			},
 		},
 		{
-			Name: "bridge", About: "cut n1 from n3 only; n2 still reaches both (a bridge), for 12 s",
-			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
-			Steps: []Step{
-				// Gossip probes n1↔n3 indirectly through n2, so nobody
-				// is declared dead and the ring stays; forwards between
-				// n1 and n3 fail and are relayed through n2 (the keys'
-				// heir, or the other member): one decider still.
-				{At: 10 * time.Second, Name: "cut n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
-				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
-			},
-		},
-		{
 			Name: "partition-share", About: "partition 2|1 for 12 s, as above, with --fallback share: each side keeps to its share of each limit",
 			Nodes: 3, Duration: 38 * time.Second, Needs: NeedPartition, Args: []string{"--fallback", "share"}, MaxWorst: 1.5,
 			Steps: []Step{
@@ -115,53 +180,6 @@ func faultScenarios() []Scenario {
 				}},
 				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
 			},
-		},
-		{
-			Name: "lossy-link", About: "5 % of the packets between n1 and n3 dropped, both ways, for 12 s: a link that works, badly",
-			// Forwards across it that lose a packet wait for TCP's
-			// retransmission (≥ 200 ms) and some time out; nothing may
-			// take the link for a cut, and few answers may be degraded.
-			Nodes: 3, Duration: 35 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2, MaxDegraded: 0.02,
-			Steps: []Step{
-				{At: 10 * time.Second, Name: "5 % loss n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Lose(ctx, e.ID(0), e.ID(2), 0.05) }},
-				{At: 22 * time.Second, Name: "heal", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
-			},
-		},
-		{
-			Name: "link-stall", About: "every packet between n1 and n3 dropped for 2 s, then the link recovers",
-			Nodes: 3, Duration: 25 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
-			Steps: []Step{
-				{At: 10 * time.Second, Name: "stall n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
-				{At: 12 * time.Second, Name: "recover", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
-			},
-		},
-		{
-			Name: "clock-skew", About: "n1's clock 2 s behind, n3's 2 s ahead for the whole run: a forwarder and an owner disagree by up to 4 s",
-			// A check is stamped by its owner's clock alone, and a forward
-			// carries how long its sender waits, never until when.
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2,
-			NodeArgs: map[string][]string{"n1": {"--fault-clock-offset", "-2s"}, "n3": {"--fault-clock-offset", "2s"}},
-		},
-		{
-			Name: "clock-drift", About: "n3's clock runs 1 % fast for the whole run",
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
-			NodeArgs: map[string][]string{"n3": {"--fault-clock-drift", "0.01"}},
-		},
-		{
-			Name: "clock-step-back", About: "n2's clock steps 5 s back 6 s after it starts (an NTP step): its keys' entries lie in its future",
-			// The node's clock never steps (internal/wallclock): it slews
-			// back at 1 %, a clock 1 % slow while it lasts.
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: -0.01,
-			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "-5s", "--fault-clock-step-after", "6s"}},
-		},
-		{
-			Name: "clock-step", About: "n2's clock steps 5 s ahead 6 s after it starts (an NTP step, a VM resumed): every key it owns looks idle",
-			// The node's clock never steps (internal/wallclock): it slews
-			// forward at 1 %, a clock 1 % fast while it lasts. Read
-			// directly, the step let every key n2 owns admit a limit more
-			// at once (1.90× in the first run).
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
-			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "5s", "--fault-clock-step-after", "6s"}},
 		},
 		{
 			Name: "scale", About: "add n4 under load, then gracefully remove n1 (SIGTERM: leave and hand off)",
