@@ -52,6 +52,14 @@ func (r *Receiver) Expect(now *ring.Ring, gained []int, added, leaving []string)
 	for _, id := range leaving {
 		members[id] = true
 	}
+	// What a member said before it dropped out of the ring is stale once
+	// it is back (a heal, a restart): it has decided this node's keys
+	// since.
+	for id := range p.done {
+		if !members[id] {
+			delete(p.done, id)
+		}
+	}
 	for part, from := range p.waiting {
 		if now.PartitionOwner(part).ID != r.self {
 			delete(p.waiting, part)

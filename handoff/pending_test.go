@@ -100,3 +100,17 @@ func TestALeaverIsWaitedForOnWhatItHandsOff(t *testing.T) {
 	r.Done("n1", gained)
 	assert.Zero(t, r.Waiting())
 }
+
+// A member's word from before it dropped out of the ring (a partition)
+// does not count when it is back: it has decided this node's keys since.
+func TestAWordFromBeforeAPartitionIsStale(t *testing.T) {
+	r := receiver(t, "n2", time.Minute)
+	all := testring.New(t, "n1", "n2", "n3")
+	mine := owned(t, "n2", "n1", "n2", "n3")
+	r.Done("n1", mine)                                   // every round while the cluster was whole
+	r.Expect(testring.New(t, "n2", "n3"), nil, nil, nil) // n1 cut off
+	r.Expect(all, nil, []string{"n1"}, nil)              // healed
+	assert.True(t, r.Pending(mine[0]), "n1 has not said so since it came back")
+	r.Done("n1", mine)
+	assert.Zero(t, r.Waiting())
+}
