@@ -113,10 +113,13 @@ func TestHTTPAndEnvoy(t *testing.T) {
 				assert.Equal(t, apiHTTP, res.API)
 				assert.Equal(t, route, res.Route)
 				// Keep-alive: at most one connection per worker per node,
-				// all opened by the warm-up; never one per request.
+				// all opened by the warm-up; never one per request. (How
+				// many calls a timed run makes depends on the machine's
+				// load: 65 calls on 24 connections in a loaded CI run, so
+				// no multiple of the dials is asserted.)
 				nodes := int64(len(routeEndpoints(&cfg, cfg.HTTPEndpoints)))
 				assert.LessOrEqual(t, tgt.dials.Load(), int64(cfg.Workers)*nodes)
-				assert.Greater(t, res.Calls, 4*tgt.dials.Load(), "calls reuse connections")
+				assert.Greater(t, res.Calls, tgt.dials.Load(), "calls reuse connections")
 			})
 		}
 		t.Run("envoy/"+route, func(t *testing.T) {
