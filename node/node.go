@@ -440,7 +440,7 @@ func (n *Node) membershipChanged(members []cluster.Member) {
 	if old := n.view.Ring(); !old.Equal(r) {
 		n.view.ring.Store(r)
 		n.handoffs.Expect(r, n.gained(old, r), added(old, r), n.leavers(old, r))
-		n.refreshWithout(r, len(old.Members()) == 1)
+		n.refreshWithout(r, len(old.Members()) == 1 || n.view.without.Load() != nil)
 		n.reconcileReplicas(old, r)
 		n.metrics.ringChanges.Inc()
 		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])

@@ -174,7 +174,9 @@ func added(old, r *ring.Ring) []string {
 
 // refreshWithout keeps the ring without this node while partitions wait
 // for their state after it joined (it was alone in its ring: it has just
-// started, or restarted), for view.Owner; it drops it otherwise. After a
+// started, or restarted; joined also while it still waits since, as the
+// others come into its ring one by one), for view.Owner; it drops it
+// otherwise. After a
 // member left, the state of the partitions it had comes from it, and a
 // check waits for it here (route.Config.SettleWait) instead.
 func (n *Node) refreshWithout(r *ring.Ring, joined bool) {

@@ -122,11 +122,16 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 	out := make([]peer.Result, len(reqs))
 	byOwner := map[peer.Route][]int{}
 	for i, r := range reqs {
-		if owner, local := s.owner(r.Key); !local && owner.ID != origin {
+		owner, local := s.owner(r.Key)
+		if !local && owner.ID != origin {
 			byOwner[owner] = append(byOwner[owner], i)
 			continue
 		}
 		out[i] = s.decide(now, r)
+		// This node's ring gives the key to origin, which could not reach
+		// the owner its own ring names: two views, and this node decides
+		// from what it holds. Said so.
+		out[i].Degraded = out[i].Degraded || (!local && out[i].Err == nil)
 	}
 	for owner, idx := range byOwner {
 		sub := pick(reqs, idx)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/testring"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -61,4 +62,16 @@ func TestContestedKeysAreAnsweredDegraded(t *testing.T) {
 	res := c.members["n2"].svc.Check(bg, logReq(c.key(t, "n2", "mine"), 5, time.Minute))
 	require.NoError(t, res.Err)
 	assert.False(t, res.Degraded)
+}
+
+// A relay whose ring gives the key to the very member that asked (its
+// view is older) decides it from what it holds, and says so.
+func TestRelayDecidedForItsOwnerIsDegraded(t *testing.T) {
+	c := newCluster(t, three)
+	n2 := c.members["n2"]
+	req := logReq(c.key(t, "n1", "asked"), 5, time.Minute)
+	res := n2.svc.HandleRelay(bg, "n1", []limiter.Request{req})
+	require.NoError(t, res[0].Err)
+	assert.Equal(t, "n2", res[0].Owner)
+	assert.True(t, res[0].Degraded, "n2's ring gives the key to n1, which asked")
 }
