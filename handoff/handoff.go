@@ -62,8 +62,11 @@ type Replicas interface {
 	Supersede(origin string, states []limiter.KeyState)
 	// ReturnPromoted is called before this node hands owner the state it
 	// holds of owner's partitions: what it merged from owner's own
-	// replica, which owner still holds, is dropped.
-	ReturnPromoted(owner string)
+	// replica, which owner still holds, is dropped, and returned.
+	ReturnPromoted(owner string) []limiter.KeyState
+	// Unreturn puts back what ReturnPromoted dropped, when the handoff
+	// could not reach owner.
+	Unreturn(owner string, promoted []limiter.KeyState)
 }
 
 // Sender hands off the partitions a node holds but does not own. Run is
@@ -147,14 +150,23 @@ func (s *Sender) misplaced(r *ring.Ring) map[ring.Member][]int {
 // send hands the state of parts to owner in chunks, forgetting each chunk
 // once delivered, and returns how many keys it could not deliver.
 func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left int) {
+	var returned []limiter.KeyState
 	if s.d.Replicas != nil {
-		s.d.Replicas.ReturnPromoted(owner.ID)
+		returned = s.d.Replicas.ReturnPromoted(owner.ID)
 	}
 	var states []limiter.KeyState
 	for _, p := range parts {
 		states = append(states, s.d.Store.SnapshotPartition(p, s.d.Now())...)
 	}
 	to := peer.Route{ID: owner.ID, Addr: owner.Addr}
+	if len(states) == 0 && len(returned) > 0 {
+		// Nothing but the promotion to give back: whether owner is there
+		// to hold its own decides whether it is dropped.
+		if _, _, err := s.d.Peers.Handoff(ctx, to, nil); err != nil {
+			s.d.Replicas.Unreturn(owner.ID, returned)
+		}
+		return 0
+	}
 	sent, merged := 0, 0
 	for sent < len(states) {
 		chunk := states[sent : sent+limiter.ChunkLen(states[sent:])]
@@ -162,7 +174,12 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 		rid := peer.NewRequestID()
 		m, rejected, err := s.d.Peers.Handoff(peer.WithRequestID(ctx, rid), to, chunk)
 		if err != nil {
-			// The state never left: try again on the next round.
+			// The state never left: try again on the next round. If
+			// nothing reached owner, it may be dead: what was promoted
+			// from its replica is this node's to decide from again.
+			if sent == 0 && s.d.Replicas != nil {
+				s.d.Replicas.Unreturn(owner.ID, returned)
+			}
 			s.d.Metrics.failed()
 			s.log.Warn("handoff failed; will retry", "owner", owner.ID, "keys", len(states)-sent, "err", err, "request_id", rid)
 			return len(states) - sent

@@ -253,8 +253,9 @@ func (f *Failover) dropSupersededReplicas(origin string, states []limiter.KeySta
 
 // ReturnPromoted is called before this node hands owner the state it
 // holds of owner's partitions: it drops what it merged from owner's own
-// replica, which owner still holds and would otherwise count twice.
-func (f *Failover) ReturnPromoted(owner string) {
+// replica, which owner still holds and would otherwise count twice, and
+// returns it, for Unreturn if the handoff cannot reach owner after all.
+func (f *Failover) ReturnPromoted(owner string) []limiter.KeyState {
 	f.mu.Lock()
 	promoted := f.promoted[owner]
 	delete(f.promoted, owner)
@@ -262,6 +263,21 @@ func (f *Failover) ReturnPromoted(owner string) {
 	if len(promoted) > 0 {
 		f.store.Forget(f.now(), promoted)
 	}
+	return promoted
+}
+
+// Unreturn puts back what ReturnPromoted dropped, when the handoff it was
+// dropped for could not reach owner: the owner may be dead (its ring
+// still names it while the others are asked), and this node goes on
+// deciding its keys from the replica.
+func (f *Failover) Unreturn(owner string, promoted []limiter.KeyState) {
+	if len(promoted) == 0 {
+		return
+	}
+	added, _ := f.store.MergeAdded(f.now(), promoted)
+	f.mu.Lock()
+	f.promoted[owner] = append(f.promoted[owner], added...)
+	f.mu.Unlock()
 }
 
 // Reconcile follows a ring change from old to cur; failed are the members

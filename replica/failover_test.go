@@ -207,3 +207,23 @@ func TestTakingBackAPromotionFromAnOwnerAheadKeepsTheHeirsHits(t *testing.T) {
 		}
 	}
 }
+
+// The heir of an owner it cannot reach, whose ring still names the owner
+// (agreement keeps a member in the ring while the others are asked), runs
+// a handoff round: it would hand the owner what it holds of its
+// partitions, and first drops what it promoted from the owner's replica.
+// The owner cannot be reached, so nothing is handed over, and what was
+// promoted must stay: else the heir decides from zero (kill and hot-kill,
+// 1.80× in a full make chaos run).
+func TestAHandoffThatCannotReachTheOwnerKeepsThePromotion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, heir, req := replicatedKey(t)
+		c.net.Partition([]string{"n1"}, []string{"n2", "n3"})
+		res := heir.svc.Check(context.Background(), req)
+		require.NoError(t, res.Err)
+		require.EqualValues(t, 4, held(t, c, heir, req), "the owner's 3, promoted, and this one")
+
+		assert.Positive(t, heir.handoff(t, c).Run(context.Background()), "the owner is out of reach")
+		assert.EqualValues(t, 4, held(t, c, heir, req), "still the owner's 3 and this one")
+	})
+}
