@@ -103,6 +103,44 @@ func Parse(file string, data []byte, o LoadOptions) (*RuleSet, error) {
 	return p.cfg, nil
 }
 
+// Document is one configuration file's name and contents, for
+// ParseDocuments.
+type Document struct {
+	Name string
+	Data []byte
+}
+
+// emptyDigest is the digest of a configuration with no documents.
+var emptyDigest = func() string {
+	sum := sha256.Sum256(nil)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}()
+
+// ParseDocuments reads documents as Load reads a directory's files, in
+// the order given, with the same checks and the same digest (over names
+// and bytes): for configurations that arrive rather than being read, such
+// as the resources of an xDS response. No documents is no domains, not an
+// error: a control plane may withdraw every limit. source names the
+// origin (RuleSet.Source).
+func ParseDocuments(source string, docs []Document, o LoadOptions) (*RuleSet, error) {
+	p := newParser(source, o)
+	sum := sha256.New()
+	for _, d := range docs {
+		fmt.Fprintf(sum, "%d:%s%d:", len(d.Name), d.Name, len(d.Data))
+		sum.Write(d.Data)
+		p.file(d.Name, d.Data)
+	}
+	if err := p.result(); err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		p.cfg.Digest = emptyDigest
+	} else {
+		p.cfg.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
+	}
+	return p.cfg, nil
+}
+
 func listDir(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {

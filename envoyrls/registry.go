@@ -41,6 +41,22 @@ func StaticRegistry(cfg *RuleSet) *Registry {
 	return r
 }
 
+// EmptyRegistry holds a configuration with no domains until Set puts one
+// in force: for a node whose rules come from a control plane (xDS).
+func EmptyRegistry(source string) *Registry {
+	r := &Registry{}
+	r.cur.Store(&RuleSet{Source: source, Digest: emptyDigest, byName: map[string]*Domain{}})
+	return r
+}
+
+// Set puts cfg in force, as a successful Reload would: for configurations
+// that arrive rather than being read (xDS). Serialised with Reload.
+func (r *Registry) Set(cfg *RuleSet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur.Store(cfg)
+}
+
 // Path is where the Registry reads from ("" for a static one).
 func (r *Registry) Path() string { return r.path }
 

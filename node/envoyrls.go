@@ -94,6 +94,7 @@ func (n *Node) ReloadEnvoyRLS() error {
 		return err
 	}
 	n.rls.reloads.WithLabelValues("ok").Inc()
+	n.configChanged()
 	n.log.Info("envoy rls config reloaded", "path", cfg.Source, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "digest", cfg.Digest)
 	return nil
 }

@@ -37,6 +37,7 @@ func (n *Node) ReloadPolicies() error {
 		return err
 	}
 	n.metrics.policyReloads.WithLabelValues("ok").Inc()
+	n.configChanged()
 	n.log.Info("policies reloaded", "file", set.File, "policies", set.Len(), "digest", set.Digest)
 	return nil
 }
