@@ -6,6 +6,12 @@
 FROM scratch
 LABEL org.opencontainers.image.title=peerlimit-node
 COPY bin/peerlimit-node /peerlimit-node
+# /bin/ratelimit, a symlink to it, is the command envoyproxy/ratelimit's
+# image runs and Envoy Gateway's deployment names: started under that
+# name, the node reads upstream's environment variables (docs/envoy.md,
+# "Replace Envoy Gateway's rate limit service"). A directory COPY keeps
+# the symlink a symlink.
+COPY deploy/image/rootfs/ /
 # Numeric, because there is no /etc/passwd to look a name up in.
 USER 65532:65532
 # HTTP API, gRPC API (clients and node-to-node), gossip (TCP and UDP).

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -45,6 +46,11 @@ type Member struct {
 	// member's evidence alone: no other member could be asked. It may be
 	// alive and deciding its keys on the other side of a partition.
 	Unconfirmed bool
+	// Config is the digests of the configurations the member serves, by
+	// source, as it advertises them (SetConfigDigests). Empty: it serves
+	// none; nil: it advertises none (a version before digests, or a
+	// member not alive). Shared between copies: read only.
+	Config map[string]string
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -55,6 +61,9 @@ type meta struct {
 	// Node, whose State field is shadowed by nodeState.State and never
 	// updated), but it does pass current metadata.
 	Leaving bool `json:"leaving,omitempty"`
+	// Config is never nil here, so that it is always sent ("cfg":{} for
+	// none): a member that sends no "cfg" predates digests (Member.Config).
+	Config map[string]string `json:"cfg"`
 }
 
 // Cluster is this node's membership. Its methods are safe for concurrent
@@ -128,7 +137,10 @@ func Start(cfg Config) (*Cluster, error) {
 	// An unspecified gRPC host is only known once memberlist has chosen
 	// its address, after Create; nobody knows this member before it
 	// joins, below, so the corrected metadata is what others see.
-	c.meta = meta{GRPC: cfg.GRPCAddr}
+	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests)}
+	if c.meta.Config == nil {
+		c.meta.Config = map[string]string{}
+	}
 	if c.ml, err = memberlist.Create(mlc); err != nil {
 		c.cancel()
 		if mlc.Transport != nil {
@@ -297,7 +309,8 @@ func parseMeta(b []byte) meta {
 
 // aliveMember copies a node; call only from the event delegate.
 func aliveMember(n *memberlist.Node) Member {
-	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: parseMeta(n.Meta).GRPC, State: StateAlive}
+	md := parseMeta(n.Meta)
+	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config}
 }
 
 func (c *Cluster) kickChange() {

@@ -83,6 +83,12 @@ type Config struct {
 	// another reaches it, or one gone unconfirmed, is asked about again.
 	// Default 2 s (LAN), 1 s (local).
 	ConfirmInterval time.Duration
+	// ConfigDigests are the digests of the configurations this member
+	// serves, by source, advertised from its first message on; later
+	// changes go through Cluster.SetConfigDigests. At most
+	// MaxConfigSources, names and digests short (validateConfigDigests):
+	// they share memberlist's 512-byte metadata with the gRPC address.
+	ConfigDigests map[string]string
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the live membership after every change. It is
@@ -158,6 +164,12 @@ func (c Config) Validate() error {
 	}
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("GRPCAddr must be set"))
+	}
+	if len(c.GRPCAddr) > maxGRPCAddrLen {
+		errs = append(errs, fmt.Errorf("GRPCAddr must be at most %d bytes (a host name and a port), got %d", maxGRPCAddrLen, len(c.GRPCAddr)))
+	}
+	if err := validateConfigDigests(c.ConfigDigests); err != nil {
+		errs = append(errs, fmt.Errorf("ConfigDigests: %w", err))
 	}
 	if n := len(c.SecretKey); n != 0 && !validKeyLen(n) {
 		errs = append(errs, fmt.Errorf("SecretKey must be 16, 24 or 32 bytes, got %d", n))

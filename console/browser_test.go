@@ -43,6 +43,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	checkTopAndInspect(t, b, f)
 	checkKeysAreText(t, b, f)
 	checkInspectErrors(t, b)
+	checkConfigDiffers(t, b, f)
 	checkMemberFails(t, b, f)
 	checkDisconnected(t, b, f)
 	checkToken(t, b, f)
@@ -194,6 +195,34 @@ func checkInspectErrors(t *testing.T, b *browser.Browser) {
 	b.Do(chromedp.Click(chromedp.CSS("#inspect-go")))
 	b.WaitFor(within, "a key without state said so",
 		`document.getElementById('inspect-result').textContent.includes('The owner holds no state for this key.')`)
+	b.RequireNoProblems()
+}
+
+// checkConfigDiffers: a member that serves other policies than the node
+// answering is flagged in its row and in the health pill, as a failed
+// one is, until it serves the same again.
+func checkConfigDiffers(t *testing.T, b *browser.Browser, f *fakeBackend) {
+	t.Helper()
+	if got := browser.Eval[string](b, `document.querySelector('#members tr[data-member="node2"]')?.dataset.config`); got != "same" {
+		t.Errorf("node2 data-config = %q, want same", got)
+	}
+	if got := browser.Eval[string](b, rowCell("node2", 13)); got != "envoy_rls fedcba9policies 0123456" {
+		t.Errorf("node2's config cell %q, want both digests, short", got)
+	}
+	f.setPolicies("node2", "ba9876543210")
+	b.WaitFor(within, "node2 flagged on another config",
+		`document.querySelector('#members tr[data-member="node2"]')?.dataset.config === 'differs' &&
+		 document.querySelector('#members tr[data-member="node2"] .digest.differs')?.dataset.source === 'policies'`)
+	b.WaitFor(within, "the health pill says so, in amber",
+		`document.getElementById('health').textContent === '3 of 3 members alive · 1 on another config' &&
+		 document.getElementById('health').classList.contains('pill-warn')`)
+	if got := browser.Eval[string](b, rowCell("node2", 13)); got != "envoy_rls fedcba9≠ policies ba98765" {
+		t.Errorf("node2's config cell %q, want the differing digest marked", got)
+	}
+	f.setPolicies("node2", "0123456789ab")
+	b.WaitFor(within, "the pill green again once node2 agrees",
+		`document.getElementById('health').textContent === '3 of 3 members alive' &&
+		 document.getElementById('health').classList.contains('pill-ok')`)
 	b.RequireNoProblems()
 }
 

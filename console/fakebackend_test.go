@@ -45,6 +45,9 @@ type member struct {
 	Share      float64  `json:"share"`
 	Error      string   `json:"error"`
 	Samples    []sample `json:"samples"`
+	// Config is null for a member not alive, as a node shows it.
+	Config        map[string]string `json:"config"`
+	ConfigDiffers []string          `json:"config_differs,omitempty"`
 }
 
 type topEntry struct {
@@ -117,8 +120,11 @@ type fakeBackend struct {
 	mu     sync.Mutex
 	now    time.Time
 	states map[string]string
-	token  string // "": no token needed
-	down   bool   // every /v1/ connection is cut without an answer
+	// policies is each member's policies digest; node1, the node that
+	// answers, is the reference.
+	policies map[string]string
+	token    string // "": no token needed
+	down     bool   // every /v1/ connection is cut without an answer
 
 	lastSince   string // since_ms of the last /v1/cluster call
 	lastTop     string // its top
@@ -131,8 +137,9 @@ var memberIDs = []string{"node1", "node2", "node3"}
 
 func newFakeBackend() *fakeBackend {
 	return &fakeBackend{
-		now:    time.Now().Truncate(time.Second),
-		states: map[string]string{"node1": "alive", "node2": "alive", "node3": "alive"},
+		now:      time.Now().Truncate(time.Second),
+		states:   map[string]string{"node1": "alive", "node2": "alive", "node3": "alive"},
+		policies: map[string]string{"node1": "0123456789ab", "node2": "0123456789ab", "node3": "0123456789ab"},
 	}
 }
 
@@ -251,6 +258,10 @@ func (f *fakeBackend) memberLocked(i int, id string, since int64, alive int) mem
 		m.Partitions += 271 % alive
 	}
 	m.Share = float64(m.Partitions) / 271
+	m.Config = map[string]string{"policies": f.policies[id], "envoy_rls": "fedcba987654"}
+	if f.policies[id] != f.policies["node1"] {
+		m.ConfigDiffers = []string{"policies"}
+	}
 	nowSec := f.now.Unix()
 	for sec := nowSec - 299; sec <= nowSec; sec++ {
 		if s := sampleAt(i, sec); s.TimeMS > since {
@@ -361,6 +372,12 @@ func (f *fakeBackend) setState(id, state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.states[id] = state
+}
+
+func (f *fakeBackend) setPolicies(id, digest string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.policies[id] = digest
 }
 
 func (f *fakeBackend) setToken(token string) {

@@ -189,7 +189,8 @@ type node struct {
 type RuleSet struct {
 	// Source is the file or directory it was loaded from.
 	Source string
-	// Digest is "sha256:" and the hex SHA-256 of the files' names and
+	// Digest is "sha256:" and the hex SHA-256 of the files' names (base
+	// names: the same files mounted at another path digest alike) and
 	// bytes, in order: nodes reporting the same digest answer alike.
 	Digest  string
 	byName  map[string]*Domain

@@ -80,7 +80,10 @@ func Load(path string, o LoadOptions) (*RuleSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(sum, "%d:%s%d:", len(f), f, len(data))
+		// Named by its place in the configuration, not the node's path
+		// to it: the same files mounted elsewhere are the same digest.
+		name := filepath.Base(f)
+		fmt.Fprintf(sum, "%d:%s%d:", len(name), name, len(data))
 		sum.Write(data)
 		p.file(f, data)
 	}

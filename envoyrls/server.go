@@ -11,6 +11,8 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -51,6 +53,13 @@ type ServerDeps struct {
 	// Logger receives the warnings about unknown domains (at most one a
 	// second). Default slog.Default().
 	Logger *slog.Logger
+	// Tracer, if not nil, records a server span for every call (trace.go).
+	// Nil: none, at the cost of one comparison.
+	Tracer trace.Tracer
+	// Propagator reads the caller's trace context from the call's
+	// metadata (Envoy sends traceparent or x-b3-*), so that the call's
+	// span joins Envoy's trace. Nil: none is read.
+	Propagator propagation.TextMapPropagator
 }
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService on a
@@ -114,6 +123,11 @@ type plan struct {
 // descriptor (or a check that fails: capacity, the caller gone) fails the
 // whole call with the gRPC status naming it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
+	var span trace.Span
+	if s.d.Tracer != nil {
+		ctx, span = s.startSpan(ctx, req)
+	}
 	cfg := s.d.Rules.Current()
 	dom := cfg.Domain(req.GetDomain())
 	b := s.d.Metrics.bind(cfg)
@@ -130,6 +144,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		code = codeOK
 	}
 	dc.call(code, degraded)
+	s.d.Metrics.responseTime(start)
+	if span != nil {
+		endSpan(span, code, degraded, err)
+	}
 	return resp, err
 }
 

@@ -1,7 +1,9 @@
 // Package httpapi serves the public API as JSON over HTTP: POST /v1/check,
 // POST /v1/check:batch and POST /v1/reset with the proto field names,
-// GET /v1/members, GET /v1/policies, the operator's console (GET /ui/ and
-// the JSON it polls: /v1/cluster, /v1/top, /v1/inspect), GET /healthz,
+// GET /v1/members, GET /v1/policies, GET /v1/envoy-rls/config, the
+// operator's console (GET /ui/ and the JSON it polls: /v1/cluster,
+// /v1/top, /v1/inspect), GET /healthz
+// (and /healthcheck, envoyproxy/ratelimit's name),
 // GET /metrics and, when enabled, /debug/pprof/. It decides through the same route.Service as the
 // gRPC API.
 //
@@ -20,7 +22,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -78,6 +85,11 @@ type Deps struct {
 	// Policies serves GET /v1/policies: the policies in force, or nil when
 	// the node has none. Nil leaves the route out.
 	Policies func() *policy.Set
+	// EnvoyRLS serves GET /v1/envoy-rls/config (envoyrls.go): the Envoy
+	// rate limit service's rules in force and when they were put in
+	// force, or nil rules when the node serves none. Nil leaves the route
+	// out.
+	EnvoyRLS func() (*envoyrls.RuleSet, time.Time)
 	// Auth, if set, guards every /v1/ route (and /metrics with
 	// Config.AuthMetrics): it returns nil to let a request through, or why
 	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for
@@ -86,6 +98,17 @@ type Deps struct {
 	// Console serves the console's data: GET /v1/cluster, /v1/top and
 	// /v1/inspect. Nil leaves them out (the page, /ui/, is always served).
 	Console Console
+	// ConfigErrors, if set, returns why the last reload of each
+	// configuration source failed (policies, envoy_rls), by source; empty
+	// when none is failing. /healthz shows them as config_errors without
+	// changing its status: the node still serves, from the configuration
+	// in force, so a bad file must not take it out of rotation.
+	ConfigErrors func() map[string]string
+	// Tracer, if set, records a server span for each check call
+	// (trace.go), under the trace context Propagator reads from the
+	// request's headers (traceparent, b3, x-b3-*; nil: none read).
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
 }
 
 // Members is the answer of GET /v1/members: the members this node sees and
@@ -105,6 +128,16 @@ type MemberInfo struct {
 	State      string  `json:"state"`
 	Partitions int     `json:"partitions"`
 	Share      float64 `json:"share"`
+	// Config is the digests of the configurations the member serves, by
+	// source (policies, envoy_rls), as it advertises them: the first 12
+	// hex digits of their SHA-256. {} when it serves none; null when it
+	// advertises none (not alive, or a version before digests).
+	Config map[string]string `json:"config"`
+	// ConfigDiffers lists the sources whose digest differs from the
+	// answering node's own (a source only one of them serves included):
+	// requests using them may be decided differently there. Absent when
+	// they agree, or when the member's digests are unknown.
+	ConfigDiffers []string `json:"config_differs,omitempty"`
 }
 
 // CheckRequest is the JSON form of peerlimit.v1.CheckRequest.
@@ -203,10 +236,12 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	}
 	h := &handler{c: c, cfg: cfg, deps: deps, console: deps.Console}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/check", h.guard(http.HandlerFunc(h.check)))
-	mux.Handle("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch)))
+	mux.Handle("POST /v1/check", h.traced("POST /v1/check", h.guard(http.HandlerFunc(h.check))))
+	mux.Handle("POST /v1/check:batch", h.traced("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch))))
 	mux.Handle("POST /v1/reset", h.guard(http.HandlerFunc(h.reset)))
 	mux.HandleFunc("GET /healthz", h.healthz)
+	// envoyproxy/ratelimit's name for it, which Envoy Gateway's probes ask.
+	mux.HandleFunc("GET /healthcheck", h.healthz)
 	if deps.Metrics != nil {
 		m := deps.Metrics
 		if cfg.AuthMetrics {
@@ -223,6 +258,9 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 		mux.Handle("GET /v1/policies", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, policiesJSON(deps.Policies()))
 		})))
+	}
+	if deps.EnvoyRLS != nil {
+		mux.Handle("GET /v1/envoy-rls/config", h.guard(http.HandlerFunc(h.envoyRLSConfig)))
 	}
 	h.registerConsole(mux)
 	if cfg.Pprof {
@@ -361,11 +399,17 @@ func policiesJSON(set *policy.Set) Policies {
 }
 
 func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	body := map[string]any{"status": "SERVING"}
+	code := http.StatusOK
 	if h.deps.Healthy != nil && !h.deps.Healthy() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "NOT_SERVING"})
-		return
+		body["status"], code = "NOT_SERVING", http.StatusServiceUnavailable
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "SERVING"})
+	if h.deps.ConfigErrors != nil {
+		if errs := h.deps.ConfigErrors(); len(errs) > 0 {
+			body["config_errors"] = errs
+		}
+	}
+	writeJSON(w, code, body)
 }
 
 // decode reads one JSON value into v, strictly: unknown fields, trailing

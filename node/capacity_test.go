@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -285,7 +286,11 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 	}
 	require.NotEmpty(t, documented)
 
-	n := testcluster.New(t, 1, nil).Node(0)
+	// With a policy file, so that the metrics of a configuration read
+	// from files (peerlimit_config_info, its reload timestamp) exist.
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("login: {algorithm: SLIDING_WINDOW_LOG, limit: 3, window: 1h}\n"), 0o600))
+	n := testcluster.New(t, 1, func(c *node.Config) { c.PoliciesFile = path }).Node(0)
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,6 +22,8 @@ import (
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/tracing"
+	"github.com/peerlimit/peerlimit/xdsconfig"
 )
 
 // Config is everything a node needs. Start from DefaultConfig (or
@@ -106,6 +110,34 @@ type Config struct {
 	// pointed at the node sees UNIMPLEMENTED rather than answers that
 	// limit nothing.
 	EnvoyRLSConfig string
+	// WatchConfig reloads PoliciesFile and EnvoyRLSConfig when they
+	// change on disk, as envoyproxy/ratelimit does, besides
+	// ReloadPolicies and ReloadEnvoyRLS (SIGHUP): edited in place,
+	// replaced by rename, or updated by Kubernetes as a ConfigMap
+	// (configwatch.go). A directory is watched for any change of its
+	// entries, a file through its directory. A reload that finds the
+	// configuration in force unchanged does nothing. Default on.
+	WatchConfig bool
+	// EnvoyRLSWatchRoot, with WatchConfig, is a symlink, EnvoyRLSConfig or
+	// one of its ancestors, that is swapped atomically to publish a new
+	// version (/srv/runtime_data/current -> v2): only its swaps reload
+	// EnvoyRLSConfig, edits inside the version it points at do not
+	// (upstream's RUNTIME_WATCH_ROOT=true with RUNTIME_ROOT). Empty
+	// (default) watches EnvoyRLSConfig itself (RUNTIME_WATCH_ROOT=false).
+	EnvoyRLSWatchRoot string
+	// EnvoyRLSXDS subscribes to the rate limit service's configuration
+	// from an xDS control plane instead (package xdsconfig), as
+	// envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW does for Envoy
+	// Gateway. With a ServerAddr, the service is served, and
+	// EnvoyRLSConfig must be empty.
+	EnvoyRLSXDS xdsconfig.Config
+	// EnvoyRLSAwaitConfig: with EnvoyRLSXDS, until the first
+	// configuration arrives the service answers UNAVAILABLE and its gRPC
+	// health is NOT_SERVING (upstream does not serve before it either).
+	// Off, it answers from no configuration meanwhile: every domain
+	// unknown, so every call OK (upstream's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG). Default on.
+	EnvoyRLSAwaitConfig bool
 	// EnvoyRLS are the rate limit service's settings (headers, domain
 	// merging, response metadata, global shadow and quota modes, the
 	// near-limit ratio, the bound on statistics keys). Any but the
@@ -119,6 +151,12 @@ type Config struct {
 	// except that a GRPCAddr beyond loopback needs peer authentication
 	// or Security.OpenPeers (protected mode, SecurityConfig).
 	Security SecurityConfig
+	// Tracing exports OpenTelemetry spans over OTLP (package tracing): a
+	// server span for each Envoy ShouldRateLimit call and HTTP check,
+	// under the caller's trace, and a client span for each hop of its
+	// checks to their owners, naming the owner. Off by default. An empty
+	// Tracing.InstanceID is the node's ID.
+	Tracing tracing.Config
 
 	// Logger receives the node's structured logs. Default: text to stderr.
 	Logger *slog.Logger
@@ -133,27 +171,31 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		ID:              host,
-		GRPCAddr:        ":9090",
-		HTTPAddr:        ":8080",
-		GossipAddr:      ":7946",
-		GossipProfile:   cluster.ProfileLAN,
-		Partitions:      partition.DefaultCount,
-		Ring:            ring.DefaultConfig(),
-		Route:           route.DefaultConfig(),
-		Lease:           lease.DefaultConfig(),
-		Peers:           peerrpc.DefaultConfig(),
-		HandoffInterval: 5 * time.Second,
-		Limiter:         limiter.DefaultConfig(),
-		Replication:     replica.DefaultConfig(),
-		ShareFor:        5 * time.Minute,
-		MaxRecvMsgBytes: 4 << 20,
-		HTTP:            httpapi.DefaultConfig(),
-		SweepInterval:   10 * time.Second,
-		Security:        DefaultSecurityConfig(),
-		EnvoyRLS:        envoyrls.DefaultConfig(),
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Now:             wallclock.Steady(wallclock.System(), wallclock.DefaultMaxSlew),
+		ID:                  host,
+		GRPCAddr:            ":9090",
+		HTTPAddr:            ":8080",
+		GossipAddr:          ":7946",
+		GossipProfile:       cluster.ProfileLAN,
+		Partitions:          partition.DefaultCount,
+		Ring:                ring.DefaultConfig(),
+		Route:               route.DefaultConfig(),
+		Lease:               lease.DefaultConfig(),
+		Peers:               peerrpc.DefaultConfig(),
+		HandoffInterval:     5 * time.Second,
+		Limiter:             limiter.DefaultConfig(),
+		Replication:         replica.DefaultConfig(),
+		ShareFor:            5 * time.Minute,
+		MaxRecvMsgBytes:     4 << 20,
+		HTTP:                httpapi.DefaultConfig(),
+		SweepInterval:       10 * time.Second,
+		Security:            DefaultSecurityConfig(),
+		Tracing:             tracing.DefaultConfig(),
+		EnvoyRLS:            envoyrls.DefaultConfig(),
+		EnvoyRLSXDS:         xdsconfig.DefaultConfig(),
+		EnvoyRLSAwaitConfig: true,
+		WatchConfig:         true,
+		Logger:              slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Now:                 wallclock.Steady(wallclock.System(), wallclock.DefaultMaxSlew),
 	}
 }
 
@@ -187,7 +229,12 @@ func (c Config) Validate() error {
 	check(c.ShareFor <= 0, "ShareFor", "must be positive, got %s", c.ShareFor)
 	check(c.HandoffInterval <= 0, "HandoffInterval", "must be positive, got %s", c.HandoffInterval)
 	check(c.Partitions < 1, "Partitions", "must be ≥ 1, got %d", c.Partitions)
-	check(c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "", "EnvoyRLS", "needs %s", field.Ref("EnvoyRLSConfig"))
+	check(c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "" && !c.EnvoyRLSXDS.Enabled(), "EnvoyRLS", "needs %s or %s",
+		field.Ref("EnvoyRLSConfig"), field.Ref("EnvoyRLSXDS.ServerAddr"))
+	check(c.EnvoyRLSConfig != "" && c.EnvoyRLSXDS.Enabled(), "EnvoyRLSXDS.ServerAddr", "and %s are two sources of the same rules; set one",
+		field.Ref("EnvoyRLSConfig"))
+	check(c.EnvoyRLSWatchRoot != "" && !within(c.EnvoyRLSConfig, c.EnvoyRLSWatchRoot), "EnvoyRLSWatchRoot",
+		"must be %s or one of its ancestors, got %q", field.Ref("EnvoyRLSConfig"), c.EnvoyRLSWatchRoot)
 	check(c.Logger == nil, "Logger", "must not be nil")
 	check(c.Now == nil, "Now", "must not be nil")
 	for _, nested := range []struct {
@@ -196,7 +243,7 @@ func (c Config) Validate() error {
 	}{
 		{"Ring", c.Ring.Validate()}, {"Route", c.Route.Validate()}, {"HTTP", c.HTTP.Validate()}, {"Lease", c.Lease.Validate()},
 		{"Peers", c.Peers.Validate()}, {"Limiter", c.limiterErr()}, {"Replication", c.Replication.Validate()},
-		{"EnvoyRLS", c.EnvoyRLS.Validate()},
+		{"EnvoyRLS", c.EnvoyRLS.Validate()}, {"EnvoyRLSXDS", c.EnvoyRLSXDS.Validate()}, {"Tracing", c.Tracing.Validate()},
 	} {
 		if nested.err != nil {
 			errs = append(errs, field.In(nested.name, nested.err))
@@ -204,6 +251,21 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Security.validate(c)...)
 	return errors.Join(errs...)
+}
+
+// within reports whether path is root or under it, both made absolute
+// (an empty path is under nothing).
+func within(path, root string) bool {
+	if path == "" {
+		return false
+	}
+	p, err1 := filepath.Abs(path)
+	r, err2 := filepath.Abs(root)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(r, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // limiterErr validates Limiter for Partitions, once Partitions itself is

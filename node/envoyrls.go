@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"log/slog"
+	"sync/atomic"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,8 @@ import (
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/tracing"
+	"github.com/peerlimit/peerlimit/xdsconfig"
 )
 
 // envoyRLSServiceName is the gRPC service Envoy calls, also reported by
@@ -26,12 +29,24 @@ var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration"
 type envoyRLS struct {
 	rules    *envoyrls.Registry
 	settings envoyrls.Config
-	reloads  *prometheus.CounterVec // by result: ok, error
+	// xds is the subscription to a control plane, nil when the rules
+	// come from files; awaitConfig: the service answers UNAVAILABLE until
+	// its first configuration (Config.EnvoyRLSAwaitConfig).
+	xds         *xdsconfig.Subscriber
+	awaitConfig bool
+	// xdsLoaded is set once a configuration from the control plane is in
+	// force.
+	xdsLoaded atomic.Bool
+	reloads   *prometheus.CounterVec // by result: ok, error
 }
 
 // loadEnvoyRLS reads Config.EnvoyRLSConfig, checked against the store's
 // caps; nil without one.
 func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
+	if cfg.EnvoyRLSXDS.Enabled() {
+		return &envoyRLS{rules: envoyrls.EmptyRegistry("xds://" + cfg.EnvoyRLSXDS.ServerAddr), settings: cfg.EnvoyRLS,
+			awaitConfig: cfg.EnvoyRLSAwaitConfig}, nil
+	}
 	if cfg.EnvoyRLSConfig == "" {
 		return nil, nil
 	}
@@ -44,7 +59,7 @@ func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 
 // register serves the service on srv, over the node's request path, and
 // registers its metrics. A nil *envoyRLS registers nothing.
-func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus.Registerer, log *slog.Logger) error {
+func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus.Registerer, log *slog.Logger, traces *tracing.Provider) error {
 	if e == nil {
 		return nil
 	}
@@ -61,19 +76,27 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 		return err
 	}
 	s, err := envoyrls.NewServer(e.settings, envoyrls.ServerDeps{Rules: e.rules, Checker: svc, Validate: svc.Store().Validate,
-		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Metrics: m, Logger: log})
+		MaxKeyBytes: svc.Store().Config().MaxKeyBytes, Metrics: m, Logger: log,
+		Tracer: traces.Tracer(envoyRLSTracer), Propagator: tracing.Propagator()})
 	if err != nil {
 		return err
+	}
+	if e.awaitConfig {
+		rlspb.RegisterRateLimitServiceServer(srv, awaitGate{RateLimitServiceServer: s, rls: e})
+		return nil
 	}
 	rlspb.RegisterRateLimitServiceServer(srv, s)
 	return nil
 }
 
 // ReloadEnvoyRLS reads Config.EnvoyRLSConfig again and puts it in force
-// (cmd/node calls it on SIGHUP). On any error, such as a bad line or a
+// (cmd/node calls it on SIGHUP; with Config.WatchConfig a change of the
+// files does too, configwatch.go). On any error, such as a bad line or a
 // missing file, the configuration in force stays as it was; the error
-// names the file and line, is logged, and is counted in
-// peerlimit_envoy_rls_config_reloads_total{result="error"}.
+// names the file and line, is logged, counted in
+// peerlimit_envoy_rls_config_reloads_total{result="error"}, and shown by
+// ConfigErrors (GET /healthz) and peerlimit_config_reload_failing until a
+// reload succeeds.
 //
 // Limiter state is untouched: it is keyed by domain and descriptor, window
 // and algorithm, never by rule. A rule whose requests_per_unit changed
@@ -87,15 +110,29 @@ func (n *Node) ReloadEnvoyRLS() error {
 	if n.rls == nil {
 		return ErrNoEnvoyRLSConfig
 	}
+	return n.reloadEnvoyRLS(reloadAsked)
+}
+
+// reloadEnvoyRLS is ReloadEnvoyRLS, for the reason why (reloadCause).
+func (n *Node) reloadEnvoyRLS(why reloadCause) error {
+	old := n.rls.rules.Current().Digest
 	cfg, err := n.rls.rules.Reload()
 	if err != nil {
+		if !n.reloadFailed(sourceEnvoyRLS, why, err) {
+			n.log.Debug("envoy rls config still unusable; the configuration in force is kept", "path", n.rls.rules.Path(), "err", err)
+			return err
+		}
 		n.rls.reloads.WithLabelValues("error").Inc()
-		n.log.Error("envoy rls config reload failed; the configuration in force is kept", "path", n.rls.rules.Path(), "err", err)
+		n.log.Error("envoy rls config reload failed; the configuration in force is kept", "path", n.rls.rules.Path(), "err", err, "by", why.String())
 		return err
+	}
+	if !n.reloadSucceeded(sourceEnvoyRLS, why, cfg.Digest != old, "path", cfg.Source, "digest", cfg.Digest) {
+		return nil
 	}
 	n.rls.reloads.WithLabelValues("ok").Inc()
 	n.configChanged()
-	n.log.Info("envoy rls config reloaded", "path", cfg.Source, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "digest", cfg.Digest)
+	n.log.Info("envoy rls config reloaded", "path", cfg.Source, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "digest", cfg.Digest,
+		"by", why.String())
 	return nil
 }
 

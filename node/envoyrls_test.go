@@ -124,7 +124,8 @@ func TestEnvoyRLSBehindTLSAndToken(t *testing.T) {
 func TestEnvoyRLSReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rls.yaml")
 	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: hour, requests_per_unit: 2}}]\n")
-	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig = path })
+	// The reloads asked for here, not the watcher's, are what is counted.
+	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig, c.WatchConfig = path, false })
 	rls := rlspb.NewRateLimitServiceClient(dialWith(t, n.GRPCAddr(), insecure.NewCredentials()))
 	call := func() *rlspb.RateLimitResponse_DescriptorStatus {
 		t.Helper()

@@ -162,7 +162,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		}
 		return float64(len(n.members.Members()))
 	})
-	for _, c := range []prometheus.Collector{m.ringChanges, members, m.policyReloads, policies} {
+	for _, c := range []prometheus.Collector{m.ringChanges, members, m.policyReloads, policies, newConfigCollector(n)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

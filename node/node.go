@@ -43,6 +43,7 @@ import (
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/tracing"
 )
 
 // Node is a running peerlimit node. Its methods are safe for concurrent use.
@@ -69,8 +70,17 @@ type Node struct {
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
 	rls *envoyRLS
+	// traces records the node's spans (tracing.go); it records nothing
+	// with Config.Tracing off.
+	traces *tracing.Provider
 	// sampler reads the metrics for the console's charts (console.go).
 	sampler *console.Sampler
+	// cfgState is what the node advertises of its configurations and
+	// when its Envoy rules were put in force (configstate.go).
+	cfgState configState
+	// cfgFiles is how the configuration files' last reloads went, and
+	// their watcher (configwatch.go).
+	cfgFiles configFiles
 
 	grpcSrv *grpc.Server
 	drain   *grpcapi.Drain // ends the gRPC streams at Shutdown
@@ -116,11 +126,13 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.initConsole,     // the sampler of the console's charts
 		n.initSecurity,    // TLS material, tokens, cluster secrets
 		n.initListeners,   // bound now, so that the ring and peers know this node's address
+		n.initTracing,     // the span exporter, before anything records spans
 		n.initRequestPath, // ring, peers, route.Service, handoff
 		n.initGRPC,        // the public, peer, Envoy, health and reflection services
 		n.initHTTP,        // the JSON API, metrics, probes
 		n.serve,           // before joining: the moment others see this node they call it
 		n.joinCluster,     // gossip; membership changes rebuild the ring from here on
+		n.initConfigFiles, // reload gauges; with WatchConfig, files reloaded as they change from here on
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -208,7 +220,7 @@ func (n *Node) initRequestPath() error {
 	}
 	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
 	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: &n.view, Peers: n.peers,
-		Samples: n.sampler, Metrics: routeMetrics, Logger: n.log}
+		Samples: n.sampler, Metrics: routeMetrics, Logger: n.log, Tracer: n.traces.Tracer(routeTracer)}
 	if n.repl.failover != nil {
 		deps.Failover, replicas = n.repl.failover, n.repl.failover
 	}
@@ -263,7 +275,10 @@ func (n *Node) initGRPC() error {
 	api.MembersFunc, api.Drain, api.Console = n.membersProto, n.drain, n.consoleView()
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
-	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log); err != nil {
+	if err := n.newXDS(); err != nil {
+		return err
+	}
+	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log, n.traces); err != nil {
 		return err
 	}
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
@@ -295,12 +310,16 @@ func (n *Node) initHTTP() error {
 	hcfg := n.cfg.HTTP
 	hcfg.AuthMetrics = n.cfg.Security.AuthMetrics
 	h, err := httpapi.NewHandler(n.svc, hcfg, httpapi.Deps{
-		Healthy:  n.serving.Load,
+		Healthy:  n.healthy,
 		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
 		Members:  n.memberInfo,
 		Policies: n.policySet,
+		EnvoyRLS: n.envoyRLSLoaded,
 		Auth:     n.sec.httpAuth(),
 		Console:  n.consoleView(),
+		Tracer:   n.traces.Tracer(httpTracer), Propagator: tracing.Propagator(),
+		// A file that failed to reload is told, the status kept (configwatch.go).
+		ConfigErrors: n.ConfigErrors,
 	})
 	if err != nil {
 		return err
@@ -313,7 +332,7 @@ func (n *Node) initHTTP() error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
-	if n.sec.tls != nil {
+	if n.sec.tls != nil && !n.cfg.Security.HTTPPlaintext {
 		n.httpSrv.TLSConfig = n.sec.tls.HTTPServerConfig()
 	}
 	return nil
@@ -346,12 +365,13 @@ func (n *Node) joinCluster() (err error) {
 	n.members, err = cluster.Start(cluster.Config{
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: n.cfg.GossipProfile,
-		Logger: n.log, OnChange: n.membershipChanged,
+		ConfigDigests: n.configDigests(), Logger: n.log, OnChange: n.membershipChanged,
 	})
 	if err != nil {
 		return err
 	}
 	n.cluster.Store(n.members)
+	n.configChanged() // a reload while joining found no cluster to tell
 	// The join is done: route by the members it found before serving,
 	// rather than as the lone owner of every key until the notifier's
 	// first delivery (a node restarted after a crash would otherwise
@@ -368,7 +388,10 @@ func (n *Node) startServing() {
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if n.rls != nil {
-		n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
+		n.health.SetServingStatus(envoyRLSServiceName, n.rlsHealth())
+		if n.rls.xds != nil {
+			n.startXDS()
+		}
 	}
 	n.loops.Add(3)
 	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
@@ -534,7 +557,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if left := n.handoff.Run(ctx); left > 0 {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))
 		}
-		n.stopErr = errors.Join(append(errs, n.halt())...)
+		n.stopErr = errors.Join(append(errs, n.halt(), n.stopTracing(ctx))...)
 		n.log.Info("stopped")
 	})
 	return n.stopErr
@@ -572,14 +595,16 @@ func (n *Node) Kill() {
 		n.grpcSrv.Stop()
 		n.httpSrv.Close()
 		n.stopErr = n.halt()
+		_ = n.stopTracing(expired()) // as a crash: the spans not yet exported are lost
 		n.log.Info("killed")
 	})
 }
 
 // stopLoops stops the periodic loops (sweeper, handoff, replication,
-// sampler, leases) and waits for them.
+// sampler, leases) and the config files' watcher, and waits for them.
 func (n *Node) stopLoops() {
 	close(n.stop)
+	n.cfgFiles.stopWatch() // no reload while leaving
 	n.loops.Wait()
 }
 
@@ -597,10 +622,12 @@ func (n *Node) memberInfo() httpapi.Members {
 	r := n.view.Ring()
 	parts := r.Partitions()
 	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
+	own := n.configDigests()
 	for _, m := range n.members.View() {
 		out.Members = append(out.Members, httpapi.MemberInfo{
 			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
 			Partitions: parts[m.ID], Share: float64(parts[m.ID]) / float64(r.PartitionCount()),
+			Config: m.Config, ConfigDiffers: m.ConfigDiffers(own),
 		})
 	}
 	return out
@@ -621,12 +648,14 @@ func (n *Node) membersProto() *pb.MembersResponse {
 	for _, m := range r.Members() { // the ring's owners first: they may not be in the view yet
 		add(&pb.Member{Id: m.ID, GrpcAddr: m.Addr, State: string(cluster.StateAlive)})
 	}
+	own := n.configDigests()
 	for _, m := range n.members.View() {
 		if i, ok := index[m.ID]; ok {
 			out.Members[i].GossipAddr, out.Members[i].State = m.GossipAddr, string(m.State)
 		} else {
 			add(&pb.Member{Id: m.ID, GrpcAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State)})
 		}
+		out.Members[index[m.ID]].Config, out.Members[index[m.ID]].ConfigDiffers = m.Config, m.ConfigDiffers(own)
 	}
 	out.PartitionOwners = make([]uint32, r.PartitionCount())
 	for p := range out.PartitionOwners {

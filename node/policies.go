@@ -11,10 +11,13 @@ import (
 var ErrNoPolicyFile = errors.New("no policy file configured")
 
 // ReloadPolicies reads Config.PoliciesFile again and puts it in force
-// (cmd/node calls it on SIGHUP). On any error, such as a bad line or a
+// (cmd/node calls it on SIGHUP; with Config.WatchConfig a change of the
+// file does too, configwatch.go). On any error, such as a bad line or a
 // missing file, the policies in force stay as they were; the error names
-// the line, is logged, and is counted in
-// peerlimit_policy_reloads_total{result="error"}.
+// the line, is logged, counted in
+// peerlimit_policy_reloads_total{result="error"}, and shown by
+// ConfigErrors (GET /healthz) and peerlimit_config_reload_failing until a
+// reload succeeds.
 //
 // Limiter state is untouched: it is keyed by (key, window, algorithm),
 // never by policy name. A policy whose limit changed applies the new limit
@@ -30,15 +33,28 @@ func (n *Node) ReloadPolicies() error {
 		n.log.Warn("policy reload asked, but the node was started without a policy file")
 		return ErrNoPolicyFile
 	}
+	return n.reloadPolicies(reloadAsked)
+}
+
+// reloadPolicies is ReloadPolicies, for the reason why (reloadCause).
+func (n *Node) reloadPolicies(why reloadCause) error {
+	old := n.policies.Current().Digest
 	set, err := n.policies.Reload()
 	if err != nil {
+		if !n.reloadFailed(sourcePolicies, why, err) {
+			n.log.Debug("policy file still unusable; the policies in force are kept", "file", n.policies.Path(), "err", err)
+			return err
+		}
 		n.metrics.policyReloads.WithLabelValues("error").Inc()
-		n.log.Error("policy reload failed; the policies in force are kept", "file", n.policies.Path(), "err", err)
+		n.log.Error("policy reload failed; the policies in force are kept", "file", n.policies.Path(), "err", err, "by", why.String())
 		return err
+	}
+	if !n.reloadSucceeded(sourcePolicies, why, set.Digest != old, "file", set.File, "digest", set.Digest) {
+		return nil
 	}
 	n.metrics.policyReloads.WithLabelValues("ok").Inc()
 	n.configChanged()
-	n.log.Info("policies reloaded", "file", set.File, "policies", set.Len(), "digest", set.Digest)
+	n.log.Info("policies reloaded", "file", set.File, "policies", set.Len(), "digest", set.Digest, "by", why.String())
 	return nil
 }
 

@@ -27,7 +27,8 @@ func writePolicies(t *testing.T, path, src string) {
 func TestReloadPoliciesKeepsState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, path, "login: {algorithm: SLIDING_WINDOW_LOG, limit: 3, window: 1h}\n")
-	n, _ := testNode(t, func(c *Config) { c.PoliciesFile = path })
+	// The reloads asked for here, not the watcher's, are what is counted.
+	n, _ := testNode(t, func(c *Config) { c.PoliciesFile, c.WatchConfig = path, false })
 	c := pb.NewRateLimiterClient(dial(t, n))
 	ctx := context.Background()
 	login := func() *pb.CheckResponse {

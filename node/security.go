@@ -89,6 +89,12 @@ type SecurityConfig struct {
 	APITokenFile string
 	// AuthMetrics puts GET /metrics behind the public API's credentials.
 	AuthMetrics bool
+	// HTTPPlaintext keeps the HTTP API plaintext although TLSCertFile is
+	// set, which then secures the gRPC port alone, as envoyproxy/ratelimit's
+	// GRPC_SERVER_USE_TLS does: Envoy Gateway probes its /healthcheck
+	// over plain HTTP. With RequireClientCert, /v1/* then answers 401 to
+	// everyone, since no client certificate comes over plaintext.
+	HTTPPlaintext bool
 
 	// GossipKeyringFile holds the gossip keys, base64, one per line, the
 	// first encrypting and all decrypting; reloading it rotates keys
@@ -121,6 +127,9 @@ func (s SecurityConfig) validate(c Config) []error {
 	}
 	if (s.PeerCertFile == "") != (s.PeerKeyFile == "") {
 		add("Security.PeerCertFile", "and %s go together", field.Ref("Security.PeerKeyFile"))
+	}
+	if s.HTTPPlaintext && !s.tlsOn() {
+		add("Security.HTTPPlaintext", "needs %s: without TLS the HTTP API is plaintext already", field.Ref("Security.TLSCertFile"))
 	}
 	if s.tlsOn() && s.PeerCAFile == "" {
 		add("Security.PeerCAFile", "is required with TLS: peers call each other on the TLS port and verify each other with it")

@@ -72,6 +72,7 @@ func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequ
 		return resp.GetResults(), err
 	}, "forward %d checks to %s", len(reqs), to.ID)
 	p.observer.ForwardCall(start, len(reqs), err)
+	noteBatch(ctx, len(reqs), id)
 	return results, id, err
 }
 

@@ -30,11 +30,12 @@ type fwdItem struct {
 	rid string
 }
 
-// fwdResult is the owner's answer to one check and the request id of the
-// batch that carried it.
+// fwdResult is the owner's answer to one check and the request id and
+// size of the batch that carried it.
 type fwdResult struct {
 	res *pb.CheckResult
 	id  string
+	n   int
 }
 
 // forwardLink carries the checks forwarded to one member: a Batcher groups
@@ -136,6 +137,7 @@ func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer
 	if err != nil {
 		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
 	}
+	noteBatch(ctx, res.n, res.id)
 	return protoconv.FromProtoResult(res.res), res.id, nil
 }
 
@@ -154,14 +156,15 @@ func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) (
 		return nil, "", asCallError(err, "forward %d checks to %s", len(reqs), l.c.route.ID)
 	}
 	out := make([]peer.Result, len(reqs))
-	id := ""
+	id, size := "", 0
 	for i := range out {
 		if errs[i] != nil {
 			out[i].Err = asCallError(errs[i], "forward to %s", l.c.route.ID)
 			continue
 		}
-		out[i], id = protoconv.FromProtoResult(res[i].res), res[i].id
+		out[i], id, size = protoconv.FromProtoResult(res[i].res), res[i].id, max(size, res[i].n)
 	}
+	noteBatch(ctx, size, id)
 	return out, id, nil
 }
 
@@ -181,7 +184,7 @@ func withID(results []*pb.CheckResult, id string) []fwdResult {
 	}
 	out := make([]fwdResult, len(results))
 	for i, r := range results {
-		out[i] = fwdResult{res: r, id: id}
+		out[i] = fwdResult{res: r, id: id, n: len(results)}
 	}
 	return out
 }

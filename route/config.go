@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/lease"
@@ -97,6 +99,10 @@ type Deps struct {
 	Samples Samples
 	// Metrics counts the request path; nil counts nothing.
 	Metrics *Metrics
+	// Tracer records a span for each hop of a traced check to its owner
+	// (trace.go): only under a caller's span that records, so that an
+	// untraced or unsampled check costs a context lookup. Nil: none.
+	Tracer trace.Tracer
 	// Logger receives the warnings of the request path, each at most once
 	// a second. Nil: slog.Default().
 	Logger *slog.Logger

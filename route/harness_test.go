@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
@@ -65,6 +66,8 @@ type clusterOpts struct {
 	// view, if set, replaces member id's view of the cluster (base: the
 	// ring every member shares).
 	view func(id string, base route.Cluster) route.Cluster
+	// tracer, if set, is every member's Deps.Tracer.
+	tracer trace.Tracer
 }
 
 // newCluster starts members ids on a fresh network. The network's seed
@@ -111,7 +114,7 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 		view = o.view(id, view)
 	}
 	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: view,
-		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs)}
+		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs), Tracer: o.tracer}
 	// Leases off unless a test turns them on: at the harness's frozen
 	// clock any key checked 20 times from one member would be leased, and
 	// most tests are about what forwarding does.

@@ -42,8 +42,10 @@ func (s *Service) askLease(ctx context.Context, owner peer.Route, req limiter.Re
 		s.deps.Leases.Forgo(owner, req, asked)
 		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
 	}
-	res, err := s.deps.Leases.Ask(ctx, owner, req, want, asked)
+	fctx, span := s.startForward(ctx, owner, 1, true)
+	res, err := s.deps.Leases.Ask(fctx, owner, req, want, asked)
 	s.inflight.release(1)
+	endForward(span, err, 0)
 	if err != nil {
 		return s.fallback(ctx, owner, req, err)
 	}

@@ -169,11 +169,13 @@ func (s *Service) forward(ctx context.Context, owner peer.Route, req limiter.Req
 	if s.inflight.acquire(1) == 0 {
 		return routed{s.overloaded(ctx, owner, 1), routeForwarded}
 	}
-	res, id, err := s.deps.Peers.Forward(ctx, owner, req)
+	fctx, span := s.startForward(ctx, owner, 1, false)
+	res, id, err := s.deps.Peers.Forward(fctx, owner, req)
 	s.inflight.release(1)
 	if err == nil && peer.NotDecided(res.Err) {
 		err = res.Err // the owner took it back, or a batch's call failed
 	}
+	endForward(span, err, 0)
 	if err != nil {
 		return s.fallback(ctx, owner, req, err)
 	}
@@ -272,7 +274,11 @@ func (s *Service) reserveSlots(ctx context.Context, owner peer.Route, reqs []lim
 func (s *Service) forwardBatch(ctx context.Context, owner peer.Route, reqs []limiter.Request, idx []int, out []peer.Result) {
 	defer s.inflight.release(len(idx))
 	sub := pick(reqs, idx)
-	results, id, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
+	fctx, span := s.startForward(ctx, owner, len(idx), false)
+	results, id, err := s.deps.Peers.ForwardBatch(fctx, owner, sub)
+	if span != nil {
+		endForward(span, err, countNotDecided(results))
+	}
 	if err != nil {
 		s.fallbackBatch(ctx, owner, reqs, idx, out, err)
 		return
@@ -292,6 +298,18 @@ func (s *Service) forwardBatch(ctx context.Context, owner peer.Route, reqs []lim
 		s.metrics.check(reqs[i].Algorithm, r.route, r.Result)
 	}
 	s.metrics.forwarded(forwardOK, ok)
+}
+
+// countNotDecided returns how many of results the owner did not decide:
+// the fallback answers them.
+func countNotDecided(results []peer.Result) int {
+	n := 0
+	for _, r := range results {
+		if peer.NotDecided(r.Err) {
+			n++
+		}
+	}
+	return n
 }
 
 // pick returns the requests idx of reqs, in that order: the part of a

@@ -371,6 +371,25 @@ h3=$(hostport n3 8080)
 wait_until "$wait_s" "every node sees 3 alive members again" all_see 3 "$h1" "$h2" "$h3"
 step "n3 is back: every node sees 3 alive members (its IP: $n3_ip before, $(ip_n3) now)"
 
+# The image as Envoy Gateway runs envoyproxy/ratelimit's: the command
+# /bin/ratelimit, upstream's variables (FILE mode, the ConfigMap layout
+# RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), probed on /healthcheck.
+rl="$project-ratelimit"
+step "the image as /bin/ratelimit with upstream's variables ($rl)"
+docker run -d --name "$rl" --label "peerlimit.jepsen=$project" -p 127.0.0.1::8080 \
+	-v "$PWD/deploy/envoy/rls:/data/ratelimit/config:ro" \
+	-e RUNTIME_ROOT=/data -e RUNTIME_SUBDIRECTORY=ratelimit -e RUNTIME_WATCH_ROOT=false -e RUNTIME_IGNOREDOTFILES=true \
+	-e LOG_LEVEL=info -e LOG_FORMAT=json -e REDIS_SOCKET_TYPE=tcp -e REDIS_URL=redis:6379 \
+	-e PEERLIMIT_CLUSTER_SECRET="$PEERLIMIT_CLUSTER_SECRET" \
+	--entrypoint /bin/ratelimit "$image" >/dev/null
+rl_http=$(docker port "$rl" 8080 | head -n1)
+rl_http=${rl_http/0.0.0.0/127.0.0.1}
+wait_until "$wait_s" "$rl answers Envoy Gateway's probe, GET /healthcheck" curl -sf -m 2 -o /dev/null "http://$rl_http/healthcheck"
+docker logs "$rl" 2>&1 | grep -q 'ratelimit mode: ignored.*REDIS_URL' || fail "$rl did not log the REDIS_* variables it ignores"
+curl -sf -m 2 "http://$rl_http/metrics" | grep -q '^peerlimit_envoy_rls_' || fail "$rl serves no Envoy rate limit metrics: the service is not configured"
+docker rm -f "$rl" >/dev/null
+step "/bin/ratelimit: healthy on /healthcheck, the rate limit service configured from RUNTIME_ROOT, REDIS_* ignored and logged"
+
 # jepsen-lite's short profile against this cluster (docker mode). Each
 # scenario starts from n1..n3 running and connected; it exits 1 on a bound
 # violated or a fault it could not apply.

@@ -70,6 +70,8 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 	switch cmd {
 	case "serve":
 		return run(rest, getenv, stderr)
+	case "ratelimit":
+		return runUpstream(rest, getenv, stderr)
 	case "check":
 		return cmdCheck(rest, getenv, stdout, stderr)
 	case "members":
@@ -359,7 +361,8 @@ func cmdMembers(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	out := httpapi.Members{Self: m.Self, Partitions: int(m.PartitionCount), Members: []httpapi.MemberInfo{}}
 	for i, mm := range m.Members {
-		info := httpapi.MemberInfo{ID: mm.Id, GRPCAddr: mm.GrpcAddr, GossipAddr: mm.GossipAddr, State: mm.State, Partitions: parts[i]}
+		info := httpapi.MemberInfo{ID: mm.Id, GRPCAddr: mm.GrpcAddr, GossipAddr: mm.GossipAddr, State: mm.State, Partitions: parts[i],
+			Config: mm.Config, ConfigDiffers: mm.ConfigDiffers}
 		if m.PartitionCount > 0 {
 			info.Share = float64(parts[i]) / float64(m.PartitionCount)
 		}

@@ -99,6 +99,8 @@ func TestCLIMembersAndRing(t *testing.T) {
 	total := 0
 	for _, mm := range m.Members {
 		assert.Equal(t, c.Node(0).Ring().Partitions()[mm.ID], mm.Partitions)
+		assert.Len(t, mm.Config["policies"], 12, "the short digest each member advertises, as GET /v1/members shows it")
+		assert.Empty(t, mm.ConfigDiffers, "one policy file for all")
 		total += mm.Partitions
 	}
 	assert.Equal(t, 271, total)

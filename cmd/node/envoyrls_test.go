@@ -77,7 +77,7 @@ func TestSIGHUPReloadsEnvoyRLSConfig(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(src), 0o600))
 	}
 	write("domain: edge\ndescriptors: [{key: ip, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: hour, requests_per_unit: 2}}]\n")
-	p := startProcess(t, "rls-node", "--envoy-rls-config", dir, "--envoy-rls-headers")
+	p := startProcess(t, "rls-node", "--envoy-rls-config", dir, "--envoy-rls-headers", "--watch-config=false") // SIGHUP alone reloads
 	conn, err := grpc.NewClient(grpcAddrOf(t, p.http, "rls-node"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()

@@ -33,6 +33,9 @@ type options struct {
 	// fieldName says a field of node the way this command's user set it:
 	// its path and its flag (fieldNames).
 	fieldName func(path string) string
+	// metricsAddr, if set, serves GET /metrics alone on an address of its
+	// own (upstream's PROMETHEUS_ADDR).
+	metricsAddr string
 }
 
 // rawFlags holds the flags read as strings: they are converted into options
@@ -59,6 +62,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	defineProcessFlags(fs, &o, &raw)
 	defineFaultFlags(fs, &o.faultClock)
 	defineSecurityFlags(fs, &o.node.Security, &raw)
+	defineTracingFlags(fs, &o.node.Tracing)
 
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -89,7 +93,7 @@ func newFlagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("peerlimit-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies,\n--envoy-rls-config and the credential files.\n\n")
+		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies,\n--envoy-rls-config and the credential files. With --watch-config (default)\n--policies and --envoy-rls-config also reload by themselves when they change\non disk (a Kubernetes ConfigMap update included).\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, members, ring, reset, healthcheck.\n")
 	}
@@ -148,9 +152,12 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest HTTP request body, in bytes")
 	fs.IntVar(&c.Route.MaxInflightForwards, "max-inflight-forwards", c.Route.MaxInflightForwards, "cap on the checks this node has forwarded and still waits on; over it a check is refused with RESOURCE_EXHAUSTED (HTTP 429)")
-	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP; the same on every node")
-	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP; the same on every node")
+	fs.StringVar(&c.PoliciesFile, "policies", c.PoliciesFile, "YAML or JSON file of named policies that requests may name instead of limit, window and algorithm; reloaded on SIGHUP, and when it changes with --watch-config; the same on every node")
+	fs.StringVar(&c.EnvoyRLSConfig, "envoy-rls-config", c.EnvoyRLSConfig, "YAML file, or directory of them, in envoyproxy/ratelimit's format: serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the gRPC address; reloaded on SIGHUP, and when it changes with --watch-config; the same on every node")
+	fs.BoolVar(&c.WatchConfig, "watch-config", c.WatchConfig, "reload --policies and --envoy-rls-config when they change on disk: edited, replaced by rename, or updated as a Kubernetes ConfigMap (a directory is watched for any change of its entries, hidden ones included); a bad file keeps the configuration in force and is reported in /healthz and peerlimit_config_reload_failing")
+	fs.StringVar(&c.EnvoyRLSWatchRoot, "envoy-rls-watch-root", c.EnvoyRLSWatchRoot, "with --watch-config: a symlink, --envoy-rls-config or one of its ancestors, swapped atomically to publish a new version; only its swaps reload --envoy-rls-config (envoyproxy/ratelimit's RUNTIME_WATCH_ROOT=true with RUNTIME_ROOT); empty: watch --envoy-rls-config itself")
 	defineEnvoyRLSFlags(fs, &c.EnvoyRLS)
+	defineXDSFlags(fs, &c.EnvoyRLSXDS, &c.EnvoyRLSAwaitConfig)
 	fs.BoolVar(&c.HTTP.Pprof, "pprof", c.HTTP.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 }
 
@@ -172,6 +179,7 @@ func defineProcessFlags(fs *flag.FlagSet, o *options, raw *rawFlags) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
 	fs.StringVar(&raw.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "also serve GET /metrics alone, without authentication, on this address (envoyproxy/ratelimit's PROMETHEUS_ADDR); empty: only on --http-addr")
 }
 
 // defineFaultFlags defines the fault-injection flags: a node started with
@@ -198,6 +206,7 @@ func defineSecurityFlags(fs *flag.FlagSet, sc *node.SecurityConfig, raw *rawFlag
 	fs.StringVar(&sc.TLSKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fs.StringVar(&sc.ClientCAFile, "tls-client-ca-file", "", "PEM CA verifying client certificates of the public APIs")
 	fs.StringVar(&raw.clientAuth, "tls-client-auth", "optional", "optional (verify a client certificate if one is presented) or require (RateLimiter calls and /v1/* need one)")
+	fs.BoolVar(&sc.HTTPPlaintext, "http-plaintext", false, "with --tls-cert-file, keep the HTTP API plaintext: TLS then secures the gRPC port alone, as envoyproxy/ratelimit's GRPC_SERVER_USE_TLS does")
 	fs.StringVar(&sc.PeerCAFile, "peer-tls-ca-file", "", "PEM CA of peer certificates: verifies the peers this node dials and the callers of the Peer service")
 	fs.StringVar(&sc.PeerCertFile, "peer-tls-cert-file", "", "PEM certificate presented to peers (default: --tls-cert-file); needs the DNS name --peer-tls-server-name and both TLS usages")
 	fs.StringVar(&sc.PeerKeyFile, "peer-tls-key-file", "", "PEM key of --peer-tls-cert-file")

@@ -8,22 +8,40 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/wallclock"
 	"github.com/peerlimit/peerlimit/node"
+	"github.com/peerlimit/peerlimit/tracing"
 )
 
 func main() {
-	os.Exit(dispatch(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	// Started as /bin/ratelimit, as envoyproxy/ratelimit's image is.
+	if filepath.Base(os.Args[0]) == "ratelimit" {
+		args = append([]string{"ratelimit"}, args...)
+	}
+	os.Exit(dispatch(args, os.Getenv, os.Stdout, os.Stderr))
 }
 
 // run serves a node until SIGTERM or SIGINT; SIGHUP reloads.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	return runWith(args, getenv, stderr, nil)
+}
+
+// runWith is run with notes to log once the logger exists (the
+// ratelimit mode's, on upstream variables it accepts but does not use).
+func runWith(args []string, getenv func(string) string, stderr io.Writer, notes []string) int {
 	opts, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -38,6 +56,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, hopts)
 	}
 	opts.node.Logger = slog.New(h)
+	if opts.node.Tracing.Enabled { // the SDK's export errors, otherwise on the standard logger
+		otel.SetErrorHandler(tracing.LogErrors(opts.node.Logger))
+	}
+	for _, note := range notes {
+		opts.node.Logger.Info("ratelimit mode: " + note)
+	}
 	for _, why := range opts.deprecated {
 		opts.node.Logger.Warn("deprecated flag", "why", why)
 	}
@@ -58,6 +82,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		opts.node.Logger.Error("start failed", "err", field.Render(err, opts.fieldName))
 		return 1
 	}
+	stopMetrics, err := serveMetrics(opts.metricsAddr, n, opts.node.Logger)
+	if err != nil {
+		opts.node.Logger.Error("start failed", "err", err)
+		n.Kill()
+		return 1
+	}
+	defer stopMetrics()
 	// SIGHUP runs every reload hook in turn: policies, credentials, Envoy
 	// RLS config. Each logs (and counts) its own outcome and keeps the old
 	// settings when a file is unusable, so its error needs nothing more here.
@@ -82,4 +113,28 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// serveMetrics serves n's metrics on addr until the returned stop is
+// called; nothing without an addr.
+func serveMetrics(addr string, n *node.Node, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", n.MetricsHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("metrics served", "addr", ln.Addr().String())
+	return func() { srv.Close(); <-done }, nil
 }

@@ -240,14 +240,41 @@ function renderHeader(d, members) {
   const left = count('left');
   // A failed member is not asked; an alive one that did not answer is news.
   const silent = members.filter((m) => m.error && m.state === 'alive').length;
+  // Alive members serving other policies or Envoy rules than this node
+  // decide the same request differently: news, like a failed one.
+  const differ = members.filter((m) => m.state === 'alive' && configDiffers(m).length).length;
   let text = `${alive} of ${members.length} members alive`;
   if (failed) text += ` · ${failed} failed`;
   if (left) text += ` · ${left} left`;
   if (silent) text += ` · ${silent} not answering`;
+  if (differ) text += ` · ${differ} on another config`;
   let level = 'ok';
   if (alive * 2 <= members.length) level = 'bad';
-  else if (failed || silent) level = 'warn';
+  else if (failed || silent || differ) level = 'warn';
   setHealth(level, text);
+}
+
+const configDiffers = (m) => (Array.isArray(m.config_differs) ? m.config_differs : []);
+
+// configCell shows the digests a member advertises, by source (the first
+// 12 hex digits of each configuration's SHA-256), marking with ≠ those
+// that differ from this node's. — when it advertises none (not alive, or
+// a version before digests): unknown, not different.
+function configCell(m) {
+  if (!m.config || typeof m.config !== 'object') {
+    return el('td', { class: 'config muted', title: 'advertises no configuration digests' }, '—');
+  }
+  const differs = new Set(configDiffers(m));
+  const sources = [...new Set([...Object.keys(m.config), ...differs])].sort();
+  if (!sources.length) return el('td', { class: 'config muted', title: 'serves no policies nor Envoy rules' }, 'none');
+  const chips = sources.map((src) => {
+    const d = typeof m.config[src] === 'string' ? m.config[src] : '';
+    const bad = differs.has(src);
+    const title = `${src}: ${d ? 'sha256:' + d + '…' : 'not served'}` + (bad ? ', differs from this node\'s' : '');
+    return el('span', { class: 'digest' + (bad ? ' differs' : ''), 'data-source': src, title },
+      (bad ? '≠ ' : '') + src + ' ', el('span', { class: 'mono' }, d ? d.slice(0, 7) : 'none'));
+  });
+  return el('td', { class: 'config' }, ...chips);
 }
 
 const num = (x) => (typeof x === 'number' && isFinite(x) ? x : 0);
@@ -277,7 +304,7 @@ function newestSample(id) {
 
 function renderMembers(members, self) {
   const rows = members.map((m) => memberRow(m, m.id === self));
-  if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: '13', class: 'muted' }, 'no members')));
+  if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: '14', class: 'muted' }, 'no members')));
   document.querySelector('#members tbody').replaceChildren(...rows);
 }
 
@@ -289,7 +316,8 @@ function memberRow(m, isSelf) {
   const cell = (v, cls) => el('td', { class: 'num' + (cls ? ' ' + cls : '') }, v);
   const dash = '—';
   const ring = el('td', { class: 'num', title: `${num(m.partitions)} partitions` }, fmtPct(num(m.share)));
-  return el('tr', { 'data-member': m.id, 'data-state': m.state, class: 'row-' + st },
+  const config = !m.config ? 'unknown' : configDiffers(m).length ? 'differs' : 'same';
+  return el('tr', { 'data-member': m.id, 'data-state': m.state, 'data-config': config, class: 'row-' + st },
     el('td', { class: 'mid' }, m.id, isSelf ? el('span', { class: 'badge' }, 'this node') : null),
     el('td', {}, el('span', { class: 'state state-' + st }, m.state)),
     el('td', { class: 'mono' }, m.grpc_addr || ''),
@@ -302,7 +330,8 @@ function memberRow(m, isSelf) {
     cell(s ? fmtMsOrDash(s.forward_p99_ms) : dash),
     cell(s ? fmtMsOrDash(s.replication_lag_p99_ms) : dash),
     cell(r ? fmtRate(r.handoff) : dash),
-    el('td', { class: 'error' }, m.error || ''));
+    el('td', { class: 'error' }, m.error || ''),
+    configCell(m));
 }
 
 // ---- charts ---------------------------------------------------------------

@@ -46,7 +46,8 @@ func TestCodecIsProtobuf(t *testing.T) {
 	for _, m := range []proto.Message{
 		batchResponse(1), batchResponse(100), batchRequest(1), batchRequest(100),
 		&pb.KeyState{Key: "k", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, LogBaseMs: 1 << 40, LogOffsetsMs: []uint32{0, 1, 1, 999}},
-		&pb.MembersResponse{Self: "n1", Members: []*pb.Member{{Id: "n1", GrpcAddr: "a:1"}}, PartitionCount: 3, PartitionOwners: []uint32{0, 1, 0}},
+		&pb.MembersResponse{Self: "n1", Members: []*pb.Member{{Id: "n1", GrpcAddr: "a:1", Config: map[string]string{"policies": "0123456789ab"},
+			ConfigDiffers: []string{"policies"}}}, PartitionCount: 3, PartitionOwners: []uint32{0, 1, 0}},
 	} {
 		t.Run(fmt.Sprintf("%T/%d", m, proto.Size(m)), func(t *testing.T) {
 			data, err := Codec.Marshal(m)

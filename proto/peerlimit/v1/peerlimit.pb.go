@@ -762,7 +762,15 @@ type Member struct {
 	GossipAddr string                 `protobuf:"bytes,3,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	// alive, failed (declared dead; being reconnected) or left. Only alive
 	// members own partitions.
-	State         string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// The digests of the configurations the member serves, by source
+	// ("policies", "envoy_rls"), as it advertises them in gossip: the first
+	// 12 hex digits of their SHA-256. Empty when it serves none, or
+	// advertises none (not alive, or a version before digests).
+	Config map[string]string `protobuf:"bytes,5,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The sources whose digest differs from the answering node's own: a
+	// request using them may be decided differently there.
+	ConfigDiffers []string `protobuf:"bytes,6,rep,name=config_differs,json=configDiffers,proto3" json:"config_differs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -823,6 +831,20 @@ func (x *Member) GetState() string {
 		return x.State
 	}
 	return ""
+}
+
+func (x *Member) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *Member) GetConfigDiffers() []string {
+	if x != nil {
+		return x.ConfigDiffers
+	}
+	return nil
 }
 
 type ResetRequest struct {
@@ -1585,13 +1607,18 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12.\n" +
 	"\amembers\x18\x02 \x03(\v2\x14.peerlimit.v1.MemberR\amembers\x12'\n" +
 	"\x0fpartition_count\x18\x03 \x01(\rR\x0epartitionCount\x12)\n" +
-	"\x10partition_owners\x18\x04 \x03(\rR\x0fpartitionOwners\"l\n" +
+	"\x10partition_owners\x18\x04 \x03(\rR\x0fpartitionOwners\"\x88\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1f\n" +
 	"\vgossip_addr\x18\x03 \x01(\tR\n" +
 	"gossipAddr\x12\x14\n" +
-	"\x05state\x18\x04 \x01(\tR\x05state\"\xad\x01\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x128\n" +
+	"\x06config\x18\x05 \x03(\v2 .peerlimit.v1.Member.ConfigEntryR\x06config\x12%\n" +
+	"\x0econfig_differs\x18\x06 \x03(\tR\rconfigDiffers\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
 	"\fResetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
@@ -1674,7 +1701,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
 	(*CheckRequest)(nil),        // 1: peerlimit.v1.CheckRequest
@@ -1697,6 +1724,7 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*InspectResponse)(nil),     // 18: peerlimit.v1.InspectResponse
 	(*LeaseView)(nil),           // 19: peerlimit.v1.LeaseView
 	(*KeyView)(nil),             // 20: peerlimit.v1.KeyView
+	nil,                         // 21: peerlimit.v1.Member.ConfigEntry
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
@@ -1708,31 +1736,32 @@ var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	2,  // 6: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
 	8,  // 7: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
 	11, // 8: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	0,  // 9: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	16, // 10: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
-	16, // 11: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
-	20, // 12: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
-	19, // 13: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
-	0,  // 14: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 15: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3,  // 16: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	5,  // 17: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	9,  // 18: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	12, // 19: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	14, // 20: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
-	17, // 21: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
-	2,  // 22: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4,  // 23: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	6,  // 24: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	10, // 25: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	13, // 26: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	15, // 27: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
-	18, // 28: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 9: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
+	0,  // 10: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	16, // 11: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
+	16, // 12: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
+	20, // 13: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	19, // 14: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
+	0,  // 15: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 16: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	3,  // 17: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	5,  // 18: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	9,  // 19: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	12, // 20: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	14, // 21: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	17, // 22: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	2,  // 23: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	4,  // 24: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	6,  // 25: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	10, // 26: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	13, // 27: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	15, // 28: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	18, // 29: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -1752,7 +1781,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

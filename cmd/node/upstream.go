@@ -1,0 +1,285 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The ratelimit mode: peerlimit-node started as /bin/ratelimit (the
+// command Envoy Gateway's deployment and envoyproxy/ratelimit's own
+// manifests run), or as `peerlimit-node ratelimit`, takes
+// envoyproxy/ratelimit's environment variables. They are translated into
+// this binary's flags (upstreamArgs), so every check and error of a flag
+// applies, and the node then starts as usual: flags given on the command
+// line come after and win, and PEERLIMIT_* variables fill what neither
+// set (PEERLIMIT_JOIN and PEERLIMIT_CLUSTER_SECRET are how the nodes find
+// and trust each other; upstream has no such thing). docs/envoy.md,
+// "Replace Envoy Gateway's rate limit service", lists every variable.
+
+// runUpstream serves a node configured by upstream's variables.
+func runUpstream(args []string, getenv func(string) string, stderr io.Writer) int {
+	flags, notes, err := upstreamArgs(getenv, environNames())
+	if err != nil {
+		fmt.Fprintln(stderr, "peerlimit-node (ratelimit mode):", err)
+		return exitUsage
+	}
+	return runWith(append(flags, args...), getenv, stderr, notes)
+}
+
+// upstream reads upstream's variables into flags, collecting what it
+// could not use as notes (logged once the logger exists) and what is
+// wrong as errors naming the variable.
+type upstream struct {
+	getenv func(string) string
+	names  []string // of the variables set, for the prefixes ignored
+	args   []string
+	notes  []string
+	errs   []error
+}
+
+// upstreamArgs returns the flags that upstream's variables mean, and
+// notes on those accepted but not used.
+func upstreamArgs(getenv func(string) string, names []string) ([]string, []string, error) {
+	u := &upstream{getenv: getenv, names: names}
+	u.listeners()
+	u.logging()
+	u.configSource()
+	u.serverTLS()
+	u.serviceSettings()
+	u.metrics()
+	u.tracing()
+	u.ignored()
+	return u.args, u.notes, errors.Join(u.errs...)
+}
+
+// str is the variable's value, or def when unset or empty (envconfig's
+// rule, which upstream uses).
+func (u *upstream) str(name, def string) string {
+	if v := u.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (u *upstream) boolean(name string, def bool) bool {
+	v := u.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		u.errs = append(u.errs, fmt.Errorf("%s=%q: want true or false", name, v))
+		return def
+	}
+	return b
+}
+
+func (u *upstream) flag(name, value string) { u.args = append(u.args, "--"+name+"="+value) }
+
+// pass sets flag from variable name when it is set.
+func (u *upstream) pass(name, flag string) {
+	if v := u.getenv(name); v != "" {
+		u.flag(flag, v)
+	}
+}
+
+func (u *upstream) note(format string, args ...any) {
+	u.notes = append(u.notes, fmt.Sprintf(format, args...))
+}
+
+// listeners: HOST:PORT is the HTTP API (health at /healthcheck),
+// GRPC_HOST:GRPC_PORT the gRPC one, Envoy's and the peers'.
+func (u *upstream) listeners() {
+	u.flag("http-addr", net.JoinHostPort(u.str("HOST", "0.0.0.0"), u.str("PORT", "8080")))
+	u.flag("grpc-addr", net.JoinHostPort(u.str("GRPC_HOST", "0.0.0.0"), u.str("GRPC_PORT", "8081")))
+	if v := u.getenv("GRPC_UDS"); v != "" {
+		u.errs = append(u.errs, fmt.Errorf("GRPC_UDS=%q: a unix socket cannot be reached by the other nodes; serve on GRPC_HOST:GRPC_PORT", v))
+	}
+	if u.getenv("DEBUG_HOST") != "" || u.getenv("DEBUG_PORT") != "" {
+		u.note("DEBUG_HOST and DEBUG_PORT: there is no debug port; upstream's /rlconfig is GET /v1/envoy-rls/config?format=text and its stats are GET /metrics, both on HOST:PORT")
+	}
+}
+
+// logging: upstream uses logrus's levels and WARN by default.
+func (u *upstream) logging() {
+	level := strings.ToLower(u.str("LOG_LEVEL", "warn"))
+	switch level {
+	case "trace":
+		level = "debug"
+	case "fatal", "panic":
+		level = "error"
+	case "warning":
+		level = "warn"
+	}
+	u.flag("log-level", level)
+	u.flag("log-format", strings.ToLower(u.str("LOG_FORMAT", "text")))
+}
+
+// configSource: files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+// RUNTIME_APPDIRECTORY, watched as upstream watches them, or an xDS
+// control plane.
+func (u *upstream) configSource() {
+	switch typ := u.str("CONFIG_TYPE", "FILE"); typ {
+	case "FILE":
+		root := u.str("RUNTIME_ROOT", "/srv/runtime_data/current")
+		dir := filepath.Join(root, u.getenv("RUNTIME_SUBDIRECTORY"), u.str("RUNTIME_APPDIRECTORY", "config"))
+		u.flag("envoy-rls-config", dir)
+		if u.boolean("RUNTIME_WATCH_ROOT", true) {
+			u.flag("envoy-rls-watch-root", root)
+		}
+		if !u.boolean("RUNTIME_IGNOREDOTFILES", false) {
+			u.note("RUNTIME_IGNOREDOTFILES=false: dotfiles are skipped all the same (a ConfigMap's ..data copies would define every domain twice)")
+		}
+	case "GRPC_XDS_SOTW":
+		u.xds()
+	default:
+		u.errs = append(u.errs, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", typ))
+	}
+	force := u.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
+	healthyWithOne := u.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
+	u.flag("envoy-rls-await-config", strconv.FormatBool(!force || healthyWithOne))
+}
+
+func (u *upstream) xds() {
+	u.flag("envoy-rls-xds-server", u.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
+	u.flag("envoy-rls-xds-node-id", u.str("CONFIG_GRPC_XDS_NODE_ID", "default"))
+	u.pass("CONFIG_GRPC_XDS_NODE_METADATA", "envoy-rls-xds-node-metadata")
+	if v := u.getenv("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); v != "" {
+		// envconfig's map form, key:value pairs.
+		h, err := parseKV(v, ":")
+		if err != nil {
+			u.errs = append(u.errs, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: %w", err))
+		}
+		var pairs []string
+		for k, val := range h {
+			pairs = append(pairs, k+"="+val)
+		}
+		slices.Sort(pairs)
+		u.flag("envoy-rls-xds-headers", strings.Join(pairs, ","))
+	}
+	if u.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		u.flag("envoy-rls-xds-tls", "true")
+		u.pass("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "envoy-rls-xds-cert-file")
+		u.pass("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "envoy-rls-xds-key-file")
+		u.pass("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "envoy-rls-xds-ca-file")
+		u.pass("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-rls-xds-server-name")
+	}
+	u.pass("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "envoy-rls-xds-backoff-initial")
+	u.pass("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "envoy-rls-xds-backoff-max")
+	u.pass("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "envoy-rls-xds-max-msg-bytes")
+}
+
+// serverTLS: GRPC_SERVER_USE_TLS secures the gRPC port, which the peers
+// share: they verify each other against the same CA, so the certificate
+// must carry --peer-tls-server-name (PEERLIMIT_PEER_TLS_SERVER_NAME) and
+// both TLS usages. The HTTP port stays plaintext, as upstream's does:
+// Envoy Gateway probes /healthcheck over HTTP.
+func (u *upstream) serverTLS() {
+	if !u.boolean("GRPC_SERVER_USE_TLS", false) {
+		return
+	}
+	u.pass("GRPC_SERVER_TLS_CERT", "tls-cert-file")
+	u.pass("GRPC_SERVER_TLS_KEY", "tls-key-file")
+	u.flag("http-plaintext", "true")
+	if ca := u.getenv("GRPC_SERVER_TLS_CA_CERT"); ca != "" {
+		u.flag("tls-client-ca-file", ca)
+		u.flag("tls-client-auth", "require")
+		u.flag("peer-tls-ca-file", ca)
+	}
+}
+
+// serviceSettings are the rate limit service's own switches.
+func (u *upstream) serviceSettings() {
+	for _, s := range []struct{ env, flag string }{
+		{"SHADOW_MODE", "envoy-rls-shadow-mode"}, {"QUOTA_MODE", "envoy-rls-quota-mode"},
+		{"RESPONSE_DYNAMIC_METADATA", "envoy-rls-response-metadata"}, {"MERGE_DOMAIN_CONFIG", "envoy-rls-merge-domains"},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED", "envoy-rls-headers"},
+	} {
+		if u.boolean(s.env, false) {
+			u.flag(s.flag, "true")
+		}
+	}
+	u.pass("NEAR_LIMIT_RATIO", "envoy-rls-near-limit-ratio")
+	for _, h := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
+		if u.getenv(h) != "" {
+			u.note("%s: the headers are the IETF RateLimit-Policy and RateLimit fields, whose names are fixed", h)
+		}
+	}
+}
+
+// metrics: Prometheus on its own address, as USE_PROMETHEUS serves it;
+// the names are upstream's (docs/envoy.md).
+func (u *upstream) metrics() {
+	if u.boolean("USE_PROMETHEUS", false) {
+		u.flag("metrics-addr", u.str("PROMETHEUS_ADDR", ":9090"))
+		if p := u.str("PROMETHEUS_PATH", "/metrics"); p != "/metrics" {
+			u.errs = append(u.errs, fmt.Errorf("PROMETHEUS_PATH=%q: metrics are served at /metrics only", p))
+		}
+	}
+	if u.boolean("USE_STATSD", true) || u.boolean("USE_DOG_STATSD", false) {
+		u.note("USE_STATSD: statsd is not spoken; the same statistics, under the Prometheus names statsd_exporter gives them, are at GET /metrics on HOST:PORT (and PROMETHEUS_ADDR with USE_PROMETHEUS=true)")
+	}
+}
+
+// tracing: OpenTelemetry over OTLP, as upstream's TRACING_* configure it;
+// the exporter reads OTEL_EXPORTER_OTLP_* itself.
+func (u *upstream) tracing() {
+	if !u.boolean("TRACING_ENABLED", false) {
+		return
+	}
+	u.flag("tracing", "true")
+	u.flag("tracing-protocol", strings.ToLower(u.str("TRACING_EXPORTER_PROTOCOL", "http")))
+	u.flag("tracing-service-name", u.str("TRACING_SERVICE_NAME", "RateLimit"))
+	u.pass("TRACING_SERVICE_NAMESPACE", "tracing-service-namespace")
+	u.pass("TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id")
+	u.pass("TRACING_SAMPLING_RATE", "tracing-sampling-rate")
+}
+
+// ignoredPrefixes are settings of upstream's storage, which a peerlimit
+// cluster replaces, and of its statsd client.
+var ignoredPrefixes = []string{"REDIS_", "MEMCACHE_"}
+
+var ignoredNames = []string{"BACKEND_TYPE", "CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES",
+	"STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_DOG_STATSD_MOGRIFIERS",
+	"PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "GRPC_CLIENT_TLS_CACERT",
+	"GRPC_CLIENT_TLS_SAN", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"XDS_CLIENT_BACKOFF_JITTER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"}
+
+// ignored names, in one note, the variables that are set and mean
+// nothing here.
+func (u *upstream) ignored() {
+	var set []string
+	for _, name := range ignoredNames {
+		if u.getenv(name) != "" {
+			set = append(set, name)
+		}
+	}
+	for _, name := range u.names {
+		for _, p := range ignoredPrefixes {
+			if strings.HasPrefix(name, p) {
+				set = append(set, name)
+			}
+		}
+	}
+	if len(set) > 0 {
+		slices.Sort(set)
+		u.note("ignored, the cluster holds the counts and the statistics are on /metrics: %s", strings.Join(slices.Compact(set), ", "))
+	}
+}
+
+// environNames lists the process's environment variables' names.
+func environNames() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	return names
+}

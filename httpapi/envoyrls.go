@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/limiter"
+)
+
+// GET /v1/envoy-rls/config is envoyproxy/ratelimit's /rlconfig debug
+// page: the Envoy rate limit service's rules this node has in force, as
+// JSON (EnvoyRLSConfig), or with ?format=text one line per rule in
+// upstream's shape, so that the two can be compared and diffed between
+// nodes. docs/envoy.md describes both.
+
+// EnvoyRLSConfig is the answer of GET /v1/envoy-rls/config. Digest is
+// the configuration's SHA-256 (nodes showing the same one answer alike);
+// LoadedAtMS is when this node put it in force, by its clock.
+type EnvoyRLSConfig struct {
+	Source     string         `json:"source"`
+	Digest     string         `json:"digest"`
+	LoadedAtMS int64          `json:"loaded_at_ms"`
+	Domains    []string       `json:"domains"`
+	Rules      []EnvoyRLSRule `json:"rules"`
+}
+
+// EnvoyRLSRule is one configured rate_limit. Key is upstream's full key,
+// the domain and the descriptor path (Path: each level's key, or
+// key_value, joined by dots), as its /rlconfig and statistics name it.
+// Unit is the RLS API's name (SECOND … YEAR; UNKNOWN for an unlimited
+// rule), WindowMS the unit times UnitMultiplier.
+type EnvoyRLSRule struct {
+	Key             string   `json:"key"`
+	Domain          string   `json:"domain"`
+	Path            string   `json:"path"`
+	Name            string   `json:"name,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"`
+	Unit            string   `json:"unit"`
+	UnitMultiplier  uint32   `json:"unit_multiplier"`
+	RequestsPerUnit uint32   `json:"requests_per_unit"`
+	WindowMS        int64    `json:"window_ms"`
+	Algorithm       string   `json:"algorithm"`
+	Unlimited       bool     `json:"unlimited"`
+	ShadowMode      bool     `json:"shadow_mode"`
+	QuotaMode       bool     `json:"quota_mode"`
+	DetailedMetric  bool     `json:"detailed_metric"`
+	File            string   `json:"file"`
+	Line            int      `json:"line"`
+}
+
+func (h *handler) envoyRLSConfig(w http.ResponseWriter, r *http.Request) {
+	format := r.URL.Query().Get("format")
+	if format != "" && format != "json" && format != "text" {
+		writeError(w, &limiter.ArgumentError{Field: "format", Reason: `must be "json" or "text", got ` + strconv.Quote(format)})
+		return
+	}
+	rules, loadedAt := h.deps.EnvoyRLS()
+	if rules == nil {
+		writeJSON(w, http.StatusNotFound, errorBody{Error{Code: "NOT_FOUND",
+			Message: "this node serves no Envoy rate limit service: it was started without its configuration"}})
+		return
+	}
+	cfg := envoyRLSConfigJSON(rules, loadedAt)
+	if format == "text" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		_ = writeEnvoyRLSText(w, cfg) // the client may be gone; nothing to do
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+// envoyRLSConfigJSON converts the rules in force, put in force at
+// loadedAt.
+func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig {
+	out := EnvoyRLSConfig{Source: rs.Source, Digest: rs.Digest, LoadedAtMS: loadedAt.UnixMilli(),
+		Domains: []string{}, Rules: []EnvoyRLSRule{}}
+	for _, d := range rs.Domains() {
+		out.Domains = append(out.Domains, d.Name)
+	}
+	for _, r := range rs.Rules() {
+		out.Rules = append(out.Rules, EnvoyRLSRule{Key: r.Domain + "." + r.Path, Domain: r.Domain, Path: r.Path,
+			Name: r.Name, Replaces: r.Replaces, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
+			RequestsPerUnit: r.RequestsPerUnit, WindowMS: r.Window.Milliseconds(), Algorithm: r.Algorithm.String(),
+			Unlimited: r.Unlimited, ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, DetailedMetric: r.DetailedMetric,
+			File: r.File, Line: r.Line})
+	}
+	return out
+}
+
+// writeEnvoyRLSText writes cfg as upstream's /rlconfig does, one line per
+// rule, in the order loaded:
+//
+//	messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
+//
+// and after upstream's fields, always in this order, peerlimit's own:
+// quota_mode, unit_multiplier, algorithm, and unlimited. Comment lines
+// (#) first say where the rules come from, their digest and when they
+// were put in force.
+func writeEnvoyRLSText(w io.Writer, cfg EnvoyRLSConfig) error {
+	if _, err := fmt.Fprintf(w, "# source: %s\n# digest: %s\n# loaded_at: %s\n", cfg.Source, cfg.Digest,
+		time.UnixMilli(cfg.LoadedAtMS).UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	for _, r := range cfg.Rules {
+		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t\n",
+			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/filewatch"
+)
+
+// Configuration files that reload themselves. The node reads its policy
+// file and its Envoy rules again when they change on disk (Config.
+// WatchConfig), as envoyproxy/ratelimit does, and whenever asked
+// (ReloadPolicies, ReloadEnvoyRLS: SIGHUP). Both go through the same
+// reload. A file that cannot be used keeps the configuration in force,
+// and the node says why in three places: its log, the gauge
+// peerlimit_config_reload_failing, and GET /healthz, whose status it
+// leaves SERVING: the node serves well from the configuration in force,
+// and one bad ConfigMap must not take every node out of rotation at once.
+
+// reloadCause says who started a reload, which decides what of its
+// outcome is news.
+type reloadCause int
+
+const (
+	// reloadAsked is ReloadPolicies or ReloadEnvoyRLS (SIGHUP): someone
+	// asked, so every outcome is logged and counted, an unchanged
+	// configuration included.
+	reloadAsked reloadCause = iota
+	// reloadWatched is the watcher: something changed in the watched
+	// directory. A reload that finds the configuration in force unchanged
+	// does nothing (logged at debug, not counted), and a failure with the
+	// same error as the attempt before is logged at debug and not counted
+	// again: an editor writing its swap file next to a broken file must
+	// not flood the log.
+	reloadWatched
+)
+
+func (c reloadCause) String() string {
+	if c == reloadWatched {
+		return "watch"
+	}
+	return "asked"
+}
+
+// configFiles is the node's account of its configuration files: how the
+// last reload of each went, and the watcher that reloads them.
+type configFiles struct {
+	// sources are those read from files: sourcePolicies with a policy
+	// file, sourceEnvoyRLS with EnvoyRLSConfig (rules from a control
+	// plane are not files).
+	sources map[string]bool
+	failing *prometheus.GaugeVec
+	lastOK  *prometheus.GaugeVec
+	watch   *filewatch.Watcher // nil unless watching
+
+	mu   sync.Mutex
+	errs map[string]error // by source: why its last reload failed; absent once one succeeded
+}
+
+// initConfigFiles registers the reload gauges and, with WatchConfig,
+// starts watching the files: the last of Start's steps, so that a
+// reload's configChanged finds the node complete.
+func (n *Node) initConfigFiles() error {
+	f := &n.cfgFiles
+	f.errs = map[string]error{}
+	f.sources = map[string]bool{sourcePolicies: n.policies != nil, sourceEnvoyRLS: n.cfg.EnvoyRLSConfig != ""}
+	f.failing = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "config_reload_failing",
+		Help: "1 while the last reload of the source's files (policies, envoy_rls) failed: the configuration in force is older than " +
+			"the files, and GET /healthz says why; 0 once one succeeds, and for a source not read from files."}, []string{"source"})
+	f.lastOK = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "config_last_reload_success_timestamp_seconds",
+		Help: "When the source's files (policies, envoy_rls) were last read and found valid: at start, on SIGHUP, or when watched " +
+			"files changed (even if the configuration did not)."}, []string{"source"})
+	start := float64(n.cfg.Now().UnixMilli()) / 1e3
+	for src, ok := range f.sources {
+		// A series for every source, so that one alert on > 0 covers
+		// every node whatever it reads.
+		f.failing.WithLabelValues(src).Set(0)
+		if ok {
+			f.lastOK.WithLabelValues(src).Set(start)
+		}
+	}
+	for _, c := range []prometheus.Collector{f.failing, f.lastOK} {
+		if err := n.reg.Register(c); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return n.watchConfigFiles()
+}
+
+// watchConfigFiles starts the watcher of the configuration files, if
+// WatchConfig and there are any.
+func (n *Node) watchConfigFiles() error {
+	targets := n.watchTargets()
+	if !n.cfg.WatchConfig || len(targets) == 0 {
+		return nil
+	}
+	w, err := filewatch.New(filewatch.DefaultConfig(), n.log, targets...)
+	if err != nil {
+		return field.Wrap("WatchConfig", fmt.Errorf("%w (raise fs.inotify.max_user_instances or max_user_watches, or turn watching off)", err))
+	}
+	n.cfgFiles.watch = w
+	n.onUndo(n.cfgFiles.stopWatch)
+	// The files were read by Start's first step, before the watch began:
+	// one reload now catches a change made in between, which would
+	// otherwise wait for the next.
+	w.Trigger()
+	paths := make([]string, len(targets))
+	for i, t := range targets {
+		paths[i] = t.Path
+	}
+	n.log.Info("watching config files; a change reloads them", "paths", paths)
+	return nil
+}
+
+// watchTargets are the files to watch and how: the policy file through
+// its directory; EnvoyRLSConfig as a directory or a file, or through its
+// root (EnvoyRLSWatchRoot).
+func (n *Node) watchTargets() []filewatch.Target {
+	var ts []filewatch.Target
+	if n.policies != nil {
+		ts = append(ts, filewatch.Target{Path: n.cfg.PoliciesFile, Mode: filewatch.File,
+			OnChange: func() { _ = n.reloadPolicies(reloadWatched) }})
+	}
+	if n.rls != nil && n.cfg.EnvoyRLSConfig != "" {
+		t := filewatch.Target{Path: n.cfg.EnvoyRLSConfig, Mode: filewatch.Auto,
+			OnChange: func() { _ = n.reloadEnvoyRLS(reloadWatched) }}
+		if root := n.cfg.EnvoyRLSWatchRoot; root != "" {
+			t.Path, t.Mode = root, filewatch.Root
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// stopWatch stops the watcher and waits for a reload under way. Safe to
+// call more than once.
+func (f *configFiles) stopWatch() {
+	if f.watch != nil {
+		_ = f.watch.Close()
+	}
+}
+
+// reloadFailed records that a reload of src failed with err, and reports
+// whether that is news, to be logged as an error and counted (see
+// reloadCause).
+func (n *Node) reloadFailed(src string, why reloadCause, err error) bool {
+	f := &n.cfgFiles
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev := f.errs[src]
+	if f.sources[src] {
+		f.errs[src] = err
+		f.failing.WithLabelValues(src).Set(1)
+	}
+	return why == reloadAsked || prev == nil || prev.Error() != err.Error()
+}
+
+// reloadSucceeded records that a reload of src read valid files, and
+// reports whether what it read is to be put in force, logged and counted:
+// always when asked, only when changed when watched. attrs describe the
+// configuration, for the log.
+func (n *Node) reloadSucceeded(src string, why reloadCause, changed bool, attrs ...any) bool {
+	f := &n.cfgFiles
+	f.mu.Lock()
+	wasFailing := f.errs[src] != nil
+	if f.sources[src] {
+		delete(f.errs, src)
+		f.failing.WithLabelValues(src).Set(0)
+		f.lastOK.WithLabelValues(src).Set(float64(n.cfg.Now().UnixMilli()) / 1e3)
+	}
+	f.mu.Unlock()
+	if changed || why == reloadAsked {
+		return true
+	}
+	attrs = append([]any{"source", src}, attrs...)
+	if wasFailing {
+		n.log.Info("config files usable again, and the same as the configuration in force", attrs...)
+	} else {
+		n.log.Debug("watched config files changed, the configuration did not", attrs...)
+	}
+	return false
+}
+
+// ConfigErrors returns why the last reload of each configuration source
+// read from files failed (policies, envoy_rls), by source; empty when
+// none is failing. The configuration in force is the one before.
+func (n *Node) ConfigErrors() map[string]string {
+	f := &n.cfgFiles
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]string, len(f.errs))
+	for src, err := range f.errs {
+		out[src] = err.Error()
+	}
+	return out
+}

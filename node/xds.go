@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/xdsconfig"
+)
+
+// xdsTarget puts the control plane's configurations in force: parsed and
+// checked exactly as the same files would be, then swapped in as a
+// reload swaps them. The Subscriber calls Apply from one goroutine.
+type xdsTarget struct {
+	n    *Node
+	opts envoyrls.LoadOptions
+}
+
+func (t xdsTarget) Apply(u xdsconfig.Update) error {
+	rls := t.n.rls
+	cfg, err := envoyrls.ParseDocuments(rls.xds.Source(), u.Documents, t.opts)
+	if err != nil {
+		return err
+	}
+	if cur := rls.rules.Current(); cur != nil && cur.Digest == cfg.Digest && rls.xdsLoaded.Load() {
+		return nil // the same limits, resent (a reconnect, or a version bump of nothing)
+	}
+	rls.rules.Set(cfg)
+	rls.xdsLoaded.Store(true)
+	t.n.log.Info("envoy rls config from the control plane in force", "version", u.Version, "domains", len(cfg.Domains()),
+		"rules", len(cfg.Rules()), "digest", cfg.Digest)
+	t.n.configChanged()
+	return nil
+}
+
+// newXDS prepares the subscription of a node whose Envoy rules come from
+// a control plane; it starts with startXDS.
+func (n *Node) newXDS() error {
+	if n.rls == nil || !n.cfg.EnvoyRLSXDS.Enabled() {
+		return nil
+	}
+	opts := envoyrls.LoadOptions{Check: n.store.Validate, MergeDomains: n.cfg.EnvoyRLS.MergeDomains}
+	sub, err := xdsconfig.New(n.cfg.EnvoyRLSXDS, xdsTarget{n: n, opts: opts}, n.reg, n.log)
+	if err != nil {
+		return fmt.Errorf("envoy rls xds: %w", err)
+	}
+	n.rls.xds = sub
+	return nil
+}
+
+// startXDS runs the subscription among the node's loops. Until the first
+// configuration is in force, a node with EnvoyRLSAwaitConfig reports the
+// rate limit service NOT_SERVING (gRPC health) and answers its calls
+// UNAVAILABLE, as envoyproxy/ratelimit does not serve before its first
+// configuration: an Envoy asking then gets an error, which its
+// failure_mode_deny decides, never an OK that limits nothing.
+func (n *Node) startXDS() {
+	sub := n.rls.xds
+	ctx, cancel := context.WithCancel(context.Background())
+	n.loops.Add(2)
+	go func() { defer n.loops.Done(); sub.Run(ctx) }()
+	go func() {
+		defer n.loops.Done()
+		defer cancel()
+		select {
+		case <-n.stop:
+			return
+		case <-sub.Ready():
+		}
+		if n.serving.Load() {
+			n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
+		}
+		<-n.stop
+	}()
+}
+
+// rlsHealth is the rate limit service's health as the node starts
+// serving.
+func (n *Node) rlsHealth() healthpb.HealthCheckResponse_ServingStatus {
+	if n.rls.awaiting() {
+		return healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	return healthpb.HealthCheckResponse_SERVING
+}
+
+// healthy is /healthz's (and /healthcheck's) answer: serving, and not
+// awaiting the first configuration from a control plane (upstream's
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; without a configuration the
+// node is as good as not started for Envoy, so a probe keeps traffic
+// away).
+func (n *Node) healthy() bool { return n.serving.Load() && (n.rls == nil || !n.rls.awaiting()) }
+
+// awaiting reports whether calls must wait for a first configuration.
+func (e *envoyRLS) awaiting() bool { return e.xds != nil && e.awaitConfig && !e.xdsLoaded.Load() }
+
+// awaitGate answers UNAVAILABLE until the first configuration from the
+// control plane is in force, then steps aside.
+type awaitGate struct {
+	rlspb.RateLimitServiceServer
+	rls *envoyRLS
+}
+
+func (g awaitGate) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if g.rls.awaiting() {
+		return nil, status.Errorf(codes.Unavailable, "no rate limit configuration yet from the control plane %s", g.rls.xds.Source())
+	}
+	return g.RateLimitServiceServer.ShouldRateLimit(ctx, req)
+}

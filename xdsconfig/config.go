@@ -1,0 +1,130 @@
+// Package xdsconfig subscribes to the Envoy rate limit service's
+// configuration from an xDS control plane, as envoyproxy/ratelimit's
+// CONFIG_TYPE=GRPC_XDS_SOTW does: one Aggregated Discovery Service stream,
+// state of the world, for ratelimit.config.ratelimit.v3.RateLimitConfig
+// resources. This is how Envoy Gateway and Envoy AI Gateway configure
+// the rate limit service they deploy.
+//
+// Every response holds every resource (state of the world). The
+// Subscriber turns each resource into the YAML document a file with the
+// same limits would hold (Document), hands the whole set to its Target,
+// and acknowledges it (ACK) if the Target put it in force, or refuses it
+// (NACK) with the Target's error, keeping the configuration in force. A
+// broken stream is opened again after a jittered exponential backoff,
+// and the control plane resends the state of the world on the new one.
+package xdsconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/peerlimit/peerlimit/internal/field"
+)
+
+// Config says where the control plane is and how to talk to it.
+type Config struct {
+	// ServerAddr is the control plane's gRPC address, host:port (Envoy
+	// Gateway's is envoy-gateway.envoy-gateway-system:18001). Empty: no
+	// subscription.
+	ServerAddr string
+	// NodeID and NodeMetadata identify this client to the control plane
+	// (the xDS Node's id and metadata); Envoy Gateway serves its rate
+	// limit configuration to any id. Default NodeID "default", as
+	// upstream's.
+	NodeID       string
+	NodeMetadata map[string]string
+	// Headers are added to the stream's gRPC metadata (upstream's
+	// CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS), e.g. a bearer token.
+	Headers map[string]string
+
+	// TLS: with UseTLS the connection is TLS, verified against CAFile
+	// (the system roots when empty) for ServerName (the host of
+	// ServerAddr when empty); CertFile and KeyFile, both or neither, are
+	// this client's certificate for mutual TLS. The files are read at
+	// every connect, so rotated certificates are picked up on the next
+	// reconnect.
+	UseTLS             bool
+	CAFile             string
+	CertFile, KeyFile  string
+	ServerName         string
+	InsecureSkipVerify bool // tests only; logged loudly
+
+	// BackoffInitial and BackoffMax bound the wait before reconnecting:
+	// it doubles from BackoffInitial up to BackoffMax, each wait drawn
+	// at random between half and the whole (full jitter would let every
+	// node of a cluster reconnect at once after a control plane
+	// restart). A stream that delivered a configuration resets it.
+	// Defaults 500ms and 30s.
+	BackoffInitial, BackoffMax time.Duration
+	// MaxRecvMsgBytes caps one response. Default 16 MiB: the state of
+	// the world for every domain arrives in one message.
+	MaxRecvMsgBytes int
+	// NackPause is how long the same refused configuration, sent again,
+	// waits for its NACK (see refusal). Default 1s.
+	NackPause time.Duration
+	// KeepaliveTime pings an idle stream so that a control plane that
+	// vanished without closing it is noticed. Default 30s.
+	KeepaliveTime time.Duration
+}
+
+// DefaultConfig is no subscription; set ServerAddr to subscribe.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:          "default",
+		BackoffInitial:  500 * time.Millisecond,
+		BackoffMax:      30 * time.Second,
+		MaxRecvMsgBytes: 16 << 20,
+		KeepaliveTime:   30 * time.Second,
+		NackPause:       time.Second,
+	}
+}
+
+// Enabled reports whether a control plane is configured.
+func (c Config) Enabled() bool { return c.ServerAddr != "" }
+
+// Validate reports every bad field, named.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(bad bool, path, format string, args ...any) {
+		if bad {
+			errs = append(errs, field.Errorf(path, format, args...))
+		}
+	}
+	check(c.NodeID == "", "NodeID", "must not be empty")
+	check(c.BackoffInitial <= 0, "BackoffInitial", "must be positive, got %s", c.BackoffInitial)
+	check(c.BackoffMax < c.BackoffInitial, "BackoffMax", "must be ≥ BackoffInitial (%s), got %s", c.BackoffInitial, c.BackoffMax)
+	check(c.NackPause <= 0, "NackPause", "must be positive, got %s", c.NackPause)
+	check(c.MaxRecvMsgBytes < 1024, "MaxRecvMsgBytes", "must be ≥ 1024, got %d", c.MaxRecvMsgBytes)
+	check(c.KeepaliveTime < 10*time.Second, "KeepaliveTime", "must be ≥ 10s (gRPC's minimum), got %s", c.KeepaliveTime)
+	check((c.CertFile == "") != (c.KeyFile == ""), "CertFile", "and KeyFile go together")
+	tlsFiles := c.CAFile != "" || c.CertFile != "" || c.ServerName != "" || c.InsecureSkipVerify
+	check(tlsFiles && !c.UseTLS, "UseTLS", "must be set with CAFile, CertFile, ServerName or InsecureSkipVerify")
+	return errors.Join(errs...)
+}
+
+// tlsConfig reads the TLS files, for one connect.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("xds: CA file: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("xds: CA file %s holds no PEM certificate", c.CAFile)
+		}
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("xds: client certificate: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}

@@ -1,0 +1,95 @@
+package xdsconfig
+
+import (
+	"fmt"
+	"strings"
+
+	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/envoyrls"
+)
+
+// Document turns one RateLimitConfig resource into the YAML document a
+// file with the same limits holds, named "xds:" and the resource's name,
+// so that a configuration served over xDS is read by the same parser,
+// with the same checks and meanings, as the same configuration from a
+// file (upstream converts its protos to its YAML structs the same way).
+//
+// Where the proto cannot say "unset" the document leaves the field out
+// as upstream's conversion does in effect: an unlimited rate limit has no
+// unit or requests_per_unit, and UNKNOWN is no unit (so a limited rule
+// without one is refused, naming the field).
+func Document(c *rlsconfpb.RateLimitConfig) (envoyrls.Document, error) {
+	doc := yamlDomain{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors())}
+	data, err := yaml.Marshal(doc)
+	if err != nil {
+		return envoyrls.Document{}, fmt.Errorf("xds: resource %q: %w", c.GetName(), err)
+	}
+	return envoyrls.Document{Name: "xds:" + c.GetName(), Data: data}, nil
+}
+
+// The YAML form, in envoyproxy/ratelimit's field names.
+type (
+	yamlDomain struct {
+		Domain      string           `yaml:"domain"`
+		Descriptors []yamlDescriptor `yaml:"descriptors"`
+	}
+	yamlDescriptor struct {
+		Key            string           `yaml:"key"`
+		Value          string           `yaml:"value,omitempty"`
+		RateLimit      *yamlRateLimit   `yaml:"rate_limit,omitempty"`
+		Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
+		ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
+		DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+		QuotaMode      bool             `yaml:"quota_mode,omitempty"`
+		Metadata       map[string]any   `yaml:"metadata,omitempty"`
+	}
+	yamlRateLimit struct {
+		Unit            string        `yaml:"unit,omitempty"`
+		RequestsPerUnit *uint32       `yaml:"requests_per_unit,omitempty"`
+		Unlimited       bool          `yaml:"unlimited,omitempty"`
+		Name            string        `yaml:"name,omitempty"`
+		Replaces        []yamlReplace `yaml:"replaces,omitempty"`
+	}
+	yamlReplace struct {
+		Name string `yaml:"name"`
+	}
+)
+
+func descriptors(pbs []*rlsconfpb.RateLimitDescriptor) []yamlDescriptor {
+	if len(pbs) == 0 {
+		return nil
+	}
+	out := make([]yamlDescriptor, len(pbs))
+	for i, d := range pbs {
+		out[i] = yamlDescriptor{
+			Key: d.GetKey(), Value: d.GetValue(), RateLimit: rateLimit(d.GetRateLimit()),
+			Descriptors: descriptors(d.GetDescriptors()),
+			ShadowMode:  d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(), QuotaMode: d.GetQuotaMode(),
+		}
+		if md := d.GetMetadata(); md != nil {
+			out[i].Metadata = md.AsMap()
+		}
+	}
+	return out
+}
+
+func rateLimit(p *rlsconfpb.RateLimitPolicy) *yamlRateLimit {
+	if p == nil {
+		return nil
+	}
+	r := &yamlRateLimit{Unlimited: p.GetUnlimited(), Name: p.GetName()}
+	for _, rep := range p.GetReplaces() {
+		r.Replaces = append(r.Replaces, yamlReplace{Name: rep.GetName()})
+	}
+	if r.Unlimited {
+		return r
+	}
+	if u := p.GetUnit(); u != rlsconfpb.RateLimitUnit_UNKNOWN {
+		r.Unit = strings.ToLower(u.String())
+	}
+	rpu := p.GetRequestsPerUnit()
+	r.RequestsPerUnit = &rpu
+	return r
+}
