@@ -76,9 +76,10 @@ func callWith(t *testing.T, c *testcluster.Cluster, i int, d *rlscommon.RateLimi
 
 // A call sent to a node that does not own its key, with Envoy's trace
 // context, reaches the collector as the server span of that node, in
-// Envoy's trace, and its child forward span naming the owner: over B3
-// (Envoy's Zipkin tracer) to the node exporting over OTLP/gRPC, over W3C
-// traceparent to the one exporting over OTLP/HTTP.
+// Envoy's trace, its child forward span naming the owner, and the owner's
+// own span deciding the check, a child of the forward, exported by the
+// owner: over B3 (Envoy's Zipkin tracer) to the node exporting over
+// OTLP/gRPC, over W3C traceparent to the one exporting over OTLP/HTTP.
 func TestTracingForwardedCallShowsTheOwner(t *testing.T) {
 	col := otlpcollector.New(t)
 	c := tracedRLSCluster(t, col, func(_ string, tc *tracing.Config) { tc.Enabled = true })
@@ -104,7 +105,7 @@ func TestTracingForwardedCallShowsTheOwner(t *testing.T) {
 	c.Leave(1)
 
 	for _, call := range calls {
-		var server, forward []otlpcollector.Span
+		var server, forward, decide []otlpcollector.Span
 		for _, s := range col.Spans() {
 			switch {
 			case s.TraceID != call.traceID:
@@ -112,6 +113,8 @@ func TestTracingForwardedCallShowsTheOwner(t *testing.T) {
 				server = append(server, s)
 			case s.Name == "peerlimit.forward":
 				forward = append(forward, s)
+			case s.Name == "peerlimit.decide":
+				decide = append(decide, s)
 			default:
 				t.Errorf("unexpected span %q in trace %s", s.Name, call.traceID)
 			}
@@ -126,7 +129,7 @@ func TestTracingForwardedCallShowsTheOwner(t *testing.T) {
 		assert.Equal(t, "peerlimit", s.Resource["service.name"])
 		assert.Equal(t, call.protocol, s.Via)
 
-		require.Len(t, forward, 1, "trace %s: the owner records no span of its own", call.traceID)
+		require.Len(t, forward, 1, "trace %s", call.traceID)
 		f := forward[0]
 		assert.Equal(t, s.SpanID, f.ParentSpanID)
 		assert.Equal(t, tracepb.Span_SPAN_KIND_CLIENT, f.Kind)
@@ -136,6 +139,15 @@ func TestTracingForwardedCallShowsTheOwner(t *testing.T) {
 		assert.NotEmpty(t, f.Attributes["peerlimit.forward.batch_size"])
 		assert.NotEmpty(t, f.Attributes["peerlimit.request_id"])
 		assert.Equal(t, tracepb.Status_STATUS_CODE_UNSET, f.StatusCode)
+
+		require.Len(t, decide, 1, "trace %s: the owner's span", call.traceID)
+		d := decide[0]
+		assert.Equal(t, f.SpanID, d.ParentSpanID, "the owner's span is the forward's child")
+		assert.Equal(t, tracepb.Span_SPAN_KIND_SERVER, d.Kind)
+		assert.Equal(t, fmt.Sprintf("node-%d", call.to), d.Resource["service.instance.id"], "exported by the owner")
+		assert.Equal(t, fmt.Sprintf("node-%d", call.to), d.Attributes["peerlimit.node.id"])
+		assert.Equal(t, fmt.Sprintf("node-%d", call.from), d.Attributes["peerlimit.origin"])
+		assert.Equal(t, "true", d.Attributes["peerlimit.allowed"])
 	}
 }
 

@@ -303,6 +303,7 @@ const streamWorkers = 128
 func (n *Node) peerServer() *peerrpc.Server {
 	s := peerrpc.NewServer(n.svc)
 	s.Drain = n.drain
+	s.Tracer, s.NodeID = n.traces.Tracer(peerTracer), n.cfg.ID
 	return s
 }
 

@@ -12,6 +12,7 @@ const (
 	routeTracer    = "github.com/peerlimit/peerlimit/route"
 	envoyRLSTracer = "github.com/peerlimit/peerlimit/envoyrls"
 	httpTracer     = "github.com/peerlimit/peerlimit/httpapi"
+	peerTracer     = "github.com/peerlimit/peerlimit/peerrpc"
 )
 
 // initTracing builds the span exporter of Config.Tracing (a provider that

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,6 +29,9 @@ import (
 type fwdItem struct {
 	req *pb.CheckRequest
 	rid string
+	// span is the caller's forward span when its trace is sampled (the
+	// owner's span joins it), else nil.
+	span *trace.SpanContext
 }
 
 // fwdResult is the owner's answer to one check and the request id and
@@ -88,7 +92,7 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 		return
 	}
 	start := time.Now()
-	msg := &pb.ForwardRequest{Origin: l.p.self, Checks: reqs, RequestId: id, WaitMs: l.waitMS}
+	msg := &pb.ForwardRequest{Origin: l.p.self, Checks: reqs, RequestId: id, WaitMs: l.waitMS, Traces: traceParents(items)}
 	l.pipe.Send(msg, func(resp *pb.ForwardResponse, err error) {
 		if err == nil && len(resp.GetResults()) != len(reqs) {
 			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
@@ -133,7 +137,7 @@ func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]
 // forwardOne sends req through the batcher and returns its answer and the
 // id of the batch that carried it.
 func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer.Result, string, error) {
-	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), rid: peer.RequestIDFrom(ctx)})
+	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), rid: peer.RequestIDFrom(ctx), span: sampledParent(ctx)})
 	if err != nil {
 		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
 	}
@@ -147,9 +151,9 @@ func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer
 // whose Err is a *peer.CallError: the route falls back for it alone.
 func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) ([]peer.Result, string, error) {
 	items := make([]fwdItem, len(reqs))
-	rid := peer.RequestIDFrom(ctx)
+	rid, span := peer.RequestIDFrom(ctx), sampledParent(ctx)
 	for i, r := range reqs {
-		items[i] = fwdItem{req: r, rid: rid}
+		items[i] = fwdItem{req: r, rid: rid, span: span}
 	}
 	res, errs, err := l.batcher.DoAll(ctx, items)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -29,6 +30,10 @@ type Server struct {
 	Admit func(ctx context.Context, origin string) error
 	// Drain, if set, ends ForwardStreams when the node shuts down.
 	Drain *grpcapi.Drain
+	// Tracer, if set, records the owner's span of each forwarded check
+	// whose sender traces it (ForwardRequest.traces), named by NodeID.
+	Tracer trace.Tracer
+	NodeID string
 }
 
 var _ pb.PeerServer = (*Server)(nil)
@@ -43,8 +48,11 @@ func (s *Server) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Forwar
 
 // forward decides a batch of forwarded checks and returns their answers.
 func (s *Server) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.CheckResult {
+	end := s.startDecideSpans(ctx, in)
 	b := protoconv.FromProtoBatch(in.GetChecks(), protoconv.FromForwarded)
-	return b.Answer(s.h.HandleForward(ctx, in.GetOrigin(), b.Reqs))
+	results := b.Answer(s.h.HandleForward(ctx, in.GetOrigin(), b.Reqs))
+	end(results)
+	return results
 }
 
 // Relay implements pb.PeerServer: take the checks to their owner, or

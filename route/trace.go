@@ -19,11 +19,10 @@ import (
 // its own checks, not the shared batch's call; peerrpc adds the size of
 // the batch that carried them.
 //
-// A forward carries no trace context to the owner: the peer protocol's
-// batches mix many callers' checks, and a context on them would cost
-// every forward bytes whether its trace is sampled or not. The owner is
-// named by this span's attributes instead, and the owner records no span
-// of its own.
+// The peer protocol's batches mix many callers' checks, so a forward
+// carries a trace context per check, and only for a sampled one
+// (package peerrpc): the owner records its decision as a child of this
+// span, and an unsampled forward costs nothing more.
 
 // forwardSpanName is the span of one hop to an owner.
 const forwardSpanName = "peerlimit.forward"

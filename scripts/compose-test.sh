@@ -385,8 +385,12 @@ docker run -d --name "$rl" --label "peerlimit.jepsen=$project" -p 127.0.0.1::808
 rl_http=$(docker port "$rl" 8080 | head -n1)
 rl_http=${rl_http/0.0.0.0/127.0.0.1}
 wait_until "$wait_s" "$rl answers Envoy Gateway's probe, GET /healthcheck" curl -sf -m 2 -o /dev/null "http://$rl_http/healthcheck"
-docker logs "$rl" 2>&1 | grep -q 'ratelimit mode: ignored.*REDIS_URL' || fail "$rl did not log the REDIS_* variables it ignores"
-curl -sf -m 2 "http://$rl_http/metrics" | grep -q '^peerlimit_envoy_rls_' || fail "$rl serves no Envoy rate limit metrics: the service is not configured"
+# Read whole before grep: under pipefail, grep -q leaving early would fail
+# its writer with SIGPIPE.
+rl_log=$(docker logs "$rl" 2>&1)
+grep -q 'ratelimit mode: ignored.*REDIS_URL' <<<"$rl_log" || fail "$rl did not log the REDIS_* variables it ignores"
+rl_metrics=$(curl -sf -m 2 "http://$rl_http/metrics")
+grep -q '^peerlimit_envoy_rls_' <<<"$rl_metrics" || fail "$rl serves no Envoy rate limit metrics: the service is not configured"
 docker rm -f "$rl" >/dev/null
 step "/bin/ratelimit: healthy on /healthcheck, the rate limit service configured from RUNTIME_ROOT, REDIS_* ignored and logged"
 

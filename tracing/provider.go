@@ -112,9 +112,9 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // envoyproxy/ratelimit's propagator). Extract takes either; when a call
 // carries both, B3's wins (they name the same trace when Envoy sends
 // both). Inject writes both, W3C and x-b3-*, so that whichever tracer the
-// next hop runs continues the trace. peerlimit itself injects into
-// nothing: a forward to a key's owner carries no trace context (see
-// route's forward span).
+// next hop runs continues the trace. A forward to a key's owner does not
+// use it: the peer protocol carries sampled checks' span contexts in
+// binary (package peerrpc).
 func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{},
 		b3.New(b3.WithInjectEncoding(b3.B3MultipleHeader)))

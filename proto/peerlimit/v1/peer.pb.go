@@ -42,7 +42,12 @@ type ForwardRequest struct {
 	// arrival by its own clock, so it ends there no sooner than at the
 	// sender, whatever the two clocks say (Forward calls carry gRPC's
 	// timeout, also a duration).
-	WaitMs        uint32 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs uint32 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// The checks whose callers' traces are sampled, with the span each
+	// check's forward belongs to: the owner records its decision as a child
+	// span, so that the trace shows the owner deciding. Unsampled checks
+	// carry nothing, so tracing costs a forward nothing unless sampled.
+	Traces        []*TraceParent `protobuf:"bytes,7,rep,name=traces,proto3" json:"traces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,6 +117,84 @@ func (x *ForwardRequest) GetWaitMs() uint32 {
 	return 0
 }
 
+func (x *ForwardRequest) GetTraces() []*TraceParent {
+	if x != nil {
+		return x.Traces
+	}
+	return nil
+}
+
+// TraceParent is a W3C trace context in binary: a sampled span on the
+// sender, parent of the owner's span for one check of a ForwardRequest.
+type TraceParent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The check's index in ForwardRequest.checks.
+	Check         uint32 `protobuf:"varint,1,opt,name=check,proto3" json:"check,omitempty"`
+	TraceId       []byte `protobuf:"bytes,2,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"` // 16 bytes
+	SpanId        []byte `protobuf:"bytes,3,opt,name=span_id,json=spanId,proto3" json:"span_id,omitempty"`    // 8 bytes
+	Flags         uint32 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`                   // W3C trace flags
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceParent) Reset() {
+	*x = TraceParent{}
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceParent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceParent) ProtoMessage() {}
+
+func (x *TraceParent) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceParent.ProtoReflect.Descriptor instead.
+func (*TraceParent) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TraceParent) GetCheck() uint32 {
+	if x != nil {
+		return x.Check
+	}
+	return 0
+}
+
+func (x *TraceParent) GetTraceId() []byte {
+	if x != nil {
+		return x.TraceId
+	}
+	return nil
+}
+
+func (x *TraceParent) GetSpanId() []byte {
+	if x != nil {
+		return x.SpanId
+	}
+	return nil
+}
+
+func (x *TraceParent) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
 type ForwardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per check, in order.
@@ -124,7 +207,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[1]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -136,7 +219,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[1]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -149,7 +232,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardResponse) GetResults() []*CheckResult {
@@ -176,7 +259,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[2]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +271,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[2]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +284,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HandoffRequest) GetOrigin() string {
@@ -247,7 +330,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[3]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +342,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[3]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +355,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeyState) GetKey() string {
@@ -342,7 +425,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[4]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +437,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[4]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +450,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HandoffResponse) GetMerged() uint32 {
@@ -396,7 +479,7 @@ type HandoffDoneRequest struct {
 
 func (x *HandoffDoneRequest) Reset() {
 	*x = HandoffDoneRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +491,7 @@ func (x *HandoffDoneRequest) String() string {
 func (*HandoffDoneRequest) ProtoMessage() {}
 
 func (x *HandoffDoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[5]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +504,7 @@ func (x *HandoffDoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffDoneRequest.ProtoReflect.Descriptor instead.
 func (*HandoffDoneRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HandoffDoneRequest) GetOrigin() string {
@@ -446,7 +529,7 @@ type HandoffDoneResponse struct {
 
 func (x *HandoffDoneResponse) Reset() {
 	*x = HandoffDoneResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +541,7 @@ func (x *HandoffDoneResponse) String() string {
 func (*HandoffDoneResponse) ProtoMessage() {}
 
 func (x *HandoffDoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[6]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +554,7 @@ func (x *HandoffDoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffDoneResponse.ProtoReflect.Descriptor instead.
 func (*HandoffDoneResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 // PeerResetRequest is a public ResetRequest with its policy resolved to
@@ -489,7 +572,7 @@ type PeerResetRequest struct {
 
 func (x *PeerResetRequest) Reset() {
 	*x = PeerResetRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +584,7 @@ func (x *PeerResetRequest) String() string {
 func (*PeerResetRequest) ProtoMessage() {}
 
 func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[7]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +597,7 @@ func (x *PeerResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetRequest.ProtoReflect.Descriptor instead.
 func (*PeerResetRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerResetRequest) GetOrigin() string {
@@ -562,7 +645,7 @@ type PeerResetResponse struct {
 
 func (x *PeerResetResponse) Reset() {
 	*x = PeerResetResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +657,7 @@ func (x *PeerResetResponse) String() string {
 func (*PeerResetResponse) ProtoMessage() {}
 
 func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[8]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +670,7 @@ func (x *PeerResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResetResponse.ProtoReflect.Descriptor instead.
 func (*PeerResetResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PeerResetResponse) GetCleared() uint32 {
@@ -611,7 +694,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +706,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[9]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +719,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplicateRequest) GetOrigin() string {
@@ -670,7 +753,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +765,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[10]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +778,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplicateResponse) GetKept() uint32 {
@@ -718,7 +801,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +813,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[11]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +826,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportRequest) GetOrigin() string {
@@ -779,7 +862,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +874,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[12]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +887,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportResponse) GetSamples() []*Sample {
@@ -858,7 +941,7 @@ type Sample struct {
 
 func (x *Sample) Reset() {
 	*x = Sample{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +953,7 @@ func (x *Sample) String() string {
 func (*Sample) ProtoMessage() {}
 
 func (x *Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[13]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +966,7 @@ func (x *Sample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sample.ProtoReflect.Descriptor instead.
 func (*Sample) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Sample) GetTimeUnixMs() int64 {
@@ -989,7 +1072,7 @@ type PeerInspectRequest struct {
 
 func (x *PeerInspectRequest) Reset() {
 	*x = PeerInspectRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1084,7 @@ func (x *PeerInspectRequest) String() string {
 func (*PeerInspectRequest) ProtoMessage() {}
 
 func (x *PeerInspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[14]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1097,7 @@ func (x *PeerInspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInspectRequest.ProtoReflect.Descriptor instead.
 func (*PeerInspectRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeerInspectRequest) GetOrigin() string {
@@ -1057,7 +1140,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1152,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[15]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1165,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRequest) GetOrigin() string {
@@ -1123,7 +1206,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1218,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[16]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1231,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseResponse) GetResult() *CheckResult {
@@ -1203,7 +1286,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1298,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[17]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1311,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SettleRequest) GetOrigin() string {
@@ -1258,7 +1341,7 @@ type LeaseUse struct {
 
 func (x *LeaseUse) Reset() {
 	*x = LeaseUse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1353,7 @@ func (x *LeaseUse) String() string {
 func (*LeaseUse) ProtoMessage() {}
 
 func (x *LeaseUse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1366,7 @@ func (x *LeaseUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseUse.ProtoReflect.Descriptor instead.
 func (*LeaseUse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseUse) GetId() uint64 {
@@ -1316,7 +1399,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1411,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peer_proto_msgTypes[19]
+	mi := &file_peerlimit_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1424,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_peerlimit_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SettleResponse) GetSettled() uint32 {
@@ -1355,14 +1438,20 @@ var File_peerlimit_v1_peer_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\xbe\x01\n" +
+	"\x17peerlimit/v1/peer.proto\x12\fpeerlimit.v1\x1a\x1cpeerlimit/v1/peerlimit.proto\"\xf1\x01\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
 	"\x06checks\x18\x02 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x17\n" +
-	"\await_ms\x18\x06 \x01(\rR\x06waitMsJ\x04\b\x05\x10\x06R\x10deadline_unix_ms\"X\n" +
+	"\await_ms\x18\x06 \x01(\rR\x06waitMs\x121\n" +
+	"\x06traces\x18\a \x03(\v2\x19.peerlimit.v1.TraceParentR\x06tracesJ\x04\b\x05\x10\x06R\x10deadline_unix_ms\"m\n" +
+	"\vTraceParent\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\rR\x05check\x12\x19\n" +
+	"\btrace_id\x18\x02 \x01(\fR\atraceId\x12\x17\n" +
+	"\aspan_id\x18\x03 \x01(\fR\x06spanId\x12\x14\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\"X\n" +
 	"\x0fForwardResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"X\n" +
@@ -1482,74 +1571,76 @@ func file_peerlimit_v1_peer_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peer_proto_rawDescData
 }
 
-var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_peerlimit_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*ForwardRequest)(nil),      // 0: peerlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),     // 1: peerlimit.v1.ForwardResponse
-	(*HandoffRequest)(nil),      // 2: peerlimit.v1.HandoffRequest
-	(*KeyState)(nil),            // 3: peerlimit.v1.KeyState
-	(*HandoffResponse)(nil),     // 4: peerlimit.v1.HandoffResponse
-	(*HandoffDoneRequest)(nil),  // 5: peerlimit.v1.HandoffDoneRequest
-	(*HandoffDoneResponse)(nil), // 6: peerlimit.v1.HandoffDoneResponse
-	(*PeerResetRequest)(nil),    // 7: peerlimit.v1.PeerResetRequest
-	(*PeerResetResponse)(nil),   // 8: peerlimit.v1.PeerResetResponse
-	(*ReplicateRequest)(nil),    // 9: peerlimit.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),   // 10: peerlimit.v1.ReplicateResponse
-	(*ReportRequest)(nil),       // 11: peerlimit.v1.ReportRequest
-	(*ReportResponse)(nil),      // 12: peerlimit.v1.ReportResponse
-	(*Sample)(nil),              // 13: peerlimit.v1.Sample
-	(*PeerInspectRequest)(nil),  // 14: peerlimit.v1.PeerInspectRequest
-	(*LeaseRequest)(nil),        // 15: peerlimit.v1.LeaseRequest
-	(*LeaseResponse)(nil),       // 16: peerlimit.v1.LeaseResponse
-	(*SettleRequest)(nil),       // 17: peerlimit.v1.SettleRequest
-	(*LeaseUse)(nil),            // 18: peerlimit.v1.LeaseUse
-	(*SettleResponse)(nil),      // 19: peerlimit.v1.SettleResponse
-	(*CheckRequest)(nil),        // 20: peerlimit.v1.CheckRequest
-	(*CheckResult)(nil),         // 21: peerlimit.v1.CheckResult
-	(Algorithm)(0),              // 22: peerlimit.v1.Algorithm
-	(*HotKey)(nil),              // 23: peerlimit.v1.HotKey
-	(*InspectResponse)(nil),     // 24: peerlimit.v1.InspectResponse
+	(*TraceParent)(nil),         // 1: peerlimit.v1.TraceParent
+	(*ForwardResponse)(nil),     // 2: peerlimit.v1.ForwardResponse
+	(*HandoffRequest)(nil),      // 3: peerlimit.v1.HandoffRequest
+	(*KeyState)(nil),            // 4: peerlimit.v1.KeyState
+	(*HandoffResponse)(nil),     // 5: peerlimit.v1.HandoffResponse
+	(*HandoffDoneRequest)(nil),  // 6: peerlimit.v1.HandoffDoneRequest
+	(*HandoffDoneResponse)(nil), // 7: peerlimit.v1.HandoffDoneResponse
+	(*PeerResetRequest)(nil),    // 8: peerlimit.v1.PeerResetRequest
+	(*PeerResetResponse)(nil),   // 9: peerlimit.v1.PeerResetResponse
+	(*ReplicateRequest)(nil),    // 10: peerlimit.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),   // 11: peerlimit.v1.ReplicateResponse
+	(*ReportRequest)(nil),       // 12: peerlimit.v1.ReportRequest
+	(*ReportResponse)(nil),      // 13: peerlimit.v1.ReportResponse
+	(*Sample)(nil),              // 14: peerlimit.v1.Sample
+	(*PeerInspectRequest)(nil),  // 15: peerlimit.v1.PeerInspectRequest
+	(*LeaseRequest)(nil),        // 16: peerlimit.v1.LeaseRequest
+	(*LeaseResponse)(nil),       // 17: peerlimit.v1.LeaseResponse
+	(*SettleRequest)(nil),       // 18: peerlimit.v1.SettleRequest
+	(*LeaseUse)(nil),            // 19: peerlimit.v1.LeaseUse
+	(*SettleResponse)(nil),      // 20: peerlimit.v1.SettleResponse
+	(*CheckRequest)(nil),        // 21: peerlimit.v1.CheckRequest
+	(*CheckResult)(nil),         // 22: peerlimit.v1.CheckResult
+	(Algorithm)(0),              // 23: peerlimit.v1.Algorithm
+	(*HotKey)(nil),              // 24: peerlimit.v1.HotKey
+	(*InspectResponse)(nil),     // 25: peerlimit.v1.InspectResponse
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
-	20, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	21, // 1: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
-	3,  // 2: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
-	22, // 3: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	22, // 4: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	3,  // 5: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
-	13, // 6: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
-	23, // 7: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
-	23, // 8: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
-	20, // 9: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
-	21, // 10: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
-	18, // 11: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
-	0,  // 12: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	0,  // 13: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
-	2,  // 14: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	5,  // 15: peerlimit.v1.Peer.HandoffDone:input_type -> peerlimit.v1.HandoffDoneRequest
-	7,  // 16: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	9,  // 17: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
-	0,  // 18: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
-	11, // 19: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
-	14, // 20: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
-	15, // 21: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
-	17, // 22: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
-	1,  // 23: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	1,  // 24: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	4,  // 25: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	6,  // 26: peerlimit.v1.Peer.HandoffDone:output_type -> peerlimit.v1.HandoffDoneResponse
-	8,  // 27: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	10, // 28: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
-	1,  // 29: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
-	12, // 30: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
-	24, // 31: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
-	16, // 32: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
-	19, // 33: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	1,  // 1: peerlimit.v1.ForwardRequest.traces:type_name -> peerlimit.v1.TraceParent
+	22, // 2: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
+	4,  // 3: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
+	23, // 4: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
+	23, // 5: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	4,  // 6: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
+	14, // 7: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
+	24, // 8: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
+	24, // 9: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
+	21, // 10: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
+	22, // 11: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
+	19, // 12: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
+	0,  // 13: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	0,  // 14: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	3,  // 15: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	6,  // 16: peerlimit.v1.Peer.HandoffDone:input_type -> peerlimit.v1.HandoffDoneRequest
+	8,  // 17: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	10, // 18: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 19: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	12, // 20: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
+	15, // 21: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
+	16, // 22: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
+	18, // 23: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
+	2,  // 24: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	2,  // 25: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	5,  // 26: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	7,  // 27: peerlimit.v1.Peer.HandoffDone:output_type -> peerlimit.v1.HandoffDoneResponse
+	9,  // 28: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	11, // 29: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	2,  // 30: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	13, // 31: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
+	25, // 32: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
+	17, // 33: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
+	20, // 34: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }
@@ -1558,14 +1649,14 @@ func file_peerlimit_v1_peer_proto_init() {
 		return
 	}
 	file_peerlimit_v1_peerlimit_proto_init()
-	file_peerlimit_v1_peer_proto_msgTypes[13].OneofWrappers = []any{}
+	file_peerlimit_v1_peer_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peer_proto_rawDesc), len(file_peerlimit_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
