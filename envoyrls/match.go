@@ -23,7 +23,7 @@ const (
 // how each level of the walk selected its descriptor.
 type Matched struct {
 	Rule *Rule
-	hows uint64 // 2 bits per level from the top; maxDepth levels fit
+	hows uint64 // 2 bits per level from the top; MaxDepth levels fit
 }
 
 func (m Matched) how(level int) how { return how(m.hows >> (2 * level) & 3) }
@@ -47,7 +47,7 @@ func (m Matched) how(level int) how { return how(m.hows >> (2 * level) & 3) }
 // Match takes no lock and, for keys and values up to 128 bytes together,
 // allocates nothing.
 func Match[E Entry](d *Domain, entries []E) Matched {
-	if d == nil || len(entries) == 0 || len(entries) > maxDepth {
+	if d == nil || len(entries) == 0 || len(entries) > MaxDepth {
 		return Matched{}
 	}
 	var buf [128]byte

@@ -8,9 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// maxMetadataValues bounds the metadata values of one load, counting an
-// alias once per use, as maxDescriptors bounds the descriptors.
-const maxMetadataValues = 100_000
+// MaxMetadataValues bounds the metadata values of one load, counting an
+// alias once per use, as MaxDescriptors bounds the descriptors.
+const MaxMetadataValues = 100_000
 
 // metadata reads a descriptor's metadata: any mapping, turned into the
 // google.protobuf.Struct Envoy receives. Keys are the text of any scalar
@@ -44,9 +44,9 @@ func (p *parser) metadataStruct(m *yaml.Node, where string, depth int) (*structp
 
 // metadataValue reads one metadata value, at depth levels of nesting.
 func (p *parser) metadataValue(v *yaml.Node, where string, depth int) (*structpb.Value, bool) {
-	if p.metadataCount++; p.metadataCount > maxMetadataValues || depth > maxDepth {
-		if p.metadataCount == maxMetadataValues+1 || depth == maxDepth+1 {
-			p.fail(v.Line, where, "metadata larger than %d values or nested deeper than %d levels (aliases count once per use)", maxMetadataValues, maxDepth)
+	if p.metadataCount++; p.metadataCount > MaxMetadataValues || depth > MaxDepth {
+		if p.metadataCount == MaxMetadataValues+1 || depth == MaxDepth+1 {
+			p.fail(v.Line, where, "metadata larger than %d values or nested deeper than %d levels (aliases count once per use)", MaxMetadataValues, MaxDepth)
 		}
 		return nil, false
 	}

@@ -31,14 +31,14 @@ const (
 	MaxFiles     = 1000
 	// maxErrors bounds the errors one load reports.
 	maxErrors = yamlconf.MaxErrors
-	// maxDescriptors bounds the descriptors of one load, counting an
+	// MaxDescriptors bounds the descriptors of one load, counting an
 	// alias once per use: YAML aliases could otherwise expand a small
 	// file into billions of descriptors.
-	maxDescriptors = 100_000
-	// maxDepth bounds descriptor nesting: Envoy descriptors have a handful
+	MaxDescriptors = 100_000
+	// MaxDepth bounds descriptor nesting: Envoy descriptors have a handful
 	// of entries, and a deeper file is a mistake (or an attack on the
 	// parser's stack).
-	maxDepth = 32
+	MaxDepth = 32
 )
 
 // LoadOptions says how Load and Parse read a configuration.
@@ -245,7 +245,7 @@ func (p *parser) file(name string, data []byte) {
 }
 
 // deref follows an alias (*defaults) to its anchor. An alias is walked
-// once per place it appears; maxDescriptors bounds what that can expand
+// once per place it appears; MaxDescriptors bounds what that can expand
 // to.
 func deref(n *yaml.Node) *yaml.Node { return yamlconf.Deref(n) }
 
@@ -349,14 +349,14 @@ func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, s scope, de
 		p.fail(list.Line, where, "descriptors must be a list of {key, value, rate_limit, descriptors}")
 		return
 	}
-	if depth > maxDepth {
-		p.fail(list.Line, where, "descriptors nested deeper than %d levels", maxDepth)
+	if depth > MaxDepth {
+		p.fail(list.Line, where, "descriptors nested deeper than %d levels", MaxDepth)
 		return
 	}
 	for _, item := range list.Content {
-		if p.descriptorCount++; p.descriptorCount > maxDescriptors {
-			if p.descriptorCount == maxDescriptors+1 {
-				p.fail(item.Line, where, "more than %d descriptors (aliases count once per use)", maxDescriptors)
+		if p.descriptorCount++; p.descriptorCount > MaxDescriptors {
+			if p.descriptorCount == MaxDescriptors+1 {
+				p.fail(item.Line, where, "more than %d descriptors (aliases count once per use)", MaxDescriptors)
 			}
 			return
 		}

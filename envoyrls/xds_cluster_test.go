@@ -144,3 +144,24 @@ func clientsOf(t *testing.T, c *testcluster.Cluster) []rlspb.RateLimitServiceCli
 	}
 	return out
 }
+
+// Started as Envoy Gateway starts it (FORCE_START_WITHOUT_INITIAL_CONFIG),
+// the node is ready before its first configuration, and the service still
+// answers UNAVAILABLE, as upstream fails every call then: never an OK
+// that limits nothing.
+func TestXDSForceStartStillRefusesUntilTheFirstConfig(t *testing.T) {
+	srv := xdsserver.Start(t, nil)
+	c := testcluster.New(t, 1, func(cfg *node.Config) {
+		xdsNodes(srv)(cfg)
+		cfg.EnvoyRLSAwaitConfig = false
+	})
+	conn, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlspb.RateLimitService_ServiceDesc.ServiceName})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, health.GetStatus())
+	req := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("client=acme")}}
+	_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+}

@@ -132,11 +132,11 @@ type Config struct {
 	// EnvoyRLSConfig must be empty.
 	EnvoyRLSXDS xdsconfig.Config
 	// EnvoyRLSAwaitConfig: with EnvoyRLSXDS, until the first
-	// configuration arrives the service answers UNAVAILABLE and its gRPC
-	// health is NOT_SERVING (upstream does not serve before it either).
-	// Off, it answers from no configuration meanwhile: every domain
-	// unknown, so every call OK (upstream's
-	// FORCE_START_WITHOUT_INITIAL_CONFIG). Default on.
+	// configuration arrives the node reports itself not ready: the
+	// service's gRPC health NOT_SERVING, /healthz 503 (upstream does not
+	// even listen before it, unless FORCE_START_WITHOUT_INITIAL_CONFIG).
+	// Either way the service answers UNAVAILABLE meanwhile, never OK.
+	// Default on.
 	EnvoyRLSAwaitConfig bool
 	// EnvoyRLS are the rate limit service's settings (headers, domain
 	// merging, response metadata, global shadow and quota modes, the

@@ -65,8 +65,7 @@ type configFiles struct {
 // reload's configChanged finds the node complete.
 func (n *Node) initConfigFiles() error {
 	f := &n.cfgFiles
-	f.errs = map[string]error{}
-	f.sources = map[string]bool{sourcePolicies: n.policies != nil, sourceEnvoyRLS: n.cfg.EnvoyRLSConfig != ""}
+	sources := map[string]bool{sourcePolicies: n.policies != nil, sourceEnvoyRLS: n.cfg.EnvoyRLSConfig != ""}
 	f.failing = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "config_reload_failing",
 		Help: "1 while the last reload of the source's files (policies, envoy_rls) failed: the configuration in force is older than " +
 			"the files, and GET /healthz says why; 0 once one succeeds, and for a source not read from files."}, []string{"source"})
@@ -74,7 +73,7 @@ func (n *Node) initConfigFiles() error {
 		Help: "When the source's files (policies, envoy_rls) were last read and found valid: at start, on SIGHUP, or when watched " +
 			"files changed (even if the configuration did not)."}, []string{"source"})
 	start := float64(n.cfg.Now().UnixMilli()) / 1e3
-	for src, ok := range f.sources {
+	for src, ok := range sources {
 		// A series for every source, so that one alert on > 0 covers
 		// every node whatever it reads.
 		f.failing.WithLabelValues(src).Set(0)
@@ -87,6 +86,11 @@ func (n *Node) initConfigFiles() error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
+	// Published under the lock, gauges first: the HTTP API serves
+	// already (/healthz reads errs), and a SIGHUP may reload meanwhile.
+	f.mu.Lock()
+	f.errs, f.sources = map[string]error{}, sources
+	f.mu.Unlock()
 	return n.watchConfigFiles()
 }
 

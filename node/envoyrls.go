@@ -30,8 +30,9 @@ type envoyRLS struct {
 	rules    *envoyrls.Registry
 	settings envoyrls.Config
 	// xds is the subscription to a control plane, nil when the rules
-	// come from files; awaitConfig: the service answers UNAVAILABLE until
-	// its first configuration (Config.EnvoyRLSAwaitConfig).
+	// come from files; until its first configuration the service answers
+	// UNAVAILABLE, and with awaitConfig the node's health waits for it too
+	// (Config.EnvoyRLSAwaitConfig).
 	xds         *xdsconfig.Subscriber
 	awaitConfig bool
 	// xdsLoaded is set once a configuration from the control plane is in
@@ -81,7 +82,7 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 	if err != nil {
 		return err
 	}
-	if e.awaitConfig {
+	if e.xds != nil {
 		rlspb.RegisterRateLimitServiceServer(srv, awaitGate{RateLimitServiceServer: s, rls: e})
 		return nil
 	}

@@ -371,6 +371,14 @@ func (n *Node) joinCluster() (err error) {
 	if err != nil {
 		return err
 	}
+	// Undone by a later step's failure: leave, so that the others do not
+	// route keys to a node that never served.
+	n.onUndo(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.members.Leave(ctx)
+		_ = n.members.Shutdown()
+	})
 	n.cluster.Store(n.members)
 	n.configChanged() // a reload while joining found no cluster to tell
 	// The join is done: route by the members it found before serving,

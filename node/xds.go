@@ -54,11 +54,12 @@ func (n *Node) newXDS() error {
 }
 
 // startXDS runs the subscription among the node's loops. Until the first
-// configuration is in force, a node with EnvoyRLSAwaitConfig reports the
-// rate limit service NOT_SERVING (gRPC health) and answers its calls
-// UNAVAILABLE, as envoyproxy/ratelimit does not serve before its first
+// configuration is in force the rate limit service answers UNAVAILABLE,
+// as envoyproxy/ratelimit fails every call before its first
 // configuration: an Envoy asking then gets an error, which its
-// failure_mode_deny decides, never an OK that limits nothing.
+// failure_mode_deny decides, never an OK that limits nothing. With
+// EnvoyRLSAwaitConfig the node's health (the service's gRPC health,
+// /healthz) waits for it too, so that probes keep traffic away.
 func (n *Node) startXDS() {
 	sub := n.rls.xds
 	ctx, cancel := context.WithCancel(context.Background())
@@ -82,21 +83,22 @@ func (n *Node) startXDS() {
 // rlsHealth is the rate limit service's health as the node starts
 // serving.
 func (n *Node) rlsHealth() healthpb.HealthCheckResponse_ServingStatus {
-	if n.rls.awaiting() {
+	if n.rls.awaitConfig && n.rls.awaiting() {
 		return healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	return healthpb.HealthCheckResponse_SERVING
 }
 
-// healthy is /healthz's (and /healthcheck's) answer: serving, and not
-// awaiting the first configuration from a control plane (upstream's
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; without a configuration the
-// node is as good as not started for Envoy, so a probe keeps traffic
-// away).
-func (n *Node) healthy() bool { return n.serving.Load() && (n.rls == nil || !n.rls.awaiting()) }
+// healthy is /healthz's (and /healthcheck's) answer: serving, and, with
+// EnvoyRLSAwaitConfig, not awaiting the first configuration from a
+// control plane (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+func (n *Node) healthy() bool {
+	return n.serving.Load() && (n.rls == nil || !n.rls.awaitConfig || !n.rls.awaiting())
+}
 
-// awaiting reports whether calls must wait for a first configuration.
-func (e *envoyRLS) awaiting() bool { return e.xds != nil && e.awaitConfig && !e.xdsLoaded.Load() }
+// awaiting reports whether calls must wait for a first configuration
+// from a control plane.
+func (e *envoyRLS) awaiting() bool { return e.xds != nil && !e.xdsLoaded.Load() }
 
 // awaitGate answers UNAVAILABLE until the first configuration from the
 // control plane is in force, then steps aside.

@@ -6,6 +6,7 @@ import (
 
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/peerlimit/peerlimit/envoyrls"
 )
@@ -21,6 +22,21 @@ import (
 // unit or requests_per_unit, and UNKNOWN is no unit (so a limited rule
 // without one is refused, naming the field).
 func Document(c *rlsconfpb.RateLimitConfig) (envoyrls.Document, error) {
+	return (&budget{}).document(c)
+}
+
+// budget bounds what the resources of one response may expand into
+// before the parser sees them, with the parser's own limits: YAML indents
+// each level, so a deeply nested resource of a few kilobytes would
+// otherwise become hundreds of megabytes of text.
+type budget struct {
+	descriptors, metadata int
+}
+
+func (b *budget) document(c *rlsconfpb.RateLimitConfig) (envoyrls.Document, error) {
+	if err := b.check(c.GetDescriptors(), 1); err != nil {
+		return envoyrls.Document{}, fmt.Errorf("xds: resource %q: %w", c.GetName(), err)
+	}
 	doc := yamlDomain{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors())}
 	data, err := yaml.Marshal(doc)
 	if err != nil {
@@ -92,4 +108,47 @@ func rateLimit(p *rlsconfpb.RateLimitPolicy) *yamlRateLimit {
 	rpu := p.GetRequestsPerUnit()
 	r.RequestsPerUnit = &rpu
 	return r
+}
+
+// check counts ds and their metadata against the budget, and their depth
+// against the parser's limit.
+func (b *budget) check(ds []*rlsconfpb.RateLimitDescriptor, depth int) error {
+	if len(ds) > 0 && depth > envoyrls.MaxDepth {
+		return fmt.Errorf("descriptors nested deeper than %d levels", envoyrls.MaxDepth)
+	}
+	for _, d := range ds {
+		if b.descriptors++; b.descriptors > envoyrls.MaxDescriptors {
+			return fmt.Errorf("more than %d descriptors", envoyrls.MaxDescriptors)
+		}
+		if md := d.GetMetadata(); md != nil {
+			if err := b.checkMetadata(structpb.NewStructValue(md), 1); err != nil {
+				return err
+			}
+		}
+		if err := b.check(d.GetDescriptors(), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *budget) checkMetadata(v *structpb.Value, depth int) error {
+	if b.metadata++; b.metadata > envoyrls.MaxMetadataValues || depth > envoyrls.MaxDepth {
+		return fmt.Errorf("metadata larger than %d values or nested deeper than %d levels", envoyrls.MaxMetadataValues, envoyrls.MaxDepth)
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		for _, f := range k.StructValue.GetFields() {
+			if err := b.checkMetadata(f, depth+1); err != nil {
+				return err
+			}
+		}
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if err := b.checkMetadata(e, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -238,6 +238,7 @@ func decode(resp *discoverypb.DiscoveryResponse) (Update, error) {
 		return Update{}, fmt.Errorf("xds: response of type %q; subscribed to %q", resp.GetTypeUrl(), TypeURL)
 	}
 	u := Update{Version: resp.GetVersionInfo(), Documents: make([]envoyrls.Document, 0, len(resp.GetResources()))}
+	var b budget // over the whole response, as the parser's limits are over a load
 	for i, res := range resp.GetResources() {
 		if res.GetTypeUrl() != TypeURL {
 			return Update{}, fmt.Errorf("xds: resource %d is of type %q, not %q", i, res.GetTypeUrl(), TypeURL)
@@ -246,7 +247,7 @@ func decode(resp *discoverypb.DiscoveryResponse) (Update, error) {
 		if err := proto.Unmarshal(res.GetValue(), &c); err != nil {
 			return Update{}, fmt.Errorf("xds: resource %d: %w", i, err)
 		}
-		doc, err := Document(&c)
+		doc, err := b.document(&c)
 		if err != nil {
 			return Update{}, err
 		}
@@ -263,7 +264,9 @@ func decode(resp *discoverypb.DiscoveryResponse) (Update, error) {
 func nack(err error) *statuspb.Status {
 	msg := err.Error()
 	if len(msg) > maxNackBytes {
-		msg = msg[:maxNackBytes] + "…"
+		// At a character's boundary: a proto3 string must be UTF-8, or
+		// the NACK fails to marshal and is never sent.
+		msg = strings.ToValidUTF8(msg[:maxNackBytes], "") + "…"
 	}
 	return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg}
 }

@@ -26,7 +26,7 @@ func defineXDSFlags(fs *flag.FlagSet, x *xdsconfig.Config, await *bool) {
 	fs.DurationVar(&x.BackoffInitial, "envoy-rls-xds-backoff-initial", x.BackoffInitial, "first wait before reconnecting to the control plane; doubles per failure (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)")
 	fs.DurationVar(&x.BackoffMax, "envoy-rls-xds-backoff-max", x.BackoffMax, "longest wait before reconnecting (XDS_CLIENT_BACKOFF_MAX_INTERVAL)")
 	fs.IntVar(&x.MaxRecvMsgBytes, "envoy-rls-xds-max-msg-bytes", x.MaxRecvMsgBytes, "largest response accepted from the control plane (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
-	fs.BoolVar(await, "envoy-rls-await-config", *await, "with --envoy-rls-xds-server: answer UNAVAILABLE, and report the service NOT_SERVING, until the first configuration arrives; false answers from no configuration meanwhile (FORCE_START_WITHOUT_INITIAL_CONFIG=true)")
+	fs.BoolVar(await, "envoy-rls-await-config", *await, "with --envoy-rls-xds-server: until the first configuration arrives, report the node not ready (the service's gRPC health NOT_SERVING, /healthz 503); the service answers UNAVAILABLE meanwhile either way (false: FORCE_START_WITHOUT_INITIAL_CONFIG=true)")
 }
 
 // kvFlag is a map set from comma-separated key=value pairs.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The ratelimit mode: peerlimit-node started as /bin/ratelimit (the
@@ -81,6 +82,32 @@ func (u *upstream) boolean(name string, def bool) bool {
 	return b
 }
 
+// port is a port number variable, checked by name.
+func (u *upstream) port(name, def string) string {
+	v := u.str(name, def)
+	if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 65535 {
+		u.errs = append(u.errs, fmt.Errorf("%s=%q: want a port number, 0 to 65535", name, v))
+	}
+	return v
+}
+
+// checked passes variable name to flag when it is set and parse accepts
+// it, else says what is wrong with it by name.
+func (u *upstream) checked(name, flag, want string, parse func(string) error) {
+	v := u.getenv(name)
+	if v == "" {
+		return
+	}
+	if err := parse(v); err != nil {
+		u.errs = append(u.errs, fmt.Errorf("%s=%q: want %s", name, v, want))
+		return
+	}
+	u.flag(flag, v)
+}
+
+func isDuration(v string) error { _, err := time.ParseDuration(v); return err }
+func isFloat(v string) error    { _, err := strconv.ParseFloat(v, 64); return err }
+
 func (u *upstream) flag(name, value string) { u.args = append(u.args, "--"+name+"="+value) }
 
 // pass sets flag from variable name when it is set.
@@ -97,8 +124,8 @@ func (u *upstream) note(format string, args ...any) {
 // listeners: HOST:PORT is the HTTP API (health at /healthcheck),
 // GRPC_HOST:GRPC_PORT the gRPC one, Envoy's and the peers'.
 func (u *upstream) listeners() {
-	u.flag("http-addr", net.JoinHostPort(u.str("HOST", "0.0.0.0"), u.str("PORT", "8080")))
-	u.flag("grpc-addr", net.JoinHostPort(u.str("GRPC_HOST", "0.0.0.0"), u.str("GRPC_PORT", "8081")))
+	u.flag("http-addr", net.JoinHostPort(u.str("HOST", "0.0.0.0"), u.port("PORT", "8080")))
+	u.flag("grpc-addr", net.JoinHostPort(u.str("GRPC_HOST", "0.0.0.0"), u.port("GRPC_PORT", "8081")))
 	if v := u.getenv("GRPC_UDS"); v != "" {
 		u.errs = append(u.errs, fmt.Errorf("GRPC_UDS=%q: a unix socket cannot be reached by the other nodes; serve on GRPC_HOST:GRPC_PORT", v))
 	}
@@ -107,19 +134,23 @@ func (u *upstream) listeners() {
 	}
 }
 
-// logging: upstream uses logrus's levels and WARN by default.
+// logging: upstream uses logrus's levels, WARN by default, and any
+// LOG_FORMAT but json is text.
 func (u *upstream) logging() {
-	level := strings.ToLower(u.str("LOG_LEVEL", "warn"))
-	switch level {
-	case "trace":
-		level = "debug"
-	case "fatal", "panic":
-		level = "error"
-	case "warning":
+	levels := map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
+		"error": "error", "fatal": "error", "panic": "error"}
+	v := u.str("LOG_LEVEL", "warn")
+	level, ok := levels[strings.ToLower(v)]
+	if !ok {
+		u.errs = append(u.errs, fmt.Errorf("LOG_LEVEL=%q: want trace, debug, info, warn, error, fatal or panic", v))
 		level = "warn"
 	}
 	u.flag("log-level", level)
-	u.flag("log-format", strings.ToLower(u.str("LOG_FORMAT", "text")))
+	format := "text"
+	if strings.EqualFold(u.getenv("LOG_FORMAT"), "json") {
+		format = "json"
+	}
+	u.flag("log-format", format)
 }
 
 // configSource: files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
@@ -150,7 +181,16 @@ func (u *upstream) configSource() {
 func (u *upstream) xds() {
 	u.flag("envoy-rls-xds-server", u.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
 	u.flag("envoy-rls-xds-node-id", u.str("CONFIG_GRPC_XDS_NODE_ID", "default"))
-	u.pass("CONFIG_GRPC_XDS_NODE_METADATA", "envoy-rls-xds-node-metadata")
+	if v := u.getenv("CONFIG_GRPC_XDS_NODE_METADATA"); v != "" {
+		// As upstream reads it: key=value pairs, anything else skipped.
+		var pairs []string
+		for pair := range strings.SplitSeq(v, ",") {
+			if k, _, ok := strings.Cut(pair, "="); ok && strings.TrimSpace(k) != "" {
+				pairs = append(pairs, pair)
+			}
+		}
+		u.flag("envoy-rls-xds-node-metadata", strings.Join(pairs, ","))
+	}
 	if v := u.getenv("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); v != "" {
 		// envconfig's map form, key:value pairs.
 		h, err := parseKV(v, ":")
@@ -171,13 +211,21 @@ func (u *upstream) xds() {
 		u.pass("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "envoy-rls-xds-ca-file")
 		u.pass("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-rls-xds-server-name")
 	}
-	u.pass("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "envoy-rls-xds-backoff-initial")
-	u.pass("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "envoy-rls-xds-backoff-max")
-	u.pass("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "envoy-rls-xds-max-msg-bytes")
+	// Upstream's defaults, 10 s doubling to 60 s.
+	u.flag("envoy-rls-xds-backoff-initial", "10s")
+	u.flag("envoy-rls-xds-backoff-max", "60s")
+	u.checked("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "envoy-rls-xds-backoff-initial", "a duration such as 10s", isDuration)
+	u.checked("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "envoy-rls-xds-backoff-max", "a duration such as 60s", isDuration)
+	if v := u.getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" && v != "0" { // 0: gRPC's default, ours
+		u.checked("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "envoy-rls-xds-max-msg-bytes", "a number of bytes", func(v string) error { _, err := strconv.Atoi(v); return err })
+	}
 }
 
-// serverTLS: GRPC_SERVER_USE_TLS secures the gRPC port, which the peers
-// share: they verify each other against the same CA, so the certificate
+// serverTLS: GRPC_SERVER_USE_TLS secures the gRPC port, and
+// GRPC_CLIENT_TLS_CACERT makes it require a client certificate from that
+// CA, as upstream does. The peers share the port, so they verify each
+// other against a CA too: GRPC_SERVER_TLS_CA_CERT (which Envoy Gateway
+// sets and upstream does not read), else the client CA; the certificate
 // must carry --peer-tls-server-name (PEERLIMIT_PEER_TLS_SERVER_NAME) and
 // both TLS usages. The HTTP port stays plaintext, as upstream's does:
 // Envoy Gateway probes /healthcheck over HTTP.
@@ -188,9 +236,16 @@ func (u *upstream) serverTLS() {
 	u.pass("GRPC_SERVER_TLS_CERT", "tls-cert-file")
 	u.pass("GRPC_SERVER_TLS_KEY", "tls-key-file")
 	u.flag("http-plaintext", "true")
-	if ca := u.getenv("GRPC_SERVER_TLS_CA_CERT"); ca != "" {
-		u.flag("tls-client-ca-file", ca)
+	clientCA := u.getenv("GRPC_CLIENT_TLS_CACERT")
+	if clientCA != "" {
+		u.flag("tls-client-ca-file", clientCA)
 		u.flag("tls-client-auth", "require")
+	}
+	if v := u.getenv("GRPC_CLIENT_TLS_SAN"); v != "" {
+		u.errs = append(u.errs, fmt.Errorf("GRPC_CLIENT_TLS_SAN=%q: client certificates are verified against GRPC_CLIENT_TLS_CACERT only; "+
+			"a CA of its own for the callers, or API tokens (PEERLIMIT_API_TOKEN), narrow who may call", v))
+	}
+	if ca := u.str("GRPC_SERVER_TLS_CA_CERT", clientCA); ca != "" {
 		u.flag("peer-tls-ca-file", ca)
 	}
 }
@@ -206,7 +261,7 @@ func (u *upstream) serviceSettings() {
 			u.flag(s.flag, "true")
 		}
 	}
-	u.pass("NEAR_LIMIT_RATIO", "envoy-rls-near-limit-ratio")
+	u.checked("NEAR_LIMIT_RATIO", "envoy-rls-near-limit-ratio", "a number in (0, 1]", isFloat)
 	for _, h := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
 		if u.getenv(h) != "" {
 			u.note("%s: the headers are the IETF RateLimit-Policy and RateLimit fields, whose names are fixed", h)
@@ -239,7 +294,7 @@ func (u *upstream) tracing() {
 	u.flag("tracing-service-name", u.str("TRACING_SERVICE_NAME", "RateLimit"))
 	u.pass("TRACING_SERVICE_NAMESPACE", "tracing-service-namespace")
 	u.pass("TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id")
-	u.pass("TRACING_SAMPLING_RATE", "tracing-sampling-rate")
+	u.checked("TRACING_SAMPLING_RATE", "tracing-sampling-rate", "a number from 0 to 1", isFloat)
 }
 
 // ignoredPrefixes are settings of upstream's storage, which a peerlimit
@@ -248,8 +303,8 @@ var ignoredPrefixes = []string{"REDIS_", "MEMCACHE_"}
 
 var ignoredNames = []string{"BACKEND_TYPE", "CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES",
 	"STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_DOG_STATSD_MOGRIFIERS",
-	"PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "GRPC_CLIENT_TLS_CACERT",
-	"GRPC_CLIENT_TLS_SAN", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
 	"XDS_CLIENT_BACKOFF_JITTER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"}
 
 // ignored names, in one note, the variables that are set and mean

@@ -59,9 +59,14 @@ func TestUpstreamVariablesOfEnvoyGatewaysDeployment(t *testing.T) {
 	assert.False(t, c.EnvoyRLSAwaitConfig, "FORCE_START_WITHOUT_INITIAL_CONFIG=true")
 	assert.Empty(t, c.EnvoyRLSConfig, "the xDS source, not files")
 	assert.Equal(t, "/certs/tls.crt", c.Security.TLSCertFile)
-	assert.Equal(t, "/certs/ca.crt", c.Security.ClientCAFile)
+	// GRPC_SERVER_TLS_CA_CERT, which upstream does not read, makes no
+	// client certificate required (upstream's is GRPC_CLIENT_TLS_CACERT);
+	// the peers verify each other with it.
+	assert.Empty(t, c.Security.ClientCAFile)
+	assert.False(t, c.Security.RequireClientCert)
 	assert.Equal(t, "/certs/ca.crt", c.Security.PeerCAFile)
-	assert.True(t, c.Security.RequireClientCert)
+	assert.Equal(t, 10*time.Second, c.EnvoyRLSXDS.BackoffInitial, "upstream's default")
+	assert.Equal(t, 60*time.Second, c.EnvoyRLSXDS.BackoffMax, "upstream's default")
 	assert.True(t, c.Security.HTTPPlaintext, "Envoy Gateway probes /healthcheck over HTTP")
 	assert.Equal(t, ":19002", o.metricsAddr)
 	assert.Equal(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", c.Security.PeerServerName)
@@ -145,24 +150,44 @@ func keys(m map[string]string) []string {
 
 func TestUpstreamVariablesAreCheckedByName(t *testing.T) {
 	for env, want := range map[string]string{
-		"CONFIG_TYPE=REDIS":     `CONFIG_TYPE="REDIS": want FILE or GRPC_XDS_SOTW`,
-		"SHADOW_MODE=yes":       `SHADOW_MODE="yes": want true or false`,
-		"GRPC_UDS=/tmp/rl.sock": `GRPC_UDS="/tmp/rl.sock"`,
-		"PROMETHEUS_PATH=/x":    "", // only with USE_PROMETHEUS
+		"CONFIG_TYPE=REDIS":                        `CONFIG_TYPE="REDIS": want FILE or GRPC_XDS_SOTW`,
+		"SHADOW_MODE=yes":                          `SHADOW_MODE="yes": want true or false`,
+		"GRPC_UDS=/tmp/rl.sock":                    `GRPC_UDS="/tmp/rl.sock"`,
+		"PROMETHEUS_PATH=/x":                       "", // only with USE_PROMETHEUS
+		"LOG_LEVEL=loud":                           `LOG_LEVEL="loud": want trace, debug, info, warn, error, fatal or panic`,
+		"LOG_FORMAT=logfmt":                        "", // upstream: anything but json is text
+		"GRPC_PORT=eighty":                         `GRPC_PORT="eighty": want a port number`,
+		"GRPC_CLIENT_TLS_SAN=envoy":                `GRPC_CLIENT_TLS_SAN="envoy": client certificates are verified against GRPC_CLIENT_TLS_CACERT only`,
+		"NEAR_LIMIT_RATIO=most":                    `NEAR_LIMIT_RATIO="most": want a number in (0, 1]`,
+		"XDS_CLIENT_BACKOFF_MAX_INTERVAL=1m":       "",
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=soon": `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL="soon": want a duration`,
 	} {
 		k, v, _ := strings.Cut(env, "=")
-		_, _, err := upstreamArgs(func(name string) string {
-			if name == k {
-				return v
-			}
-			return ""
-		}, []string{k})
+		vars := map[string]string{k: v, "GRPC_SERVER_USE_TLS": "true", "CONFIG_TYPE": "GRPC_XDS_SOTW"}
+		_, _, err := upstreamArgs(func(name string) string { return vars[name] }, []string{k})
 		if want == "" {
 			assert.NoError(t, err, env)
 			continue
 		}
 		assert.ErrorContains(t, err, want, env)
 	}
+}
+
+// Upstream's client certificate check (GRPC_CLIENT_TLS_CACERT) is kept,
+// and its node metadata read as upstream reads it.
+func TestUpstreamClientCertificatesAndMetadata(t *testing.T) {
+	env := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
+		"GRPC_CLIENT_TLS_CACERT": "/c/clients.pem", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "key1:val1,key2=val2",
+		"PEERLIMIT_CLUSTER_SECRET": "a-secret-of-at-least-16-bytes"}
+	getenv := func(k string) string { return env[k] }
+	args, _, err := upstreamArgs(getenv, keys(env))
+	require.NoError(t, err)
+	o, err := parseFlags(args, getenv, io.Discard)
+	require.NoError(t, err, "%q", args)
+	assert.Equal(t, "/c/clients.pem", o.node.Security.ClientCAFile)
+	assert.True(t, o.node.Security.RequireClientCert)
+	assert.Equal(t, "/c/clients.pem", o.node.Security.PeerCAFile, "without GRPC_SERVER_TLS_CA_CERT the peers use the client CA")
+	assert.Equal(t, map[string]string{"key2": "val2"}, o.node.EnvoyRLSXDS.NodeMetadata, "upstream skips what is not key=value")
 }
 
 // The file source: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
