@@ -173,10 +173,11 @@ func TestTheSubscriptionSurvivesAControlPlaneRestart(t *testing.T) {
 	}
 }
 
-func TestMutualTLSToTheControlPlane(t *testing.T) {
-	ca := testcerts.NewCA(t, "xds")
+// mutualTLSControlPlane serves v1 over TLS with a certificate of ca for
+// envoy-gateway and 127.0.0.1, requiring a client certificate of ca.
+func mutualTLSControlPlane(t *testing.T, ca *testcerts.CA) *xdsserver.Server {
+	t.Helper()
 	server := ca.Issue(t, testcerts.Leaf{Name: "envoy-gateway", DNSNames: []string{"envoy-gateway"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	client := ca.Issue(t, testcerts.Leaf{Name: "ratelimit", Client: true})
 	cert, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +186,13 @@ func TestMutualTLSToTheControlPlane(t *testing.T) {
 	pool.AddCert(ca.Cert)
 	srv := xdsserver.Start(t, &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
 	srv.Set(t, "v1", limitConfig("api", "api", 10))
+	return srv
+}
+
+func TestMutualTLSToTheControlPlane(t *testing.T) {
+	ca := testcerts.NewCA(t, "xds")
+	srv := mutualTLSControlPlane(t, ca)
+	client := ca.Issue(t, testcerts.Leaf{Name: "ratelimit", Client: true})
 
 	cfg := fastConfig(srv.Addr)
 	cfg.UseTLS, cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.ServerName = true, ca.File, client.CertFile, client.KeyFile, "envoy-gateway"
@@ -197,15 +205,7 @@ func TestMutualTLSToTheControlPlane(t *testing.T) {
 
 func TestWithoutTheClientCertificateNothingIsApplied(t *testing.T) {
 	ca := testcerts.NewCA(t, "xds")
-	server := ca.Issue(t, testcerts.Leaf{Name: "cp", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	cert, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	srv := xdsserver.Start(t, &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
-	srv.Set(t, "v1", limitConfig("api", "api", 10))
+	srv := mutualTLSControlPlane(t, ca)
 	cfg := fastConfig(srv.Addr)
 	cfg.UseTLS, cfg.CAFile = true, ca.File
 	target := subscribe(t, cfg)
