@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -374,12 +376,36 @@ func cmdMembers(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	fmt.Fprintf(stdout, "as seen by %s (%d partitions)\n", out.Self, out.Partitions)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tGRPC\tGOSSIP\tPARTITIONS")
+	fmt.Fprintln(tw, "ID\tSTATE\tGRPC\tGOSSIP\tPARTITIONS\tCONFIG")
 	for _, mm := range out.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d (%.0f%%)\n", mm.ID, mm.State, mm.GRPCAddr, mm.GossipAddr, mm.Partitions, 100*mm.Share)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d (%.0f%%)\t%s\n", mm.ID, mm.State, mm.GRPCAddr, mm.GossipAddr, mm.Partitions, 100*mm.Share,
+			configColumn(mm.Config, mm.ConfigDiffers))
 	}
 	_ = tw.Flush()
 	return exitOK
+}
+
+// configColumn prints a member's configuration digests, by source, and
+// marks those that differ from the answering node's: "policies=3f2a…
+// envoy_rls=9c1d…*"; "-" when the member advertises none.
+func configColumn(digests map[string]string, differs []string) string {
+	if len(digests) == 0 && len(differs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, src := range slices.Sorted(maps.Keys(digests)) {
+		part := src + "=" + digests[src]
+		if slices.Contains(differs, src) {
+			part += "*"
+		}
+		parts = append(parts, part)
+	}
+	for _, src := range differs {
+		if _, ok := digests[src]; !ok {
+			parts = append(parts, src+"=none*")
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // ringEntry is one key's place in the ring, as `ring --json` prints it.

@@ -88,7 +88,7 @@ func TestCLIMembersAndRing(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "as seen by node-1 (271 partitions)")
 	for _, n := range c.Live() {
-		assert.Regexp(t, n.ID()+`\s+alive\s+`+n.GRPCAddr()+`\s+`+n.GossipAddr()+`\s+\d+ \(\d+%\)`, out)
+		assert.Regexp(t, n.ID()+`\s+alive\s+`+n.GRPCAddr()+`\s+`+n.GossipAddr()+`\s+\d+ \(\d+%\)\s+policies=[0-9a-f]{12}\n`, out)
 	}
 
 	code, out, errOut = cli(t, "members", "--addr", addr, "--json")
