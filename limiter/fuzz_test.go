@@ -59,10 +59,14 @@ func checkDecisionContract(t *testing.T, req Request, d Decision) {
 
 // FuzzTrafficMatchesModel interprets the input as a traffic script (each
 // 4-byte op: key, time step, hits, limit change) and replays it against the
-// store and the brute-force reference model.
+// store and the brute-force reference model. The top three bits of the
+// fourth byte pick the operation: 6 a charge (hits up to three limits), 7 a
+// refund (hits up to two limits), anything else a check.
 func FuzzTrafficMatchesModel(f *testing.F) {
 	f.Add(uint8(0), uint8(10), []byte{0, 1, 1, 0, 1, 0, 1, 0, 0, 200, 2, 1})
 	f.Add(uint8(1), uint8(7), []byte{0, 0, 3, 0, 0, 0, 3, 0, 2, 9, 1, 1})
+	f.Add(uint8(0), uint8(9), []byte{0, 1, 9, 0xc0, 0, 3, 1, 1, 0, 2, 4, 0xe1, 0, 20, 1, 1})
+	f.Add(uint8(1), uint8(9), []byte{1, 1, 9, 0xc4, 1, 3, 1, 1, 1, 2, 4, 0xe1, 1, 5, 1, 1})
 	f.Fuzz(func(t *testing.T, algo uint8, window uint8, script []byte) {
 		a := Algorithm(algo % 2)
 		w := int64(window%64) + 1
@@ -76,6 +80,11 @@ func FuzzTrafficMatchesModel(f *testing.F) {
 			now += int64(script[i+1]) % (3 * w)
 			if script[i+3]%4 == 0 { // occasionally change the limit
 				limit = int64(script[i+3]%13) + 1
+			}
+			if op := script[i+3] >> 5; op >= 6 {
+				adjustMatchesModel(t, s, refs[k], op == 6, now, Request{Key: keys[k], Limit: limit, Window: time.Duration(w) * time.Millisecond,
+					Algorithm: a, Hits: 1 + int64(script[i+2])%((9-int64(op))*limit)})
+				continue
 			}
 			hits := int64(script[i+2]) % (limit + 1)
 			req := Request{Key: keys[k], Limit: limit, Window: time.Duration(w) * time.Millisecond, Algorithm: a, Hits: hits}
