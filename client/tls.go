@@ -3,11 +3,9 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"os"
 
+	"github.com/peerlimit/peerlimit/internal/tlsfiles"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,26 +17,9 @@ import (
 // serverName, if not empty, is the name verified in every node's
 // certificate instead of the address dialed.
 func LoadTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		b, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("peerlimit client: CA file: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("peerlimit client: CA file %s holds no PEM certificate", caFile)
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("peerlimit client: a client certificate and its key go together")
-	}
-	if certFile != "" {
-		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("peerlimit client: client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{kp}
+	c, err := tlsfiles.Client(caFile, certFile, keyFile, serverName)
+	if err != nil {
+		return nil, fmt.Errorf("peerlimit client: %w", err)
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,24 +75,16 @@ func Load(path string, o LoadOptions) (*RuleSet, error) {
 		}
 	}
 	p := newParser(path, o)
-	sum := sha256.New()
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
 			return nil, err
 		}
-		// Named by its place in the configuration, not the node's path
+		// Digested by its place in the configuration, not the node's path
 		// to it: the same files mounted elsewhere are the same digest.
-		name := filepath.Base(f)
-		fmt.Fprintf(sum, "%d:%s%d:", len(name), name, len(data))
-		sum.Write(data)
-		p.file(f, data)
+		p.document(filepath.Base(f), f, data)
 	}
-	if err := p.result(); err != nil {
-		return nil, err
-	}
-	p.cfg.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
-	return p.cfg, nil
+	return p.digested()
 }
 
 // Parse reads one file's contents, named file in messages; see Load.
@@ -127,21 +120,10 @@ var emptyDigest = func() string {
 // origin (RuleSet.Source).
 func ParseDocuments(source string, docs []Document, o LoadOptions) (*RuleSet, error) {
 	p := newParser(source, o)
-	sum := sha256.New()
 	for _, d := range docs {
-		fmt.Fprintf(sum, "%d:%s%d:", len(d.Name), d.Name, len(d.Data))
-		sum.Write(d.Data)
-		p.file(d.Name, d.Data)
+		p.document(d.Name, d.Name, d.Data)
 	}
-	if err := p.result(); err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		p.cfg.Digest = emptyDigest
-	} else {
-		p.cfg.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
-	}
-	return p.cfg, nil
+	return p.digested()
 }
 
 func listDir(dir string) ([]string, error) {
@@ -178,6 +160,8 @@ func readFile(path string) ([]byte, error) {
 }
 
 type parser struct {
+	// sum digests the documents read by document: names and bytes.
+	sum  hash.Hash
 	opts LoadOptions
 	cfg  *RuleSet
 	errs []error
@@ -188,7 +172,25 @@ type parser struct {
 }
 
 func newParser(source string, o LoadOptions) *parser {
-	return &parser{opts: o, cfg: &RuleSet{Source: source, byName: map[string]*Domain{}}}
+	return &parser{sum: sha256.New(), opts: o, cfg: &RuleSet{Source: source, byName: map[string]*Domain{}}}
+}
+
+// document reads one file's (or resource's) documents, labelled label in
+// messages, and adds name and data to the digest.
+func (p *parser) document(name, label string, data []byte) {
+	fmt.Fprintf(p.sum, "%d:%s%d:", len(name), name, len(data))
+	p.sum.Write(data)
+	p.file(label, data)
+}
+
+// digested returns the configuration read, with the digest of its
+// documents, or every problem found.
+func (p *parser) digested() (*RuleSet, error) {
+	if err := p.result(); err != nil {
+		return nil, err
+	}
+	p.cfg.Digest = "sha256:" + hex.EncodeToString(p.sum.Sum(nil))
+	return p.cfg, nil
 }
 
 func (p *parser) fail(line int, where, format string, args ...any) {

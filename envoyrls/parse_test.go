@@ -385,3 +385,26 @@ func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, cfg, got)
 }
+
+// A registry for a control plane is not loaded until its first Set; one
+// read from files, or static, is at once.
+func TestRegistryLoaded(t *testing.T) {
+	r := EmptyRegistry("xds://cp:18001")
+	if r.Loaded() || len(r.Current().Domains()) != 0 || r.Current().Digest != emptyDigest {
+		t.Fatalf("an empty registry: loaded %v, %d domains, digest %s", r.Loaded(), len(r.Current().Domains()), r.Current().Digest)
+	}
+	cfg, err := ParseDocuments("xds://cp:18001", nil, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Digest != emptyDigest {
+		t.Fatalf("no documents digest to %s, not the empty registry's %s", cfg.Digest, emptyDigest)
+	}
+	r.Set(cfg)
+	if !r.Loaded() {
+		t.Fatal("not loaded after Set")
+	}
+	if !StaticRegistry(cfg).Loaded() {
+		t.Fatal("a static registry is not loaded")
+	}
+}

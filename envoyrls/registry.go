@@ -20,6 +20,9 @@ type Registry struct {
 	opts LoadOptions
 	mu   sync.Mutex // serialises Reload
 	cur  atomic.Pointer[RuleSet]
+	// loaded: a configuration was read or set; false only for an
+	// EmptyRegistry before its first Set.
+	loaded atomic.Bool
 }
 
 // NewRegistry loads the configuration at path; see Load.
@@ -30,6 +33,7 @@ func NewRegistry(path string, o LoadOptions) (*Registry, error) {
 		return nil, err
 	}
 	r.cur.Store(cfg)
+	r.loaded.Store(true)
 	return r, nil
 }
 
@@ -38,11 +42,13 @@ func NewRegistry(path string, o LoadOptions) (*Registry, error) {
 func StaticRegistry(cfg *RuleSet) *Registry {
 	r := &Registry{}
 	r.cur.Store(cfg)
+	r.loaded.Store(true)
 	return r
 }
 
-// EmptyRegistry holds a configuration with no domains until Set puts one
-// in force: for a node whose rules come from a control plane (xDS).
+// EmptyRegistry holds a configuration with no domains, and is not Loaded,
+// until Set puts one in force: for a node whose rules come from a control
+// plane (xDS).
 func EmptyRegistry(source string) *Registry {
 	r := &Registry{}
 	r.cur.Store(&RuleSet{Source: source, Digest: emptyDigest, byName: map[string]*Domain{}})
@@ -55,7 +61,12 @@ func (r *Registry) Set(cfg *RuleSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cur.Store(cfg)
+	r.loaded.Store(true)
 }
+
+// Loaded reports whether a configuration was ever put in force: false
+// only for an EmptyRegistry before its first Set.
+func (r *Registry) Loaded() bool { return r.loaded.Load() }
 
 // Path is where the Registry reads from ("" for a static one).
 func (r *Registry) Path() string { return r.path }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,8 +114,11 @@ func (n *Node) configInForce() map[string]string {
 // configDigests is configInForce as advertised: short digests. A
 // configuration without a digest (one built in code) is left out rather
 // than refused by the cluster.
-func (n *Node) configDigests() map[string]string {
-	d := n.configInForce()
+func (n *Node) configDigests() map[string]string { return shortDigests(n.configInForce()) }
+
+// shortDigests shortens full digests in place, leaving out those without
+// one, and returns them.
+func shortDigests(d map[string]string) map[string]string {
 	for src, full := range d {
 		if s := shortDigest(full); s != "" {
 			d[src] = s
@@ -135,18 +139,17 @@ func shortDigest(full string) string {
 }
 
 // configDisagreement counts, by source, the live members other than this
-// node whose advertised digest differs from this node's own, a source
+// node whose advertised digest differs from own, this node's, a source
 // only one side serves included (cluster.Member.ConfigDiffers). Members
 // that advertise no digests at all, older versions, are not counted:
 // unknown is not different, and a rolling upgrade must not look like a
 // split configuration.
-func (n *Node) configDisagreement() map[string]int {
+func (n *Node) configDisagreement(own map[string]string) map[string]int {
 	out := map[string]int{}
 	c := n.cluster.Load()
 	if c == nil {
 		return out
 	}
-	own := n.configDigests()
 	for _, m := range c.Members() {
 		if m.ID == n.cfg.ID {
 			continue
@@ -183,8 +186,10 @@ func (c *configCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *configCollector) Collect(ch chan<- prometheus.Metric) {
+	// One read of the configurations for both: a reload in between
+	// cannot make the two describe different ones.
 	full := c.n.configInForce()
-	differ := c.n.configDisagreement()
+	differ := c.n.configDisagreement(shortDigests(maps.Clone(full)))
 	for _, src := range configSources {
 		if d, ok := full[src]; ok {
 			ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, src, d)

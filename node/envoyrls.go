@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"log/slog"
-	"sync/atomic"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,17 +34,14 @@ type envoyRLS struct {
 	// (Config.EnvoyRLSAwaitConfig).
 	xds         *xdsconfig.Subscriber
 	awaitConfig bool
-	// xdsLoaded is set once a configuration from the control plane is in
-	// force.
-	xdsLoaded atomic.Bool
-	reloads   *prometheus.CounterVec // by result: ok, error
+	reloads     *prometheus.CounterVec // by result: ok, error
 }
 
 // loadEnvoyRLS reads Config.EnvoyRLSConfig, checked against the store's
 // caps; nil without one.
 func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 	if cfg.EnvoyRLSXDS.Enabled() {
-		return &envoyRLS{rules: envoyrls.EmptyRegistry("xds://" + cfg.EnvoyRLSXDS.ServerAddr), settings: cfg.EnvoyRLS,
+		return &envoyRLS{rules: envoyrls.EmptyRegistry(cfg.EnvoyRLSXDS.Source()), settings: cfg.EnvoyRLS,
 			awaitConfig: cfg.EnvoyRLSAwaitConfig}, nil
 	}
 	if cfg.EnvoyRLSConfig == "" {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -312,7 +311,7 @@ func (n *Node) initHTTP() error {
 	hcfg.AuthMetrics = n.cfg.Security.AuthMetrics
 	h, err := httpapi.NewHandler(n.svc, hcfg, httpapi.Deps{
 		Healthy:  n.healthy,
-		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
+		Metrics:  n.MetricsHandler(),
 		Members:  n.memberInfo,
 		Policies: n.policySet,
 		EnvoyRLS: n.envoyRLSLoaded,

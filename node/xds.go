@@ -27,11 +27,15 @@ func (t xdsTarget) Apply(u xdsconfig.Update) error {
 	if err != nil {
 		return err
 	}
-	if cur := rls.rules.Current(); cur != nil && cur.Digest == cfg.Digest && rls.xdsLoaded.Load() {
+	first := !rls.rules.Loaded()
+	if !first && rls.rules.Current().Digest == cfg.Digest {
 		return nil // the same limits, resent (a reconnect, or a version bump of nothing)
 	}
 	rls.rules.Set(cfg)
-	rls.xdsLoaded.Store(true)
+	if first && t.n.serving.Load() {
+		// Shutdown's health.Shutdown makes this a no-op once it has run.
+		t.n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
 	t.n.log.Info("envoy rls config from the control plane in force", "version", u.Version, "domains", len(cfg.Domains()),
 		"rules", len(cfg.Rules()), "digest", cfg.Digest)
 	t.n.configChanged()
@@ -61,23 +65,10 @@ func (n *Node) newXDS() error {
 // EnvoyRLSAwaitConfig the node's health (the service's gRPC health,
 // /healthz) waits for it too, so that probes keep traffic away.
 func (n *Node) startXDS() {
-	sub := n.rls.xds
 	ctx, cancel := context.WithCancel(context.Background())
 	n.loops.Add(2)
-	go func() { defer n.loops.Done(); sub.Run(ctx) }()
-	go func() {
-		defer n.loops.Done()
-		defer cancel()
-		select {
-		case <-n.stop:
-			return
-		case <-sub.Ready():
-		}
-		if n.serving.Load() {
-			n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
-		}
-		<-n.stop
-	}()
+	go func() { defer n.loops.Done(); n.rls.xds.Run(ctx) }()
+	go func() { defer n.loops.Done(); <-n.stop; cancel() }()
 }
 
 // rlsHealth is the rate limit service's health as the node starts
@@ -98,7 +89,7 @@ func (n *Node) healthy() bool {
 
 // awaiting reports whether calls must wait for a first configuration
 // from a control plane.
-func (e *envoyRLS) awaiting() bool { return e.xds != nil && !e.xdsLoaded.Load() }
+func (e *envoyRLS) awaiting() bool { return e.xds != nil && !e.rules.Loaded() }
 
 // awaitGate answers UNAVAILABLE until the first configuration from the
 // control plane is in force, then steps aside.

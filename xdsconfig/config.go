@@ -16,13 +16,12 @@ package xdsconfig
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/tlsfiles"
 )
 
 // Config says where the control plane is and how to talk to it.
@@ -108,23 +107,13 @@ func (c Config) Validate() error {
 
 // tlsConfig reads the TLS files, for one connect.
 func (c Config) tlsConfig() (*tls.Config, error) {
-	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: CA file: %w", err)
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds: CA file %s holds no PEM certificate", c.CAFile)
-		}
+	t, err := tlsfiles.Client(c.CAFile, c.CertFile, c.KeyFile, c.ServerName)
+	if err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
 	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: client certificate: %w", err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
+	t.InsecureSkipVerify = c.InsecureSkipVerify
 	return t, nil
 }
+
+// Source names the control plane, for RuleSet.Source and logs.
+func (c Config) Source() string { return "xds://" + c.ServerAddr }

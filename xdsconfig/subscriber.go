@@ -11,7 +11,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,16 +54,12 @@ type Target interface {
 	Apply(Update) error
 }
 
-// Subscriber holds one subscription. Run drives it; Ready tells when the
-// first configuration was put in force.
+// Subscriber holds one subscription; Run drives it.
 type Subscriber struct {
 	cfg     Config
 	target  Target
 	log     *slog.Logger
 	metrics *metrics
-
-	readyOnce sync.Once
-	ready     chan struct{}
 }
 
 // New checks cfg and registers the subscription's metrics with reg.
@@ -79,15 +74,11 @@ func New(cfg Config, target Target, reg prometheus.Registerer, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Subscriber{cfg: cfg, target: target, log: log.With("xds_server", cfg.ServerAddr), metrics: m, ready: make(chan struct{})}, nil
+	return &Subscriber{cfg: cfg, target: target, log: log.With("xds_server", cfg.ServerAddr), metrics: m}, nil
 }
 
-// Ready is closed once a configuration from the control plane is in
-// force.
-func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
-
 // Source names the control plane, for RuleSet.Source and logs.
-func (s *Subscriber) Source() string { return "xds://" + s.cfg.ServerAddr }
+func (s *Subscriber) Source() string { return s.cfg.Source() }
 
 // Run subscribes until ctx is done, opening the stream again after every
 // failure with a jittered exponential backoff.
@@ -228,7 +219,6 @@ func (s *Subscriber) apply(resp *discoverypb.DiscoveryResponse) error {
 	}
 	s.metrics.responses.WithLabelValues("ack").Inc()
 	s.log.Info("xds: configuration in force (ACK)", "version", u.Version, "resources", len(u.Documents))
-	s.readyOnce.Do(func() { close(s.ready) })
 	return nil
 }
 

@@ -197,12 +197,7 @@ func (u *upstream) xds() {
 		if err != nil {
 			u.errs = append(u.errs, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: %w", err))
 		}
-		var pairs []string
-		for k, val := range h {
-			pairs = append(pairs, k+"="+val)
-		}
-		slices.Sort(pairs)
-		u.flag("envoy-rls-xds-headers", strings.Join(pairs, ","))
+		u.flag("envoy-rls-xds-headers", (*kvFlag)(&h).String())
 	}
 	if u.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
 		u.flag("envoy-rls-xds-tls", "true")
