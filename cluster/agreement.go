@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -172,12 +171,11 @@ func (c *Cluster) askWitnesses(target Member) verdict {
 	for _, w := range witnesses {
 		go c.send(w, msgProbe, req) // bounded by memberlist's TCPTimeout; never blocks the round
 	}
-	// This member's own pings too, meanwhile: memberlist's dead message
-	// spreads by gossip, so a member that still reaches the target hears
-	// it declared dead by another, and must not agree.
-	self := make(chan bool, 1)
-	go func() { self <- c.reaches(target.ID) }()
-	if <-self {
+	// This member's own pings too, while the witnesses ping (their
+	// answers wait in answers, which holds one per witness): memberlist's
+	// dead message spreads by gossip, so a member that still reaches the
+	// target hears it declared dead by another, and must not agree.
+	if c.reaches(target.ID) {
 		v.reached = c.cfg.ID
 	}
 	timeout := time.NewTimer(c.cfg.ConfirmTimeout)
@@ -393,16 +391,12 @@ func (c *Cluster) reaches(target string) bool {
 
 // send sends one user message to m over memberlist's reliable transport.
 func (c *Cluster) send(m Member, kind byte, body []byte) {
-	host, port, err := net.SplitHostPort(m.GossipAddr)
-	if err != nil {
-		return
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
+	host, port, err := splitHostPort(m.GossipAddr)
 	if err != nil {
 		return
 	}
 	msg := append([]byte{kind}, body...)
-	node := &memberlist.Node{Name: m.ID, Addr: net.ParseIP(host), Port: uint16(p)}
+	node := &memberlist.Node{Name: m.ID, Addr: net.ParseIP(host), Port: uint16(port)}
 	if err := c.ml.SendReliable(node, msg); err != nil {
 		c.log.Debug("sending to a member", "member", m.ID, "err", err)
 	}

@@ -231,7 +231,7 @@ func chargeDecision(limit, hits, count, retryMS, resetMS, refillMS int64) (Decis
 // each bounded at 0. It returns how many it took. now is clamped as
 // decideCounter clamps a clock that stepped back.
 func (s *counterState) refund(now, w, hits int64) int64 {
-	s.roll(max(floorDiv(now, w), s.window))
+	s.rollTo(now, w)
 	fromCurr := min(hits, s.curr)
 	fromPrev := min(hits-fromCurr, s.prev)
 	s.curr -= fromCurr
@@ -245,11 +245,7 @@ func (s *counterState) refund(now, w, hits int64) int64 {
 // retryAfter is that of a 1-hit request after the charge: when the key
 // admits again. Requires hits > 0.
 func (s *counterState) charge(now, w, limit, hits int64) counterResult {
-	id := floorDiv(now, w)
-	if id < s.window {
-		id, now = s.window, s.window*w
-	}
-	s.roll(id)
+	id, now := s.rollTo(now, w)
 	elapsed := now - id*w
 	est := satAdd(weighted(s.prev, w-elapsed, w), s.curr)
 	s.curr = satAdd(s.curr, hits)

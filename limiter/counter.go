@@ -21,6 +21,19 @@ type counterResult struct {
 	resetAfter int64
 }
 
+// rollTo rolls s to the window of now (ms) for window w and returns that
+// window's id and now, clamped: a now before s's window (a clock that
+// stepped back, or a late stamp) is taken as the start of s's window, so
+// state never moves backwards. Small enough to be inlined into Check.
+func (s *counterState) rollTo(now, w int64) (id, clamped int64) {
+	id = floorDiv(now, w)
+	if id < s.window {
+		id, now = s.window, s.window*w
+	}
+	s.roll(id)
+	return id, now
+}
+
 // decideCounter decides a request of hits at time now (ms) for window w (ms)
 // and updates s. It requires 0 ≤ hits ≤ limit and w > 0.
 //
@@ -29,11 +42,7 @@ type counterResult struct {
 // window: state never moves backwards, so a key cannot regain allowance by
 // time travel.
 func decideCounter(s *counterState, now, w, limit, hits int64) counterResult {
-	id := floorDiv(now, w)
-	if id < s.window {
-		id, now = s.window, s.window*w
-	}
-	s.roll(id)
+	id, now := s.rollTo(now, w)
 	elapsed := now - id*w
 
 	est := satAdd(weighted(s.prev, w-elapsed, w), s.curr)

@@ -3,6 +3,7 @@ package peerrpc
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/peerlimit/peerlimit/internal/protoconv"
@@ -72,7 +73,7 @@ func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequ
 		return resp.GetResults(), err
 	}, "forward %d checks to %s", len(reqs), to.ID)
 	p.observer.ForwardCall(start, len(reqs), err)
-	noteBatch(ctx, len(reqs), id)
+	noteBatch(trace.SpanFromContext(ctx), len(reqs), id)
 	return results, id, err
 }
 

@@ -137,11 +137,12 @@ func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]
 // forwardOne sends req through the batcher and returns its answer and the
 // id of the batch that carried it.
 func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer.Result, string, error) {
-	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), rid: peer.RequestIDFrom(ctx), span: sampledParent(ctx)})
+	span := trace.SpanFromContext(ctx)
+	res, err := l.batcher.Do(ctx, fwdItem{req: protoconv.ToProtoRequest(req), rid: peer.RequestIDFrom(ctx), span: sampledParent(span)})
 	if err != nil {
 		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
 	}
-	noteBatch(ctx, res.n, res.id)
+	noteBatch(span, res.n, res.id)
 	return protoconv.FromProtoResult(res.res), res.id, nil
 }
 
@@ -151,9 +152,10 @@ func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer
 // whose Err is a *peer.CallError: the route falls back for it alone.
 func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) ([]peer.Result, string, error) {
 	items := make([]fwdItem, len(reqs))
-	rid, span := peer.RequestIDFrom(ctx), sampledParent(ctx)
+	span := trace.SpanFromContext(ctx)
+	rid, parent := peer.RequestIDFrom(ctx), sampledParent(span)
 	for i, r := range reqs {
-		items[i] = fwdItem{req: r, rid: rid, span: span}
+		items[i] = fwdItem{req: r, rid: rid, span: parent}
 	}
 	res, errs, err := l.batcher.DoAll(ctx, items)
 	if err != nil {
@@ -168,7 +170,7 @@ func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) (
 		}
 		out[i], id, size = protoconv.FromProtoResult(res[i].res), res[i].id, max(size, res[i].n)
 	}
-	noteBatch(ctx, size, id)
+	noteBatch(span, size, id)
 	return out, id, nil
 }
 

@@ -27,12 +27,12 @@ func spanContext(sampled bool) trace.SpanContext {
 // Only a sampled check carries its span: an unsampled or untraced one
 // adds nothing to the batch.
 func TestOnlySampledChecksCarryTheirSpan(t *testing.T) {
-	sampled := sampledParent(trace.ContextWithSpanContext(context.Background(), spanContext(true)))
+	sampled := sampledParent(trace.SpanFromContext(trace.ContextWithSpanContext(context.Background(), spanContext(true))))
 	for name, ctx := range map[string]context.Context{
 		"untraced":  context.Background(),
 		"unsampled": trace.ContextWithSpanContext(context.Background(), spanContext(false)),
 	} {
-		if p := sampledParent(ctx); p != nil {
+		if p := sampledParent(trace.SpanFromContext(ctx)); p != nil {
 			t.Errorf("%s: carries %v", name, p)
 		}
 	}
