@@ -9,6 +9,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/internal/testkit/xdsserver"
@@ -99,6 +101,12 @@ func TestXDSDrivesTheClustersLimits(t *testing.T) {
 	})
 	limitEverywhere(t, c, time.Second, 8)
 	require.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(4), "v3 was refused: v2's limit of 8 still holds")
+
+	// SIGHUP's reload has nothing to read from a control plane: it
+	// neither fails nor counts a reload.
+	require.NoError(t, c.Node(0).ReloadEnvoyRLS())
+	assert.Equal(t, 0.0, metrictest.Value(t, metrictest.Scrape("http://"+c.Node(0).HTTPAddr()+"/metrics"),
+		"peerlimit_envoy_rls_config_reloads_total", "result", "ok"))
 }
 
 // Until the control plane has served a configuration, the service is not

@@ -107,6 +107,11 @@ func (n *Node) ReloadEnvoyRLS() error {
 	if n.rls == nil {
 		return ErrNoEnvoyRLSConfig
 	}
+	if n.rls.xds != nil {
+		// Nothing to read: the control plane sends every change.
+		n.log.Info("envoy rls config comes from the control plane; nothing to reload", "source", n.rls.xds.Source())
+		return nil
+	}
 	return n.reloadEnvoyRLS(reloadAsked)
 }
 
