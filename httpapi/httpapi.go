@@ -40,6 +40,7 @@ import (
 type Checker interface {
 	Check(ctx context.Context, req limiter.Request) peer.Result
 	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
+	CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
 	BatchTooLarge(what string, n int) error
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
 	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (peer.ResetRequest, error)
@@ -148,6 +149,11 @@ type CheckRequest struct {
 	Algorithm string `json:"algorithm,omitempty"`
 	Hits      *int64 `json:"hits,omitempty"`
 	Policy    string `json:"policy,omitempty"`
+	// Op, Reservation and TTLMS are peerlimit.v1.CheckRequest's op (by
+	// name), reservation and ttl_ms.
+	Op          string `json:"op,omitempty"`
+	Reservation string `json:"reservation,omitempty"`
+	TTLMS       int64  `json:"ttl_ms,omitempty"`
 }
 
 // CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
@@ -161,11 +167,19 @@ type CheckResponse struct {
 	RefillAfterMS int64  `json:"refill_after_ms"`
 	Owner         string `json:"owner"`
 	Degraded      bool   `json:"degraded"`
+	// What an op other than CHECK reports (peerlimit.v1.CheckResponse),
+	// absent for a check.
+	Reservation string `json:"reservation,omitempty"`
+	ExpiresInMS int64  `json:"expires_in_ms,omitempty"`
+	Refunded    int64  `json:"refunded,omitempty"`
+	Over        int64  `json:"over,omitempty"`
+	Settled     string `json:"settled,omitempty"`
 }
 
 // CheckBatchRequest is the JSON form of peerlimit.v1.CheckBatchRequest.
 type CheckBatchRequest struct {
-	Checks []CheckRequest `json:"checks"`
+	Checks       []CheckRequest `json:"checks"`
+	AllOrNothing bool           `json:"all_or_nothing,omitempty"`
 }
 
 // CheckBatchResponse is the JSON form of peerlimit.v1.CheckBatchResponse.
@@ -324,6 +338,10 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 	idx := make([]int, 0, len(in.Checks))
 	for i, c := range in.Checks {
 		req, err := h.request(c)
+		if err != nil && in.AllOrNothing {
+			writeError(w, route.ItemError(i, err)) // nothing of the batch may count: refused whole
+			return
+		}
 		if err != nil {
 			out.Results[i].Error = errorOf(err)
 			continue
@@ -331,7 +349,11 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, req)
 		idx = append(idx, i)
 	}
-	results, err := h.c.CheckBatch(requestContext(w, r), reqs)
+	check := h.c.CheckBatch
+	if in.AllOrNothing {
+		check = h.c.CheckAll
+	}
+	results, err := check(requestContext(w, r), reqs)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -499,15 +521,27 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 	if err != nil {
 		return limiter.Request{}, err
 	}
-	if c.Policy != "" {
-		return h.c.PolicyRequest(c.Policy, c.Key, c.Hits, route.InlineField(c.Limit, c.WindowMS, c.Algorithm != ""))
+	op, err := limiter.ParseOp(c.Op)
+	if err != nil {
+		return limiter.Request{}, err
 	}
-	return limiter.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits), nil
+	var r limiter.Request
+	if c.Policy != "" {
+		if r, err = h.c.PolicyRequest(c.Policy, c.Key, c.Hits, route.InlineField(c.Limit, c.WindowMS, c.Algorithm != "")); err != nil {
+			return r, err
+		}
+	} else {
+		r = limiter.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
+	}
+	if op == limiter.OpCheck && c.Reservation == "" && c.TTLMS == 0 {
+		return r, nil
+	}
+	return r, r.SetOp(op, c.Reservation, c.TTLMS, c.Hits != nil)
 }
 
 func toJSON(r peer.Result) CheckResponse {
 	d := r.Decision
-	return CheckResponse{
+	out := CheckResponse{
 		Allowed:       d.Allowed,
 		Limit:         d.Limit,
 		Remaining:     d.Remaining,
@@ -518,6 +552,11 @@ func toJSON(r peer.Result) CheckResponse {
 		Owner:         r.Owner,
 		Degraded:      r.Degraded,
 	}
+	if a := d.Adjust; a != nil {
+		out.Reservation, out.ExpiresInMS, out.Refunded, out.Over = a.Reservation, a.ExpiresIn.Milliseconds(), a.Refunded, a.Over
+		out.Settled = a.Settled.String()
+	}
+	return out
 }
 
 func errorOf(err error) *Error {

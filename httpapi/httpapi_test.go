@@ -743,6 +743,8 @@ var pendingJSONFields = map[string]string{}
 // the proto's: enums and codes travel as their names.
 var jsonTypeExceptions = map[string]reflect.Kind{
 	"CheckRequest.algorithm": reflect.String, // enum value name
+	"CheckRequest.op":        reflect.String, // enum value name
+	"CheckResponse.settled":  reflect.String, // enum value name
 	"ResetRequest.algorithm": reflect.String, // enum value name
 	"Error.code":             reflect.String, // google.rpc.Code name, not its number
 }

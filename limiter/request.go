@@ -55,9 +55,18 @@ type Request struct {
 	Limit     int64
 	Window    time.Duration // a positive whole number of milliseconds
 	Algorithm Algorithm
+	// Op is what the request does; the zero value, OpCheck, is a check.
+	Op Op
 	// Hits is how much the request consumes. Zero is a peek: the decision
 	// reports the state and consumes nothing, and no state is created.
+	// For the other ops, Op's documentation says what it counts.
 	Hits int64
+	// Reservation is the token of the reservation OpSettle or OpRelease
+	// closes; empty for every other op.
+	Reservation string
+	// TTL is how long a reservation OpReserve or OpHold opens lasts
+	// unsettled; 0 is Config.ReservationTTL.
+	TTL time.Duration
 }
 
 // Decision is the outcome of a Request.
@@ -85,6 +94,8 @@ type Decision struct {
 	// the key holds no hit in the window; for the counter it is never zero
 	// (W − (now mod W), in (0, W]).
 	RefillAfter time.Duration
+	// Adjust is what an op other than a check reports; nil for a check.
+	Adjust *Adjustment
 }
 
 // ArgumentError reports a request field that cannot be served. Field is the

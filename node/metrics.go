@@ -17,6 +17,8 @@ type storeCollector struct {
 	store                          *limiter.Store
 	keys, entries, slots, bytes    *prometheus.Desc
 	evictions, rejections, expired *prometheus.Desc
+	// Reservations, refunds and debt (limiter.ReservationStats).
+	resvOpen, resvClosed, resvHits *prometheus.Desc
 }
 
 func newStoreCollector(s *limiter.Store) *storeCollector {
@@ -35,6 +37,11 @@ func newStoreCollector(s *limiter.Store) *storeCollector {
 		rejections: d("rejections_total", "Checks refused with RESOURCE_EXHAUSTED because a cap was reached (keys: a new key at --max-keys; "+
 			"log_entries: a log at --max-log-entries), under --overflow=reject or when eviction found no room.", "cap"),
 		expired: d("expired_keys_total", "Keys freed because their state had expired."),
+		resvOpen: d("reservations", "Reservations this node remembers as their owner: open ones and settled ones kept until their expiry so that a retried settle counts once; --max-reservations bounds it."),
+		resvClosed: d("reservations_total", "Reservations (RESERVE and HOLD) by outcome: reserved, denied, settled, released, retried (a settle repeated: applied once), "+
+			"unknown (settled from its token on an owner that had no record: the key changed owner), expired (reached its expiry unsettled: as used, a hold as released).", "outcome"),
+		resvHits: d("adjusted_hits_total", "Hits given back (refunded: refunds, settles below a reservation, releases, expired holds) "+
+			"and counted after the work (charged: charges and settles above a reservation, debt included).", "direction"),
 	}
 }
 
@@ -60,6 +67,14 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.rejections, st.Rejections, capKeys)
 	n(c.rejections, st.LogRejections, capLogEntries)
 	n(c.expired, st.Expired)
+	rs := c.store.ReservationStats()
+	g(c.resvOpen, float64(rs.Remembered))
+	for outcome, v := range map[string]uint64{"reserved": rs.Reserved, "denied": rs.Denied, "settled": rs.Settled,
+		"released": rs.Released, "retried": rs.Retried, "unknown": rs.Unknown, "expired": rs.Expired} {
+		n(c.resvClosed, v, outcome)
+	}
+	n(c.resvHits, rs.RefundedHits, "refunded")
+	n(c.resvHits, rs.ChargedHits, "charged")
 }
 
 // The cap label's values.

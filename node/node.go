@@ -401,8 +401,9 @@ func (n *Node) startServing() {
 			n.startXDS()
 		}
 	}
-	n.loops.Add(3)
+	n.loops.Add(4)
 	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
+	go func() { defer n.loops.Done(); n.every(time.Second, n.expireReservations) }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
 	if n.leases != nil {
@@ -515,6 +516,15 @@ func (n *Node) handoffLoop() {
 			next = retry
 		}
 		t.Reset(next)
+	}
+}
+
+// expireReservations forgets the reservations due now: a hold whose
+// all-or-nothing coordinator died gives its hits back about a second
+// after its expiry at worst. Nearly free while none are remembered.
+func (n *Node) expireReservations() {
+	if expired := n.store.ExpireReservations(n.cfg.Now()); expired > 0 {
+		n.log.Debug("reservations expired unsettled", "expired", expired)
 	}
 }
 

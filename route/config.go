@@ -35,11 +35,18 @@ type Config struct {
 	// from a partition would otherwise decide those keys from less than
 	// they hold. 0 never waits. Default 250ms.
 	SettleWait time.Duration
+	// HoldTTL is how long an all-or-nothing batch holds each limit
+	// (CheckAll): longer than a forward and its answer take, since a
+	// hold that expires before its commit arrives gives its hits back;
+	// short, since a hold whose coordinator died counts until then.
+	// Default 10s.
+	HoldTTL time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000, SettleWait: 250 * time.Millisecond}
+	return Config{MaxBatch: 1000, Fallback: FallbackLocal, MaxInflightForwards: 10_000, SettleWait: 250 * time.Millisecond,
+		HoldTTL: 10 * time.Second}
 }
 
 // Validate reports every unusable field, each a *field.Error naming it.
@@ -53,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if c.SettleWait < 0 {
 		errs = append(errs, field.Errorf("SettleWait", "must not be negative, got %s", c.SettleWait))
+	}
+	if c.HoldTTL < time.Millisecond || c.HoldTTL%time.Millisecond != 0 {
+		errs = append(errs, field.Errorf("HoldTTL", "must be a whole number of ms, at least 1ms, got %s", c.HoldTTL))
 	}
 	if c.Fallback > FallbackShare {
 		errs = append(errs, field.Errorf("Fallback", "is an unknown policy, %d", c.Fallback))

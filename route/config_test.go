@@ -19,12 +19,14 @@ import (
 func TestConfigValidate(t *testing.T) {
 	good := route.DefaultConfig()
 	require.NoError(t, good.Validate())
-	assert.Equal(t, route.Config{MaxBatch: 1000, Fallback: route.FallbackLocal, MaxInflightForwards: 10_000, SettleWait: 250 * time.Millisecond}, good)
+	assert.Equal(t, route.Config{MaxBatch: 1000, Fallback: route.FallbackLocal, MaxInflightForwards: 10_000, SettleWait: 250 * time.Millisecond,
+		HoldTTL: 10 * time.Second}, good)
 	for name, mutate := range map[string]func(*route.Config){
 		"MaxBatch":            func(c *route.Config) { c.MaxBatch = 0 },
 		"MaxInflightForwards": func(c *route.Config) { c.MaxInflightForwards = -1 },
 		"SettleWait":          func(c *route.Config) { c.SettleWait = -time.Second },
 		"Fallback":            func(c *route.Config) { c.Fallback = 7 },
+		"HoldTTL":             func(c *route.Config) { c.HoldTTL = 0 },
 	} {
 		c := good
 		mutate(&c)

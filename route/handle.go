@@ -45,7 +45,7 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 	// twice, which over-denies; never zero times.)
 	if err := peer.SenderGone(ctx); err != nil {
 		undone := s.undo(now, reqs, out)
-		notCounted(out)
+		notCounted(reqs, out)
 		if s.lateLog.Allow() {
 			s.log.Warn("decided forwarded checks after the caller stopped waiting; took back what they added (its fallback counts them)",
 				append([]any{"origin", logging.Clip(origin), "checks", len(reqs), "undone", undone, "err", err}, peer.LogAttrs(ctx, "")...)...)
@@ -55,10 +55,14 @@ func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limit
 }
 
 // notCounted answers every decided check of out with peer.ErrNotCounted:
-// what they added was taken back. Refusals (invalid input) stay.
-func notCounted(out []peer.Result) {
+// what they added was taken back. Refusals (invalid input) stay, and so
+// do the answers to other ops (refunds, charges, reservations), which
+// undo cannot take back exactly: a sender that still waits uses them,
+// one that stopped applies the op by its fallback too (docs/limiter.md
+// says what that double application costs).
+func notCounted(reqs []limiter.Request, out []peer.Result) {
 	for i := range out {
-		if out[i].Err == nil {
+		if out[i].Err == nil && reqs[i].Op == limiter.OpCheck {
 			out[i] = peer.Result{Err: peer.ErrNotCounted}
 		}
 	}
@@ -72,7 +76,7 @@ func (s *Service) undo(now time.Time, reqs []limiter.Request, out []peer.Result)
 	var states []limiter.KeyState
 	ms := max(now.UnixMilli(), 0)
 	for i, r := range reqs {
-		if out[i].Err != nil || !out[i].Decision.Allowed || r.Hits <= 0 {
+		if out[i].Err != nil || !out[i].Decision.Allowed || r.Hits <= 0 || r.Op != limiter.OpCheck {
 			continue
 		}
 		ks := limiter.KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm}

@@ -23,6 +23,7 @@ type Metrics struct {
 	fwdDuration [2]prometheus.Observer      // [ok, error]
 	fwdSize     prometheus.Observer
 	batchSize   prometheus.Observer
+	all         [2]prometheus.Counter // all-or-nothing batches: [refused, admitted]
 }
 
 // Outcomes of a check.
@@ -98,12 +99,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help:      "Checks in each CheckBatch call (gRPC or HTTP) this node received, not counting items that failed to parse.",
 		Buckets:   prometheus.ExponentialBuckets(1, 2, 11),
 	})
-	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch} {
+	all := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peerlimit",
+		Name:      "all_or_nothing_total",
+		Help:      "All-or-nothing batches this node coordinated, by outcome: admitted (every check held, then committed) or refused (one was denied or failed; every hold released).",
+	}, []string{"outcome"})
+	for _, c := range []prometheus.Collector{checks, peer, fwd, unr, dur, size, batch, all} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	m := &Metrics{fwdSize: size, batchSize: batch}
+	m := &Metrics{fwdSize: size, batchSize: batch,
+		all: [2]prometheus.Counter{all.WithLabelValues("refused"), all.WithLabelValues("admitted")}}
 	for _, a := range algorithms {
 		for o, outcome := range outcomeNames {
 			for r, route := range routeNames {
@@ -186,6 +193,16 @@ func (m *Metrics) ForwardCall(start time.Time, checks int, err error) {
 	}
 	m.fwdDuration[r].Observe(time.Since(start).Seconds())
 	m.fwdSize.Observe(float64(checks))
+}
+
+func (m *Metrics) allOrNothing(admitted bool) {
+	if m != nil {
+		i := 0
+		if admitted {
+			i = 1
+		}
+		m.all[i].Inc()
+	}
 }
 
 func (m *Metrics) checkBatch(n int) {

@@ -145,7 +145,11 @@ func (s *Service) Check(ctx context.Context, req limiter.Request) peer.Result {
 		s.metrics.check(req.Algorithm, routeLocal, res)
 		return res
 	}
-	res, ok := s.viaLease(ctx, owner, req)
+	var res routed
+	ok := false
+	if req.Op == limiter.OpCheck { // a lease lends hits to checks; every other op is its owner's
+		res, ok = s.viaLease(ctx, owner, req)
+	}
 	if !ok {
 		res = s.forward(ctx, owner, req)
 	}
@@ -239,7 +243,7 @@ func (s *Service) decideOwn(ctx context.Context, reqs []limiter.Request, out []p
 			s.metrics.check(r.Algorithm, routeForwarded, out[i])
 			continue
 		}
-		if s.deps.Leases != nil {
+		if s.deps.Leases != nil && r.Op == limiter.OpCheck {
 			if d, ok := s.deps.Leases.Admit(now, r); ok {
 				out[i] = peer.Result{Decision: d, Owner: owner.ID}
 				s.metrics.check(r.Algorithm, routeLeased, out[i])
@@ -348,12 +352,12 @@ func (s *Service) ownerRefused(ctx context.Context, owner peer.Route, res peer.R
 }
 
 func (s *Service) decide(now time.Time, req limiter.Request) peer.Result {
-	if s.cfg.Fallback == FallbackShare {
+	if s.cfg.Fallback == FallbackShare && req.Op.Admits() {
 		if live, known := s.share(); live < known {
 			return s.decideShare(now, req, live, known)
 		}
 	}
-	d, err := s.store.Check(now, req)
+	d, err := s.store.Apply(now, req)
 	if err != nil {
 		return peer.Result{Err: err}
 	}
@@ -371,9 +375,9 @@ func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole in
 	shared.Limit = max(req.Limit*int64(part)/int64(whole), 1) // no overflow: part ≤ whole, and whole is a member count
 	over := req.Hits > shared.Limit                           // more than the whole share: refused, counting nothing
 	if over {
-		shared.Hits = 0
+		shared.Op, shared.Hits = limiter.OpCheck, 0 // a peek: a reservation over the share opens nothing
 	}
-	d, err := s.store.Check(now, shared)
+	d, err := s.store.Apply(now, shared)
 	if err != nil {
 		return peer.Result{Err: err}
 	}
@@ -423,12 +427,19 @@ func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Re
 			"policy", s.cfg.Fallback.String(), "err", cause}, peer.LogAttrs(ctx, peer.CallID(cause))...)...)
 	}
 	var res peer.Result
-	switch s.cfg.Fallback {
-	case FallbackAllow:
+	switch {
+	case req.Op != limiter.OpCheck:
+		// Refunds, charges and reservations change state: whatever the
+		// policy, this node applies them to its own store, whose state
+		// goes to the owner when it is back (FallbackLocal's rule), so
+		// a charge is not lost and a refund never exceeds what was
+		// counted here.
+		res = s.decide(s.deps.Now(), req)
+	case s.cfg.Fallback == FallbackAllow:
 		res = peer.Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
-	case FallbackDeny:
+	case s.cfg.Fallback == FallbackDeny:
 		res = peer.Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
-	case FallbackShare:
+	case s.cfg.Fallback == FallbackShare:
 		_, known := s.share()
 		res = s.decideShare(s.deps.Now(), req, 1, known)
 	default:

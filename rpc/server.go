@@ -48,12 +48,39 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	if err := s.svc.BatchTooLarge("checks", len(in.GetChecks())); err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
+	if in.GetAllOrNothing() {
+		return s.checkAll(ctx, in.GetChecks())
+	}
 	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
 	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.Reqs)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
 	return &pb.CheckBatchResponse{Results: b.Answer(results)}, nil
+}
+
+// checkAll answers an all-or-nothing batch: an item that does not convert
+// refuses the whole call, naming it (checks[i].field), since nothing of
+// the batch may count then.
+func (s *Server) checkAll(ctx context.Context, checks []*pb.CheckRequest) (*pb.CheckBatchResponse, error) {
+	reqs := make([]limiter.Request, len(checks))
+	for i, c := range checks {
+		r, err := s.request(c)
+		if err != nil {
+			return nil, grpcapi.Status(route.ItemError(i, err)).Err()
+		}
+		reqs[i] = r
+	}
+	results, err := s.svc.CheckAll(grpcapi.Incoming(ctx), reqs)
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	out := make([]*pb.CheckResult, len(results))
+	slab := protoconv.NewResultSlab(len(results))
+	for i, r := range results {
+		out[i] = slab.Put(i, r)
+	}
+	return &pb.CheckBatchResponse{Results: out}, nil
 }
 
 // CheckStream implements pb.RateLimiterServer: CheckBatch for every batch
@@ -133,5 +160,9 @@ func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 		return limiter.Request{}, err
 	}
 	given := route.InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
-	return s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
+	r, err := s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
+	if err != nil {
+		return r, err
+	}
+	return r, protoconv.SetOp(&r, in)
 }

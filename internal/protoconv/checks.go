@@ -28,7 +28,21 @@ func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
 	if in.GetPolicy() != "" {
 		return limiter.Request{}, errPolicyForwarded
 	}
-	return limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, in.Hits), nil
+	r := limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, in.Hits)
+	return r, SetOp(&r, in)
+}
+
+// SetOp sets r's op, reservation and TTL from in, refusing an op the API
+// does not know (limiter.Request.SetOp).
+func SetOp(r *limiter.Request, in *pb.CheckRequest) error {
+	op := in.GetOp()
+	if op < 0 || int(op) >= len(pb.Op_name) {
+		return &limiter.ArgumentError{Field: "op", Reason: fmt.Sprintf("unknown value %d", op)}
+	}
+	if op == pb.Op_CHECK && in.GetReservation() == "" && in.GetTtlMs() == 0 {
+		return nil // the hot path: nothing more to set
+	}
+	return r.SetOp(limiter.Op(op), in.GetReservation(), in.GetTtlMs(), in.Hits != nil)
 }
 
 var errPolicyForwarded = &limiter.ArgumentError{Field: "policy",
@@ -47,7 +61,12 @@ func FromForwarded(in *pb.CheckRequest) (limiter.Request, error) {
 	if a < 0 || a > 255 {
 		a = 255
 	}
-	return limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), limiter.Algorithm(a), in.Hits), nil
+	r := limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), limiter.Algorithm(a), in.Hits)
+	if op := in.GetOp(); op != pb.Op_CHECK || in.GetReservation() != "" || in.GetTtlMs() != 0 {
+		// An unknown op too is the store's to refuse, naming the field.
+		_ = r.SetOp(limiter.Op(min(max(op, 0), 255)), in.GetReservation(), in.GetTtlMs(), true) // a member always sends hits
+	}
+	return r, nil
 }
 
 // AlgorithmFromProto converts an algorithm of the public API; an unknown
@@ -84,6 +103,13 @@ func fillResponse(out *pb.CheckResponse, r peer.Result) {
 	out.RefillAfterMs = d.RefillAfter.Milliseconds()
 	out.Owner = r.Owner
 	out.Degraded = r.Degraded
+	if a := d.Adjust; a != nil {
+		out.Reservation = a.Reservation
+		out.ExpiresInMs = a.ExpiresIn.Milliseconds()
+		out.Refunded = a.Refunded
+		out.Over = a.Over
+		out.Settled = pb.Settled(a.Settled)
+	}
 }
 
 // ToProtoResult converts a Result for the wire.
@@ -96,7 +122,7 @@ func FromProtoResult(r *pb.CheckResult) peer.Result {
 		return peer.Result{Err: FromProtoError(e)}
 	}
 	resp := r.GetResponse()
-	return peer.Result{
+	res := peer.Result{
 		Decision: limiter.Decision{
 			Allowed:      resp.GetAllowed(),
 			Limit:        resp.GetLimit(),
@@ -109,6 +135,12 @@ func FromProtoResult(r *pb.CheckResult) peer.Result {
 		Owner:    resp.GetOwner(),
 		Degraded: resp.GetDegraded(),
 	}
+	if resp.GetReservation() != "" || resp.GetRefunded() != 0 || resp.GetOver() != 0 || resp.GetSettled() != 0 {
+		res.Decision.Adjust = &limiter.Adjustment{Reservation: resp.GetReservation(),
+			ExpiresIn: limiter.WindowFromMS(resp.GetExpiresInMs()), Refunded: resp.GetRefunded(), Over: resp.GetOver(),
+			Settled: limiter.SettleOutcome(min(max(resp.GetSettled(), 0), 255))}
+	}
+	return res
 }
 
 // ErrorResult is the wire result of a check refused with err.
@@ -213,6 +245,7 @@ func (s RequestSlab) Put(i int, r limiter.Request) *pb.CheckRequest {
 	w.hits = r.Hits
 	m := &w.req
 	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = r.Key, r.Limit, r.Window.Milliseconds(), pb.Algorithm(r.Algorithm), &w.hits
+	m.Op, m.Reservation, m.TtlMs = pb.Op(r.Op), r.Reservation, r.TTL.Milliseconds()
 	return m
 }
 

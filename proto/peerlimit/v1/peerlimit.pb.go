@@ -75,6 +75,146 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{0}
 }
 
+// What a request does to its key's state. hits means what each says.
+type Op int32
+
+const (
+	// Admit hits if they fit, and count them only then.
+	Op_CHECK Op = 0
+	// Give back up to hits (> 0, may exceed the limit) hits: never below
+	// what the window holds, never creating credit. refunded says how many.
+	Op_REFUND Op = 1
+	// Count hits (> 0, may exceed the limit) even past the limit: debt,
+	// for a cost known after the work. over says how far past it went.
+	Op_CHARGE Op = 2
+	// Admit hits (the estimate, 1 ≤ hits ≤ limit) as CHECK does and, when
+	// admitted, open a reservation: reservation and expires_in_ms come
+	// back. Never settled, it counts as used when it expires.
+	Op_RESERVE Op = 3
+	// RESERVE whose expiry gives the hits back instead: what an
+	// all-or-nothing batch holds on each limit while it asks the others.
+	Op_HOLD Op = 4
+	// Close a reservation at the real cost hits (≥ 0, may exceed the
+	// limit): the reserved hits it did not use are refunded, a cost above
+	// them is charged as debt. A retry counts once.
+	Op_SETTLE Op = 5
+	// Close a reservation refunding every hit of it (SETTLE at 0; hits
+	// absent or 0).
+	Op_RELEASE Op = 6
+)
+
+// Enum value maps for Op.
+var (
+	Op_name = map[int32]string{
+		0: "CHECK",
+		1: "REFUND",
+		2: "CHARGE",
+		3: "RESERVE",
+		4: "HOLD",
+		5: "SETTLE",
+		6: "RELEASE",
+	}
+	Op_value = map[string]int32{
+		"CHECK":   0,
+		"REFUND":  1,
+		"CHARGE":  2,
+		"RESERVE": 3,
+		"HOLD":    4,
+		"SETTLE":  5,
+		"RELEASE": 6,
+	}
+)
+
+func (x Op) Enum() *Op {
+	p := new(Op)
+	*p = x
+	return p
+}
+
+func (x Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_peerlimit_v1_peerlimit_proto_enumTypes[1].Descriptor()
+}
+
+func (Op) Type() protoreflect.EnumType {
+	return &file_peerlimit_v1_peerlimit_proto_enumTypes[1]
+}
+
+func (x Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Op.Descriptor instead.
+func (Op) EnumDescriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{1}
+}
+
+// What closing a reservation found.
+type Settled int32
+
+const (
+	Settled_SETTLED_UNSPECIFIED Settled = 0 // not a SETTLE or RELEASE
+	// Open on its owner: closed now.
+	Settled_SETTLED_NOW Settled = 1
+	// Closed before: a retry; nothing applied again, the first answer's
+	// refunded and over repeated.
+	Settled_SETTLED_BEFORE Settled = 2
+	// Its owner had no record (the key changed owner: failover or
+	// handoff): applied from the token, which carries what it reserved.
+	Settled_SETTLED_UNKNOWN Settled = 3
+	// It had expired, counting as used (a HOLD: released), so only a cost
+	// above its hits (a HOLD: the whole cost) was charged.
+	Settled_SETTLED_EXPIRED Settled = 4
+)
+
+// Enum value maps for Settled.
+var (
+	Settled_name = map[int32]string{
+		0: "SETTLED_UNSPECIFIED",
+		1: "SETTLED_NOW",
+		2: "SETTLED_BEFORE",
+		3: "SETTLED_UNKNOWN",
+		4: "SETTLED_EXPIRED",
+	}
+	Settled_value = map[string]int32{
+		"SETTLED_UNSPECIFIED": 0,
+		"SETTLED_NOW":         1,
+		"SETTLED_BEFORE":      2,
+		"SETTLED_UNKNOWN":     3,
+		"SETTLED_EXPIRED":     4,
+	}
+)
+
+func (x Settled) Enum() *Settled {
+	p := new(Settled)
+	*p = x
+	return p
+}
+
+func (x Settled) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Settled) Descriptor() protoreflect.EnumDescriptor {
+	return file_peerlimit_v1_peerlimit_proto_enumTypes[2].Descriptor()
+}
+
+func (Settled) Type() protoreflect.EnumType {
+	return &file_peerlimit_v1_peerlimit_proto_enumTypes[2]
+}
+
+func (x Settled) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Settled.Descriptor instead.
+func (Settled) EnumDescriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{2}
+}
+
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What is limited, e.g. "user:42:/search". 1 to 1024 bytes of UTF-8 by
@@ -96,7 +236,18 @@ type CheckRequest struct {
 	// the extra field, and an unknown policy is INVALID_ARGUMENT naming
 	// policy. The node that receives the request resolves the name, so the
 	// key's state is the same as for the policy's numbers given inline.
-	Policy        string `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy string `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	// What the request does; CHECK when absent. docs/limiter.md,
+	// "Reservations, refunds and debt", states every rule.
+	Op Op `protobuf:"varint,7,opt,name=op,proto3,enum=peerlimit.v1.Op" json:"op,omitempty"`
+	// The token of the reservation SETTLE or RELEASE closes, as RESERVE or
+	// HOLD returned it; with the same key, limit, window_ms and algorithm
+	// (or policy). Empty for every other op.
+	Reservation string `protobuf:"bytes,8,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// How long a reservation RESERVE or HOLD opens lasts unsettled, in
+	// milliseconds; 0 is the node's --reservation-ttl (1 minute by
+	// default), at most its --max-reservation-ttl (1 hour).
+	TtlMs         int64 `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +324,27 @@ func (x *CheckRequest) GetPolicy() string {
 	return ""
 }
 
+func (x *CheckRequest) GetOp() Op {
+	if x != nil {
+		return x.Op
+	}
+	return Op_CHECK
+}
+
+func (x *CheckRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *CheckRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 type CheckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -201,6 +373,17 @@ type CheckResponse struct {
 	// window (epoch-aligned) ends, from which on its hits weigh less and less:
 	// window_ms − (now mod window_ms), never 0.
 	RefillAfterMs int64 `protobuf:"varint,9,opt,name=refill_after_ms,json=refillAfterMs,proto3" json:"refill_after_ms,omitempty"`
+	// RESERVE and HOLD, when allowed: the reservation's token, to SETTLE
+	// or RELEASE it, and the time it has left unsettled.
+	Reservation string `protobuf:"bytes,10,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	ExpiresInMs int64  `protobuf:"varint,11,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	// REFUND, SETTLE and RELEASE: the hits given back.
+	Refunded int64 `protobuf:"varint,12,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	// CHARGE and SETTLE: how far past the limit the hits counted took the
+	// key (0 when they fitted; allowed is then true).
+	Over int64 `protobuf:"varint,13,opt,name=over,proto3" json:"over,omitempty"`
+	// SETTLE and RELEASE: what closing the reservation found.
+	Settled       Settled `protobuf:"varint,14,opt,name=settled,proto3,enum=peerlimit.v1.Settled" json:"settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,9 +481,50 @@ func (x *CheckResponse) GetRefillAfterMs() int64 {
 	return 0
 }
 
+func (x *CheckResponse) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetRefunded() int64 {
+	if x != nil {
+		return x.Refunded
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetOver() int64 {
+	if x != nil {
+		return x.Over
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetSettled() Settled {
+	if x != nil {
+		return x.Settled
+	}
+	return Settled_SETTLED_UNSPECIFIED
+}
+
 type CheckBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Checks        []*CheckRequest        `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Checks []*CheckRequest        `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	// All or nothing: the batch is admitted only if every check is, and
+	// then counts on every one; if any is denied or fails, none counts.
+	// Every item must be a CHECK with hits ≥ 1. Keys on other owners are
+	// held (HOLD) on each, then settled or released; see docs/limiter.md
+	// for what a node failing in between can leave, and for how long.
+	AllOrNothing  bool `protobuf:"varint,2,opt,name=all_or_nothing,json=allOrNothing,proto3" json:"all_or_nothing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +564,13 @@ func (x *CheckBatchRequest) GetChecks() []*CheckRequest {
 		return x.Checks
 	}
 	return nil
+}
+
+func (x *CheckBatchRequest) GetAllOrNothing() bool {
+	if x != nil {
+		return x.AllOrNothing
+	}
+	return false
 }
 
 type CheckBatchResponse struct {
@@ -1564,15 +1795,18 @@ var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\xc4\x01\n" +
+	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\x9f\x02\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x125\n" +
 	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x17\n" +
 	"\x04hits\x18\x05 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
-	"\x06policy\x18\x06 \x01(\tR\x06policyB\a\n" +
-	"\x05_hits\"\xa8\x02\n" +
+	"\x06policy\x18\x06 \x01(\tR\x06policy\x12 \n" +
+	"\x02op\x18\a \x01(\x0e2\x10.peerlimit.v1.OpR\x02op\x12 \n" +
+	"\vreservation\x18\b \x01(\tR\vreservation\x12\x15\n" +
+	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMsB\a\n" +
+	"\x05_hits\"\xcf\x03\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1582,9 +1816,16 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x0ereset_after_ms\x18\x06 \x01(\x03R\fresetAfterMs\x12\x14\n" +
 	"\x05owner\x18\a \x01(\tR\x05owner\x12\x1a\n" +
 	"\bdegraded\x18\b \x01(\bR\bdegraded\x12&\n" +
-	"\x0frefill_after_ms\x18\t \x01(\x03R\rrefillAfterMs\"G\n" +
+	"\x0frefill_after_ms\x18\t \x01(\x03R\rrefillAfterMs\x12 \n" +
+	"\vreservation\x18\n" +
+	" \x01(\tR\vreservation\x12\"\n" +
+	"\rexpires_in_ms\x18\v \x01(\x03R\vexpiresInMs\x12\x1a\n" +
+	"\brefunded\x18\f \x01(\x03R\brefunded\x12\x12\n" +
+	"\x04over\x18\r \x01(\x03R\x04over\x12/\n" +
+	"\asettled\x18\x0e \x01(\x0e2\x15.peerlimit.v1.SettledR\asettled\"m\n" +
 	"\x11CheckBatchRequest\x122\n" +
-	"\x06checks\x18\x01 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\"I\n" +
+	"\x06checks\x18\x01 \x03(\v2\x1a.peerlimit.v1.CheckRequestR\x06checks\x12$\n" +
+	"\x0eall_or_nothing\x18\x02 \x01(\bR\fallOrNothing\"I\n" +
 	"\x12CheckBatchResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\"Z\n" +
 	"\x12CheckStreamRequest\x12\x10\n" +
@@ -1677,7 +1918,24 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\rnext_allow_ms\x18\t \x01(\x03R\vnextAllowMs*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x012\x86\x04\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x01*W\n" +
+	"\x02Op\x12\t\n" +
+	"\x05CHECK\x10\x00\x12\n" +
+	"\n" +
+	"\x06REFUND\x10\x01\x12\n" +
+	"\n" +
+	"\x06CHARGE\x10\x02\x12\v\n" +
+	"\aRESERVE\x10\x03\x12\b\n" +
+	"\x04HOLD\x10\x04\x12\n" +
+	"\n" +
+	"\x06SETTLE\x10\x05\x12\v\n" +
+	"\aRELEASE\x10\x06*q\n" +
+	"\aSettled\x12\x17\n" +
+	"\x13SETTLED_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vSETTLED_NOW\x10\x01\x12\x12\n" +
+	"\x0eSETTLED_BEFORE\x10\x02\x12\x13\n" +
+	"\x0fSETTLED_UNKNOWN\x10\x03\x12\x13\n" +
+	"\x0fSETTLED_EXPIRED\x10\x042\x86\x04\n" +
 	"\vRateLimiter\x12@\n" +
 	"\x05Check\x12\x1a.peerlimit.v1.CheckRequest\x1a\x1b.peerlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
@@ -1700,68 +1958,72 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peerlimit_proto_rawDescData
 }
 
-var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
-	(*CheckRequest)(nil),        // 1: peerlimit.v1.CheckRequest
-	(*CheckResponse)(nil),       // 2: peerlimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 3: peerlimit.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),  // 4: peerlimit.v1.CheckBatchResponse
-	(*CheckStreamRequest)(nil),  // 5: peerlimit.v1.CheckStreamRequest
-	(*CheckStreamResponse)(nil), // 6: peerlimit.v1.CheckStreamResponse
-	(*CheckResult)(nil),         // 7: peerlimit.v1.CheckResult
-	(*Error)(nil),               // 8: peerlimit.v1.Error
-	(*MembersRequest)(nil),      // 9: peerlimit.v1.MembersRequest
-	(*MembersResponse)(nil),     // 10: peerlimit.v1.MembersResponse
-	(*Member)(nil),              // 11: peerlimit.v1.Member
-	(*ResetRequest)(nil),        // 12: peerlimit.v1.ResetRequest
-	(*ResetResponse)(nil),       // 13: peerlimit.v1.ResetResponse
-	(*TopRequest)(nil),          // 14: peerlimit.v1.TopRequest
-	(*TopResponse)(nil),         // 15: peerlimit.v1.TopResponse
-	(*HotKey)(nil),              // 16: peerlimit.v1.HotKey
-	(*InspectRequest)(nil),      // 17: peerlimit.v1.InspectRequest
-	(*InspectResponse)(nil),     // 18: peerlimit.v1.InspectResponse
-	(*LeaseView)(nil),           // 19: peerlimit.v1.LeaseView
-	(*KeyView)(nil),             // 20: peerlimit.v1.KeyView
-	nil,                         // 21: peerlimit.v1.Member.ConfigEntry
+	(Op)(0),                     // 1: peerlimit.v1.Op
+	(Settled)(0),                // 2: peerlimit.v1.Settled
+	(*CheckRequest)(nil),        // 3: peerlimit.v1.CheckRequest
+	(*CheckResponse)(nil),       // 4: peerlimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 5: peerlimit.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),  // 6: peerlimit.v1.CheckBatchResponse
+	(*CheckStreamRequest)(nil),  // 7: peerlimit.v1.CheckStreamRequest
+	(*CheckStreamResponse)(nil), // 8: peerlimit.v1.CheckStreamResponse
+	(*CheckResult)(nil),         // 9: peerlimit.v1.CheckResult
+	(*Error)(nil),               // 10: peerlimit.v1.Error
+	(*MembersRequest)(nil),      // 11: peerlimit.v1.MembersRequest
+	(*MembersResponse)(nil),     // 12: peerlimit.v1.MembersResponse
+	(*Member)(nil),              // 13: peerlimit.v1.Member
+	(*ResetRequest)(nil),        // 14: peerlimit.v1.ResetRequest
+	(*ResetResponse)(nil),       // 15: peerlimit.v1.ResetResponse
+	(*TopRequest)(nil),          // 16: peerlimit.v1.TopRequest
+	(*TopResponse)(nil),         // 17: peerlimit.v1.TopResponse
+	(*HotKey)(nil),              // 18: peerlimit.v1.HotKey
+	(*InspectRequest)(nil),      // 19: peerlimit.v1.InspectRequest
+	(*InspectResponse)(nil),     // 20: peerlimit.v1.InspectResponse
+	(*LeaseView)(nil),           // 21: peerlimit.v1.LeaseView
+	(*KeyView)(nil),             // 22: peerlimit.v1.KeyView
+	nil,                         // 23: peerlimit.v1.Member.ConfigEntry
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 1: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	7,  // 2: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
-	1,  // 3: peerlimit.v1.CheckStreamRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	7,  // 4: peerlimit.v1.CheckStreamResponse.results:type_name -> peerlimit.v1.CheckResult
-	8,  // 5: peerlimit.v1.CheckStreamResponse.error:type_name -> peerlimit.v1.Error
-	2,  // 6: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
-	8,  // 7: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
-	11, // 8: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	21, // 9: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
-	0,  // 10: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	16, // 11: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
-	16, // 12: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
-	20, // 13: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
-	19, // 14: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
-	0,  // 15: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 16: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	3,  // 17: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	5,  // 18: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	9,  // 19: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	12, // 20: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	14, // 21: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
-	17, // 22: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
-	2,  // 23: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	4,  // 24: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	6,  // 25: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	10, // 26: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	13, // 27: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	15, // 28: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
-	18, // 29: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 1: peerlimit.v1.CheckRequest.op:type_name -> peerlimit.v1.Op
+	2,  // 2: peerlimit.v1.CheckResponse.settled:type_name -> peerlimit.v1.Settled
+	3,  // 3: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	9,  // 4: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
+	3,  // 5: peerlimit.v1.CheckStreamRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	9,  // 6: peerlimit.v1.CheckStreamResponse.results:type_name -> peerlimit.v1.CheckResult
+	10, // 7: peerlimit.v1.CheckStreamResponse.error:type_name -> peerlimit.v1.Error
+	4,  // 8: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
+	10, // 9: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
+	13, // 10: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
+	23, // 11: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
+	0,  // 12: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	18, // 13: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
+	18, // 14: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
+	22, // 15: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	21, // 16: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
+	0,  // 17: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	3,  // 18: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	5,  // 19: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	7,  // 20: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	11, // 21: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	14, // 22: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	16, // 23: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	19, // 24: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	4,  // 25: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	6,  // 26: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	8,  // 27: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	12, // 28: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	15, // 29: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	17, // 30: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	20, // 31: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -1780,7 +2042,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      3,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -48,6 +48,23 @@ func (m *CheckRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.TtlMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TtlMs))
+		i--
+		dAtA[i] = 0x48
+	}
+	if len(m.Reservation) > 0 {
+		i -= len(m.Reservation)
+		copy(dAtA[i:], m.Reservation)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Reservation)))
+		i--
+		dAtA[i] = 0x42
+	}
+	if m.Op != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Op))
+		i--
+		dAtA[i] = 0x38
+	}
 	if len(m.Policy) > 0 {
 		i -= len(m.Policy)
 		copy(dAtA[i:], m.Policy)
@@ -114,6 +131,33 @@ func (m *CheckResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Settled != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Settled))
+		i--
+		dAtA[i] = 0x70
+	}
+	if m.Over != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Over))
+		i--
+		dAtA[i] = 0x68
+	}
+	if m.Refunded != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Refunded))
+		i--
+		dAtA[i] = 0x60
+	}
+	if m.ExpiresInMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ExpiresInMs))
+		i--
+		dAtA[i] = 0x58
+	}
+	if len(m.Reservation) > 0 {
+		i -= len(m.Reservation)
+		copy(dAtA[i:], m.Reservation)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Reservation)))
+		i--
+		dAtA[i] = 0x52
 	}
 	if m.RefillAfterMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RefillAfterMs))
@@ -204,6 +248,16 @@ func (m *CheckBatchRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.AllOrNothing {
+		i--
+		if m.AllOrNothing {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x10
 	}
 	if len(m.Checks) > 0 {
 		for iNdEx := len(m.Checks) - 1; iNdEx >= 0; iNdEx-- {
@@ -1331,6 +1385,16 @@ func (m *CheckRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Op != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Op))
+	}
+	l = len(m.Reservation)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.TtlMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TtlMs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1369,6 +1433,22 @@ func (m *CheckResponse) SizeVT() (n int) {
 	if m.RefillAfterMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.RefillAfterMs))
 	}
+	l = len(m.Reservation)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.ExpiresInMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ExpiresInMs))
+	}
+	if m.Refunded != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Refunded))
+	}
+	if m.Over != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Over))
+	}
+	if m.Settled != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Settled))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1384,6 +1464,9 @@ func (m *CheckBatchRequest) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.AllOrNothing {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2007,6 +2090,76 @@ func (m *CheckRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Policy = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Op", wireType)
+			}
+			m.Op = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Op |= Op(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Reservation", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Reservation = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TtlMs", wireType)
+			}
+			m.TtlMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.TtlMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -2244,6 +2397,114 @@ func (m *CheckResponse) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 10:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Reservation", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Reservation = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExpiresInMs", wireType)
+			}
+			m.ExpiresInMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ExpiresInMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Refunded", wireType)
+			}
+			m.Refunded = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Refunded |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Over", wireType)
+			}
+			m.Over = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Over |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Settled", wireType)
+			}
+			m.Settled = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Settled |= Settled(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -2329,6 +2590,26 @@ func (m *CheckBatchRequest) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AllOrNothing", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.AllOrNothing = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

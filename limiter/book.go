@@ -1,0 +1,151 @@
+package limiter
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// lookup returns the record of reservation id. Requires sh.mu held.
+func (sh *shard) lookup(id uint64) (reservation, bool) {
+	if sh.book == nil {
+		return reservation{}, false
+	}
+	rec, ok := sh.book.byID[id]
+	return rec, ok
+}
+
+// expireOne forgets reservation id, due at ms: an open hold gives its
+// hits back, an open reservation counts as used, a settled one was only
+// remembered for retries. Requires sh.mu held.
+func (s *Store) expireOne(sh *shard, id uint64, rec reservation, ms int64) {
+	delete(sh.book.byID, id)
+	s.reservations.Add(-1)
+	if rec.settled {
+		return
+	}
+	s.resv.expired.Add(1)
+	if rec.hold {
+		s.refundedHits.Add(uint64(s.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))
+	}
+}
+
+// ExpireReservations forgets every reservation due at now (see
+// expireOne) and returns how many open ones expired. A partition whose
+// soonest expiry is later is skipped without a look; the others are
+// scanned under their lock, one at a time. The node calls it every
+// second, so that a hold whose coordinator died gives its hits back
+// about then; a settle that meets a due reservation expires it first, so
+// correctness never waits for it.
+func (s *Store) ExpireReservations(now time.Time) int {
+	if s.reservations.Load() == 0 {
+		return 0
+	}
+	ms := max(now.UnixMilli(), 0)
+	expired := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if b := sh.book; b != nil && b.next <= ms {
+			next := int64(math.MaxInt64)
+			for id, rec := range b.byID {
+				if rec.expires > ms {
+					next = min(next, rec.expires)
+					continue
+				}
+				if !rec.settled {
+					expired++
+				}
+				s.expireOne(sh, id, rec, ms)
+			}
+			b.next = next
+			if len(b.byID) == 0 {
+				sh.book = nil // give the map back
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return expired
+}
+
+// OpenReservation describes a reservation not yet settled.
+type OpenReservation struct {
+	Window    time.Duration
+	Algorithm Algorithm
+	Hits      int64
+	Hold      bool
+	// Age is how long ago its hits were counted; ExpiresIn how long it
+	// has left. Durations, for a caller on another clock.
+	Age, ExpiresIn time.Duration
+}
+
+// OpenReservations lists the reservations open on key at now, soonest
+// expiry first, at most max of them.
+func (s *Store) OpenReservations(key string, now time.Time, max int) []OpenReservation {
+	ms := now.UnixMilli()
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	var out []OpenReservation
+	if sh.book != nil {
+		for _, rec := range sh.book.byID {
+			if rec.key.key != key || rec.settled || rec.expires <= ms {
+				continue
+			}
+			out = append(out, OpenReservation{Window: time.Duration(rec.key.window) * time.Millisecond, Algorithm: rec.alg,
+				Hits: rec.hits, Hold: rec.hold, Age: msDuration(ms - rec.at), ExpiresIn: msDuration(rec.expires - ms)})
+		}
+	}
+	sh.mu.Unlock()
+	slices.SortFunc(out, func(a, b OpenReservation) int { return int(a.ExpiresIn - b.ExpiresIn) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+func msDuration(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// ReservationStats are the store's reservation totals since start, and
+// how many it remembers now.
+type ReservationStats struct {
+	// Remembered is the open reservations and the settled ones kept for
+	// retries: what Config.MaxReservations bounds.
+	Remembered int64
+	// Reserved and Denied count OpReserve and OpHold answers; Settled
+	// and Released the reservations closed (a retry counts in Retried
+	// only); Unknown the settles applied from a token this store had no
+	// record of (the owner changed); Expired the open reservations that
+	// reached their expiry.
+	Reserved, Denied, Settled, Released, Retried, Unknown, Expired uint64
+	// RefundedHits and ChargedHits are the hits refunds, settles,
+	// releases and expired holds gave back, and charges and settles above
+	// a reservation counted.
+	RefundedHits, ChargedHits uint64
+}
+
+// ReservationStats reads the totals; it takes no lock.
+func (s *Store) ReservationStats() ReservationStats {
+	return ReservationStats{
+		Remembered: s.reservations.Load(),
+		Reserved:   s.resv.reserved.Load(), Denied: s.resv.denied.Load(),
+		Settled: s.resv.settled.Load(), Released: s.resv.released.Load(), Retried: s.resv.retried.Load(),
+		Unknown: s.resv.unknown.Load(), Expired: s.resv.expired.Load(),
+		RefundedHits: s.refundedHits.Load(), ChargedHits: s.chargedHits.Load(),
+	}
+}
+
+// countSettle counts a closed reservation by what it found.
+func (s *Store) countSettle(op Op, adj Adjustment) {
+	switch adj.Settled {
+	case SettledBefore:
+		s.resv.retried.Add(1)
+		return
+	case SettledUnknown:
+		s.resv.unknown.Add(1)
+	}
+	if op == OpRelease {
+		s.resv.released.Add(1)
+	} else {
+		s.resv.settled.Add(1)
+	}
+}

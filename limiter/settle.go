@@ -1,0 +1,201 @@
+package limiter
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// Settle closes the reservation r.Reservation names (OpSettle at the real
+// cost r.Hits, or OpRelease, a cost of 0) and returns a peek at the key
+// after it, or the charge's decision when the cost exceeded the
+// reservation; Adjust says what it refunded, how far over it went, and
+// what it found:
+//   - open here: the reserved hits the cost did not use are refunded from
+//     where they were counted (the log's entries at the reservation's
+//     time; the counter's count of that time's window, while it is the
+//     current or the previous one), and a cost above them is charged now
+//     (Charge: debt). SettledNow.
+//   - settled here before: nothing is applied again; the first answer's
+//     numbers come back. SettledBefore.
+//   - unknown here, not expired: the owner changed (failover, handoff);
+//     the token says what to refund and charge, and it is remembered as
+//     settled. SettledUnknown.
+//   - expired: a reservation counts as used at its expiry, so only a cost
+//     above its hits is charged; a hold was released at its expiry, so
+//     the whole cost is. SettledExpired.
+func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
+	if err := s.cfg.validateOp(&r); err != nil {
+		return Decision{}, err
+	}
+	if !r.Op.closes() {
+		return Decision{}, &ArgumentError{"op", "Settle takes SETTLE or RELEASE, not " + r.Op.String()}
+	}
+	t, err := decodeToken(r.Reservation)
+	if err != nil {
+		return Decision{}, err
+	}
+	k := stateKey{r.Key, r.Window.Milliseconds()}
+	if t.binding != bindingOf(r.Key, k.window, r.Algorithm) {
+		return Decision{}, &ArgumentError{"reservation", "belongs to another key, window_ms or algorithm than this request's"}
+	}
+	ms := max(now.UnixMilli(), 0)
+	sh := s.shardOf(r.Key)
+	sh.mu.Lock()
+	d, adj, err := s.settleLocked(sh, k, ms, r, t)
+	sh.mu.Unlock()
+	if err != nil {
+		return Decision{}, err
+	}
+	s.countSettle(r.Op, adj)
+	d.Adjust = &adj
+	return d, nil
+}
+
+// settleLocked is Settle under sh.mu.
+func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token) (Decision, Adjustment, error) {
+	rec, found := sh.lookup(t.id)
+	if found && !rec.settled && rec.expires <= ms {
+		s.expireOne(sh, t.id, rec, ms) // due, and the sweep has not come yet
+		found = false
+	}
+	switch {
+	case found && rec.settled:
+		d := s.peekLocked(sh, k, ms, r)
+		return d, Adjustment{Refunded: rec.refunded, Over: rec.over, Settled: SettledBefore}, nil
+	case !found && t.expires <= ms:
+		cost := max(r.Hits-t.hits, 0)
+		if t.hold {
+			cost = r.Hits
+		}
+		d, _, over, err := s.adjustLocked(sh, k, ms, r, t.at, 0, cost)
+		return d, Adjustment{Over: over, Settled: SettledExpired}, err
+	}
+	d, refunded, over, err := s.adjustLocked(sh, k, ms, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
+	if err != nil {
+		return Decision{}, Adjustment{}, err
+	}
+	adj := Adjustment{Refunded: refunded, Over: over, Settled: SettledNow}
+	if !found {
+		adj.Settled = SettledUnknown
+		if s.takeReservationSlot() != nil {
+			return d, adj, nil // applied; a retry cannot be recognised, and the capacity metric says why
+		}
+		rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at, expires: t.expires}
+	}
+	rec.settled, rec.refunded, rec.over = true, refunded, over
+	sh.remember(t, rec)
+	return d, adj, nil
+}
+
+// adjustLocked refunds up to refund hits of k counted at at (ms) and
+// charges charge hits at ms, and returns the decision after, what it
+// refunded and how far over the limit the charge went. Requires sh.mu
+// held.
+func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
+	if refund > 0 {
+		refunded = s.refundAt(sh, k, r.Algorithm, ms, at, refund)
+		s.refundedHits.Add(uint64(refunded))
+	}
+	if charge == 0 {
+		return s.peekLocked(sh, k, ms, r), refunded, 0, nil
+	}
+	c := r
+	c.Op, c.Hits = OpCharge, charge
+	if r.Algorithm == SlidingWindowLog {
+		d, over, err = s.chargeLog(sh, k, ms, c)
+	} else {
+		d, over, err = s.chargeCounter(sh, k, ms, c)
+	}
+	if err != nil {
+		return Decision{}, refunded, 0, err
+	}
+	s.chargedHits.Add(uint64(charge))
+	return d, refunded, over, nil
+}
+
+// peekLocked is a check of 0 hits of k's limit at ms. Requires sh.mu held.
+func (s *Store) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision {
+	r.Op, r.Hits = OpCheck, 0
+	var d Decision
+	if r.Algorithm == SlidingWindowLog {
+		d, _ = s.checkLog(sh, k, ms, r) // a peek neither creates a key nor grows a log: no error
+	} else {
+		d, _ = s.checkCounter(sh, k, ms, r)
+	}
+	return d
+}
+
+// refundAt takes back up to n hits of k counted at at (ms), as seen at
+// now: the log's entries stamped at, still in the window; the counter's
+// count of at's window while it is the current or the previous one.
+// Requires sh.mu held.
+func (s *Store) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64) int64 {
+	if alg == SlidingWindowLog {
+		st, ok := sh.logs[k]
+		if !ok {
+			return 0
+		}
+		n0, c0 := st.n, len(st.ring)
+		got := st.removeAt(now, k.window, at, n)
+		sh.account(st, n0, c0)
+		if got > 0 {
+			sh.journalLog(k, st)
+		}
+		return got
+	}
+	st, ok := sh.counters[k]
+	if !ok {
+		return 0
+	}
+	got := st.refundAt(now, k.window, at, n)
+	if got > 0 {
+		sh.journalCounter(k, &st)
+	}
+	sh.counters[k] = st
+	return got
+}
+
+// refundAt takes up to n from the count of at's window (ms) after
+// rolling s to now: the current count or the previous one; a window
+// older than that counts nothing any more.
+func (s *counterState) refundAt(now, w, at, n int64) int64 {
+	s.rollTo(now, w)
+	var c *int64
+	switch floorDiv(at, w) {
+	case s.window:
+		c = &s.curr
+	case s.window - 1:
+		c = &s.prev
+	default:
+		return 0
+	}
+	got := min(n, *c)
+	*c -= got
+	return got
+}
+
+// removeAt removes up to n entries stamped exactly at (ms) that are still
+// in window w at now, and returns how many. Entries are sorted, so those
+// stamped at are one run; the newer ones move back over the gap.
+func (s *logState) removeAt(now, w, at, n int64) int64 {
+	if s.n == 0 {
+		return 0
+	}
+	now = max(now, s.newest())
+	s.prune(now - w)
+	count := int(s.n)
+	lo := sort.Search(count, func(i int) bool { return s.at(int32(i)) >= at })
+	hi := sort.Search(count, func(i int) bool { return s.at(int32(i)) > at })
+	m := int32(min(int64(hi-lo), n))
+	if m == 0 {
+		return 0
+	}
+	c := int32(len(s.ring))
+	for j := int32(hi); j < s.n; j++ {
+		s.ring[(s.head+j-m)%c] = s.ring[(s.head+j)%c]
+	}
+	s.n -= m
+	s.prune(now - w) // resets an empty ring, gives memory back
+	return int64(m)
+}
