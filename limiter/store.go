@@ -211,7 +211,7 @@ type shard struct {
 	// book remembers the reservations opened or settled here; nil until
 	// the first.
 	book *book
-	_   [8]byte // keep neighbouring shards' locks off one cache line
+	_    [8]byte // keep neighbouring shards' locks off one cache line
 }
 
 func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }

@@ -36,7 +36,7 @@ func newStoreCollector(s *limiter.Store) *storeCollector {
 			"log_entries: --max-log-entries, a growing log) under --overflow=evict: each such key restarts from zero.", "cap"),
 		rejections: d("rejections_total", "Checks refused with RESOURCE_EXHAUSTED because a cap was reached (keys: a new key at --max-keys; "+
 			"log_entries: a log at --max-log-entries), under --overflow=reject or when eviction found no room.", "cap"),
-		expired: d("expired_keys_total", "Keys freed because their state had expired."),
+		expired:  d("expired_keys_total", "Keys freed because their state had expired."),
 		resvOpen: d("reservations", "Reservations this node remembers as their owner: open ones and settled ones kept until their expiry so that a retried settle counts once; --max-reservations bounds it."),
 		resvClosed: d("reservations_total", "Reservations (RESERVE and HOLD) by outcome: reserved, denied, settled, released, retried (a settle repeated: applied once), "+
 			"unknown (settled from its token on an owner that had no record: the key changed owner), expired (reached its expiry unsettled: as used, a hold as released).", "outcome"),
