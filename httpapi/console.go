@@ -91,6 +91,19 @@ type Inspect struct {
 	// Leases are the budget leases the owner has lent on the key and not
 	// yet seen settled.
 	Leases []LeaseView `json:"leases"`
+	// Reservations are the reservations open on the key, soonest expiry
+	// first, at most 100.
+	Reservations []ReservationView `json:"reservations"`
+}
+
+// ReservationView is one reservation open on a key.
+type ReservationView struct {
+	Algorithm   string `json:"algorithm"`
+	WindowMS    int64  `json:"window_ms"`
+	Hits        int64  `json:"hits"`
+	Hold        bool   `json:"hold"`
+	AgeMS       int64  `json:"age_ms"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
 }
 
 // LeaseView is one budget lease lent on a key.
@@ -272,7 +285,11 @@ func inspectRequest(r *http.Request) (route.InspectRequest, error) {
 // now.
 func InspectJSON(res route.InspectResult, now time.Time) Inspect {
 	out := Inspect{Key: res.Key, Owner: res.Owner, Replica: res.Replica, Partition: res.Partition, Limits: []KeyView{},
-		Leases: []LeaseView{}}
+		Leases: []LeaseView{}, Reservations: []ReservationView{}}
+	for _, r := range res.Reservations {
+		out.Reservations = append(out.Reservations, ReservationView{Algorithm: r.Algorithm.String(), WindowMS: r.Window.Milliseconds(),
+			Hits: r.Hits, Hold: r.Hold, AgeMS: r.Age.Milliseconds(), ExpiresInMS: r.ExpiresIn.Milliseconds()})
+	}
 	for _, l := range res.Leases {
 		out.Leases = append(out.Leases, LeaseView{Holder: l.Holder, Hits: l.Hits, ExpiresInMS: l.ExpiresIn.Milliseconds()})
 	}

@@ -714,6 +714,7 @@ var jsonTwins = map[protoreflect.Name]reflect.Type{
 	"ResetResponse":      reflect.TypeFor[ResetResponse](),
 	"HotKey":             reflect.TypeFor[HotKey](),
 	"LeaseView":          reflect.TypeFor[LeaseView](),
+	"ReservationView":    reflect.TypeFor[ReservationView](),
 }
 
 // notInJSON are proto messages the JSON API deliberately serves in
@@ -742,11 +743,12 @@ var pendingJSONFields = map[string]string{}
 // jsonTypeExceptions are fields whose JSON type deliberately differs from
 // the proto's: enums and codes travel as their names.
 var jsonTypeExceptions = map[string]reflect.Kind{
-	"CheckRequest.algorithm": reflect.String, // enum value name
-	"CheckRequest.op":        reflect.String, // enum value name
-	"CheckResponse.settled":  reflect.String, // enum value name
-	"ResetRequest.algorithm": reflect.String, // enum value name
-	"Error.code":             reflect.String, // google.rpc.Code name, not its number
+	"CheckRequest.algorithm":    reflect.String, // enum value name
+	"CheckRequest.op":           reflect.String, // enum value name
+	"CheckResponse.settled":     reflect.String, // enum value name
+	"ReservationView.algorithm": reflect.String, // enum value name
+	"ResetRequest.algorithm":    reflect.String, // enum value name
+	"Error.code":                reflect.String, // google.rpc.Code name, not its number
 }
 
 func TestJSONNamesMatchProto(t *testing.T) {

@@ -70,3 +70,47 @@ func BenchmarkRefund(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReserveSettle compares, in one run, a check of 10 hits with a
+// reservation of 10 settled at 7 (3 refunded from where they were
+// counted), on one hot key whose time moves on by 1 µs an operation: the
+// store's share of what a reservation costs beyond a check.
+func BenchmarkReserveSettle(b *testing.B) {
+	for _, alg := range []Algorithm{SlidingWindowCounter, SlidingWindowLog} {
+		req := Request{Key: "team:42:gpt-5:tokens", Limit: 1 << 40, Window: time.Minute, Algorithm: alg, Hits: 10}
+		step := time.Microsecond
+		if alg == SlidingWindowLog {
+			req.Limit, req.Window, step = 10_000, time.Second, time.Millisecond // up to 10,000 entries held
+		}
+		b.Run(alg.String()+"/check", func(b *testing.B) {
+			s := newStore(b, partition.DefaultCount, nil)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.Check(benchT0.Add(time.Duration(i)*step), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(alg.String()+"/reserve+settle", func(b *testing.B) {
+			s := newStore(b, partition.DefaultCount, nil)
+			r := req
+			r.Op, r.TTL = OpReserve, time.Millisecond // the books stay near 1,000 records, as the node's expiry loop keeps them at its rate
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				now := benchT0.Add(time.Duration(i) * step)
+				d, err := s.Apply(now, r)
+				if err != nil || !d.Allowed {
+					b.Fatal(err, d)
+				}
+				st := req
+				st.Op, st.Reservation, st.Hits = OpSettle, d.Adjust.Reservation, 7
+				if _, err := s.Apply(now, st); err != nil {
+					b.Fatal(err)
+				}
+				if i%1000 == 999 {
+					s.ExpireReservations(now) // settled records go at their expiry, as the node's loop does
+				}
+			}
+		})
+	}
+}

@@ -59,8 +59,8 @@ func (s *Store) ExpireReservations(now time.Time) int {
 				s.expireOne(sh, id, rec, ms)
 			}
 			b.next = next
-			if len(b.byID) == 0 {
-				sh.book = nil // give the map back
+			if len(b.byID) == 0 && b.peak > 4096 {
+				sh.book = nil // give a large map back (Go maps never shrink); a small one is kept for the next
 			}
 		}
 		sh.mu.Unlock()

@@ -114,6 +114,7 @@ type reservation struct {
 type book struct {
 	byID map[uint64]reservation
 	next int64 // no record expires before this (ms): ExpireReservations skips the book until then
+	peak int   // the most records it held
 }
 
 // reservationCounts are the store's reservation totals since start.
@@ -208,4 +209,5 @@ func (sh *shard) remember(t token, rec reservation) {
 	}
 	sh.book.byID[t.id] = rec
 	sh.book.next = min(sh.book.next, rec.expires)
+	sh.book.peak = max(sh.book.peak, len(sh.book.byID))
 }

@@ -93,12 +93,14 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 // refunded and how far over the limit the charge went. Requires sh.mu
 // held.
 func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
-	if refund > 0 {
+	if charge == 0 {
+		d, refunded = s.refundAtThenPeek(sh, k, ms, r, at, refund)
+		s.refundedHits.Add(uint64(refunded))
+		return d, refunded, 0, nil
+	}
+	if refund > 0 { // not with a charge today: a settle refunds or charges
 		refunded = s.refundAt(sh, k, r.Algorithm, ms, at, refund)
 		s.refundedHits.Add(uint64(refunded))
-	}
-	if charge == 0 {
-		return s.peekLocked(sh, k, ms, r), refunded, 0, nil
 	}
 	c := r
 	c.Op, c.Hits = OpCharge, charge
@@ -112,6 +114,41 @@ func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, ref
 	}
 	s.chargedHits.Add(uint64(charge))
 	return d, refunded, over, nil
+}
+
+// refundAtThenPeek is refundAt followed by a peek, with one lookup of
+// k's state: a settle at or below its reservation, the common one.
+// Requires sh.mu held.
+func (s *Store) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at, n int64) (Decision, int64) {
+	var got int64
+	if r.Algorithm == SlidingWindowLog {
+		st, ok := sh.logs[k]
+		if !ok {
+			return decision(r.Limit, 0, true, 0, 0, 0, 0), 0
+		}
+		n0, c0 := st.n, len(st.ring)
+		if n > 0 {
+			got = st.removeAt(ms, k.window, at, n)
+		}
+		res := decideLog(st, ms, k.window, r.Limit, 0, 0) // a peek needs no room
+		sh.account(st, n0, c0)
+		if got > 0 {
+			sh.journalLog(k, st)
+		}
+		return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
+	}
+	st, ok := sh.counters[k]
+	if ok && n > 0 {
+		got = st.refundAt(ms, k.window, at, n)
+	}
+	res := decideCounter(&st, ms, k.window, r.Limit, 0)
+	if ok {
+		if got > 0 {
+			sh.journalCounter(k, &st)
+		}
+		sh.counters[k] = st
+	}
+	return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
 }
 
 // peekLocked is a check of 0 hits of k's limit at ms. Requires sh.mu held.

@@ -76,6 +76,8 @@ type OwnerView struct {
 	Limits []limiter.KeyView
 	// Leases are the budget leases the owner has lent on the key.
 	Leases []LeaseInfo
+	// Reservations are the reservations open on the key.
+	Reservations []limiter.OpenReservation
 }
 
 // ReportRequest asks a member for what the console shows of it.

@@ -33,6 +33,8 @@ type InspectResult struct {
 	Limits      []limiter.KeyView
 	// Leases are the budget leases the owner has lent on the key.
 	Leases []peer.LeaseInfo
+	// Reservations are the reservations open on the key.
+	Reservations []limiter.OpenReservation
 }
 
 // Inspect reads req's key on its owner, here or through Peers, consuming
@@ -57,7 +59,7 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 		return InspectResult{}, err
 	}
 	res := InspectResult{Key: q.Key, Owner: owner.ID, Partition: s.store.PartitionOf(q.Key), Limit: q.Limit, Hits: q.Hits,
-		Limits: filterViews(ov.Limits, filter), Leases: ov.Leases}
+		Limits: filterViews(ov.Limits, filter), Leases: ov.Leases, Reservations: ov.Reservations}
 	if local {
 		res.Owner = s.deps.NodeID
 	}
@@ -107,6 +109,9 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 	return out
 }
 
+// maxReservationsShown bounds the open reservations an inspection lists.
+const maxReservationsShown = 100
+
 // HandleInspect implements Handler: read the key here, whatever this
 // node's ring says.
 func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery) (peer.OwnerView, error) {
@@ -115,7 +120,8 @@ func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery
 	if err != nil {
 		return peer.OwnerView{}, err
 	}
-	return peer.OwnerView{Limits: views, Leases: s.deps.Leases.On(now, q.Key)}, nil
+	return peer.OwnerView{Limits: views, Leases: s.deps.Leases.On(now, q.Key),
+		Reservations: s.store.OpenReservations(q.Key, now, maxReservationsShown)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)

@@ -41,11 +41,13 @@ func (s *Server) Inspect(ctx context.Context, in *pb.InspectRequest) (*pb.Inspec
 // ToProtoInspect converts an inspection for the public API.
 func ToProtoInspect(r route.InspectResult) *pb.InspectResponse {
 	return &pb.InspectResponse{Key: r.Key, Owner: r.Owner, Replica: r.Replica, Partition: uint32(r.Partition),
-		Limit: r.Limit, Hits: r.Hits, Limits: protoconv.ToProtoViews(r.Limits), Leases: protoconv.ToProtoLeases(r.Leases)}
+		Limit: r.Limit, Hits: r.Hits, Limits: protoconv.ToProtoViews(r.Limits), Leases: protoconv.ToProtoLeases(r.Leases),
+		Reservations: protoconv.ToProtoReservations(r.Reservations)}
 }
 
 // FromProtoInspect converts a public API inspection back (the CLI's).
 func FromProtoInspect(r *pb.InspectResponse) route.InspectResult {
 	return route.InspectResult{Key: r.GetKey(), Owner: r.GetOwner(), Replica: r.GetReplica(), Partition: int(r.GetPartition()),
-		Limit: r.GetLimit(), Hits: r.GetHits(), Limits: protoconv.FromProtoViews(r.GetLimits()), Leases: protoconv.FromProtoLeases(r.GetLeases())}
+		Limit: r.GetLimit(), Hits: r.GetHits(), Limits: protoconv.FromProtoViews(r.GetLimits()), Leases: protoconv.FromProtoLeases(r.GetLeases()),
+		Reservations: protoconv.FromProtoReservations(r.GetReservations())}
 }

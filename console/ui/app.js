@@ -546,7 +546,8 @@ function inspectView(r) {
     el('dt', {}, 'owner'), el('dd', {}, r.owner || '—'),
     el('dt', {}, 'replica'), el('dd', {}, r.replica || 'none'),
     el('dt', {}, 'partition'), el('dd', {}, String(r.partition)),
-    el('dt', {}, 'leases'), el('dd', { class: 'leases' }, leasesText(r.leases || [])));
+    el('dt', {}, 'leases'), el('dd', { class: 'leases' }, leasesText(r.leases || [])),
+    el('dt', {}, 'reservations'), el('dd', { class: 'reservations' }, reservationsText(r.reservations || [])));
   const limits = r.limits || [];
   if (!limits.length) return [head, el('p', { class: 'muted' }, 'The owner holds no state for this key.')];
   return [head, ...limits.map(limitView)];
@@ -578,6 +579,16 @@ function limitView(l) {
 function leasesText(leases) {
   if (!leases.length) return 'none';
   return leases.map((l) => `${fmtCount(l.hits)} lent to ${l.holder} (${fmtMs(l.expires_in_ms)} left)`).join('; ');
+}
+
+// reservationsText lists the reservations open on the key: hits counted
+// until settled, or until they expire (as used; a hold: released).
+function reservationsText(rs) {
+  if (!rs.length) return 'none';
+  const total = rs.reduce((n, r) => n + r.hits, 0);
+  const shown = rs.slice(0, 5).map((r) => `${fmtCount(r.hits)}${r.hold ? ' held' : ''} (${fmtWindow(r.window_ms)} window, ${fmtMs(r.expires_in_ms)} left)`);
+  const more = rs.length > 5 ? `; ${rs.length - 5} more` : '';
+  return `${rs.length} open, ${fmtCount(total)} hits: ${shown.join('; ')}${more}`;
 }
 
 function logAges(ages) {

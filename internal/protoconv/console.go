@@ -11,6 +11,31 @@ import (
 
 // The console's messages: inspections, hot keys, members' reports.
 
+// MaxReservationsShown bounds the open reservations an inspection lists.
+const MaxReservationsShown = 100
+
+// ToProtoReservations converts the reservations open on a key.
+func ToProtoReservations(rs []limiter.OpenReservation) []*pb.ReservationView {
+	out := make([]*pb.ReservationView, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.ReservationView{Algorithm: pb.Algorithm(r.Algorithm), WindowMs: r.Window.Milliseconds(), Hits: r.Hits,
+			Hold: r.Hold, AgeMs: r.Age.Milliseconds(), ExpiresInMs: r.ExpiresIn.Milliseconds()}
+	}
+	return out
+}
+
+// FromProtoReservations converts them back, at most MaxReservationsShown.
+func FromProtoReservations(rs []*pb.ReservationView) []limiter.OpenReservation {
+	rs = rs[:min(len(rs), MaxReservationsShown)]
+	out := make([]limiter.OpenReservation, len(rs))
+	for i, r := range rs {
+		out[i] = limiter.OpenReservation{Algorithm: limiter.Algorithm(min(max(r.GetAlgorithm(), 0), 255)),
+			Window: limiter.WindowFromMS(r.GetWindowMs()), Hits: r.GetHits(), Hold: r.GetHold(),
+			Age: limiter.WindowFromMS(r.GetAgeMs()), ExpiresIn: limiter.WindowFromMS(r.GetExpiresInMs())}
+	}
+	return out
+}
+
 // ToProtoLeases converts the leases lent on a key.
 func ToProtoLeases(ls []peer.LeaseInfo) []*pb.LeaseView {
 	out := make([]*pb.LeaseView, len(ls))
@@ -153,10 +178,12 @@ func FromProtoReportRequest(in *pb.ReportRequest, maxTop int) peer.ReportRequest
 
 // ToProtoOwnerView converts what an owner read of a key.
 func ToProtoOwnerView(key string, ov peer.OwnerView) *pb.InspectResponse {
-	return &pb.InspectResponse{Key: key, Limits: ToProtoViews(ov.Limits), Leases: ToProtoLeases(ov.Leases)}
+	return &pb.InspectResponse{Key: key, Limits: ToProtoViews(ov.Limits), Leases: ToProtoLeases(ov.Leases),
+		Reservations: ToProtoReservations(ov.Reservations)}
 }
 
 // FromProtoOwnerView converts it back.
 func FromProtoOwnerView(resp *pb.InspectResponse) peer.OwnerView {
-	return peer.OwnerView{Limits: FromProtoViews(resp.GetLimits()), Leases: FromProtoLeases(resp.GetLeases())}
+	return peer.OwnerView{Limits: FromProtoViews(resp.GetLimits()), Leases: FromProtoLeases(resp.GetLeases()),
+		Reservations: FromProtoReservations(resp.GetReservations())}
 }

@@ -1523,7 +1523,10 @@ type InspectResponse struct {
 	Limits []*KeyView `protobuf:"bytes,7,rep,name=limits,proto3" json:"limits,omitempty"`
 	// The budget leases the owner has lent on the key and not yet seen
 	// settled: hits other members may admit without asking it.
-	Leases        []*LeaseView `protobuf:"bytes,8,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases []*LeaseView `protobuf:"bytes,8,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The reservations open on the key (RESERVE, HOLD), soonest expiry
+	// first, at most 100.
+	Reservations  []*ReservationView `protobuf:"bytes,9,rep,name=reservations,proto3" json:"reservations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1614,6 +1617,99 @@ func (x *InspectResponse) GetLeases() []*LeaseView {
 	return nil
 }
 
+func (x *InspectResponse) GetReservations() []*ReservationView {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+type ReservationView struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm Algorithm              `protobuf:"varint,1,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	WindowMs  int64                  `protobuf:"varint,2,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Hits      int64                  `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	// A HOLD (an all-or-nothing batch's): its expiry releases it.
+	Hold bool `protobuf:"varint,4,opt,name=hold,proto3" json:"hold,omitempty"`
+	// Since its hits were counted, and until it expires; durations.
+	AgeMs         int64 `protobuf:"varint,5,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	ExpiresInMs   int64 `protobuf:"varint,6,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReservationView) Reset() {
+	*x = ReservationView{}
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservationView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservationView) ProtoMessage() {}
+
+func (x *ReservationView) ProtoReflect() protoreflect.Message {
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservationView.ProtoReflect.Descriptor instead.
+func (*ReservationView) Descriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReservationView) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_SLIDING_WINDOW_COUNTER
+}
+
+func (x *ReservationView) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *ReservationView) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *ReservationView) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+func (x *ReservationView) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *ReservationView) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
 type LeaseView struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The member that holds the lease.
@@ -1626,7 +1722,7 @@ type LeaseView struct {
 
 func (x *LeaseView) Reset() {
 	*x = LeaseView{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1734,7 @@ func (x *LeaseView) String() string {
 func (*LeaseView) ProtoMessage() {}
 
 func (x *LeaseView) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[18]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1747,7 @@ func (x *LeaseView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseView.ProtoReflect.Descriptor instead.
 func (*LeaseView) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{18}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseView) GetHolder() string {
@@ -1700,7 +1796,7 @@ type KeyView struct {
 
 func (x *KeyView) Reset() {
 	*x = KeyView{}
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1808,7 @@ func (x *KeyView) String() string {
 func (*KeyView) ProtoMessage() {}
 
 func (x *KeyView) ProtoReflect() protoreflect.Message {
-	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[19]
+	mi := &file_peerlimit_v1_peerlimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1821,7 @@ func (x *KeyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyView.ProtoReflect.Descriptor instead.
 func (*KeyView) Descriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{19}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeyView) GetAlgorithm() Algorithm {
@@ -1892,7 +1988,7 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x17\n" +
 	"\x04hits\x18\x03 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x16\n" +
 	"\x06policy\x18\x04 \x01(\tR\x06policyB\a\n" +
-	"\x05_hits\"\xfb\x01\n" +
+	"\x05_hits\"\xbe\x02\n" +
 	"\x0fInspectResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x18\n" +
@@ -1901,7 +1997,15 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12-\n" +
 	"\x06limits\x18\a \x03(\v2\x15.peerlimit.v1.KeyViewR\x06limits\x12/\n" +
-	"\x06leases\x18\b \x03(\v2\x17.peerlimit.v1.LeaseViewR\x06leases\"[\n" +
+	"\x06leases\x18\b \x03(\v2\x17.peerlimit.v1.LeaseViewR\x06leases\x12A\n" +
+	"\freservations\x18\t \x03(\v2\x1d.peerlimit.v1.ReservationViewR\freservations\"\xc8\x01\n" +
+	"\x0fReservationView\x125\n" +
+	"\talgorithm\x18\x01 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
+	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x12\n" +
+	"\x04hold\x18\x04 \x01(\bR\x04hold\x12\x15\n" +
+	"\x06age_ms\x18\x05 \x01(\x03R\x05ageMs\x12\"\n" +
+	"\rexpires_in_ms\x18\x06 \x01(\x03R\vexpiresInMs\"[\n" +
 	"\tLeaseView\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x03R\x04hits\x12\"\n" +
@@ -1959,7 +2063,7 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
 	(Op)(0),                     // 1: peerlimit.v1.Op
@@ -1982,9 +2086,10 @@ var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(*HotKey)(nil),              // 18: peerlimit.v1.HotKey
 	(*InspectRequest)(nil),      // 19: peerlimit.v1.InspectRequest
 	(*InspectResponse)(nil),     // 20: peerlimit.v1.InspectResponse
-	(*LeaseView)(nil),           // 21: peerlimit.v1.LeaseView
-	(*KeyView)(nil),             // 22: peerlimit.v1.KeyView
-	nil,                         // 23: peerlimit.v1.Member.ConfigEntry
+	(*ReservationView)(nil),     // 21: peerlimit.v1.ReservationView
+	(*LeaseView)(nil),           // 22: peerlimit.v1.LeaseView
+	(*KeyView)(nil),             // 23: peerlimit.v1.KeyView
+	nil,                         // 24: peerlimit.v1.Member.ConfigEntry
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
@@ -1998,32 +2103,34 @@ var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	4,  // 8: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
 	10, // 9: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
 	13, // 10: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	23, // 11: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
+	24, // 11: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
 	0,  // 12: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
 	18, // 13: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
 	18, // 14: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
-	22, // 15: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
-	21, // 16: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
-	0,  // 17: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
-	3,  // 18: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	5,  // 19: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	7,  // 20: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	11, // 21: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	14, // 22: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	16, // 23: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
-	19, // 24: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
-	4,  // 25: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	6,  // 26: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	8,  // 27: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	12, // 28: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	15, // 29: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	17, // 30: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
-	20, // 31: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	23, // 15: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	22, // 16: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
+	21, // 17: peerlimit.v1.InspectResponse.reservations:type_name -> peerlimit.v1.ReservationView
+	0,  // 18: peerlimit.v1.ReservationView.algorithm:type_name -> peerlimit.v1.Algorithm
+	0,  // 19: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	3,  // 20: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	5,  // 21: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	7,  // 22: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	11, // 23: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	14, // 24: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	16, // 25: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	19, // 26: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	4,  // 27: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	6,  // 28: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	8,  // 29: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	12, // 30: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	15, // 31: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	17, // 32: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	20, // 33: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -2043,7 +2150,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
