@@ -39,6 +39,19 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 			{Key: "a", Limit: 10001, WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG},
 			{Key: "a", Limit: math.MaxInt64, WindowMs: 31622400000, Hits: ptr(int64(math.MaxInt64))},
 		}},
+		// The ops of token budgets (docs/limiter.md), good and bad.
+		{Checks: []*pb.CheckRequest{
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_CHARGE, Hits: ptr(int64(25))},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_REFUND, Hits: ptr(int64(7))},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_RESERVE, Hits: ptr(int64(3)), TtlMs: 500},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_HOLD, Hits: ptr(int64(3)), TtlMs: -1},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_SETTLE, Hits: ptr(int64(2)), Reservation: "AQAAAAAAAAABAAAAAAAAA-gAAAAAAAAAAwAAAAAAAAPoAAAAAAA"},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op_RELEASE, Reservation: "x"},
+			{Key: "t", Limit: 10, WindowMs: 1000, Op: pb.Op(42)},
+			{Key: "t", Limit: 10, WindowMs: 1000, Reservation: "AQ", TtlMs: 5},
+		}},
+		{AllOrNothing: true, Checks: []*pb.CheckRequest{{Key: "u", Limit: 3, WindowMs: 1000}, {Key: "v", Limit: 1, WindowMs: 1000, Hits: ptr(int64(1))}}},
+		{AllOrNothing: true, Checks: []*pb.CheckRequest{{Key: "u", Limit: 3, WindowMs: 1000, Op: pb.Op_REFUND}}},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)
@@ -82,7 +95,14 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 			require.Nil(t, out)
 			return
 		}
+		if in.GetAllOrNothing() && err != nil {
+			// Refused whole, naming the item: nothing of it may count.
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			require.Contains(t, status.Convert(err).Message(), "checks[", "%v", err)
+			return
+		}
 		require.NoError(t, err)
+		allOrNothingRefused := in.GetAllOrNothing() && !allAllowed(out.GetResults())
 		require.Len(t, out.GetResults(), len(in.GetChecks()), "one result per item")
 		for i, r := range out.GetResults() {
 			req := in.GetChecks()[i]
@@ -102,11 +122,13 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 			require.GreaterOrEqual(t, resp.GetResetAfterMs(), int64(0), "item %d", i)
 			require.GreaterOrEqual(t, resp.GetRefillAfterMs(), int64(0), "item %d", i)
 			require.LessOrEqual(t, resp.GetRefillAfterMs(), req.GetWindowMs(), "item %d: refill beyond one window", i)
-			if resp.GetAllowed() {
+			switch {
+			case resp.GetAllowed():
 				require.Zero(t, resp.GetRetryAfterMs(), "item %d", i)
-			} else {
+			case !allOrNothingRefused: // there, the items that fitted are denied with no wait
 				require.Positive(t, resp.GetRetryAfterMs(), "item %d", i)
 			}
+			checkAdjustment(t, i, req, resp)
 			// Only a request the API accepts is decided.
 			_, ferr := protoconv.FromProto(req)
 			require.NoError(t, ferr, "item %d", i)
@@ -117,4 +139,42 @@ func FuzzUnmarshalCheckBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// allAllowed reports whether every result is an allowed response.
+func allAllowed(results []*pb.CheckResult) bool {
+	for _, r := range results {
+		if !r.GetResponse().GetAllowed() {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAdjustment holds what an op's answer says beside the decision to
+// the op's contract (docs/limiter.md).
+func checkAdjustment(t *testing.T, i int, req *pb.CheckRequest, resp *pb.CheckResponse) {
+	t.Helper()
+	require.GreaterOrEqual(t, resp.GetRefunded(), int64(0), "item %d", i)
+	require.GreaterOrEqual(t, resp.GetOver(), int64(0), "item %d", i)
+	switch req.GetOp() {
+	case pb.Op_REFUND:
+		hits := int64(1) // absent: 1, as for a check
+		if req.Hits != nil {
+			hits = req.GetHits()
+		}
+		require.LessOrEqual(t, resp.GetRefunded(), hits, "item %d: refunded more than asked", i)
+	case pb.Op_CHARGE:
+		require.Equal(t, resp.GetOver() == 0, resp.GetAllowed(), "item %d: over 0 ⇔ allowed", i)
+	case pb.Op_RESERVE, pb.Op_HOLD:
+		require.Equal(t, resp.GetAllowed(), resp.GetReservation() != "", "item %d: a token ⇔ admitted", i)
+		if resp.GetAllowed() {
+			require.Positive(t, resp.GetExpiresInMs(), "item %d", i)
+		}
+	case pb.Op_SETTLE, pb.Op_RELEASE:
+		require.NotEqual(t, pb.Settled_SETTLED_UNSPECIFIED, resp.GetSettled(), "item %d", i)
+	default:
+		require.Empty(t, resp.GetReservation(), "item %d", i)
+		require.Zero(t, resp.GetRefunded()+resp.GetOver(), "item %d", i)
+	}
 }
