@@ -82,11 +82,34 @@ export PEERLIMIT_CLUSTER_SECRET
 export PEERLIMIT_N1_HTTP= PEERLIMIT_N1_GRPC= PEERLIMIT_N2_HTTP= PEERLIMIT_N2_GRPC= PEERLIMIT_N3_HTTP= PEERLIMIT_N3_GRPC=
 
 start=$SECONDS
-step() { printf '== [%3ds] %s\n' $((SECONDS - start)) "$*"; }
-fail() { echo "compose-test: FAIL: $*" >&2; exit 1; }
+last_step=""
+step() { last_step=$*; printf '== [%3ds] %s\n' $((SECONDS - start)) "$*"; }
+# Why the run failed, said again by cleanup as the very last lines, after
+# the containers' logs: a CI log's tail is often all there is. fail runs
+# in command substitutions too, whose variables die with them: the
+# message goes to a file. chaos_log is set once jepsen-lite has run.
+fail_file=$(mktemp)
+chaos_log=""
+fail() { echo "compose-test: FAIL: $*" | tee -a "$fail_file" >&2; exit 1; }
+
+# fail_summary RC STEP: the failure again, for the tail of the output:
+# jepsen-lite's verdict per scenario when it ran, and the FAIL message, or
+# the step under way when a command failed without one.
+fail_summary() {
+	echo "---- why compose-test failed (repeated from above) ----"
+	if [ -n "$chaos_log" ] && [ -f "$chaos_log" ]; then
+		echo "jepsen-lite's verdicts ($chaos_log; report: out/compose-chaos/report.md):"
+		grep -v 'level=INFO' "$chaos_log" | sed 's/^/   /' || true
+	fi
+	if [ -s "$fail_file" ]; then
+		cat "$fail_file"
+	else
+		echo "compose-test: no FAIL message: exit $1 (a command failed, or a signal) during the step: ${2:-before the first step}"
+	fi
+}
 
 cleanup() {
-	local rc=$?
+	local rc=$? during=$last_step
 	trap - EXIT INT TERM
 	if [ "$rc" -ne 0 ]; then
 		echo "---- container states and the last log lines of each node (failure) ----"
@@ -99,14 +122,16 @@ cleanup() {
 	step "tearing down project $project (down -v)"
 	if ! out=$(dc down -v --remove-orphans -t 40 2>&1); then
 		echo "$out" >&2
-		echo "compose-test: teardown failed; remove what is left with: ${compose[*]} -p $project down -v" >&2
+		echo "compose-test: teardown failed; remove what is left with: ${compose[*]} -p $project down -v" | tee -a "$fail_file" >&2
 		rc=1
 	fi
 	if [ "$rc" -eq 0 ]; then
 		echo "compose-test: PASS in $((SECONDS - start)) s (${compose[*]})"
 	else
+		fail_summary "$rc" "$during" >&2
 		echo "compose-test: FAILED (exit $rc) after $((SECONDS - start)) s" >&2
 	fi
+	rm -f "$fail_file"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -401,11 +426,11 @@ step "jepsen-lite short profile against project $project (about 80 s)"
 go build -o bin/jepsen-lite ./jepsen-lite/cmd/jepsen-lite
 mkdir -p out
 rc=0
+chaos_log=out/compose-chaos.log
 # -promises=false: the replicas' promises (docs/chaos.md) are held in the
 # process mode of the test command; containers take ~0.6 s to be killed
 # here, and the crash scenario reached 1.3–1.6× the limit.
 bin/jepsen-lite -profile short -promises=false -docker-project "$project" \
-	-compose "${compose[*]} -p $project -f docker-compose.yml -f scripts/compose-test.override.yml" \
 	-out out/compose-chaos >out/compose-chaos.log 2>&1 || rc=$?
 grep -v 'level=INFO' out/compose-chaos.log | sed 's/^/   /' || true
 [ "$rc" -eq 0 ] || fail "jepsen-lite (exit $rc) found a violation or could not apply a fault: out/compose-chaos/report.md, out/compose-chaos.log"

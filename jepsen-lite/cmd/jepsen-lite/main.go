@@ -78,9 +78,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // options are the command's flags.
 type options struct {
-	bin, profile, out, only, baseIP, project, compose string
-	seed                                              uint64
-	promises                                          bool
+	bin, profile, out, only, baseIP, project string
+	seed                                     uint64
+	promises                                 bool
 }
 
 // parseFlags reads args; flag reports its errors and the usage to stderr.
@@ -95,7 +95,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.promises, "promises", true, "hold scenarios to their promised worst (Scenario.MaxWorst) as well as to their bounds; false reports the worst only (docker mode: containers are killed and detected more slowly than processes)")
 	fs.StringVar(&o.baseIP, "base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
 	fs.StringVar(&o.project, "docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
-	fs.StringVar(&o.compose, "compose", "", "docker mode: the compose command with its -p and -f options, for graceful leaves (compose stop)")
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "workload randomness")
 	return o, fs.Parse(args)
 }
@@ -134,7 +133,7 @@ func (o options) config(absBin string, p jepsenlite.Profile, log *slog.Logger) (
 	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
 	mode := "processes on " + o.baseIP + "…"
 	if o.project != "" {
-		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: o.project, Compose: strings.Fields(o.compose)})
+		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: o.project})
 		mode = "compose project " + o.project
 	}
 	return cfg, mode
