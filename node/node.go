@@ -385,6 +385,7 @@ func (n *Node) joinCluster() (err error) {
 	// first delivery (a node restarted after a crash would otherwise
 	// decide every key it receives from zero for that moment).
 	n.membershipChanged(n.members.Members())
+	n.view.markJoined()
 	return nil
 }
 

@@ -36,6 +36,27 @@ type view struct {
 	// partitions wait for their state (nil otherwise): who decided them
 	// while this node was not in the ring.
 	without atomic.Pointer[ring.Ring]
+	// joined is closed once the join has found the members and the ring
+	// holds them (markJoined). The node serves before it joins, since the
+	// members call it the moment they see it; until then its ring is
+	// itself alone, owner of every key, while the members already send it
+	// keys whose state they hold: those checks wait for the join
+	// (Settling), and are marked degraded if it does not come in time
+	// (Contested), rather than be decided from nothing, silently.
+	joined chan struct{}
+}
+
+// markJoined records that the ring now holds the members the join found.
+func (v *view) markJoined() { close(v.joined) }
+
+// joining reports whether the join is still under way.
+func (v *view) joining() bool {
+	select {
+	case <-v.joined:
+		return false
+	default:
+		return true
+	}
 }
 
 // Owner implements route.Cluster: the ring's owner, except for a
@@ -59,6 +80,7 @@ func (v *view) Owner(key string) peer.Route {
 
 func (v *view) init(self *ring.Ring, id string, store *limiter.Store) {
 	v.self, v.store = id, store
+	v.joined = make(chan struct{})
 	v.ring.Store(self)
 	v.share.Store(1<<32 | 1)
 	v.Cluster = route.RingCluster(v.ring.Load)
@@ -68,7 +90,7 @@ func (v *view) init(self *ring.Ring, id string, store *limiter.Store) {
 // of the ring unconfirmed, and the keys of partitions this node has just
 // come to own while other members may still hold their state.
 func (v *view) Contested(key string) bool {
-	if v.contested.Load() {
+	if v.contested.Load() || v.joining() {
 		return true
 	}
 	return v.handoffs != nil && v.handoffs.Waiting() > 0 && v.handoffs.Pending(v.ring.Load().Partition(key))
@@ -76,6 +98,9 @@ func (v *view) Contested(key string) bool {
 
 // Settling implements route.Cluster.
 func (v *view) Settling(key string) <-chan struct{} {
+	if v.joining() {
+		return v.joined
+	}
 	if v.handoffs == nil || v.handoffs.Waiting() == 0 || !v.handoffs.Pending(v.ring.Load().Partition(key)) {
 		return nil
 	}

@@ -58,19 +58,28 @@ func (s *Service) contested(key string) bool {
 // state of key's partition to arrive if it has just come to this node
 // (Cluster.Settling): deciding first would decide from less than the key
 // holds.
-func (s *Service) awaitSettled(ctx context.Context, key string) {
+func (s *Service) awaitSettled(ctx context.Context, key string) (waited bool) {
 	if s.deps.Cluster == nil || s.cfg.SettleWait <= 0 {
-		return
+		return false
 	}
 	ch := s.deps.Cluster.Settling(key)
 	if ch == nil {
-		return
+		return false
 	}
 	t := time.NewTimer(s.cfg.SettleWait)
 	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
+	// Once one wait ends another may begin: a joining node's ring, once it
+	// holds the members, may give it the key's partition, whose state is
+	// then on its way. The same deadline bounds them all.
+	for ch != nil {
+		select {
+		case <-ch:
+			ch = s.deps.Cluster.Settling(key)
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return true
+		}
 	}
+	return true
 }

@@ -127,6 +127,9 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 			byOwner[owner] = append(byOwner[owner], i)
 			continue
 		}
+		if local && s.awaitSettled(ctx, r.Key) { // as a forward waits
+			now = s.deps.Now()
+		}
 		out[i] = s.decide(now, r)
 		// This node's ring gives the key to origin, which could not reach
 		// the owner its own ring names: two views, and this node decides

@@ -56,7 +56,8 @@ func (s *Service) askLease(ctx context.Context, owner peer.Route, req limiter.Re
 
 // HandleLease implements peer.Handler: decide req here, as a forward, and
 // lend origin hits of its limit when it is eligible (lease.Book.Lend).
-func (s *Service) HandleLease(_ context.Context, origin string, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
+func (s *Service) HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
+	s.awaitSettled(ctx, req.Key) // as a forward waits: a partition just come here decides from its whole state
 	now := s.deps.Now()
 	res := s.decide(now, req)
 	s.metrics.peerCheck(req.Algorithm, res)

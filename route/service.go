@@ -233,8 +233,10 @@ func (s *Service) decideOwn(ctx context.Context, reqs []limiter.Request, out []p
 	for i, r := range reqs {
 		owner, local := s.owner(r.Key)
 		if local {
-			s.awaitSettled(ctx, r.Key) // once settled, the others return at once
-			out[i] = s.decide(now, r)  // the store validates
+			if s.awaitSettled(ctx, r.Key) { // once settled, the others return at once
+				now = s.deps.Now() // decided when it may be, not when the batch came: the wait can be SettleWait long
+			}
+			out[i] = s.decide(now, r) // the store validates
 			s.metrics.check(r.Algorithm, routeLocal, out[i])
 			continue
 		}
@@ -428,6 +430,12 @@ func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Re
 	}
 	var res peer.Result
 	switch {
+	case s.cfg.Fallback == FallbackShare && req.Op.Admits():
+		// Checks, reservations and holds alike get this node's share
+		// of the limit: a side of a partition keeps to its share
+		// whatever it is asked.
+		_, known := s.share()
+		res = s.decideShare(s.deps.Now(), req, 1, known)
 	case req.Op != limiter.OpCheck:
 		// Refunds, charges and reservations change state: whatever the
 		// policy, this node applies them to its own store, whose state
@@ -439,9 +447,6 @@ func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Re
 		res = peer.Result{Decision: limiter.Decision{Allowed: true, Limit: req.Limit, Remaining: max(req.Limit-req.Hits, 0)}, Owner: s.deps.NodeID}
 	case s.cfg.Fallback == FallbackDeny:
 		res = peer.Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
-	case s.cfg.Fallback == FallbackShare:
-		_, known := s.share()
-		res = s.decideShare(s.deps.Now(), req, 1, known)
 	default:
 		res = s.decide(s.deps.Now(), req)
 	}
