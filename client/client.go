@@ -102,6 +102,13 @@ type Decision struct {
 	// Degraded is true when the key's owner was unreachable and the node
 	// answered by its fallback policy.
 	Degraded bool
+	// Refunded is how many hits a Refund, a Settle below the reserved
+	// hits or a Release gave back; 0 for a check.
+	Refunded int64
+	// Over is how far past the limit a Charge, or a Settle above the
+	// reserved hits, took the key (0 when the hits fitted, and Allowed is
+	// then true); 0 for a check.
+	Over int64
 }
 
 // Request is one check of a batch.
@@ -383,7 +390,18 @@ func (c *Client) CheckPolicyN(ctx context.Context, key, policy string, n int64) 
 }
 
 func (c *Client) check(ctx context.Context, key string, req *pb.CheckRequest) (Decision, error) {
-	res, err := c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+	res, err := c.send(ctx, key, req)
+	if err != nil {
+		return Decision{}, err
+	}
+	return fromProto(res)
+}
+
+// send sends one request of any op to key's owner, coalesced with others
+// bound there unless coalescing is off: the message goes whole, so its
+// op, reservation and TTL travel with it.
+func (c *Client) send(ctx context.Context, key string, req *pb.CheckRequest) (*pb.CheckResult, error) {
+	return c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 		if nd.coalescer != nil {
 			return nd.coalescer.batcher.Do(ctx, req)
 		}
@@ -393,10 +411,6 @@ func (c *Client) check(ctx context.Context, key string, req *pb.CheckRequest) (D
 		}
 		return &pb.CheckResult{Result: &pb.CheckResult_Response{Response: resp}}, nil
 	})
-	if err != nil {
-		return Decision{}, err
-	}
-	return fromProto(res)
 }
 
 // CheckBatch checks many keys in one call per node and answers each on its
@@ -802,5 +816,7 @@ func fromProto(r *pb.CheckResult) (Decision, error) {
 		RefillAfter:  time.Duration(resp.GetRefillAfterMs()) * time.Millisecond,
 		Owner:        resp.GetOwner(),
 		Degraded:     resp.GetDegraded(),
+		Refunded:     resp.GetRefunded(),
+		Over:         resp.GetOver(),
 	}, nil
 }

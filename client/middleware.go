@@ -270,6 +270,26 @@ type middleware struct {
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	key, ok := m.key(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.Timeout)
+	d, err := m.c.CheckN(ctx, key, m.cfg.Limit, m.cost(r))
+	cancel()
+	if err != nil {
+		if m.failed(w, r, err) {
+			next.ServeHTTP(w, r)
+		}
+		return
+	}
+	if m.decided(w, r, d) {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// key returns r's key, or answers 400 and returns false.
+func (m *middleware) key(w http.ResponseWriter, r *http.Request) (string, bool) {
 	key, err := m.cfg.Key(r)
 	if err != nil || key == "" {
 		if err != nil {
@@ -278,32 +298,40 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			err = ErrNoKey
 		}
 		m.reject(w, r, err)
-		return
+		return "", false
 	}
-	cost := int64(1)
-	if m.cfg.Cost != nil {
-		cost = m.cfg.Cost(r)
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.Timeout)
-	d, err := m.c.CheckN(ctx, key, m.cfg.Limit, cost)
-	cancel()
-	switch {
-	case status.Code(err) == codes.InvalidArgument:
-		m.reject(w, r, err)
-		return
-	case err != nil:
-		if m.cfg.OnError != nil {
-			m.cfg.OnError(r, err)
-		}
-		if m.cfg.FailClosed {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		next.ServeHTTP(w, r)
-		return
-	}
+	return key, true
+}
 
+func (m *middleware) cost(r *http.Request) int64 {
+	if m.cfg.Cost != nil {
+		return m.cfg.Cost(r)
+	}
+	return 1
+}
+
+// failed answers a request the cluster could not decide: 400 when it
+// refused the check as invalid, 503 when FailClosed, else nothing. It
+// reports whether to serve the request anyway (failing open).
+func (m *middleware) failed(w http.ResponseWriter, r *http.Request, err error) bool {
+	if status.Code(err) == codes.InvalidArgument {
+		m.reject(w, r, err)
+		return false
+	}
+	if m.cfg.OnError != nil {
+		m.cfg.OnError(r, err)
+	}
+	if m.cfg.FailClosed {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		return false
+	}
+	return true
+}
+
+// decided sets the rate-limit headers of d and, when d is denied, answers
+// with Denied. It reports whether to serve the request.
+func (m *middleware) decided(w http.ResponseWriter, r *http.Request, d Decision) bool {
 	h := w.Header()
 	t := ratelimitheader.T(d.Allowed, d.ResetAfter, d.RetryAfter, m.cfg.Limit.Window)
 	if !d.Allowed {
@@ -318,14 +346,14 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(t, 10))
 	}
 	if d.Allowed {
-		next.ServeHTTP(w, r)
-		return
+		return true
 	}
 	dw := &deniedWriter{ResponseWriter: w}
 	m.cfg.Denied.ServeHTTP(dw, r)
 	if !dw.wrote {
 		dw.WriteHeader(http.StatusTooManyRequests)
 	}
+	return false
 }
 
 // reject answers 400 a request that cannot be checked as made.

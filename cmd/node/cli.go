@@ -40,6 +40,13 @@ const usageText = `Usage: peerlimit-node <command> [flags] [args]
 Commands:
   serve          run a node (the default: "peerlimit-node --flags" is "serve --flags")
   check KEY      ask a node for a decision: --policy NAME, or --limit N --window D [--algorithm A]; --hits N (0 peeks)
+  reserve KEY    admit --hits N (an estimate) as check does and open a reservation, printing its token; --ttl D
+  settle KEY     close a reservation at its real cost: --reservation TOKEN --hits COST; the unused part is
+                 refunded, a cost above it charged as debt; a retry counts once
+  release KEY    close a reservation refunding all of it: --reservation TOKEN
+  refund KEY     give back --hits N, never below what the window holds
+  charge KEY     count --hits N even past the limit (debt)
+                 (reserve, settle, release, refund and charge take check's limit flags: the same limit)
   members        the members a node sees and their share of the ring
   ring KEY...    which member owns each key (its partition and owner, as the node sees the ring)
   reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A], or --all-windows
@@ -49,15 +56,15 @@ Commands:
   healthcheck    GET /healthz of a node's HTTP API; exit 0 serving, 1 not (for Docker HEALTHCHECK)
   help           this text
 
-check, members, ring, reset, top and inspect talk gRPC to --addr (default 127.0.0.1:9090) and
-print for people, or JSON with --json. Against a node with TLS give --tls-ca-file
+Every command but serve, healthcheck and help talks gRPC to --addr (default 127.0.0.1:9090)
+and prints for people, or JSON with --json. Against a node with TLS give --tls-ca-file
 (and --tls-cert-file, --tls-key-file for mutual TLS; --tls-server-name when the
 certificate does not name the address); against one with API tokens give
 --token-file or PEERLIMIT_API_TOKEN. healthcheck takes the HTTP address (--addr,
 default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>; https:// or
 --tls-ca-file for TLS).
 
-Exit codes: 0 ok (check: allowed), 1 error, 2 usage, 3 check denied.
+Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied.
 
 Load testing is cmd/loadgen's job: go run ./cmd/loadgen --help.
 `
@@ -76,6 +83,8 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		return runUpstream(rest, getenv, stderr)
 	case "check":
 		return cmdCheck(rest, getenv, stdout, stderr)
+	case "reserve", "settle", "release", "refund", "charge":
+		return cmdOp(cmd, pb.Op(pb.Op_value[strings.ToUpper(cmd)]), rest, getenv, stdout, stderr)
 	case "members":
 		return cmdMembers(rest, getenv, stdout, stderr)
 	case "ring":
@@ -265,6 +274,27 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.algorithm, "algorithm", "", "SLIDING_WINDOW_COUNTER (the default) or SLIDING_WINDOW_LOG")
 }
 
+// request is a check of key under the limit the flags and limit (--limit)
+// select; an error is a usage error.
+func (l *limitFlags) request(key string, limit int64) (*pb.CheckRequest, error) {
+	inline, algo, err := l.inline()
+	if err != nil {
+		return nil, err
+	}
+	req := &pb.CheckRequest{Key: key}
+	switch {
+	case !inline && limit != 0:
+		return nil, errors.New("give --policy or --limit/--window, not both")
+	case !inline:
+		req.Policy = l.policy
+	case limit == 0 || l.window == 0:
+		return nil, errors.New("give --policy NAME, or --limit N and --window D")
+	default:
+		req.Limit, req.WindowMs, req.Algorithm = limit, l.window.Milliseconds(), algo
+	}
+	return req, nil
+}
+
 // inline reports whether a limit is given by numbers (else by policy), and
 // the algorithm; an error is a usage error.
 func (l *limitFlags) inline() (bool, pb.Algorithm, error) {
@@ -285,12 +315,40 @@ func (l *limitFlags) inline() (bool, pb.Algorithm, error) {
 }
 
 func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := newCommand("check", "KEY", getenv, stdout, stderr)
+	return cmdOp("check", pb.Op_CHECK, args, getenv, stdout, stderr)
+}
+
+// opUsage is each op's arguments in its usage line and what --hits means.
+var opUsage = map[pb.Op][2]string{
+	pb.Op_CHECK:   {"KEY", "hits this check consumes; 0 peeks"},
+	pb.Op_RESERVE: {"KEY", "the estimate reserved"},
+	pb.Op_SETTLE:  {"KEY --reservation TOKEN --hits COST", "the real cost (required, 0 or more; may exceed the reservation and the limit)"},
+	pb.Op_RELEASE: {"KEY --reservation TOKEN", ""},
+	pb.Op_REFUND:  {"KEY", "hits given back (may exceed the limit)"},
+	pb.Op_CHARGE:  {"KEY", "hits counted even past the limit"},
+}
+
+// cmdOp runs check and the commands of the other ops: one request of op
+// for KEY under --policy or --limit/--window/--algorithm, printed for
+// people or as the HTTP API's JSON.
+func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCommand(name, opUsage[op][0], getenv, stdout, stderr)
 	c.grpcFlags()
 	var lf limitFlags
 	lf.register(c.fs)
 	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window)")
-	hits := c.fs.Int64("hits", 1, "hits this check consumes; 0 peeks")
+	hits := new(int64)
+	if op != pb.Op_RELEASE {
+		c.fs.Int64Var(hits, "hits", 1, opUsage[op][1])
+	}
+	var token string
+	var ttl time.Duration
+	switch op {
+	case pb.Op_RESERVE:
+		c.fs.DurationVar(&ttl, "ttl", 0, "how long the reservation lasts unsettled (0: the node's --reservation-ttl)")
+	case pb.Op_SETTLE, pb.Op_RELEASE:
+		c.fs.StringVar(&token, "reservation", "", "the token reserve printed")
+	}
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -298,22 +356,19 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if len(pos) != 1 {
 		return c.usageError("want one KEY, got %d arguments", len(pos))
 	}
-	inline, algo, err := lf.inline()
+	req, err := lf.request(pos[0], *limit)
 	if err != nil {
 		return c.usageError("%v", err)
 	}
-	req := &pb.CheckRequest{Key: pos[0], Hits: hits}
+	req.Hits, req.Op, req.TtlMs, req.Reservation = hits, op, ttl.Milliseconds(), token
 	switch {
-	case !inline && *limit != 0:
-		return c.usageError("give --policy or --limit/--window, not both")
-	case !inline:
-		req.Policy = lf.policy
-	case *limit == 0 || lf.window == 0:
-		return c.usageError("give --policy NAME, or --limit N and --window D")
-	default:
-		req.Limit, req.WindowMs, req.Algorithm = *limit, lf.window.Milliseconds(), algo
+	case (op == pb.Op_SETTLE || op == pb.Op_RELEASE) && token == "":
+		return c.usageError("give --reservation TOKEN, as reserve printed it")
+	case op == pb.Op_SETTLE && !c.given("hits"):
+		return c.usageError("give --hits COST, the real cost")
+	case ttl%time.Millisecond != 0:
+		return c.usageError("--ttl %s is not a whole number of milliseconds", ttl)
 	}
-
 	resp, err := call(c, pb.RateLimiterClient.Check, req)
 	if err != nil {
 		return c.fail(err)
@@ -321,23 +376,59 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if c.json {
 		c.printJSON(httpapi.CheckResponse{Allowed: resp.Allowed, Limit: resp.Limit, Remaining: resp.Remaining,
 			CurrentCount: resp.CurrentCount, RetryAfterMS: resp.RetryAfterMs, ResetAfterMS: resp.ResetAfterMs,
-			RefillAfterMS: resp.RefillAfterMs, Owner: resp.Owner, Degraded: resp.Degraded})
+			RefillAfterMS: resp.RefillAfterMs, Owner: resp.Owner, Degraded: resp.Degraded, Reservation: resp.Reservation,
+			ExpiresInMS: resp.ExpiresInMs, Refunded: resp.Refunded, Over: resp.Over, Settled: settledName(resp.Settled)})
 	} else {
-		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-		if resp.Allowed {
-			fmt.Fprintf(stdout, "allowed: %d of %d remaining, resets in %s; decided by %s", resp.Remaining, resp.Limit, ms(resp.ResetAfterMs), resp.Owner)
-		} else {
-			fmt.Fprintf(stdout, "denied: retry after %s (count %d of %d); decided by %s", ms(resp.RetryAfterMs), resp.CurrentCount, resp.Limit, resp.Owner)
-		}
-		if resp.Degraded {
-			fmt.Fprint(stdout, " (degraded: the owner was unreachable, the fallback answered)")
-		}
-		fmt.Fprintln(stdout)
+		printOp(stdout, op, *hits, resp)
 	}
-	if !resp.Allowed {
+	if !resp.Allowed && (op == pb.Op_CHECK || op == pb.Op_RESERVE) {
 		return exitDenied
 	}
 	return exitOK
+}
+
+// given reports whether the flag name was set on the command line.
+func (c *command) given(name string) bool {
+	set := false
+	c.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// settledName is the JSON spelling of s: absent when unspecified.
+func settledName(s pb.Settled) string {
+	if s == pb.Settled_SETTLED_UNSPECIFIED {
+		return ""
+	}
+	return s.String()
+}
+
+// printOp prints resp to op for people: the decision, then what the op
+// reports beside it.
+func printOp(w io.Writer, op pb.Op, hits int64, resp *pb.CheckResponse) {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	switch op {
+	case pb.Op_SETTLE, pb.Op_RELEASE:
+		fmt.Fprintf(w, "%sd (%s): refunded %d, over the limit by %d; ", strings.ToLower(op.String()), resp.Settled, resp.Refunded, resp.Over)
+	case pb.Op_REFUND:
+		fmt.Fprintf(w, "refunded %d of %d; ", resp.Refunded, hits)
+	case pb.Op_CHARGE:
+		fmt.Fprintf(w, "charged %d, over the limit by %d; ", hits, resp.Over)
+	}
+	switch {
+	case op == pb.Op_RESERVE && resp.Allowed:
+		fmt.Fprintf(w, "reserved %d: %d of %d remaining, expires in %s, reservation %s; decided by %s",
+			hits, resp.Remaining, resp.Limit, ms(resp.ExpiresInMs), resp.Reservation, resp.Owner)
+	case resp.Allowed:
+		fmt.Fprintf(w, "allowed: %d of %d remaining, resets in %s; decided by %s", resp.Remaining, resp.Limit, ms(resp.ResetAfterMs), resp.Owner)
+	case op == pb.Op_CHECK || op == pb.Op_RESERVE:
+		fmt.Fprintf(w, "denied: retry after %s (count %d of %d); decided by %s", ms(resp.RetryAfterMs), resp.CurrentCount, resp.Limit, resp.Owner)
+	default: // counted whatever the limit said: the key is in debt
+		fmt.Fprintf(w, "in debt: the next hit waits %s (limit %d); decided by %s", ms(resp.RetryAfterMs), resp.Limit, resp.Owner)
+	}
+	if resp.Degraded {
+		fmt.Fprint(w, " (degraded: the owner was unreachable, the fallback answered)")
+	}
+	fmt.Fprintln(w)
 }
 
 func cmdMembers(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
