@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -533,4 +534,54 @@ func (r *benchRecorder) report(b *testing.B, elapsed time.Duration) {
 		b.ReportMetric(float64(latency.Percentile(r.lat, 50))/1e3, "p50-µs")
 		b.ReportMetric(float64(latency.Percentile(r.lat, 99))/1e3, "p99-µs")
 	}
+}
+
+// BenchmarkClientReserveSettle is what a token budget pays against a
+// check, through the library as an application calls it (owner routing,
+// coalescing on; 64 concurrent callers, the 3-node cluster of
+// BenchmarkClient): check is Client.CheckN of 100; reserve+settle is
+// Client.Reserve of 100 then Client.Settle at 63, two round trips. One op
+// is one check, or one reservation reserved and settled. cpu-ns/op is the
+// process's CPU time (callers, client and the three nodes) per op:
+// compare the two cases of one run.
+//
+// Run: go test ./client -run '^$' -bench ClientReserveSettle -benchtime 3s -count 5
+func BenchmarkClientReserveSettle(b *testing.B) {
+	env := startClientBenchEnv(b)
+	keys := clientBenchKeyList()
+	cl := env.newClient(b, client.Config{})
+	b.Run("check", func(b *testing.B) {
+		withCPU(b, func() {
+			benchClientSingle(b, env, func(ctx context.Context, k int) (client.Decision, error) {
+				return cl.CheckN(ctx, keys[k], clientBenchLimit, 100)
+			})
+		})
+	})
+	b.Run("reserve+settle", func(b *testing.B) {
+		withCPU(b, func() {
+			benchClientSingle(b, env, func(ctx context.Context, k int) (client.Decision, error) {
+				r, err := cl.Reserve(ctx, keys[k], clientBenchLimit, 100, 0)
+				if err != nil || !r.Reserved() {
+					return r.Decision, err
+				}
+				s, err := cl.Settle(ctx, r, 63)
+				return s.Decision, err
+			})
+		})
+	})
+}
+
+// withCPU runs f and reports the process's CPU time per op.
+func withCPU(b *testing.B, f func()) {
+	cpu0 := processCPU(b)
+	f()
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
