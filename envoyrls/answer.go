@@ -92,6 +92,13 @@ func (p *plan) peekOver(d limiter.Decision) bool {
 	return p.hits == 0 && !p.refund && d.Remaining == 0
 }
 
+// over reports whether p, decided, is over its limit, shadow mode or
+// not: refused, asking for more than the limit, a peek with nothing left
+// or a charge that went past the limit. A refund never is.
+func (p *plan) over() bool {
+	return (!p.d.Allowed || p.tooMany || p.peekOver(p.d)) && !p.refund
+}
+
 // untilReset is duration_until_reset for decision d: the time until the
 // hits counted start to leave the window (limiter.Decision.RefillAfter),
 // which runs down as the window passes, as upstream's fixed-window
@@ -109,7 +116,7 @@ func (p *plan) untilReset(d limiter.Decision) time.Duration {
 // when over and not in shadow mode.
 func fillStatus(st *rlspb.RateLimitResponse_DescriptorStatus, p *plan, dur *durationpb.Duration) int {
 	r, d := p.rule, p.d
-	over := (!d.Allowed || p.tooMany || p.peekOver(d)) && !p.refund
+	over := p.over()
 	remaining := d.Remaining
 	if over {
 		remaining = 0

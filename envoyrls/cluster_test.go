@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
@@ -57,6 +58,20 @@ descriptors:
         rate_limit: {unit: hour, requests_per_unit: 3}
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 1000000}
+---
+# The peerlimit extensions, across owners.
+domain: bundle
+all_or_nothing: true
+descriptors:
+  - key: user
+    algorithm: SLIDING_WINDOW_LOG
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: org
+    algorithm: SLIDING_WINDOW_LOG
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: tokens
+    charge_over_limit: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
 `
 
 type rlsCluster struct {
@@ -173,6 +188,50 @@ func TestClusterNestedDescriptorsOnTheirOwners(t *testing.T) {
 	assert.Equal(t, `"route_/checkout.user";q=3;w=3600`, hdr["RateLimit-Policy"])
 	assert.Regexp(t, `^"route_/checkout.user";r=0;t=\d+$`, hdr["RateLimit"])
 	assert.NotEmpty(t, hdr["Retry-After"])
+}
+
+// all_or_nothing, charge_over_limit and is_negative_hits on descriptors
+// that two other nodes own: the request's checks count on both owners or
+// on neither, and charges and refunds reach the owner's count.
+func TestClusterAllOrNothingAndDebtOnTheirOwners(t *testing.T) {
+	rc := startRLSCluster(t, 3)
+	self := rc.c.Node(0).ID()
+	var user, org, tokens *rlscommon.RateLimitDescriptor
+	for i := 0; i < 1000 && (user == nil || org == nil || tokens == nil); i++ {
+		u, o, tk := descriptor(fmt.Sprintf("user=u%d", i)), descriptor(fmt.Sprintf("org=o%d", i)), descriptor(fmt.Sprintf("tokens=t%d", i))
+		if a, b := rc.owner(0, "bundle", u), rc.owner(0, "bundle", o); user == nil && a != b && a != self && b != self {
+			user, org = u, o
+		}
+		if tokens == nil && rc.owner(0, "bundle", tk) != self {
+			tokens = tk
+		}
+	}
+	require.NotNil(t, user)
+	require.NotNil(t, tokens)
+	call := func(i int, ds ...*rlscommon.RateLimitDescriptor) *rlspb.RateLimitResponse {
+		t.Helper()
+		resp, err := rc.clients[i].ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "bundle", Descriptors: ds})
+		require.NoError(t, err)
+		require.Nil(t, resp.GetDynamicMetadata(), "no owner was unreachable")
+		return resp
+	}
+	with := func(d *rlscommon.RateLimitDescriptor, hits uint64, negative bool) *rlscommon.RateLimitDescriptor {
+		c := descriptor()
+		c.Entries, c.HitsAddend, c.IsNegativeHits = d.Entries, wrapperspb.UInt64(hits), negative
+		return c
+	}
+	for i := range 2 {
+		assert.Equal(t, rlspb.RateLimitResponse_OK, call(0, user, org).GetOverallCode(), "call %d", i)
+	}
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, user, org).GetOverallCode())
+	assert.Equal(t, uint32(3), call(1, with(org, 0, false)).GetStatuses()[0].GetLimitRemaining(), "the org counted 2, not 3")
+
+	// A charge past the limit, then a refund, each asked of another node.
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, with(tokens, 15, false)).GetOverallCode())
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(2, with(tokens, 0, false)).GetOverallCode(), "in debt: 15 of 10")
+	st := call(1, with(tokens, 10, true)).GetStatuses()[0]
+	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
+	assert.Equal(t, uint32(5), st.GetLimitRemaining(), "15 − 10 refunded")
 }
 
 // duration_until_reset comes from the owner's decision, carried back over

@@ -7,9 +7,11 @@
 // descriptors, each with a key, an optional value (wildcards included)
 // and an optional rate_limit {unit, requests_per_unit}, and upstream's
 // flags beside it (shadow_mode, quota_mode, metadata, detailed_metric,
-// value_to_metric, share_threshold). peerlimit adds unit_multiplier and a
+// value_to_metric, share_threshold). peerlimit adds unit_multiplier, a
 // per-descriptor algorithm (the sliding window counter by default, the
-// exact log for low limits):
+// exact log for low limits), charge_over_limit (usage reported after the
+// fact counted past the limit, as debt) on a descriptor or a domain, and
+// all_or_nothing on a domain (a request's checks counted all or none):
 //
 //	domain: messaging
 //	descriptors:
@@ -100,6 +102,11 @@ type Rule struct {
 	// QuotaMode: the descriptor being over its limit fails the request
 	// only when every quota-mode descriptor of the request is over.
 	QuotaMode bool
+	// ChargeOverLimit counts a descriptor's hits (hits_addend ≥ 1) even
+	// past the limit, as debt (limiter.OpCharge): the descriptor's own
+	// charge_over_limit, else its domain's (a peerlimit extension). A
+	// charge that goes over is answered OVER_LIMIT; a peek stays a peek.
+	ChargeOverLimit bool
 	// DetailedMetric puts the request's values into the rule's statistics
 	// key (upstream's detailed_metric).
 	DetailedMetric bool
@@ -142,12 +149,22 @@ func (r *Rule) finish(index int) {
 	r.policy = ratelimitheader.Policy(r.header, int64(r.RequestsPerUnit), r.Window)
 }
 
-// Domain is one domain's descriptor tree.
+// Domain is one domain's descriptor tree, with its settings.
 type Domain struct {
 	Name string
 	File string
 	Line int
-	root *level
+	// AllOrNothing (all_or_nothing, a peerlimit extension) counts the
+	// checks of a request that could refuse it on their own (hits ≥ 1,
+	// neither shadow mode nor quota mode, not charged) all or nothing:
+	// every one of them, or none (route.Service.CheckAll), and none when
+	// the answer is OVER_LIMIT.
+	AllOrNothing bool
+	// ChargeOverLimit (charge_over_limit, a peerlimit extension) is the
+	// default of the domain's rules' ChargeOverLimit, and applies to a
+	// request's own limit.
+	ChargeOverLimit bool
+	root            *level
 	// index in Config.domains, for the metrics.
 	index int
 }

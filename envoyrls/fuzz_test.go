@@ -32,6 +32,8 @@ func FuzzParseConfig(f *testing.F) {
 		"domain: a\nx: &x [{key: k, descriptors: *x}]\n",
 		"domain: a\ndescriptors: [{key: k, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 4294967295}}]\n",
 		"domain: a\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: month, requests_per_unit: 10001}}]\n",
+		"domain: a\nall_or_nothing: true\ncharge_over_limit: true\ndescriptors: [{key: k, charge_over_limit: false, rate_limit: {unit: minute, requests_per_unit: 5}}, {key: j, rate_limit: {unit: hour, requests_per_unit: 9}}]\n",
+		"domain: a\ncharge_over_limit: maybe\ndescriptors: [{key: k, all_or_nothing: true, charge_over_limit: true}]\n",
 		"domain: [a]\n",
 		"\xff",
 		"",
@@ -85,7 +87,11 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(&rlspb.RateLimitRequest{Domain: "example7", Descriptors: []*rlscommon.RateLimitDescriptor{desc("key_1=value_1", "user=bkthomps"), desc("key_2=value_2", "user=bkthomps")}})
 	seed(&rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{{}}})
 	seed(&rlspb.RateLimitRequest{Domain: "upstream", Descriptors: []*rlscommon.RateLimitDescriptor{desc("service=service_1"), desc("unspec=u"), desc("route=r", "method=GET")}})
-	h := newHarness(f, func(c *serverOpts) {
+	// The extensions (opsConfig): refunds, charges, all or nothing.
+	seed(&rlspb.RateLimitRequest{Domain: "usage", Descriptors: []*rlscommon.RateLimitDescriptor{refundOf(desc("tokens=u"), 5), hitsOf(desc("tokens=u"), 500), hitsOf(desc("exact=e"), 0)}})
+	seed(&rlspb.RateLimitRequest{Domain: "bundle", HitsAddend: 2, Descriptors: []*rlscommon.RateLimitDescriptor{desc("user=u"), desc("org=o"),
+		hitsOf(desc("tokens=t"), 0), desc("shadow=s"), desc("quota=q"), hitsOf(desc("spent=s"), 300), refundOf(desc("user=u"), 1), desc("free=f")}})
+	h := newHarnessFor(f, serviceConfig+"---\n"+opsConfig, func(c *serverOpts) {
 		c.Headers, c.ResponseMetadata, c.MaxKeyBytes = true, true, 64
 		c.Logger = slog.New(slog.DiscardHandler) // t.Log is not allowed in a fuzz target
 	})

@@ -279,7 +279,8 @@ func (p *parser) domain(root *yaml.Node) {
 		p.fail(root.Line, "", "want a mapping with domain and descriptors, e.g. {domain: edge, descriptors: [...]}")
 		return
 	}
-	name, line, descs := p.domainFields(root)
+	doc := p.domainFields(root)
+	name, line := doc.name, doc.line
 	if name == "" {
 		if !hasField(root, "domain") {
 			p.fail(root.Line, "", "domain is missing")
@@ -289,22 +290,40 @@ func (p *parser) domain(root *yaml.Node) {
 	d := p.cfg.byName[name]
 	switch {
 	case d == nil:
-		d = &Domain{Name: name, File: p.name, Line: line, root: newLevel(), index: len(p.cfg.domains)}
+		d = &Domain{Name: name, File: p.name, Line: line, root: newLevel(), index: len(p.cfg.domains),
+			AllOrNothing: doc.allOrNothing, ChargeOverLimit: doc.chargeOverLimit}
 		p.cfg.byName[name] = d
 		p.cfg.domains = append(p.cfg.domains, d)
 	case !p.opts.MergeDomains:
 		p.fail(line, fmt.Sprintf("domain %q", name), "defined twice (first at %s:%d); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains", d.File, d.Line)
 		return
+	case !p.sameSettings(d, doc):
+		return
 	}
-	if descs != nil {
-		p.descriptors(d, d.root, descs, scope{}, 1)
+	if doc.descs != nil {
+		p.descriptors(d, d.root, doc.descs, scope{}, 1)
 	}
 }
 
-// domainFields reads a domain document's fields: its name and the line
-// naming it ("" when absent or not a non-empty string), and its
-// descriptors (nil when absent).
-func (p *parser) domainFields(root *yaml.Node) (name string, line int, descs *yaml.Node) {
+// domainDoc is a domain document's fields: its name and the line naming
+// it ("" when absent or not a non-empty string), its descriptors (nil
+// when absent), and its settings, peerlimit extensions that
+// envoyproxy/ratelimit's parser refuses as unknown fields, each with the
+// line that gives it (0: absent, false).
+type domainDoc struct {
+	name                              string
+	line                              int
+	descs                             *yaml.Node
+	allOrNothing, chargeOverLimit     bool
+	allOrNothingAt, chargeOverLimitAt int
+}
+
+// domainSettings are the domain document's fields beside domain and
+// descriptors.
+var domainSettings = []string{"all_or_nothing", "charge_over_limit"}
+
+// domainFields reads a domain document's fields.
+func (p *parser) domainFields(root *yaml.Node) (doc domainDoc) {
 	p.fields(root, "", func(field string, k, v *yaml.Node) {
 		switch field {
 		case "domain":
@@ -312,14 +331,46 @@ func (p *parser) domainFields(root *yaml.Node) (name string, line int, descs *ya
 				p.fail(v.Line, "", "domain must be a non-empty string")
 				return
 			}
-			name, line = v.Value, k.Line
+			doc.name, doc.line = v.Value, k.Line
 		case "descriptors":
-			descs = v
+			doc.descs = v
+		case "all_or_nothing":
+			doc.allOrNothing, _ = p.boolean(v, "", field)
+			doc.allOrNothingAt = k.Line
+		case "charge_over_limit":
+			doc.chargeOverLimit, _ = p.boolean(v, "", field)
+			doc.chargeOverLimitAt = k.Line
 		default:
-			p.fail(k.Line, "", "unknown field %q; want domain and descriptors", field)
+			p.fail(k.Line, "", "unknown field %q; want domain, descriptors or one of %s", field, strings.Join(domainSettings, ", "))
 		}
 	})
-	return name, line, descs
+	return doc
+}
+
+// sameSettings reports whether doc, another document of the merged
+// domain d, gives d's settings as its first document did (absent is
+// false), and reports each that differs: a setting acts on the whole
+// domain, so which document's would win cannot be left to file order.
+func (p *parser) sameSettings(d *Domain, doc domainDoc) bool {
+	same := true
+	for _, s := range []struct {
+		name       string
+		first, now bool
+		line       int
+	}{
+		{"all_or_nothing", d.AllOrNothing, doc.allOrNothing, doc.allOrNothingAt},
+		{"charge_over_limit", d.ChargeOverLimit, doc.chargeOverLimit, doc.chargeOverLimitAt},
+	} {
+		if s.first == s.now {
+			continue
+		}
+		same = false
+		if s.line == 0 {
+			s.line = doc.line
+		}
+		p.fail(s.line, fmt.Sprintf("domain %q", d.Name), "%s is %t here and %t where the domain is first defined (%s:%d; absent is false): every document of a merged domain must give its settings alike", s.name, s.now, s.first, d.File, d.Line)
+	}
+	return same
 }
 
 // hasField reports whether mapping m has the field name. yaml.v3 numbers
@@ -418,7 +469,7 @@ type descriptorFields struct {
 }
 
 // descriptorFlags are the descriptor's boolean fields.
-var descriptorFlags = []string{"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+var descriptorFlags = []string{"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "charge_over_limit"}
 
 // readDescriptor reads descriptor m's fields, reporting the unknown
 // ones and those of the wrong kind.
@@ -450,11 +501,13 @@ func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
 			f.algo = v
 		case "metadata":
 			f.metadata = v
-		case "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold":
+		case "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "charge_over_limit":
 			if f.flags == nil {
 				f.flags = map[string]*yaml.Node{}
 			}
 			f.flags[name] = v
+		case "all_or_nothing":
+			p.fail(k.Line, where, "all_or_nothing is a domain setting: give it beside domain and descriptors")
 		default:
 			p.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, descriptors, algorithm, metadata or one of %s", name, strings.Join(descriptorFlags, ", "))
 		}

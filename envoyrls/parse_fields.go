@@ -47,6 +47,7 @@ func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path stri
 	p.ruleFlag(f, where, "shadow_mode", func(r *Rule) { r.ShadowMode = true })
 	p.ruleFlag(f, where, "quota_mode", func(r *Rule) { r.QuotaMode = true })
 	p.ruleFlag(f, where, "detailed_metric", func(r *Rule) { r.DetailedMetric = true })
+	p.chargeOverLimit(d, f, where)
 	if f.metadata != nil {
 		p.setMetadata(f, where)
 	}
@@ -91,6 +92,31 @@ func (p *parser) ruleFlag(f *descriptorFields, where, name string, set func(*Rul
 		p.fail(v.Line, where, "%s has no use with unlimited: true", name)
 	case r != nil:
 		set(r)
+	}
+}
+
+// chargeOverLimit sets the rule's ChargeOverLimit: the descriptor's own
+// charge_over_limit, true or false, else its domain's. Either value is
+// refused on a descriptor without a rate_limit, or with an unlimited one:
+// it would act on nothing (it does not reach nested descriptors).
+func (p *parser) chargeOverLimit(d *Domain, f *descriptorFields, where string) {
+	r := f.n.rule
+	if r != nil && !r.Unlimited {
+		r.ChargeOverLimit = d.ChargeOverLimit
+	}
+	v := f.flags["charge_over_limit"]
+	if v == nil {
+		return
+	}
+	on, ok := p.boolean(v, where, "charge_over_limit")
+	switch {
+	case !ok:
+	case r == nil && f.rl == nil:
+		p.fail(v.Line, where, "charge_over_limit applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors; to charge a whole domain, give it beside domain)")
+	case r != nil && r.Unlimited:
+		p.fail(v.Line, where, "charge_over_limit has no use with unlimited: true")
+	case r != nil:
+		r.ChargeOverLimit = on
 	}
 }
 

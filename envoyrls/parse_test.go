@@ -190,6 +190,96 @@ func TestParseUpstreamExamples(t *testing.T) {
 	assert.Equal(t, `"specific_limit";q=5;w=1`, byPath["example7.key_1_value_1.user_bkthomps"].policy, "named rules name their header policy")
 }
 
+// The extensions' errors, each naming the field and its line.
+func TestParseExtensionErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      string
+	}{
+		{"all_or_nothing not bool", "domain: a\nall_or_nothing: yes\ndescriptors: []\n",
+			`f.yaml:2: all_or_nothing must be true or false, got "yes"`},
+		{"charge_over_limit on a domain not bool", "domain: a\ncharge_over_limit: 1\n",
+			`f.yaml:2: charge_over_limit must be true or false, got "1"`},
+		{"charge_over_limit not bool", "domain: a\ndescriptors:\n  - key: k\n    charge_over_limit: always\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`f.yaml:4: domain "a", descriptor k: charge_over_limit must be true or false, got "always"`},
+		{"charge_over_limit without limit", "domain: a\ndescriptors:\n  - key: k\n    charge_over_limit: true\n    descriptors: [{key: j, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+			`f.yaml:4: domain "a", descriptor k: charge_over_limit applies to this descriptor's own rate_limit, and it has none`},
+		{"charge_over_limit: false without limit", "domain: a\ncharge_over_limit: true\ndescriptors:\n  - key: k\n    charge_over_limit: false\n",
+			`f.yaml:5: domain "a", descriptor k: charge_over_limit applies to this descriptor's own rate_limit, and it has none`},
+		{"charge_over_limit when unlimited", "domain: a\ndescriptors:\n  - key: k\n    charge_over_limit: true\n    rate_limit: {unlimited: true}\n",
+			`f.yaml:4: domain "a", descriptor k: charge_over_limit has no use with unlimited: true`},
+		{"all_or_nothing on a descriptor", "domain: a\ndescriptors:\n  - key: k\n    all_or_nothing: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`f.yaml:4: domain "a": all_or_nothing is a domain setting: give it beside domain and descriptors`},
+		{"all_or_nothing in rate_limit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, all_or_nothing: true}\n",
+			`f.yaml:4: domain "a", descriptor k: unknown field "all_or_nothing" in rate_limit`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse("f.yaml", []byte(c.src), storeCheck(t))
+			require.Error(t, err)
+			assert.Nil(t, cfg)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+// The peerlimit extensions: all_or_nothing and charge_over_limit on a
+// domain, charge_over_limit on a descriptor (its own rate_limit; false
+// opts out of the domain's). Upstream's parser refuses them as unknown
+// fields; without them nothing changes.
+func TestParseExtensions(t *testing.T) {
+	cfg, err := Parse("f.yaml", []byte(`domain: ai
+all_or_nothing: true
+charge_over_limit: true
+descriptors:
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: requests
+    charge_over_limit: false
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: model
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 5}
+---
+domain: plain
+descriptors:
+  - key: tokens
+    charge_over_limit: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: requests
+    charge_over_limit: false
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: other
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`), storeCheck(t))
+	require.NoError(t, err)
+	ai, plain := cfg.Domain("ai"), cfg.Domain("plain")
+	assert.True(t, ai.AllOrNothing)
+	assert.True(t, ai.ChargeOverLimit)
+	assert.False(t, plain.AllOrNothing)
+	assert.False(t, plain.ChargeOverLimit)
+	charged := map[string]bool{}
+	for _, r := range cfg.Rules() {
+		charged[r.Domain+"."+r.Path] = r.ChargeOverLimit
+	}
+	assert.Equal(t, map[string]bool{"ai.tokens": true, "ai.requests": false, "ai.model.user": true,
+		"plain.tokens": true, "plain.requests": false, "plain.other": false}, charged)
+}
+
+// Documents merged into one domain must give its settings alike: which
+// one's would win cannot depend on file order.
+func TestParseMergedDomainSettings(t *testing.T) {
+	merge := LoadOptions{MergeDomains: true}
+	cfg, err := Parse("f.yaml", []byte("domain: a\nall_or_nothing: true\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n---\n"+
+		"domain: a\nall_or_nothing: true\ndescriptors: [{key: j, rate_limit: {unit: second, requests_per_unit: 1}}]\n"), merge)
+	require.NoError(t, err)
+	assert.True(t, cfg.Domain("a").AllOrNothing)
+	_, err = Parse("f.yaml", []byte("domain: a\nall_or_nothing: true\n---\ndomain: a\ncharge_over_limit: true\n"), merge)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `f.yaml:4: domain "a": all_or_nothing is false here and true where the domain is first defined (f.yaml:1; absent is false)`)
+	assert.Contains(t, err.Error(), `f.yaml:5: domain "a": charge_over_limit is true here and false where the domain is first defined (f.yaml:1; absent is false)`)
+}
+
 func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, src string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600)) }
@@ -229,11 +319,11 @@ func TestParseErrors(t *testing.T) {
 		{"syntax", "domain: a\ndescriptors: [\n", []string{`f.yaml:2: did not find expected node content`}},
 		{"missing domain", "descriptors: []\n", []string{`f.yaml:1: domain is missing`}},
 		{"empty domain", "domain: ''\n", []string{`f.yaml:1: domain must be a non-empty string`}},
-		{"unknown top field", "domain: a\ndescriptor: []\n", []string{`f.yaml:2: unknown field "descriptor"; want domain and descriptors`}},
+		{"unknown top field", "domain: a\ndescriptor: []\n", []string{`f.yaml:2: unknown field "descriptor"; want domain, descriptors or one of all_or_nothing, charge_over_limit`}},
 		{"not UTF-8", "domain: a\n# \xff\n", []string{`f.yaml:2: not UTF-8 text`}},
 		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", []string{`f.yaml:2: domain "a": descriptors must be a list`}},
 		{"missing key", "domain: a\ndescriptors:\n  - value: v\n", []string{`f.yaml:3: domain "a": key is missing`}},
-		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"; want key, value, rate_limit, descriptors, algorithm, metadata or one of shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold`}},
+		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"; want key, value, rate_limit, descriptors, algorithm, metadata or one of shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, charge_over_limit`}},
 		{"duplicate", "domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
 			[]string{`f.yaml:5: domain "a", descriptor k=v: defined twice at this level (first at line 3)`}},
 		{"duplicate wildcard", "domain: a\ndescriptors:\n  - key: k\n  - {key: k}\n", []string{`f.yaml:4: domain "a", descriptor k: defined twice at this level (first at line 3)`}},

@@ -26,9 +26,11 @@ import (
 
 // Checker is the node's request path: *route.Service. CheckBatch sends each
 // check to its key's owner, the ones bound for the same owner in one
-// call, and answers each on its own.
+// call, and answers each on its own; CheckAll admits and counts checks
+// all or nothing (all_or_nothing domains).
 type Checker interface {
 	CheckBatch(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
+	CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
 	BatchTooLarge(what string, n int) error
 }
 
@@ -104,12 +106,14 @@ const DegradedKey = "peerlimit.degraded"
 
 // plan is how one request descriptor is answered.
 type plan struct {
-	rule    *Rule   // nil: no limit applies (no match, replaced, unknown domain)
-	matched Matched // how the rule was selected; zero for a request's own limit
-	check   int     // index of its check in the batch; -1: none
-	hits    int64   // the hits it asks for; 0 for a peek or a refund
-	tooMany bool    // hits over the limit: never allowed, checked as a peek
-	refund  bool    // is_negative_hits: not supported, checked as a peek, never denied
+	rule    *Rule      // nil: no limit applies (no match, replaced, unknown domain)
+	matched Matched    // how the rule was selected; zero for a request's own limit
+	check   int        // index of its check in the batch; -1: none
+	op      limiter.Op // its check's: OpCheck, OpRefund (is_negative_hits) or OpCharge (charge_over_limit)
+	hits    int64      // the hits it asks to count; 0 for a peek or a refund
+	tooMany bool       // hits over the limit, not charged: never allowed, checked as a peek
+	refund  bool       // is_negative_hits: never denied; its hits, if any, refunded
+	all     bool       // counted all or nothing with the domain's other such checks (Domain.AllOrNothing)
 	d       limiter.Decision
 }
 
@@ -119,7 +123,8 @@ type plan struct {
 // the answer is OVER_LIMIT when any descriptor neither in shadow mode nor
 // in quota mode is over, or when every quota-mode one is. Descriptors
 // under the limit consume their hits even when another one is over, as in
-// envoyproxy/ratelimit. RLS has no per-descriptor error, so a bad
+// envoyproxy/ratelimit, unless the domain is all_or_nothing
+// (allornothing.go). RLS has no per-descriptor error, so a bad
 // descriptor (or a check that fails: capacity, the caller gone) fails the
 // whole call with the gRPC status naming it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
@@ -180,6 +185,9 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, dom *D
 	results, err := s.check(ctx, reqs, plans)
 	if err != nil {
 		return nil, false, err
+	}
+	if dom.AllOrNothing {
+		s.undoRefused(ctx, plans, reqs, results)
 	}
 	s.saturate(ctx, plans, reqs, results)
 	degraded := s.assemble(resp, req, plans, results, b, dc)
@@ -243,6 +251,7 @@ func (s *Server) plan(plans []plan, dom *Domain, descs []*rlscommon.RateLimitDes
 			if err != nil {
 				return err
 			}
+			r.ChargeOverLimit = dom.ChargeOverLimit
 			plans[i].rule = r
 			continue
 		}
@@ -269,8 +278,8 @@ func dropReplaced(plans []plan, replacing []string) {
 
 // checks is the batch of limiter requests for the planned descriptors
 // that need one (a limit neither unlimited nor 0); each such plan learns
-// its index in the batch. A request the node cannot serve fails the call
-// naming its descriptor.
+// its index in the batch, and whether it is counted all or nothing. A
+// request the node cannot serve fails the call naming its descriptor.
 func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) ([]limiter.Request, error) {
 	descs := req.GetDescriptors()
 	reqs := make([]limiter.Request, 0, len(descs))
@@ -280,8 +289,10 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 		if r == nil || r.Unlimited || r.RequestsPerUnit == 0 {
 			continue
 		}
+		hits := p.checkHits(req, d)
+		p.all = dom.AllOrNothing && p.op == limiter.OpCheck && p.hits > 0 && !r.ShadowMode && !r.QuotaMode && !s.cfg.QuotaMode
 		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.d.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
-			Window: r.Window, Algorithm: r.Algorithm, Hits: p.checkHits(req, d)}
+			Window: r.Window, Algorithm: r.Algorithm, Hits: hits, Op: p.op}
 		if s.d.Validate != nil {
 			if err := s.d.Validate(lr); err != nil {
 				return nil, descriptorError(i, err)
@@ -311,31 +322,45 @@ func (p *plan) key(domain string, entries []*rlscommon.RateLimitDescriptor_Entry
 	return sharedKey(domain, entries, shared, maxBytes)
 }
 
-// checkHits is how many hits descriptor d's check consumes, and sets
-// p.hits to those it asks for. A refund or more hits than the limit
-// consume none: p notes which, and its check is a peek.
+// checkHits is the hits descriptor d's check sends, and sets p.op to the
+// check's op and p.hits to the hits it asks to count:
+//   - is_negative_hits: a refund of its hits (OpRefund), which counts
+//     nothing; of 0 hits, a peek;
+//   - charge_over_limit: a charge (OpCharge) of its hits, counted even
+//     past the limit; of 0 hits, a peek;
+//   - otherwise a check (OpCheck), except that more hits than the limit
+//     are a peek, noted in p.tooMany: they can never fit.
 func (p *plan) checkHits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescriptor) int64 {
 	hits := int64(max(req.GetHitsAddend(), 1)) // 0 is unset: one hit
 	if h := d.GetHitsAddend(); h != nil {
 		hits = int64(min(h.GetValue(), math.MaxInt64)) // set, even to 0 (a peek)
 	}
-	if d.GetIsNegativeHits() {
-		p.refund, hits = true, 0
+	p.op = limiter.OpCheck
+	switch {
+	case d.GetIsNegativeHits():
+		p.refund = true
+		if hits > 0 {
+			p.op = limiter.OpRefund
+		}
+		return hits
+	case hits > 0 && p.rule.ChargeOverLimit:
+		p.op = limiter.OpCharge
+	case hits > int64(p.rule.RequestsPerUnit):
+		p.hits, p.tooMany = hits, true
+		return 0
 	}
 	p.hits = hits
-	if hits > int64(p.rule.RequestsPerUnit) {
-		p.tooMany, hits = true, 0
-	}
 	return hits
 }
 
-// check decides the batch in one CheckBatch. RLS has no per-descriptor
-// error, so the first descriptor whose check failed fails the call.
+// check decides the batch: in one CheckBatch, but for the checks counted
+// all or nothing (send). RLS has no per-descriptor error, so the first
+// descriptor whose check failed fails the call.
 func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan) ([]peer.Result, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	results, err := s.d.Checker.CheckBatch(ctx, reqs)
+	results, err := s.send(ctx, reqs, plans)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
@@ -356,14 +381,16 @@ func (s *Server) check(ctx context.Context, reqs []limiter.Request, plans []plan
 // one large hits_addend) exhaust a quota that a peek then refuses,
 // instead of being dropped whole and letting every later request in. A
 // single hit refused has no room to take, so a client retrying while
-// refused still consumes nothing. Best effort, in one more CheckBatch:
+// refused still consumes nothing. (charge_over_limit counts such usage
+// whole, past the limit; all_or_nothing checks take nothing when
+// refused.) Best effort, in one more CheckBatch:
 // the answer is already OVER_LIMIT whatever it does, so its failure
 // fails nothing; the next check sees the count as it is.
 func (s *Server) saturate(ctx context.Context, plans []plan, reqs []limiter.Request, results []peer.Result) {
 	var fills []limiter.Request
 	for _, p := range plans {
-		if p.check < 0 || p.hits == 0 {
-			continue
+		if p.check < 0 || p.hits == 0 || p.op != limiter.OpCheck || p.all {
+			continue // nothing asked, counted whatever, or all or nothing
 		}
 		d := results[p.check].Decision
 		if room := d.Remaining; room > 0 && (!d.Allowed || p.tooMany) {

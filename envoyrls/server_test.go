@@ -120,7 +120,13 @@ type serverOpts struct {
 
 func newHarness(t testing.TB, edit func(*serverOpts)) *harness {
 	t.Helper()
-	cfg, err := Parse("rls.yaml", []byte(serviceConfig), storeCheck(t))
+	return newHarnessFor(t, serviceConfig, edit)
+}
+
+// newHarnessFor is newHarness serving the configuration yml.
+func newHarnessFor(t testing.TB, yml string, edit func(*serverOpts)) *harness {
+	t.Helper()
+	cfg, err := Parse("rls.yaml", []byte(yml), storeCheck(t))
 	require.NoError(t, err)
 	store, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
 	require.NoError(t, err)
@@ -264,19 +270,39 @@ func TestHitsAddend(t *testing.T) {
 	d.HitsAddend = wrapperspb.UInt64(0)
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(0, d).GetCode(), "a peek finds nothing left")
 
-	// Refunds (is_negative_hits) are not supported: a peek, never denied.
+	// is_negative_hits refunds its hits (never below what the window
+	// holds, never credit), and is never refused; with hits 0, a peek.
 	other := func() *rlscommon.RateLimitDescriptor { return desc("remote_address=5.6.7.8") }
-	d = other()
-	d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(3), true
-	st = call(0, d)
+	refund := func(n uint64) *rlscommon.RateLimitDescriptor {
+		d := other()
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(n), true
+		return d
+	}
+	st = call(0, refund(3))
 	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
-	assert.Equal(t, uint32(10), st.GetLimitRemaining())
+	assert.Equal(t, uint32(10), st.GetLimitRemaining(), "nothing counted: nothing to give back, and no credit")
 	assert.Equal(t, uint32(1), call(9, other()).GetLimitRemaining())
-	st = call(2, other())
-	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, st.GetCode(), "2 more do not fit in 1")
-	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(1, other()).GetCode(), "and they took the 1 left")
-	st = call(0, d)
-	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode(), "a refund is never refused")
+	st = call(0, refund(3))
+	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
+	assert.Equal(t, uint32(4), st.GetLimitRemaining(), "3 of the 9 given back")
+	assert.Equal(t, uint32(0), call(4, other()).GetLimitRemaining(), "and used again")
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(1, other()).GetCode())
+	st = call(0, refund(0))
+	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode(), "a refund of nothing peeks, and is never refused")
+	assert.Equal(t, uint32(0), st.GetLimitRemaining(), "and gives back nothing")
+	noHits := other()
+	noHits.IsNegativeHits = true
+	assert.Equal(t, uint32(1), call(0, noHits).GetLimitRemaining(), "hits_addend unset: one hit, given back")
+	total := func() float64 {
+		return h.metric(t, "ratelimit_service_rate_limit_total_hits", "domain", "edge", "key1", "remote_address", "key2", "")
+	}
+	before := total()
+	st = call(0, refund(math.MaxUint64))
+	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode())
+	assert.Equal(t, uint32(10), st.GetLimitRemaining(), "everything given back, and no more")
+	assert.Equal(t, before, total(), "a refund adds no hits to the statistics")
+	assert.Equal(t, uint32(0), call(10, other()).GetLimitRemaining(), "no credit: 10 fit, not 11")
+	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(1, other()).GetCode())
 }
 
 // A single hit refused consumes nothing: a client retrying while refused

@@ -8,6 +8,8 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peerlimit/peerlimit/limiter"
 )
 
 // envoyproxy/ratelimit's statistics of each descriptor that has a limit,
@@ -189,7 +191,10 @@ func (b *boundMetrics) stats(dc *domainCounters, p *plan, entries []*rlscommon.R
 	}
 	limit := int64(r.RequestsPerUnit)
 	before := limit - max(p.d.Remaining, 0)
-	if p.check >= 0 && p.d.Allowed && !p.tooMany {
+	switch {
+	case p.op == limiter.OpCharge && p.check >= 0:
+		before = p.d.CurrentCount // counted whatever: Remaining stops at 0
+	case p.check >= 0 && p.d.Allowed && !p.tooMany:
 		before -= p.hits // they were consumed: Remaining is after them
 	}
 	c.count(p.hits, max(before, 0), limit, u.nearThreshold(limit), over, r.ShadowMode)
