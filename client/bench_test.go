@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/client"
 	"github.com/peerlimit/peerlimit/internal/latency"
+	"github.com/peerlimit/peerlimit/internal/proccpu"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
@@ -579,9 +579,9 @@ func withCPU(b *testing.B, f func()) {
 }
 
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
+	cpu, ok := proccpu.Self()
+	if !ok {
+		b.Skip("this system does not report the process's CPU time")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu
 }

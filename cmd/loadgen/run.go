@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/peerlimit/peerlimit/internal/proccpu"
 )
 
 // target is a system under load: a peerlimit cluster or a Redis server.
@@ -130,7 +132,7 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	errs := &errorLog{}
 	loadCtx, cancelLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer cancelLoad()
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := proccpu.Self()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, w := range workers {
@@ -149,7 +151,7 @@ func load(ctx context.Context, cfg Config, tgt target) Result {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, cpuOK1 := processCPU()
+	cpu1, cpuOK1 := proccpu.Self()
 	stopProgress()
 
 	res := summarize(cfg, workers, start, elapsed)

@@ -1,15 +1,17 @@
 //go:build unix
 
-package main
+// Package proccpu reads the CPU time this process has used, for the load
+// generator and the benchmarks that report CPU per operation.
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time this process has used so far, user and
+// Self returns the CPU time this process has used so far, user and
 // system, over all its threads, and whether the system reported it.
-func processCPU() (time.Duration, bool) {
+func Self() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
