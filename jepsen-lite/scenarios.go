@@ -45,7 +45,7 @@ func NodeArgs() []string {
 // Scenarios lists every scenario, in the order they run. Offsets are for
 // Scale 1.
 func Scenarios() []Scenario {
-	return append(faultScenarios(), hotScenarios()...)
+	return slices.Concat(faultScenarios(), hotScenarios(), reserveScenarios())
 }
 
 // faultScenarios are the faults, against the profile's load.
