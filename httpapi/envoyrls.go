@@ -21,11 +21,14 @@ import (
 // the configuration's SHA-256 (nodes showing the same one answer alike);
 // LoadedAtMS is when this node put it in force, by its clock.
 type EnvoyRLSConfig struct {
-	Source     string         `json:"source"`
-	Digest     string         `json:"digest"`
-	LoadedAtMS int64          `json:"loaded_at_ms"`
-	Domains    []string       `json:"domains"`
-	Rules      []EnvoyRLSRule `json:"rules"`
+	Source     string   `json:"source"`
+	Digest     string   `json:"digest"`
+	LoadedAtMS int64    `json:"loaded_at_ms"`
+	Domains    []string `json:"domains"`
+	// AllOrNothingDomains are the domains with all_or_nothing (our
+	// extension): a request's checks count on every limit or on none.
+	AllOrNothingDomains []string       `json:"all_or_nothing_domains,omitempty"`
+	Rules               []EnvoyRLSRule `json:"rules"`
 }
 
 // EnvoyRLSRule is one configured rate_limit. Key is upstream's full key,
@@ -47,9 +50,12 @@ type EnvoyRLSRule struct {
 	Unlimited       bool     `json:"unlimited"`
 	ShadowMode      bool     `json:"shadow_mode"`
 	QuotaMode       bool     `json:"quota_mode"`
-	DetailedMetric  bool     `json:"detailed_metric"`
-	File            string   `json:"file"`
-	Line            int      `json:"line"`
+	// ChargeOverLimit: hits are charged even past the limit, as debt
+	// (charge_over_limit, our extension: the rule's, else its domain's).
+	ChargeOverLimit bool   `json:"charge_over_limit,omitempty"`
+	DetailedMetric  bool   `json:"detailed_metric"`
+	File            string `json:"file"`
+	Line            int    `json:"line"`
 }
 
 func (h *handler) envoyRLSConfig(w http.ResponseWriter, r *http.Request) {
@@ -81,13 +87,16 @@ func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig
 		Domains: []string{}, Rules: []EnvoyRLSRule{}}
 	for _, d := range rs.Domains() {
 		out.Domains = append(out.Domains, d.Name)
+		if d.AllOrNothing {
+			out.AllOrNothingDomains = append(out.AllOrNothingDomains, d.Name)
+		}
 	}
 	for _, r := range rs.Rules() {
 		out.Rules = append(out.Rules, EnvoyRLSRule{Key: r.Domain + "." + r.Path, Domain: r.Domain, Path: r.Path,
 			Name: r.Name, Replaces: r.Replaces, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
 			RequestsPerUnit: r.RequestsPerUnit, WindowMS: r.Window.Milliseconds(), Algorithm: r.Algorithm.String(),
-			Unlimited: r.Unlimited, ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, DetailedMetric: r.DetailedMetric,
-			File: r.File, Line: r.Line})
+			Unlimited: r.Unlimited, ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, ChargeOverLimit: r.ChargeOverLimit,
+			DetailedMetric: r.DetailedMetric, File: r.File, Line: r.Line})
 	}
 	return out
 }

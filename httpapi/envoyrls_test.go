@@ -22,8 +22,10 @@ descriptors:
         rate_limit: {unit: day, requests_per_unit: 5}
   - key: to_number
     rate_limit: {name: per_number, unit: minute, unit_multiplier: 10, requests_per_unit: 100}
+    charge_over_limit: true
   - key: internal
     rate_limit: {unlimited: true}
+all_or_nothing: true
 `
 
 func withRLS(t *testing.T, loadedAt time.Time) (func(*envOpts), *envoyrls.RuleSet) {
@@ -46,14 +48,16 @@ func TestEnvoyRLSConfigEndpoint(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	assertJSON(t, EnvoyRLSConfig{Source: "rls.yaml", Digest: rs.Digest, LoadedAtMS: 1_700_000_000_123, Domains: []string{"messaging"},
+		AllOrNothingDomains: []string{"messaging"},
 		Rules: []EnvoyRLSRule{
 			{Key: "messaging.message_type_marketing.to_number", Domain: "messaging", Path: "message_type_marketing.to_number",
 				Unit: "DAY", UnitMultiplier: 1, RequestsPerUnit: 5, WindowMS: 86_400_000, Algorithm: "SLIDING_WINDOW_LOG",
 				ShadowMode: true, File: "rls.yaml", Line: 9},
 			{Key: "messaging.to_number", Domain: "messaging", Path: "to_number", Name: "per_number", Unit: "MINUTE",
-				UnitMultiplier: 10, RequestsPerUnit: 100, WindowMS: 600_000, Algorithm: "SLIDING_WINDOW_COUNTER", File: "rls.yaml", Line: 11},
+				UnitMultiplier: 10, RequestsPerUnit: 100, WindowMS: 600_000, Algorithm: "SLIDING_WINDOW_COUNTER", ChargeOverLimit: true,
+				File: "rls.yaml", Line: 11},
 			{Key: "messaging.internal", Domain: "messaging", Path: "internal", Unit: "UNKNOWN", UnitMultiplier: 1,
-				Algorithm: "SLIDING_WINDOW_COUNTER", Unlimited: true, File: "rls.yaml", Line: 13},
+				Algorithm: "SLIDING_WINDOW_COUNTER", Unlimited: true, File: "rls.yaml", Line: 14},
 		}}, rec.Body.Bytes())
 
 	rec = e.do(http.MethodGet, "/v1/envoy-rls/config?format=text", "")
