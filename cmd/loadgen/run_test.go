@@ -26,6 +26,9 @@ type fakeTarget struct {
 	callErr   error         // every call fails so
 	calls     atomic.Int64
 	maxChecks atomic.Int64 // the most checks one call carried
+	// answered, if set, is called after each call that succeeded.
+	answered func(n int64)
+	done     atomic.Int64 // calls that succeeded
 }
 
 func (f *fakeTarget) caller(int) caller { return f }
@@ -65,6 +68,9 @@ func (f *fakeTarget) call(ctx context.Context, keys []int, o *outcome) error {
 		default:
 			o.denied++
 		}
+	}
+	if n := f.done.Add(1); f.answered != nil {
+		f.answered(n)
 	}
 	return nil
 }
@@ -146,9 +152,16 @@ func TestLoadStopsOnCancel(t *testing.T) {
 	cfg := fakeConfig()
 	cfg.Duration = time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(200*time.Millisecond, cancel)
+	// The signal comes once calls have been answered, however slowly a
+	// loaded machine runs them (a timer of 200 ms once saw none, under
+	// the race detector beside the chaos suite).
+	f := &fakeTarget{delay: 100 * time.Microsecond, answered: func(n int64) {
+		if n == 50 {
+			cancel()
+		}
+	}}
 	began := time.Now()
-	res := load(ctx, cfg, &fakeTarget{delay: 100 * time.Microsecond})
+	res := load(ctx, cfg, f)
 	assert.Less(t, time.Since(began), 2*time.Second)
 	assert.Positive(t, res.Checks, "what ran before the signal is reported")
 	assert.Zero(t, res.Errors)
