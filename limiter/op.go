@@ -135,6 +135,11 @@ func (o SettleOutcome) String() string {
 // rules for hits, the reservation token and the TTL. Field names are the
 // public API's.
 func (c *Config) validateOp(r *Request) error {
+	if r.TTL != 0 && !r.Op.reserves() && !r.Op.closes() {
+		// Not ignored: a TTL a check carried would travel on into what a
+		// caller builds from it (an all-or-nothing batch's commit).
+		return &ArgumentError{"ttl_ms", "is only for RESERVE and HOLD, not " + r.Op.String()}
+	}
 	switch r.Op {
 	case OpCheck:
 		if err := c.validate(r); err != nil {
@@ -193,6 +198,9 @@ func (c *Config) validateClose(r *Request) error {
 // owner calls it, so a forwarded, relayed or rescued request does what it
 // says wherever it is decided.
 func (s *Store) Apply(now time.Time, r Request) (Decision, error) {
+	if (r.TTL != 0 && !r.Op.reserves()) || (r.Reservation != "" && !r.Op.closes()) {
+		return Decision{}, s.cfg.validateOp(&r) // names the field this op does not take
+	}
 	switch r.Op {
 	case OpCheck:
 		return s.Check(now, r)

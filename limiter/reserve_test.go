@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,8 @@ func TestReservationArgumentsNameTheField(t *testing.T) {
 		{settleReq(r, tok, -1), "hits"},
 		{func() Request { x := settleReq(r, tok, 3); x.Op = OpRelease; return x }(), "hits"},
 		{func() Request { x := r; x.Op = 99; return x }(), "op"},
+		{func() Request { x := r; x.Op, x.TTL = OpCheck, time.Second; return x }(), "ttl_ms"},
+		{func() Request { x := r; x.Op, x.TTL = OpCharge, time.Second; return x }(), "ttl_ms"},
 	}
 	for i, c := range cases {
 		_, err := s.Apply(t0, c.r)
@@ -170,6 +173,25 @@ func TestReservationArgumentsNameTheField(t *testing.T) {
 	}
 	_, err = s.Apply(t0, r) // the one slot is taken
 	assert.ErrorIs(t, err, ErrCapacity)
+}
+
+// A token is the caller's to write: one that claims to last for ever is
+// remembered, once settled, no longer than a reservation may last, so
+// forged tokens cannot hold the store's reservation slots for good.
+func TestAForgedTokenHoldsNoSlotForEver(t *testing.T) {
+	s := newStore(t, 4, func(c *Config) { c.MaxReservations = 1 })
+	t0 := time.UnixMilli(1_000_000_000)
+	r := reserveReq(SlidingWindowCounter, 10, 1)
+	forged := token{id: 42, at: t0.UnixMilli(), hits: 1, expires: math.MaxInt64, binding: bindingOf(r.Key, r.Window.Milliseconds(), r.Algorithm)}
+	d, err := s.Apply(t0, settleReq(r, forged.encode(), 0))
+	require.NoError(t, err)
+	assert.Equal(t, SettledUnknown, d.Adjust.Settled)
+	_, err = s.Apply(t0, r)
+	require.ErrorIs(t, err, ErrCapacity, "the forged token's record holds the one slot")
+	s.ExpireReservations(t0.Add(DefaultConfig().MaxReservationTTL))
+	d, err = s.Apply(t0.Add(DefaultConfig().MaxReservationTTL), r)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "its slot is free after the longest TTL")
 }
 
 // TestConcurrentReservationsNeverPassTheBudget: 64 callers reserve

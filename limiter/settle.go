@@ -81,7 +81,12 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 		if s.takeReservationSlot() != nil {
 			return d, adj, nil // applied; a retry cannot be recognised, and the capacity metric says why
 		}
-		rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at, expires: t.expires}
+		// Remembered until the token's expiry, but never longer than a
+		// reservation may last: a token is the caller's to write, and one
+		// claiming to last for ever must not hold a slot for ever.
+		expires := min(t.expires, ms+s.cfg.MaxReservationTTL.Milliseconds())
+		rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at, expires: expires}
+		t.expires = expires
 	}
 	rec.settled, rec.refunded, rec.over = true, refunded, over
 	sh.remember(t, rec)

@@ -235,6 +235,8 @@ func (c Config) Validate() error {
 		field.Ref("EnvoyRLSConfig"))
 	check(c.EnvoyRLSWatchRoot != "" && !within(c.EnvoyRLSConfig, c.EnvoyRLSWatchRoot), "EnvoyRLSWatchRoot",
 		"must be %s or one of its ancestors, got %q", field.Ref("EnvoyRLSConfig"), c.EnvoyRLSWatchRoot)
+	check(c.Route.HoldTTL > c.Limiter.MaxReservationTTL, "Route.HoldTTL", "must be ≤ %s (%s), got %s: every hold would be refused",
+		field.Ref("Limiter.MaxReservationTTL"), c.Limiter.MaxReservationTTL, c.Route.HoldTTL)
 	check(c.Logger == nil, "Logger", "must not be nil")
 	check(c.Now == nil, "Now", "must not be nil")
 	for _, nested := range []struct {

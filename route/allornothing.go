@@ -1,6 +1,7 @@
 package route
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,20 +55,39 @@ func (s *Service) CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.
 			continue
 		}
 		c := reqs[i]
-		c.Op, c.Reservation = limiter.OpSettle, h.Decision.Adjust.Reservation // at its hits: kept where counted
+		c.Op, c.Reservation, c.TTL = limiter.OpSettle, h.Decision.Adjust.Reservation, 0 // at its hits: kept where counted
 		if !admitted {
 			c.Op, c.Hits = limiter.OpRelease, 0
 		}
 		closing = append(closing, c)
 	}
 	if len(closing) > 0 {
-		// Best effort: a close that fails leaves its hold to expire.
-		if _, err := s.CheckBatch(context.WithoutCancel(ctx), closing); err != nil {
-			s.log.Warn("an all-or-nothing batch could not close its holds; they expire", "holds", len(closing), "hold_ttl", s.cfg.HoldTTL, "err", err)
-		}
+		s.closeHolds(ctx, closing, admitted)
 	}
 	s.metrics.allOrNothing(admitted)
 	return answerAll(reqs, held, admitted), nil
+}
+
+// closeHolds commits (admitted) or releases the holds closing names.
+// Best effort: a close that fails leaves its hold to expire, which
+// releases it, so a failed commit under-counts its request on that limit
+// after HoldTTL; it is logged, with the first failure's reason.
+func (s *Service) closeHolds(ctx context.Context, closing []limiter.Request, admitted bool) {
+	results, err := s.CheckBatch(context.WithoutCancel(ctx), closing)
+	failed := len(closing)
+	if err == nil {
+		failed = 0
+		for _, r := range results {
+			if r.Err != nil {
+				failed++
+				err = cmp.Or(err, r.Err)
+			}
+		}
+	}
+	if failed > 0 {
+		s.log.Warn("an all-or-nothing batch could not close some of its holds; they expire after the hold TTL, released",
+			"holds", len(closing), "failed", failed, "commit", admitted, "hold_ttl", s.cfg.HoldTTL, "err", err)
+	}
 }
 
 // holdable refuses what an all-or-nothing batch cannot hold: anything but

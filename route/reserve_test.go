@@ -231,6 +231,21 @@ func checkOf(alg limiter.Algorithm, key string, limit, hits int64) limiter.Reque
 // exhausted, every item is refused and nothing counts on the others (the
 // holds were released); with all fitting, each counts its hits on its
 // owner. Either way no hold stays open.
+// A field an all-or-nothing check does not take refuses the batch,
+// naming it: a ttl_ms carried into the commits made every commit fail,
+// so the holds expired, released, and the batch, answered admitted,
+// counted nothing past the hold TTL (found in review).
+func TestAllOrNothingRefusesWhatACheckDoesNotTake(t *testing.T) {
+	c := newCluster(t, three)
+	a, b := checkOf(limiter.SlidingWindowCounter, c.key(t, "n2", "a"), 3, 3), checkOf(limiter.SlidingWindowCounter, c.key(t, "n3", "b"), 3, 1)
+	b.TTL = time.Millisecond
+	_, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
+	var ae *limiter.ArgumentError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, "checks[1].ttl_ms", ae.Field)
+	assert.Zero(t, c.members["n2"].held(t, c.clock.Now(), a), "nothing held")
+}
+
 func TestAllOrNothingAcrossOwners(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -374,6 +389,23 @@ func TestAllOrNothingWithAnUnreachableOwner(t *testing.T) {
 				assert.Zero(t, c.members["n1"].held(t, now, b)+c.members["n3"].held(t, now, b))
 				now = c.expireAll()
 				assert.Zero(t, c.members["n2"].held(t, now, a))
+			})
+		})
+		t.Run(alg.String()+"/deny-refuses", func(t *testing.T) {
+			// Fail closed is every admission's: a hold too.
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, three, withHolds(route.FallbackDeny))
+				a, b := checkOf(alg, c.key(t, "n2", "a"), 6, 2), checkOf(alg, c.key(t, "n3", "b"), 3, 2)
+				c.net.Cut("n1", "n3")
+				results, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
+				require.NoError(t, err)
+				for i, r := range results {
+					require.NoError(t, r.Err, "item %d", i)
+					assert.False(t, r.Decision.Allowed, "item %d", i)
+				}
+				now := c.clock.Now()
+				assert.Zero(t, c.members["n2"].held(t, now, a), "the reachable owner released its hold at once")
+				assert.Zero(t, c.members["n1"].held(t, now, b), "the fallback held nothing")
 			})
 		})
 		t.Run(alg.String()+"/local-admits", func(t *testing.T) {

@@ -377,7 +377,7 @@ func (s *Service) decideShare(now time.Time, req limiter.Request, part, whole in
 	shared.Limit = max(req.Limit*int64(part)/int64(whole), 1) // no overflow: part ≤ whole, and whole is a member count
 	over := req.Hits > shared.Limit                           // more than the whole share: refused, counting nothing
 	if over {
-		shared.Op, shared.Hits = limiter.OpCheck, 0 // a peek: a reservation over the share opens nothing
+		shared.Op, shared.Hits, shared.TTL = limiter.OpCheck, 0, 0 // a peek: a reservation over the share opens nothing
 	}
 	d, err := s.store.Apply(now, shared)
 	if err != nil {
@@ -436,8 +436,11 @@ func (s *Service) byPolicy(ctx context.Context, owner peer.Route, req limiter.Re
 		// whatever it is asked.
 		_, known := s.share()
 		res = s.decideShare(s.deps.Now(), req, 1, known)
+	case s.cfg.Fallback == FallbackDeny && req.Op.Admits():
+		// Fail closed means every admission: reservations and holds too.
+		res = peer.Result{Decision: limiter.Decision{Allowed: false, Limit: req.Limit, RetryAfter: time.Second}, Owner: s.deps.NodeID}
 	case req.Op != limiter.OpCheck:
-		// Refunds, charges and reservations change state: whatever the
+		// Refunds, charges and settles change what was counted: whatever the
 		// policy, this node applies them to its own store, whose state
 		// goes to the owner when it is back (FallbackLocal's rule), so
 		// a charge is not lost and a refund never exceeds what was

@@ -93,6 +93,7 @@ func TestFlagErrorsAreClear(t *testing.T) {
 		{args: []string{"stray"}, want: "unexpected arguments"},
 		{env: map[string]string{"PEERLIMIT_MAX_KEYS": "many"}, want: "PEERLIMIT_MAX_KEYS"},
 		{args: []string{"--max-log-entries", "1000"}, want: "Limiter.MaxLogEntries (--max-log-entries) must be ≥ partitions × Limiter.MaxLogLimit (--max-log-limit)"},
+		{args: []string{"--hold-ttl", "2h"}, want: "Route.HoldTTL (--hold-ttl) must be ≤ Limiter.MaxReservationTTL (--max-reservation-ttl)"},
 		{args: []string{"--max-inflight-forwards", "0"}, want: "Route.MaxInflightForwards (--max-inflight-forwards) must be ≥ 1"},
 	} {
 		var stderr bytes.Buffer
