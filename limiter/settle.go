@@ -93,19 +93,16 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 	return d, adj, nil
 }
 
-// adjustLocked refunds up to refund hits of k counted at at (ms) and
-// charges charge hits at ms, and returns the decision after, what it
-// refunded and how far over the limit the charge went. Requires sh.mu
-// held.
+// adjustLocked settles a reservation's difference on k: it charges
+// charge hits at ms if charge > 0, else refunds up to refund hits counted
+// at at (ms) (a settle does one or the other), and returns the decision
+// after, what it refunded and how far over the limit the charge went.
+// Requires sh.mu held.
 func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
 	if charge == 0 {
 		d, refunded = s.refundAtThenPeek(sh, k, ms, r, at, refund)
 		s.refundedHits.Add(uint64(refunded))
 		return d, refunded, 0, nil
-	}
-	if refund > 0 { // not with a charge today: a settle refunds or charges
-		refunded = s.refundAt(sh, k, r.Algorithm, ms, at, refund)
-		s.refundedHits.Add(uint64(refunded))
 	}
 	c := r
 	c.Op, c.Hits = OpCharge, charge

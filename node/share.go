@@ -44,20 +44,19 @@ type view struct {
 	// (Settling), and are marked degraded if it does not come in time
 	// (Contested), rather than be decided from nothing, silently.
 	joined chan struct{}
+	// isJoined is joined, closed, as one atomic load: Contested runs on
+	// every decision.
+	isJoined atomic.Bool
 }
 
 // markJoined records that the ring now holds the members the join found.
-func (v *view) markJoined() { close(v.joined) }
+func (v *view) markJoined() {
+	v.isJoined.Store(true)
+	close(v.joined)
+}
 
 // joining reports whether the join is still under way.
-func (v *view) joining() bool {
-	select {
-	case <-v.joined:
-		return false
-	default:
-		return true
-	}
-}
+func (v *view) joining() bool { return !v.isJoined.Load() }
 
 // Owner implements route.Cluster: the ring's owner, except for a
 // partition that has just come to this node, whose state is still on its

@@ -110,6 +110,10 @@ type Sample struct {
 	ForwardP99, ReplicationLagP99 time.Duration
 }
 
+// MaxReservationsShown bounds the open reservations an inspection lists,
+// and what a member's answer is read for.
+const MaxReservationsShown = 100
+
 // MaxTop bounds the hot-key lists a report carries, and the console's
 // merged lists.
 const MaxTop = 100

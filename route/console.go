@@ -109,9 +109,6 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 	return out
 }
 
-// maxReservationsShown bounds the open reservations an inspection lists.
-const maxReservationsShown = 100
-
 // HandleInspect implements Handler: read the key here, whatever this
 // node's ring says.
 func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery) (peer.OwnerView, error) {
@@ -121,7 +118,7 @@ func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery
 		return peer.OwnerView{}, err
 	}
 	return peer.OwnerView{Limits: views, Leases: s.deps.Leases.On(now, q.Key),
-		Reservations: s.store.OpenReservations(q.Key, now, maxReservationsShown)}, nil
+		Reservations: s.store.OpenReservations(q.Key, now, peer.MaxReservationsShown)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)

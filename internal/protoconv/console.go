@@ -11,9 +11,6 @@ import (
 
 // The console's messages: inspections, hot keys, members' reports.
 
-// MaxReservationsShown bounds the open reservations an inspection lists.
-const MaxReservationsShown = 100
-
 // ToProtoReservations converts the reservations open on a key.
 func ToProtoReservations(rs []limiter.OpenReservation) []*pb.ReservationView {
 	out := make([]*pb.ReservationView, len(rs))
@@ -24,9 +21,10 @@ func ToProtoReservations(rs []limiter.OpenReservation) []*pb.ReservationView {
 	return out
 }
 
-// FromProtoReservations converts them back, at most MaxReservationsShown.
+// FromProtoReservations converts them back, at most
+// peer.MaxReservationsShown.
 func FromProtoReservations(rs []*pb.ReservationView) []limiter.OpenReservation {
-	rs = rs[:min(len(rs), MaxReservationsShown)]
+	rs = rs[:min(len(rs), peer.MaxReservationsShown)]
 	out := make([]limiter.OpenReservation, len(rs))
 	for i, r := range rs {
 		out[i] = limiter.OpenReservation{Algorithm: limiter.Algorithm(min(max(r.GetAlgorithm(), 0), 255)),
