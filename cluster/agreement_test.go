@@ -46,6 +46,27 @@ func stateOf(c *Cluster, id string) (Member, bool) {
 	return Member{}, false
 }
 
+// A leave whose dead message came from the leaver itself is a leave,
+// though the leaver's "leaving" metadata has not arrived: memberlist
+// marks it StateLeft. No agreement round keeps it in the ring.
+func TestALeaveSentByTheLeaverIsALeave(t *testing.T) {
+	n1, _ := start(t, "node-1", "127.0.0.1:0")
+	n2, r2 := start(t, "node-2", "127.0.0.1:0", n1.GossipAddr())
+	eventually(t, 5*time.Second, func() bool { return r2.ids() == "node-1,node-2" }, "node-2 sees %s", r2.ids)
+	host, port, err := net.SplitHostPort(n1.GossipAddr())
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	meta, err := json.Marshal(meta{GRPC: "127.0.0.1:1"}) // not leaving: that message is late
+	require.NoError(t, err)
+	(&events{n2}).NotifyLeave(&memberlist.Node{Name: n1.LocalID(), Addr: net.ParseIP(host), Port: uint16(p), Meta: meta,
+		State: memberlist.StateLeft})
+	m, ok := stateOf(n2, "node-1")
+	require.True(t, ok, "a member that left is listed as left")
+	assert.Equal(t, StateLeft, m.State)
+	assert.NotContains(t, ids(n2.Members()), "node-1", "out of the ring at once, not doubted while it hands off")
+}
+
 // One member's failure detector alone declares a live member dead (the
 // bridge of issue 28: node-3 cannot reach node-1, node-2 still can).
 // node-3 must not take node-1's keys: node-2 reaches node-1, so node-1

@@ -534,18 +534,26 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 }
 
 // NotifyLeave takes a member that left out at once; one declared dead
-// only once others agree (doubtMember).
+// only once others agree (doubtMember). A member left when its metadata
+// said it was leaving, or when the dead message came from the member
+// itself (memberlist's StateLeft): its "leaving" metadata and its leave
+// travel as two gossip messages, and the leave may come first. Taken for
+// a failure, the leaver, still answering pings while it hands off, was
+// kept in the ring by the agreement round, and its keys went through a
+// relay to a node about to stop, then to the fallback: two deciders for
+// a second or more (jepsen-lite scale, 1.8× the limit in 1 run of 10).
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	md := parseMeta(n.Meta)
+	left := md.Leaving || n.State == memberlist.StateLeft
 	m := Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateFailed}
-	if !md.Leaving && n.Name != e.c.cfg.ID {
+	if !left && n.Name != e.c.cfg.ID {
 		e.c.doubtMember(m)
 		return
 	}
 	e.c.mu.Lock()
 	delete(e.c.members, n.Name)
 	delete(e.c.doubted, n.Name)
-	if md.Leaving {
+	if left {
 		m.State = StateLeft
 		e.c.left[n.Name] = m
 	}
