@@ -90,6 +90,19 @@ func (b *Book) takeExpired(cutoff int64) []*lentLease {
 	return out
 }
 
+// settleGraceLeases is how many lease durations after a lease ends its
+// owner waits for the holder's settlement before counting it all used. The
+// holder settles within a quarter duration of the end, in a call it gives
+// one duration (at least 100 ms), so one duration of grace would do on an
+// idle machine; on a loaded one a settlement arriving a few hundred
+// milliseconds late found its lease expired, and the hits it gave back
+// stayed taken: under-admission in a healthy cluster. Ten durations (2.5 s
+// by default) outlast any stall short of a failure, and stay well inside
+// the shortest log window that may be leased (minLogWindowLeases
+// durations), so the placeholders still move before they could leave the
+// window.
+const settleGraceLeases = 10
+
 // placeholders are the log entries ll took at its grant.
 func (ll *lentLease) placeholders() []int64 {
 	ph := make([]int64, ll.hits)
@@ -178,13 +191,14 @@ func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 	b.store.MoveLog(now, ll.key, ll.window, ll.placeholders(), times)
 }
 
-// Expire counts every lease lent that its holder has not settled a lease
-// duration after it ended, at now, as all used, at its last moment: the
-// log's placeholders move there, where they outlast any hit the holder
-// can have admitted, so a lost lease costs under-admission only. It
-// returns how many it expired. The node runs it with SettleWithOwners.
+// Expire counts every lease lent that its holder has not settled
+// settleGraceLeases lease durations after it ended, at now, as all used,
+// at its last moment: the log's placeholders move there, where they
+// outlast any hit the holder can have admitted, so a lost lease costs
+// under-admission only. It returns how many it expired. The node runs it
+// with SettleWithOwners.
 func (b *Book) Expire(now time.Time) int {
-	expired := b.takeExpired(now.UnixMilli() - b.cfg.Duration.Milliseconds())
+	expired := b.takeExpired(now.UnixMilli() - settleGraceLeases*b.cfg.Duration.Milliseconds())
 	for _, ll := range expired {
 		b.metrics.event(eventExpired)
 		if ll.algo == limiter.SlidingWindowLog {

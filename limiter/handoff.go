@@ -387,9 +387,10 @@ func ChunkLen(states []KeyState) int {
 // that no decision sees the log between the two: an owner settling a
 // lease moves the hits it took at the grant to the times the holder
 // admitted them. Entries of to that have left the window are dropped, and
-// any later than now are taken as now; to may not be longer than from
-// (the rest of it is ignored), so a move never grows a log past its
-// budget. A log that is gone (reset, handed off) is left alone.
+// any later than now are taken as now; only as many entries of to are
+// added as of from were found (the rest is ignored), so a move never
+// grows a log, nor counts twice what a handoff took elsewhere. A log that
+// is gone (reset, handed off) is left alone.
 func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, to []int64) {
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{key, window.Milliseconds()}
@@ -404,8 +405,10 @@ func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, t
 		return
 	}
 	sh.touch(k)
-	entries := subtractSorted(st.live(ms-k.window), from)
-	for _, t := range to[:min(len(to), len(from))] {
+	live := st.live(ms - k.window)
+	entries := subtractSorted(live, from)
+	found := len(live) - len(entries) // a placeholder not here (merged away, reset) has nothing to move
+	for _, t := range to[:min(len(to), found)] {
 		if t = min(t, ms); t > ms-k.window {
 			entries = append(entries, t)
 		}

@@ -215,6 +215,10 @@ func TestMoveLogReplacesEntriesUnderOneLock(t *testing.T) {
 	require.Len(t, views, 1)
 	assert.Equal(t, []time.Time{t0, t0.Add(1500 * time.Millisecond), at}, views[0].Entries,
 		"the first hit stays, a time in the future is taken as now, and what left the window is dropped")
+	s.MoveLog(at, "k", time.Minute, ph, []int64{at.UnixMilli()}) // the placeholders are gone: nothing is added
+	views, err = s.Inspect(at, "k", 0, 0)
+	require.NoError(t, err)
+	assert.Len(t, views[0].Entries, 3, "a move adds no more entries than it found")
 	s.MoveLog(at, "absent", time.Minute, ph, ph) // nothing to move, nothing created
 	views, err = s.Inspect(at, "absent", 0, 0)
 	require.NoError(t, err)
