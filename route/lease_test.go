@@ -163,7 +163,7 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 				used++
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
-			c.net.Cut("n1", "n2") // n1 is gone for the owner: its settlement never arrives
+			c.net.Cut("n1", "n2")            // n1 is gone for the owner: its settlement never arrives
 			c.clock.Advance(3 * time.Second) // past its end and the owner's grace for a settlement
 			c.settleAll()
 			assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "expired"))
