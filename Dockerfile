@@ -14,8 +14,9 @@ COPY bin/peerlimit-node /peerlimit-node
 COPY deploy/image/rootfs/ /
 # Numeric, because there is no /etc/passwd to look a name up in.
 USER 65532:65532
-# HTTP API, gRPC API (clients and node-to-node), gossip (TCP and UDP).
-EXPOSE 8080/tcp 9090/tcp 7946/tcp 7946/udp
+# HTTP API, gRPC API (clients and node-to-node), gossip (TCP and UDP);
+# as /bin/ratelimit, upstream's ports: HTTP 8080, gRPC 8081, debug 6070.
+EXPOSE 8080/tcp 9090/tcp 7946/tcp 7946/udp 8081/tcp 6070/tcp
 # The node's defaults listen on every interface of the container (:8080,
 # :9090, :7946); memberlist then advertises the container's private IP, the
 # one on the interface with the default route (set --advertise-addr when

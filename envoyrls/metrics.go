@@ -16,10 +16,11 @@ import (
 // a request carries, so their number stays bounded: calls for a domain
 // the configuration does not define count under domain "(unknown)".
 //
-// envoyproxy/ratelimit's (ratelimit_service_rate_limit_*, stats.go) are
-// named and labelled as its Prometheus exporter names them, so that
-// dashboards and alerts port; their keys can come from request values
-// (detailed_metric, value_to_metric), and MaxStatsKeys bounds those.
+// envoyproxy/ratelimit's (ratelimit_service_*, stats.go: per call, per
+// configuration load, per descriptor) are named, typed and labelled as
+// its Prometheus exporter names them, so that dashboards and alerts port;
+// the descriptors' keys can come from request values (detailed_metric,
+// value_to_metric), and MaxStatsKeys bounds those.
 //
 // The counters of a configuration are resolved once, when it is first
 // used, so counting a descriptor whose key comes from the configuration
@@ -30,7 +31,7 @@ type Metrics struct {
 	degraded     *prometheus.CounterVec
 	globalShadow *prometheus.CounterVec
 	stats        *upstreamStats
-	responses    prometheus.Histogram // ratelimit_service_response_time_seconds
+	upstream     *upstreamCalls
 
 	mu    sync.Mutex // serialises bind's rebuilds
 	bound atomic.Pointer[boundMetrics]
@@ -82,8 +83,9 @@ func NewMetrics(reg prometheus.Registerer, s Config) (*Metrics, error) {
 			[]string{"domain"}),
 	}
 	m.stats = newUpstreamStats(s)
-	m.responses = newResponseTime()
-	for _, c := range append([]prometheus.Collector{m.requests, m.descriptors, m.degraded, m.globalShadow, m.responses}, m.stats.collectors()...) {
+	m.upstream = newUpstreamCalls(s)
+	cs := append([]prometheus.Collector{m.requests, m.descriptors, m.degraded, m.globalShadow}, m.upstream.collectors()...)
+	for _, c := range append(cs, m.stats.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -105,6 +107,7 @@ type boundMetrics struct {
 
 type domainCounters struct {
 	name     string
+	upstream *upstreamCalls // the same for every domain
 	requests [numCodes]prometheus.Counter
 	degraded prometheus.Counter
 	shadowed prometheus.Counter // by the global shadow mode
@@ -148,7 +151,7 @@ func (m *Metrics) bind(cfg *RuleSet) *boundMetrics {
 }
 
 func (m *Metrics) domainCounters(name string) *domainCounters {
-	c := &domainCounters{name: name, degraded: m.degraded.WithLabelValues(name), shadowed: m.globalShadow.WithLabelValues(name),
+	c := &domainCounters{name: name, upstream: m.upstream, degraded: m.degraded.WithLabelValues(name), shadowed: m.globalShadow.WithLabelValues(name),
 		overrideStats: m.stats.counters(name + ".override")}
 	for i := range numCodes {
 		c.requests[i] = m.requests.WithLabelValues(name, codeNames[i])
@@ -196,36 +199,43 @@ func (dc *domainCounters) globalShadow() {
 	}
 }
 
+// call counts a call's answer: code, and whether a fallback decided any
+// of its descriptors.
 func (dc *domainCounters) call(code int, degraded bool) {
 	if dc == nil {
 		return
 	}
+	dc.upstream.call(code == codeError)
 	dc.requests[code].Inc()
 	if degraded {
 		dc.degraded.Inc()
 	}
 }
 
-// responseTimeBuckets suit a service that answers in tens of
-// microseconds on its owner and a forward's round trip beyond it, up to
-// the peer timeout: upstream's statsd_exporter mapping uses Prometheus's
-// defaults (5 ms to 10 s), which would put nearly every call in the
-// first bucket. histogram_quantile works over either.
-var responseTimeBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1}
-
-// newResponseTime is upstream's ratelimit_server.ShouldRateLimit.response_time
-// timer as its Prometheus mapping names it: in seconds (upstream's
-// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS is not offered), labelled
-// grpc_method, ShouldRateLimit being the only method.
-func newResponseTime() prometheus.Histogram {
-	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
-		Help:        "Time ShouldRateLimit took to answer, from the call's arrival at the service to its answer (or error), in seconds.",
-		ConstLabels: prometheus.Labels{"grpc_method": "ShouldRateLimit"}, Buckets: responseTimeBuckets})
-}
-
 // responseTime observes a call that started at start.
 func (m *Metrics) responseTime(start time.Time) {
 	if m != nil {
-		m.responses.Observe(time.Since(start).Seconds())
+		m.upstream.responseTime(time.Since(start))
+	}
+}
+
+// Unanswered counts a ShouldRateLimit call answered with an error before
+// a Server saw it (the node's gate, while it awaits a control plane's
+// first configuration) in total_requests and as a service_error, as
+// upstream counts a call before its first configuration ("no rate limit
+// configuration loaded").
+func (m *Metrics) Unanswered() {
+	if m != nil {
+		m.upstream.call(true)
+	}
+}
+
+// ConfigLoaded counts an attempt to load the configuration, from files or
+// from a control plane, in ratelimit_service_config_load_success or, when
+// err is not nil, ratelimit_service_config_load_error: every attempt, as
+// upstream counts every update it is sent, even one that changes nothing.
+func (m *Metrics) ConfigLoaded(err error) {
+	if m != nil {
+		m.upstream.configLoaded(err)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,8 +28,9 @@ import (
 type Error = yamlconf.Error
 
 const (
-	// MaxFileBytes caps one configuration file, and MaxFiles the files of
-	// a directory: a mistaken path must not be read whole.
+	// MaxFileBytes caps one configuration file, and MaxFiles the files
+	// under a directory, at any depth: a mistaken path (a symlink to /)
+	// must not be read whole.
 	MaxFileBytes = 4 << 20
 	MaxFiles     = 1000
 	// maxErrors bounds the errors one load reports.
@@ -52,37 +55,45 @@ type LoadOptions struct {
 	// MergeDomains lets several files (or documents) define one domain,
 	// each adding its top-level descriptors, as envoyproxy/ratelimit's
 	// MERGE_DOMAIN_CONFIG does: nothing merges deeper, and a top-level
-	// descriptor defined twice is still an error. Files are read in name
+	// descriptor defined twice is still an error. Files are read in path
 	// order, so which wildcard comes first is the same on every load and
 	// every node. Off, a domain defined twice is an error.
 	MergeDomains bool
 }
 
 // Load reads the configuration at path: one YAML file, or a directory
-// whose *.yaml and *.yml files (not hidden ones, not subdirectories) are
-// read in name order. Each YAML document is one domain; documents are
-// separated by "---", so one file may hold several domains. Every problem
-// found is reported, each as an *Error, joined.
+// read as envoyproxy/ratelimit's runtime loader reads it (listDir): every
+// file in it or below it, of any name, dot entries skipped, in path order.
+// Each YAML document is one domain; documents are separated by "---", so
+// one file may hold several domains. A directory with no files is a
+// configuration with no domains, as upstream loads it: every call is
+// answered OK with no limits. Every problem found is reported, each as
+// an *Error, joined.
 func Load(path string, o LoadOptions) (*RuleSet, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoy rls config: %w", err)
 	}
-	files := []string{path}
+	// Named in the digest by its place in the configuration, not the
+	// node's path to it: the same files mounted elsewhere are the same
+	// digest.
+	names := []string{filepath.Base(path)}
 	if st.IsDir() {
-		if files, err = listDir(path); err != nil {
+		if names, err = listDir(path); err != nil {
 			return nil, err
 		}
 	}
 	p := newParser(path, o)
-	for _, f := range files {
+	for _, name := range names {
+		f := path
+		if st.IsDir() {
+			f = filepath.Join(path, filepath.FromSlash(name))
+		}
 		data, err := readFile(f)
 		if err != nil {
 			return nil, err
 		}
-		// Digested by its place in the configuration, not the node's path
-		// to it: the same files mounted elsewhere are the same digest.
-		p.document(filepath.Base(f), f, data)
+		p.document(name, f, data)
 	}
 	return p.digested()
 }
@@ -126,33 +137,76 @@ func ParseDocuments(source string, docs []Document, o LoadOptions) (*RuleSet, er
 	return p.digested()
 }
 
+// listDir returns the files of the configuration directory dir, by
+// their paths relative to it ("/"-separated, sorted), as upstream's
+// runtime loader (lyft/goruntime's filepath.Walk) finds them: every
+// regular file at any depth, whatever its name, except dot entries and
+// what is below them. That skips Kubernetes' ConfigMap machinery (..data,
+// ..2026_…), while the visible names, symlinks through ..data, are
+// followed, to files and (a key with a path, "sub/rls.yaml") to
+// directories. An empty list is not an error: see Load.
 func listDir(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
+	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("envoy rls config: %w", err)
 	}
 	var files []string
-	for _, e := range ents {
-		name := e.Name()
-		// Hidden entries include Kubernetes' ConfigMap machinery (..data,
-		// ..2024_…); its files appear as symlinks, which are followed.
-		if strings.HasPrefix(name, ".") || (!strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		full := filepath.Join(dir, name)
-		if st, err := os.Stat(full); err != nil || st.IsDir() {
-			continue
-		}
-		files = append(files, full)
-	}
-	switch {
-	case len(files) == 0:
-		return nil, fmt.Errorf("envoy rls config: %s has no .yaml or .yml files", dir)
-	case len(files) > MaxFiles:
-		return nil, fmt.Errorf("envoy rls config: %s has %d files; the maximum is %d", dir, len(files), MaxFiles)
+	if err := walkDir(dir, "", []os.FileInfo{st}, &files); err != nil {
+		return nil, err
 	}
 	slices.Sort(files)
 	return files, nil
+}
+
+// walkDir adds to files the files under root/rel (see listDir); above are
+// the directories walked through to get there, root's first, so that a
+// symlink back to one of them is refused rather than followed forever.
+func walkDir(root, rel string, above []os.FileInfo, files *[]string) error {
+	ents, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(rel)))
+	if err != nil {
+		return fmt.Errorf("envoy rls config: %w", err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		name := path.Join(rel, e.Name())
+		full := filepath.Join(root, filepath.FromSlash(name))
+		st, err := os.Stat(full)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// A symlink to nothing: kubelet removes a deleted key's link
+			// just after the swap of ..data, and upstream skips it too.
+			continue
+		case err != nil:
+			return fmt.Errorf("envoy rls config: %w", err)
+		case st.IsDir():
+			if i := slices.IndexFunc(above, func(a os.FileInfo) bool { return os.SameFile(a, st) }); i >= 0 {
+				return fmt.Errorf("envoy rls config: %s is a symlink loop: it leads back to %s", full, filepath.Join(root, filepath.FromSlash(ancestor(rel, len(above)-1-i))))
+			}
+			if err := walkDir(root, name, append(slices.Clip(above), st), files); err != nil {
+				return err
+			}
+		case st.Mode().IsRegular():
+			if *files = append(*files, name); len(*files) > MaxFiles {
+				return fmt.Errorf("envoy rls config: %s has more than %d files", root, MaxFiles)
+			}
+		}
+		// Anything else (a socket, a FIFO, a device) is not configuration,
+		// and reading a FIFO would wait for a writer.
+	}
+	return nil
+}
+
+// ancestor is rel ("/"-separated) with its last up elements removed.
+func ancestor(rel string, up int) string {
+	for ; up > 0; up-- {
+		rel = path.Dir(rel)
+	}
+	if rel == "." {
+		return ""
+	}
+	return rel
 }
 
 func readFile(path string) ([]byte, error) {

@@ -280,31 +280,132 @@ func TestParseMergedDomainSettings(t *testing.T) {
 	assert.Contains(t, err.Error(), `f.yaml:5: domain "a": charge_over_limit is true here and false where the domain is first defined (f.yaml:1; absent is false)`)
 }
 
+// A directory is read as upstream's runtime loader reads it: every file
+// in it or below it, whatever its name, dot entries skipped.
 func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600)) }
-	write("b.yaml", "domain: b\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
-	write("a.yml", "domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
-	write("notes.txt", "not yaml at all: [")
+	write := func(name, src string) {
+		t.Helper()
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+		require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
+	}
+	rule := func(domain string) string {
+		return "domain: " + domain + "\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"
+	}
+	write("b.yaml", rule("b"))
+	write("a.yml", rule("a"))
+	write("c", rule("c")) // a ConfigMap key without an extension
+	write("sub/d.conf", rule("d"))
 	write(".hidden.yaml", "not yaml at all: [")
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "..data"), 0o700))
+	write(".git/config", "not yaml at all: [")
+	write("..data/e.yaml", "not yaml at all: [")
+	require.NoError(t, os.Symlink("gone.yaml", filepath.Join(dir, "dangling.yaml")))
 	cfg, err := Load(dir, storeCheck(t))
 	require.NoError(t, err)
-	require.Len(t, cfg.Domains(), 2)
-	assert.Equal(t, "a", cfg.Domains()[0].Name, "files in name order")
+	var names []string
+	for _, d := range cfg.Domains() {
+		names = append(names, d.Name)
+	}
+	assert.Equal(t, []string{"a", "b", "c", "d"}, names, "files in path order")
 	assert.Equal(t, filepath.Join(dir, "a.yml"), cfg.Domains()[0].File)
+	assert.Equal(t, filepath.Join(dir, "sub", "d.conf"), cfg.Domains()[3].File)
 	assert.Equal(t, dir, cfg.Source)
 
-	write("c.yaml", "domain: a\ndescriptors: []\n")
+	write("notes.txt", "not yaml at all: [")
+	_, err = Load(dir, LoadOptions{})
+	assert.ErrorContains(t, err, filepath.Join(dir, "notes.txt")+":1: ", "a file of any name is read, as upstream reads it")
+	require.NoError(t, os.Remove(filepath.Join(dir, "notes.txt")))
+
+	write("sub/deeper/c.yaml", "domain: a\ndescriptors: []\n")
 	_, err = Load(dir, LoadOptions{})
 	require.Error(t, err)
-	assert.Equal(t, filepath.Join(dir, "c.yaml")+`:1: domain "a": defined twice (first at `+filepath.Join(dir, "a.yml")+`:1); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains`, err.Error())
+	assert.Equal(t, filepath.Join(dir, "sub", "deeper", "c.yaml")+`:1: domain "a": defined twice (first at `+filepath.Join(dir, "a.yml")+`:1); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains`, err.Error())
 
-	empty := t.TempDir()
-	_, err = Load(empty, LoadOptions{})
-	assert.ErrorContains(t, err, "has no .yaml or .yml files")
-	_, err = Load(filepath.Join(empty, "missing.yaml"), LoadOptions{})
+	_, err = Load(filepath.Join(dir, "missing.yaml"), LoadOptions{})
 	assert.ErrorContains(t, err, "no such file")
+}
+
+// An empty directory, or one whose every file went (a ConfigMap update
+// that removed every key), is a configuration with no domains, as
+// upstream loads it; its digest is that of no documents, as from a
+// control plane.
+func TestLoadEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "..2026_01_01_00_00_00.1"), 0o700))
+	require.NoError(t, os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(dir, "..data")))
+	cfg, err := Load(dir, LoadOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Domains())
+	assert.Empty(t, cfg.Rules())
+	assert.Equal(t, emptyDigest, cfg.Digest)
+
+	reg, err := NewRegistry(dir, LoadOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rls"), []byte("domain: a\ndescriptors: []\n"), 0o600))
+	_, err = reg.Reload()
+	require.NoError(t, err)
+	require.NotNil(t, reg.Current().Domain("a"))
+	require.NoError(t, os.Remove(filepath.Join(dir, "rls")))
+	cfg, err = reg.Reload()
+	require.NoError(t, err, "removing every file is a change like another")
+	assert.Empty(t, cfg.Domains())
+}
+
+// kubelet's layout: the visible names are symlinks through ..data, to
+// files and, for a key with a path, to directories. The digest names
+// each file by its path in the configuration, so the same files read
+// through another layout, or mounted elsewhere, are the same digest, and
+// a file moved into a subdirectory is another.
+func TestLoadConfigMapLayout(t *testing.T) {
+	rule := []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	other := []byte("domain: b\ndescriptors: []\n")
+	cm := t.TempDir()
+	version := filepath.Join(cm, "..2026_01_01_00_00_00.1")
+	require.NoError(t, os.MkdirAll(filepath.Join(version, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(version, "rls.yaml"), rule, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(version, "sub", "b"), other, 0o644))
+	require.NoError(t, os.Symlink(filepath.Base(version), filepath.Join(cm, "..data")))
+	require.NoError(t, os.Symlink("..data/rls.yaml", filepath.Join(cm, "rls.yaml")))
+	require.NoError(t, os.Symlink("..data/sub", filepath.Join(cm, "sub")))
+	fromCM, err := Load(cm, LoadOptions{})
+	require.NoError(t, err)
+	require.Len(t, fromCM.Domains(), 2, "each file read once, through its visible name")
+	assert.Equal(t, filepath.Join(cm, "sub", "b"), fromCM.Domain("b").File)
+
+	plain := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(plain, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(plain, "rls.yaml"), rule, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(plain, "sub", "b"), other, 0o644))
+	fromPlain, err := Load(plain, LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, fromCM.Digest, fromPlain.Digest)
+
+	require.NoError(t, os.Rename(filepath.Join(plain, "sub", "b"), filepath.Join(plain, "b")))
+	moved, err := Load(plain, LoadOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, fromPlain.Digest, moved.Digest)
+
+	// A directory of one file digests as before subdirectories were read:
+	// nodes of either version agree during a rolling upgrade.
+	one := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(one, "rls.yaml"), rule, 0o644))
+	cfg, err := Load(one, LoadOptions{})
+	require.NoError(t, err)
+	want, err := ParseDocuments("x", []Document{{Name: "rls.yaml", Data: rule}}, LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, want.Digest, cfg.Digest)
+}
+
+// A symlink back up the tree is refused, naming it, rather than walked
+// until MaxFiles.
+func TestLoadRefusesASymlinkLoop(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: a\ndescriptors: []\n"), 0o600))
+	require.NoError(t, os.Symlink("..", filepath.Join(dir, "sub", "up")))
+	_, err := Load(dir, LoadOptions{})
+	assert.EqualError(t, err, "envoy rls config: "+filepath.Join(dir, "sub", "up")+" is a symlink loop: it leads back to "+dir)
 }
 
 // Every error names the file, the line and the descriptor.
@@ -461,6 +562,7 @@ func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
 	_, err = reg.Reload()
 	assert.ErrorContains(t, err, path+`:2: domain "a", descriptor k: requests_per_unit must be between 0`)
 	assert.Same(t, first, reg.Current(), "a bad file leaves the configuration in force")
+	assert.Equal(t, ReloadResult{Seq: 1, Err: err}, reg.LastReload())
 
 	write("domain: b\ndescriptors: []\n")
 	cfg, err := reg.Reload()
@@ -469,6 +571,13 @@ func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
 	assert.NotNil(t, cfg.Domain("b"))
 	assert.Nil(t, cfg.Domain("a"))
 	assert.NotEqual(t, first.Digest, cfg.Digest)
+
+	// The same files again: the configuration in force stays, itself.
+	again, err := reg.Reload()
+	require.NoError(t, err)
+	assert.Same(t, cfg, again)
+	assert.Same(t, cfg, reg.Current())
+	assert.Equal(t, ReloadResult{Seq: 3}, reg.LastReload(), "reloads numbered in order, the last one's outcome")
 
 	static := StaticRegistry(cfg)
 	got, err := static.Reload()

@@ -10,6 +10,11 @@ import (
 // load), so calls never wait for a reload; Reload calls are serialised so
 // that an older file can never land after a newer one.
 //
+// A reload that reads what is in force (the same digest) keeps the
+// *RuleSet in force rather than an equal copy: its identity is the
+// configuration's, and what is keyed by it (the node's load time, the
+// metrics' bindings) stays.
+//
 // Limiter state is keyed by domain and descriptor entries, window and
 // algorithm, never by rule, so a reload leaves every count in place: a
 // rule whose requests_per_unit changed applies the new limit at once to
@@ -18,11 +23,23 @@ import (
 type Registry struct {
 	path string
 	opts LoadOptions
-	mu   sync.Mutex // serialises Reload
+	mu   sync.Mutex // serialises Reload and Set; guards last
+	last ReloadResult
 	cur  atomic.Pointer[RuleSet]
 	// loaded: a configuration was read or set; false only for an
 	// EmptyRegistry before its first Set.
 	loaded atomic.Bool
+}
+
+// ReloadResult is how one of a Registry's reloads went.
+type ReloadResult struct {
+	// Seq numbers the reloads from 1 in the order they read the files
+	// (they are serialised): of two results, the higher Seq read later,
+	// and says what the files hold now. 0 is no reload yet.
+	Seq uint64
+	// Err is why the reload failed, nil when it put what it read in
+	// force (or found it in force already).
+	Err error
 }
 
 // NewRegistry loads the configuration at path; see Load.
@@ -60,7 +77,7 @@ func EmptyRegistry(source string) *Registry {
 func (r *Registry) Set(cfg *RuleSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cur.Store(cfg)
+	r.put(cfg)
 	r.loaded.Store(true)
 }
 
@@ -75,7 +92,9 @@ func (r *Registry) Path() string { return r.path }
 func (r *Registry) Current() *RuleSet { return r.cur.Load() }
 
 // Reload reads the configuration again and, if it is valid, puts it in
-// force and returns it. On any error the configuration in force stays.
+// force and returns it; if it is what is in force already (the same
+// digest), the configuration in force stays and is returned. On any
+// error the configuration in force stays.
 func (r *Registry) Reload() (*RuleSet, error) {
 	if r.path == "" {
 		return r.cur.Load(), nil
@@ -83,9 +102,29 @@ func (r *Registry) Reload() (*RuleSet, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg, err := Load(r.path, r.opts)
+	r.last = ReloadResult{Seq: r.last.Seq + 1, Err: err}
 	if err != nil {
 		return nil, err
 	}
+	return r.put(cfg), nil
+}
+
+// LastReload returns how the latest Reload went. Whoever records reload
+// outcomes after Reload returns, outside its lock, reads this instead of
+// trusting its own: two reloads may return in one order and be recorded
+// in the other, and only this says which read the files last.
+func (r *Registry) LastReload() ReloadResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// put puts cfg in force unless what is in force has its digest, and
+// returns what is in force. Requires r.mu held.
+func (r *Registry) put(cfg *RuleSet) *RuleSet {
+	if cur := r.cur.Load(); cur != nil && cfg.Digest != "" && cur.Digest == cfg.Digest {
+		return cur
+	}
 	r.cur.Store(cfg)
-	return cfg, nil
+	return cfg
 }

@@ -41,6 +41,12 @@ type Config struct {
 	// counted under its rule's configured key, and
 	// peerlimit_envoy_rls_stats_keys_overflow_total says how often.
 	MaxStatsKeys int
+	// ResponseTimeMilliseconds makes ratelimit_service_response_time_seconds
+	// observe milliseconds, its buckets too, under the same name: upstream's
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, which drops its mapping's
+	// scale: 0.001, and Envoy Gateway's mapping, which has none. Panels
+	// made for either read the unit they were made for.
+	ResponseTimeMilliseconds bool
 }
 
 // DefaultConfig are upstream's defaults: no headers, no merging, no

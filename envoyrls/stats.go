@@ -5,12 +5,113 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peerlimit/peerlimit/limiter"
 )
+
+// upstreamCalls are envoyproxy/ratelimit's statistics of its calls and
+// configuration loads, as its Prometheus mapping names them (upstream's
+// statsd name on the right):
+//
+//	ratelimit_service_total_requests{grpc_method}         ratelimit_server.ShouldRateLimit.total_requests
+//	ratelimit_service_should_rate_limit_error{err_type}   ratelimit.service.call.should_rate_limit.<err_type>
+//	ratelimit_service_response_time_seconds{grpc_method}  ratelimit_server.ShouldRateLimit.response_time
+//	ratelimit_service_config_load_success                 ratelimit.service.config_load_success
+//	ratelimit_service_config_load_error                   ratelimit.service.config_load_error
+//
+// ShouldRateLimit is the only method. err_type is service_error for every
+// call answered with an error: upstream's other, redis_error, is its
+// cache's, and peerlimit has none.
+type upstreamCalls struct {
+	total        prometheus.Counter
+	serviceError prometheus.Counter
+	responses    prometheus.Histogram
+	loadOK       prometheus.Counter
+	loadError    prometheus.Counter
+	collect      []prometheus.Collector
+	// unit is the response time's: a second, or a millisecond
+	// (Config.ResponseTimeMilliseconds).
+	unit time.Duration
+}
+
+// grpcMethod labels the per-call statistics, as upstream's interceptor
+// names the method.
+var grpcMethod = prometheus.Labels{"grpc_method": "ShouldRateLimit"}
+
+func newUpstreamCalls(s Config) *upstreamCalls {
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
+		Help: "ShouldRateLimit calls answered with an error, by err_type: service_error (upstream's redis_error never: no cache)."},
+		[]string{"err_type"})
+	u := &upstreamCalls{
+		total: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_total_requests", ConstLabels: grpcMethod,
+			Help: "ShouldRateLimit calls, answered or failed."}),
+		serviceError: errs.WithLabelValues("service_error"),
+		loadOK: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
+			Help: "Configurations loaded and put in force, or found the same as the one in force: at start, on SIGHUP, by the watcher, from the control plane."}),
+		loadError: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
+			Help: "Configurations that failed to load (the one in force was kept): on SIGHUP, by the watcher, from the control plane."}),
+		unit: time.Second,
+	}
+	if s.ResponseTimeMilliseconds {
+		u.unit = time.Millisecond
+	}
+	u.responses = newResponseTime(u.unit)
+	u.collect = []prometheus.Collector{u.total, errs, u.responses, u.loadOK, u.loadError}
+	return u
+}
+
+func (u *upstreamCalls) collectors() []prometheus.Collector { return u.collect }
+
+// call counts one ShouldRateLimit call, failed: answered with an error.
+func (u *upstreamCalls) call(failed bool) {
+	u.total.Inc()
+	if failed {
+		u.serviceError.Inc()
+	}
+}
+
+func (u *upstreamCalls) responseTime(d time.Duration) {
+	u.responses.Observe(float64(d) / float64(u.unit))
+}
+
+func (u *upstreamCalls) configLoaded(err error) {
+	if err != nil {
+		u.loadError.Inc()
+		return
+	}
+	u.loadOK.Inc()
+}
+
+// responseTimeBuckets, in microseconds, suit a service that answers in
+// tens of microseconds on its owner and a forward's round trip beyond
+// it, up to the peer timeout: upstream's statsd_exporter mapping uses
+// Prometheus's defaults (5 ms to 10 s), which would put nearly every call
+// in the first bucket. histogram_quantile works over either. Whole
+// numbers, so that a bound divided into seconds or milliseconds is the
+// double its decimal reads as (0.05, not 0.049999999999999996).
+var responseTimeBuckets = []float64{50, 100, 250, 500, 1e3, 2.5e3, 5e3, 10e3, 25e3, 50e3, 100e3, 250e3, 500e3, 1e6}
+
+// newResponseTime is upstream's ratelimit_server.ShouldRateLimit.response_time
+// timer as its Prometheus mapping names it, observed in unit (a second,
+// or a millisecond as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+// has it), its buckets' bounds too; the name says seconds either way.
+func newResponseTime(unit time.Duration) prometheus.Histogram {
+	name := "seconds"
+	if unit == time.Millisecond {
+		name = "milliseconds (--envoy-rls-response-time-milliseconds: upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)"
+	}
+	buckets := make([]float64, len(responseTimeBuckets))
+	for i, b := range responseTimeBuckets {
+		buckets[i] = b / float64(unit/time.Microsecond)
+	}
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
+		Help:        "Time ShouldRateLimit took to answer, from the call's arrival at the service to its answer (or error), in " + name + ".",
+		ConstLabels: grpcMethod, Buckets: buckets})
+}
 
 // envoyproxy/ratelimit's statistics of each descriptor that has a limit,
 // as its Prometheus exporter names them:

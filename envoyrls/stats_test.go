@@ -1,10 +1,17 @@
 package envoyrls
 
 import (
+	"context"
+	"errors"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -213,5 +220,122 @@ func TestNearThresholdIsUpstreams(t *testing.T) {
 	u := newUpstreamStats(DefaultConfig())
 	for limit, want := range map[int64]int64{15: 12, 20: 16, 10: 8, 5: 4, 0: 0, 1: 0} {
 		assert.Equal(t, want, u.nearThreshold(limit), limit)
+	}
+}
+
+// scraped serves reg as a node serves its /metrics and returns what a
+// Prometheus server reads there, by metric name.
+func scraped(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	mfs, err := metrictest.Scrape(srv.URL).Gather()
+	require.NoError(t, err)
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// upstreamSeries are the per-call and per-load series of upstream's
+// Prometheus mapping (src/stats/prom/default_mapper.yaml, and Envoy
+// Gateway's statsd_conf.yaml): name, type and labels as it exports them.
+var upstreamSeries = []struct {
+	name   string
+	typ    dto.MetricType
+	labels map[string]string
+}{
+	{"ratelimit_service_total_requests", dto.MetricType_COUNTER, map[string]string{"grpc_method": "ShouldRateLimit"}},
+	{"ratelimit_service_should_rate_limit_error", dto.MetricType_COUNTER, map[string]string{"err_type": "service_error"}},
+	{"ratelimit_service_response_time_seconds", dto.MetricType_HISTOGRAM, map[string]string{"grpc_method": "ShouldRateLimit"}},
+	{"ratelimit_service_config_load_success", dto.MetricType_COUNTER, map[string]string{}},
+	{"ratelimit_service_config_load_error", dto.MetricType_COUNTER, map[string]string{}},
+}
+
+// Every call counts in total_requests and is timed, answered or not; a
+// call answered with an error, by the Server or before it, counts in
+// should_rate_limit_error as a service_error; every configuration load
+// in config_load_success or config_load_error. peerlimit's own series
+// count alongside.
+func TestUpstreamCallStatistics(t *testing.T) {
+	h := newHarness(t, nil)
+	h.call(t, "messaging", desc("to_number=1"))
+	h.call(t, "nowhere", desc("k=v"))
+	_, err := h.srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge"})
+	require.Error(t, err)
+	m := h.srv.d.Metrics
+	m.Unanswered()
+	m.ConfigLoaded(nil)
+	m.ConfigLoaded(nil)
+	m.ConfigLoaded(errors.New("rls.yaml:2: bad"))
+
+	mfs := scraped(t, h.reg)
+	for _, want := range upstreamSeries {
+		mf := mfs[want.name]
+		require.NotNil(t, mf, "no %s", want.name)
+		assert.Equal(t, want.typ, mf.GetType(), want.name)
+		require.Len(t, mf.GetMetric(), 1, "%s: one series", want.name)
+		got := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		assert.Equal(t, want.labels, got, want.name)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"ratelimit_service_total_requests", 4},
+		{"ratelimit_service_should_rate_limit_error", 2},
+		{"ratelimit_service_response_time_seconds", 3}, // observations
+		{"ratelimit_service_config_load_success", 2},
+		{"ratelimit_service_config_load_error", 1},
+	} {
+		assert.Equal(t, c.want, metrictest.Value(t, h.reg, c.name), c.name)
+	}
+	assert.Equal(t, 1.0, h.metric(t, "peerlimit_envoy_rls_requests_total", "domain", "edge", "code", "ERROR"), "peerlimit's own still count")
+	var nilMetrics *Metrics
+	nilMetrics.ConfigLoaded(nil) // counts nothing, fails nothing
+	nilMetrics.Unanswered()
+}
+
+// The response time is in seconds, or, as upstream's
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS has it, in milliseconds, its
+// bucket bounds too, under the same name.
+func TestResponseTimeUnits(t *testing.T) {
+	for _, c := range []struct {
+		ms                          bool
+		sum, low, high, first, last float64 // of 3 ms, between the buckets low and high
+	}{
+		{false, 0.003, 0.0025, 0.005, 50e-6, 1},
+		{true, 3, 2.5, 5, 0.05, 1000},
+	} {
+		reg := prometheus.NewRegistry()
+		s := DefaultConfig()
+		s.ResponseTimeMilliseconds = c.ms
+		m, err := NewMetrics(reg, s)
+		require.NoError(t, err)
+		m.upstream.responseTime(3 * time.Millisecond)
+
+		mf := scraped(t, reg)["ratelimit_service_response_time_seconds"]
+		require.NotNil(t, mf)
+		hist := mf.GetMetric()[0].GetHistogram()
+		assert.InDelta(t, c.sum, hist.GetSampleSum(), c.sum*1e-9, "ms %v", c.ms)
+		buckets := hist.GetBucket()
+		require.Len(t, buckets, len(responseTimeBuckets))
+		assert.Equal(t, c.first, buckets[0].GetUpperBound(), "ms %v: exactly the decimal", c.ms)
+		assert.Equal(t, c.last, buckets[len(buckets)-1].GetUpperBound(), "ms %v: 1 s", c.ms)
+		counts := map[float64]uint64{}
+		for _, b := range buckets {
+			counts[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		require.Contains(t, counts, c.low)
+		require.Contains(t, counts, c.high)
+		assert.Zero(t, counts[c.low], "ms %v: le %v", c.ms, c.low)
+		assert.Equal(t, uint64(1), counts[c.high], "ms %v: le %v", c.ms, c.high)
+		if c.ms {
+			assert.Contains(t, mf.GetHelp(), "in milliseconds")
+		}
 	}
 }

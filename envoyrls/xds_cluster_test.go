@@ -32,11 +32,11 @@ func edgeLimit(rpu uint32) *rlsconfpb.RateLimitConfig {
 	}}}
 }
 
-// xdsNodes subscribes every node of a cluster to srv, each under its own
-// node id.
+// xdsNodes subscribes every node of a cluster to srv under one node id,
+// as Envoy Gateway's replicas share CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit.
 func xdsNodes(srv *xdsserver.Server) func(*node.Config) {
 	return func(cfg *node.Config) {
-		cfg.EnvoyRLSXDS.ServerAddr, cfg.EnvoyRLSXDS.NodeID = srv.Addr, cfg.ID
+		cfg.EnvoyRLSXDS.ServerAddr, cfg.EnvoyRLSXDS.NodeID = srv.Addr, xdsserver.EnvoyGatewayNodeID
 		cfg.EnvoyRLSXDS.BackoffInitial, cfg.EnvoyRLSXDS.BackoffMax = 50*time.Millisecond, 500*time.Millisecond
 	}
 }
@@ -90,14 +90,15 @@ func TestXDSDrivesTheClustersLimits(t *testing.T) {
 	bad := edgeLimit(100)
 	bad.Descriptors[0].RateLimit.Unit = rlsconfpb.RateLimitUnit_UNKNOWN
 	srv.Set(t, "v3", bad)
+	// The nodes share one node id; their streams tell them apart.
 	wait.For(t, 5*time.Second, func() (bool, string) {
-		nacked := map[string]bool{}
+		nacked := map[int64]bool{}
 		for _, a := range srv.Answers() {
 			if a.Nack != "" && a.Version == "v2" {
-				nacked[a.Node] = true
+				nacked[a.Stream] = true
 			}
 		}
-		return len(nacked) == 3, fmt.Sprintf("NACKs keeping v2 from %v; %s", nacked, srv)
+		return len(nacked) == 3, fmt.Sprintf("NACKs keeping v2 on streams %v; %s", nacked, srv)
 	})
 	limitEverywhere(t, c, time.Second, 8)
 	require.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call(4), "v3 was refused: v2's limit of 8 still holds")

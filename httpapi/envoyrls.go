@@ -66,18 +66,42 @@ func (h *handler) envoyRLSConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	rules, loadedAt := h.deps.EnvoyRLS()
 	if rules == nil {
-		writeJSON(w, http.StatusNotFound, errorBody{Error{Code: "NOT_FOUND",
-			Message: "this node serves no Envoy rate limit service: it was started without its configuration"}})
+		writeNoEnvoyRLS(w)
 		return
 	}
 	cfg := envoyRLSConfigJSON(rules, loadedAt)
 	if format == "text" {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusOK)
-		_ = writeEnvoyRLSText(w, cfg) // the client may be gone; nothing to do
+		serveEnvoyRLSText(w, cfg)
 		return
 	}
 	writeJSON(w, http.StatusOK, cfg)
+}
+
+// RLConfigHandler serves envoyproxy/ratelimit's debug page, GET /rlconfig
+// on its debug port, from rules (nil: no Envoy rate limit service): the
+// text of GET /v1/envoy-rls/config?format=text. The ratelimit mode serves
+// it on DEBUG_HOST:DEBUG_PORT, without authentication, as upstream does:
+// it shows the limits, which Envoy's callers see in every answer anyway.
+func RLConfigHandler(rules func() (*envoyrls.RuleSet, time.Time)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		rs, loadedAt := rules()
+		if rs == nil {
+			writeNoEnvoyRLS(w)
+			return
+		}
+		serveEnvoyRLSText(w, envoyRLSConfigJSON(rs, loadedAt))
+	})
+}
+
+func writeNoEnvoyRLS(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, errorBody{Error{Code: "NOT_FOUND",
+		Message: "this node serves no Envoy rate limit service: it was started without its configuration"}})
+}
+
+func serveEnvoyRLSText(w http.ResponseWriter, cfg EnvoyRLSConfig) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_ = writeEnvoyRLSText(w, cfg) // the client may be gone; nothing to do
 }
 
 // envoyRLSConfigJSON converts the rules in force, put in force at

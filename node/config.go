@@ -138,6 +138,14 @@ type Config struct {
 	// Either way the service answers UNAVAILABLE meanwhile, never OK.
 	// Default on.
 	EnvoyRLSAwaitConfig bool
+	// EnvoyRLSHealthyNeedsDomains is upstream's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: the node reports itself
+	// not ready whenever the rules in force, from files or a control
+	// plane, have no domains (none loaded yet, an empty directory, Envoy
+	// Gateway's snapshot after its last Gateway went), not only before
+	// the first. The service answers meanwhile, an empty configuration
+	// limiting nothing, as upstream's. Default off.
+	EnvoyRLSHealthyNeedsDomains bool
 	// EnvoyRLS are the rate limit service's settings (headers, domain
 	// merging, response metadata, global shadow and quota modes, the
 	// near-limit ratio, the bound on statistics keys). Any but the

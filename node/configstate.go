@@ -39,11 +39,15 @@ const shortDigestLen = 12
 // beyond the configurations themselves.
 type configState struct {
 	// advertise serialises configChanged, so that what one call read as
-	// in force cannot be advertised after what a later call read.
+	// in force cannot be advertised after what a later call read; it
+	// guards noDomains.
 	advertise sync.Mutex
 	// rules is the Envoy rules last seen in force and since when
 	// (GET /v1/envoy-rls/config).
 	rules atomic.Pointer[loadedRules]
+	// noDomains: the Envoy rules in force have no domains, and the log
+	// said so.
+	noDomains bool
 }
 
 type loadedRules struct {
@@ -62,6 +66,7 @@ func (n *Node) configChanged() {
 	defer n.cfgState.advertise.Unlock()
 	if rs := n.EnvoyRLSConfig(); rs != nil {
 		n.cfgState.rulesLoaded(rs, n.cfg.Now)
+		n.warnNoDomains(rs)
 	}
 	c := n.cluster.Load()
 	if c == nil {
@@ -72,12 +77,30 @@ func (n *Node) configChanged() {
 	}
 }
 
+// warnNoDomains warns, once each time it happens, that the Envoy rules
+// put in force have no domains: an empty directory, or a control plane
+// that withdrew every limit, loads as upstream loads it, and then every
+// call is answered OK, which an operator should not learn from an
+// incident. A control plane's rules before the first are not in force
+// (calls are refused), so they are not warned about. Requires
+// cfgState.advertise held.
+func (n *Node) warnNoDomains(rs *envoyrls.RuleSet) {
+	empty := len(rs.Domains()) == 0 && n.rls.rules.Loaded()
+	if empty && !n.cfgState.noDomains {
+		n.log.Warn("envoy rls config has no domains: every call is answered OK with no limits", "source", rs.Source, "digest", rs.Digest)
+	}
+	n.cfgState.noDomains = empty
+}
+
 // rulesLoaded returns when cur was put in force: when it was first seen,
-// by configChanged or, had that not run yet, now.
+// by configChanged or, had that not run yet, now. A rule set with the
+// digest of the one seen is that one, not a new load: the registry keeps
+// the one in force when a reload finds the same files, and this keeps
+// loaded_at_ms true to that even for one built otherwise.
 func (s *configState) rulesLoaded(cur *envoyrls.RuleSet, now func() time.Time) time.Time {
 	for {
 		old := s.rules.Load()
-		if old != nil && old.set == cur {
+		if old != nil && (old.set == cur || (cur.Digest != "" && old.set.Digest == cur.Digest)) {
 			return old.at
 		}
 		l := &loadedRules{set: cur, at: now()}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/filewatch"
 )
@@ -58,6 +59,16 @@ type configFiles struct {
 
 	mu   sync.Mutex
 	errs map[string]error // by source: why its last reload failed; absent once one succeeded
+	// seqs is, by source whose registry numbers its reloads, the number
+	// of the reload errs describes (envoyrls.ReloadResult.Seq).
+	seqs map[string]uint64
+	// reported is, by source, the failure last logged as news, until a
+	// reload succeeds: a watched reload failing alike is not news.
+	reported map[string]string
+	// testHookRecord, if not nil, is called as a reload's outcome is
+	// about to be recorded, before f.mu: for tests that interleave
+	// reloads.
+	testHookRecord func(src string, why reloadCause)
 }
 
 // initConfigFiles registers the reload gauges and, with WatchConfig,
@@ -89,7 +100,7 @@ func (n *Node) initConfigFiles() error {
 	// Published under the lock, gauges first: the HTTP API serves
 	// already (/healthz reads errs), and a SIGHUP may reload meanwhile.
 	f.mu.Lock()
-	f.errs, f.sources = map[string]error{}, sources
+	f.errs, f.seqs, f.reported, f.sources = map[string]error{}, map[string]uint64{}, map[string]string{}, sources
 	f.mu.Unlock()
 	return n.watchConfigFiles()
 }
@@ -147,19 +158,30 @@ func (f *configFiles) stopWatch() {
 	}
 }
 
+// Reloads run concurrently (SIGHUP beside the watcher) and record their
+// outcomes after the registry's lock is released, so they may record in
+// another order than they read the files. What is recorded is therefore
+// the registry's latest reload, numbered (latestReload), and never one
+// older than recorded already: a watched reload that read a file before
+// it was fixed cannot report it broken after a SIGHUP that read the fix.
+
 // reloadFailed records that a reload of src failed with err, and reports
 // whether that is news, to be logged as an error and counted (see
 // reloadCause).
 func (n *Node) reloadFailed(src string, why reloadCause, err error) bool {
 	f := &n.cfgFiles
+	if f.testHookRecord != nil {
+		f.testHookRecord(src, why)
+	}
+	latest := n.latestReload(src, err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	prev := f.errs[src]
-	if f.sources[src] {
-		f.errs[src] = err
-		f.failing.WithLabelValues(src).Set(1)
+	f.record(src, latest)
+	news := why == reloadAsked || f.reported[src] != err.Error()
+	if news && f.errs[src] != nil {
+		f.reported[src] = err.Error()
 	}
-	return why == reloadAsked || prev == nil || prev.Error() != err.Error()
+	return news
 }
 
 // reloadSucceeded records that a reload of src read valid files, and
@@ -168,11 +190,15 @@ func (n *Node) reloadFailed(src string, why reloadCause, err error) bool {
 // configuration, for the log.
 func (n *Node) reloadSucceeded(src string, why reloadCause, changed bool, attrs ...any) bool {
 	f := &n.cfgFiles
+	if f.testHookRecord != nil {
+		f.testHookRecord(src, why)
+	}
+	latest := n.latestReload(src, nil)
 	f.mu.Lock()
 	wasFailing := f.errs[src] != nil
+	f.record(src, latest)
 	if f.sources[src] {
-		delete(f.errs, src)
-		f.failing.WithLabelValues(src).Set(0)
+		// This reload found the files valid, whatever a later one found.
 		f.lastOK.WithLabelValues(src).Set(float64(n.cfg.Now().UnixMilli()) / 1e3)
 	}
 	f.mu.Unlock()
@@ -186,6 +212,38 @@ func (n *Node) reloadSucceeded(src string, why reloadCause, changed bool, attrs 
 		n.log.Debug("watched config files changed, the configuration did not", attrs...)
 	}
 	return false
+}
+
+// latestReload returns the outcome to record for src after one of its
+// reloads returned own (nil: success): its registry's latest, numbered,
+// when it numbers them (the Envoy rules read from files); own otherwise,
+// unnumbered (Seq 0), recorded whatever was before (the policies).
+func (n *Node) latestReload(src string, own error) envoyrls.ReloadResult {
+	if src == sourceEnvoyRLS && n.rls != nil && n.rls.rules.Path() != "" {
+		if r := n.rls.rules.LastReload(); r.Seq > 0 {
+			return r
+		}
+	}
+	return envoyrls.ReloadResult{Err: own}
+}
+
+// record puts r in errs and the failing gauge, unless it is older than
+// what they hold. Requires f.mu held.
+func (f *configFiles) record(src string, r envoyrls.ReloadResult) {
+	if !f.sources[src] || (r.Seq > 0 && r.Seq <= f.seqs[src]) {
+		return
+	}
+	if r.Seq > 0 {
+		f.seqs[src] = r.Seq
+	}
+	if r.Err != nil {
+		f.errs[src] = r.Err
+		f.failing.WithLabelValues(src).Set(1)
+		return
+	}
+	delete(f.errs, src)
+	delete(f.reported, src)
+	f.failing.WithLabelValues(src).Set(0)
 }
 
 // ConfigErrors returns why the last reload of each configuration source

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,9 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/testkit/configmap"
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/node"
 )
@@ -211,4 +215,70 @@ func TestEnvoyRLSWatchRootSwap(t *testing.T) {
 	cfg := node.DefaultLocalConfig("x")
 	cfg.EnvoyRLSConfig, cfg.EnvoyRLSWatchRoot = filepath.Join(root, "ratelimit", "config"), filepath.Join(parent, "elsewhere")
 	assert.ErrorContains(t, cfg.Validate(), "EnvoyRLSWatchRoot must be EnvoyRLSConfig or one of its ancestors")
+}
+
+// A ConfigMap with no keys, at start or after an update that removed
+// every one, is a configuration with no domains, as upstream loads it:
+// the node starts, and the update is put in force, with a warning each
+// time that every call is now answered OK; a key without an extension
+// counts like any other, as upstream reads every file.
+func TestEmptyConfigMapIsNoLimits(t *testing.T) {
+	const warning = "envoy rls config has no domains: every call is answered OK with no limits"
+	cm := configmap.New(t, t.TempDir())
+	cm.Update(map[string]string{})
+	logs := testlog.NewCapture()
+	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig, c.Logger = cm.Dir(), slog.New(logs) })
+	rls := rlsClient(t, n)
+	assert.Empty(t, n.EnvoyRLSConfig().Domains())
+	assert.EqualValues(t, 0, envoyLimit(t, rls), "no limit applies")
+	require.Len(t, logs.Find(warning), 1)
+	assert.Equal(t, slog.LevelWarn, logs.Find(warning)[0].Level)
+
+	cm.Update(map[string]string{"edge": edgeRules(3)})
+	wait.For(t, 10*time.Second, func() (bool, string) {
+		got := envoyLimit(t, rls)
+		return got == 3, fmt.Sprintf("the limit is %d, want 3", got)
+	})
+
+	cm.Update(map[string]string{})
+	wait.For(t, 10*time.Second, func() (bool, string) {
+		got := envoyLimit(t, rls)
+		return got == 0, fmt.Sprintf("the limit is %d, want none", got)
+	})
+	assert.Empty(t, n.ConfigErrors())
+	assert.Empty(t, n.EnvoyRLSConfig().Domains())
+	assert.Len(t, logs.Find(warning), 2, "warned again, once")
+}
+
+// loaded_at_ms is when this node put the configuration in force: a
+// reload that finds the same files (the watcher's at start, a SIGHUP, a
+// touch) keeps the configuration in force, itself, and its load time;
+// one that changes it moves the time.
+func TestReloadThatChangesNothingKeepsItsLoadTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rls.yaml")
+	writeRLS(t, path, edgeRules(2))
+	clk := fakeclock.AtMilli(1_700_000_000_000)
+	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig, c.Now = path, clk.Now })
+	loadedAt := func() int64 {
+		t.Helper()
+		resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/envoy-rls/config")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out httpapi.EnvoyRLSConfig
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return out.LoadedAtMS
+	}
+	start := clk.Now().UnixMilli()
+	inForce := n.EnvoyRLSConfig()
+	require.Equal(t, start, loadedAt())
+
+	clk.Advance(time.Minute)
+	require.NoError(t, n.ReloadEnvoyRLS())
+	assert.Same(t, inForce, n.EnvoyRLSConfig())
+	assert.Equal(t, start, loadedAt())
+
+	clk.Advance(time.Minute)
+	writeRLS(t, path, edgeRules(3))
+	require.NoError(t, n.ReloadEnvoyRLS())
+	assert.Equal(t, clk.Now().UnixMilli(), loadedAt())
 }

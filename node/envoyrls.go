@@ -23,8 +23,8 @@ var envoyRLSServiceName = rlspb.RateLimitService_ServiceDesc.ServiceName
 // without Config.EnvoyRLSConfig: there is nothing to reload.
 var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration")
 
-// envoyRLS is the node's Envoy rate limit service: its rules and the
-// count of their reloads.
+// envoyRLS is the node's Envoy rate limit service: its rules, its
+// metrics and the count of their reloads.
 type envoyRLS struct {
 	rules    *envoyrls.Registry
 	settings envoyrls.Config
@@ -34,7 +34,13 @@ type envoyRLS struct {
 	// (Config.EnvoyRLSAwaitConfig).
 	xds         *xdsconfig.Subscriber
 	awaitConfig bool
-	reloads     *prometheus.CounterVec // by result: ok, error
+	// needsDomains: health is down while the rules in force have no
+	// domains (Config.EnvoyRLSHealthyNeedsDomains).
+	needsDomains bool
+	reloads      *prometheus.CounterVec // by result: ok, error
+	// metrics are the service's, set by register; they count every load
+	// of the configuration as upstream's config_load_success and _error.
+	metrics *envoyrls.Metrics
 }
 
 // loadEnvoyRLS reads Config.EnvoyRLSConfig, checked against the store's
@@ -42,7 +48,7 @@ type envoyRLS struct {
 func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 	if cfg.EnvoyRLSXDS.Enabled() {
 		return &envoyRLS{rules: envoyrls.EmptyRegistry(cfg.EnvoyRLSXDS.Source()), settings: cfg.EnvoyRLS,
-			awaitConfig: cfg.EnvoyRLSAwaitConfig}, nil
+			awaitConfig: cfg.EnvoyRLSAwaitConfig, needsDomains: cfg.EnvoyRLSHealthyNeedsDomains}, nil
 	}
 	if cfg.EnvoyRLSConfig == "" {
 		return nil, nil
@@ -51,7 +57,7 @@ func loadEnvoyRLS(cfg Config, store *limiter.Store) (*envoyRLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &envoyRLS{rules: rules, settings: cfg.EnvoyRLS}, nil
+	return &envoyRLS{rules: rules, settings: cfg.EnvoyRLS, needsDomains: cfg.EnvoyRLSHealthyNeedsDomains}, nil
 }
 
 // register serves the service on srv, over the node's request path, and
@@ -63,6 +69,10 @@ func (e *envoyRLS) register(srv *grpc.Server, svc *route.Service, reg prometheus
 	m, err := envoyrls.NewMetrics(reg, e.settings)
 	if err != nil {
 		return err
+	}
+	e.metrics = m
+	if e.xds == nil {
+		m.ConfigLoaded(nil) // the files, read by loadEnvoyRLS: a failure there stops the start
 	}
 	e.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "envoy_rls_config_reloads_total",
 		Help: "Reloads of the Envoy rate limit service configuration (SIGHUP), by result: ok, or error (the configuration in force was kept)."},
@@ -119,6 +129,9 @@ func (n *Node) ReloadEnvoyRLS() error {
 func (n *Node) reloadEnvoyRLS(why reloadCause) error {
 	old := n.rls.rules.Current().Digest
 	cfg, err := n.rls.rules.Reload()
+	// Every attempt, as upstream counts every reload its watcher makes;
+	// peerlimit_envoy_rls_config_reloads_total counts only the news.
+	n.rls.metrics.ConfigLoaded(err)
 	if err != nil {
 		if !n.reloadFailed(sourceEnvoyRLS, why, err) {
 			n.log.Debug("envoy rls config still unusable; the configuration in force is kept", "path", n.rls.rules.Path(), "err", err)
@@ -132,10 +145,28 @@ func (n *Node) reloadEnvoyRLS(why reloadCause) error {
 		return nil
 	}
 	n.rls.reloads.WithLabelValues("ok").Inc()
+	n.refreshRLSHealth()
 	n.configChanged()
 	n.log.Info("envoy rls config reloaded", "path", cfg.Source, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "digest", cfg.Digest,
 		"by", why.String())
 	return nil
+}
+
+// countLoads wraps t, the target of the control plane's configurations,
+// so that each one Applied, put in force, found the same, or refused,
+// counts in ratelimit_service_config_load_success or _error, as upstream
+// counts each update of its xDS subscription.
+func (e *envoyRLS) countLoads(t xdsconfig.Target) xdsconfig.Target { return loadCounter{t, e} }
+
+type loadCounter struct {
+	xdsconfig.Target
+	rls *envoyRLS
+}
+
+func (c loadCounter) Apply(u xdsconfig.Update) error {
+	err := c.Target.Apply(u)
+	c.rls.metrics.ConfigLoaded(err) // set by register, before the subscription runs
+	return err
 }
 
 // EnvoyRLSConfig returns the Envoy rate limit service configuration in

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
 )
@@ -160,4 +161,53 @@ func TestEnvoyRLSReload(t *testing.T) {
 	assert.Contains(t, m, `peerlimit_envoy_rls_config_reloads_total{result="ok"} 1`)
 	assert.Contains(t, m, `peerlimit_envoy_rls_requests_total{code="OVER_LIMIT",domain="d"} 2`)
 	assert.Contains(t, m, `peerlimit_envoy_rls_descriptors_total{domain="d",outcome="ok",rule="k"} 3`)
+}
+
+// A node exports upstream's call and configuration statistics under
+// upstream's names, counted where upstream counts them: every call in
+// total_requests, a call answered with an error as a service_error, the
+// start's load and every reload in config_load_success or _error; and
+// with ResponseTimeMilliseconds its response time in milliseconds.
+func TestEnvoyRLSUpstreamMetrics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rls.yaml")
+	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")
+	n := startRLSNode(t, func(c *node.Config) {
+		c.EnvoyRLSConfig, c.WatchConfig = path, false
+		c.EnvoyRLS.ResponseTimeMilliseconds = true
+	})
+	rls := rlspb.NewRateLimitServiceClient(dialWith(t, n.GRPCAddr(), insecure.NewCredentials()))
+	for range 2 {
+		_, err := rls.ShouldRateLimit(context.Background(), rlsRequest("d", "k=v"))
+		require.NoError(t, err)
+	}
+	_, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
+	require.Error(t, n.ReloadEnvoyRLS())
+	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 2}}]\n")
+	require.NoError(t, n.ReloadEnvoyRLS())
+
+	g := metrictest.Scrape("http://" + n.HTTPAddr() + "/metrics")
+	for _, c := range []struct {
+		want   float64
+		series []string
+	}{
+		{3, []string{"ratelimit_service_total_requests", "grpc_method", "ShouldRateLimit"}},
+		{1, []string{"ratelimit_service_should_rate_limit_error", "err_type", "service_error"}},
+		{3, []string{"ratelimit_service_response_time_seconds", "grpc_method", "ShouldRateLimit"}},
+		{2, []string{"ratelimit_service_config_load_success"}},
+		{1, []string{"ratelimit_service_config_load_error"}},
+		{1, []string{"peerlimit_envoy_rls_requests_total", "domain", "d", "code", "ERROR"}},
+		{1, []string{"peerlimit_envoy_rls_config_reloads_total", "result", "ok"}},
+	} {
+		assert.Equal(t, c.want, metrictest.Value(t, g, c.series[0], c.series[1:]...), "%v", c.series)
+	}
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "ratelimit_service_response_time_seconds" {
+			b := mf.GetMetric()[0].GetHistogram().GetBucket()
+			assert.Equal(t, 1000.0, b[len(b)-1].GetUpperBound(), "1 s, in milliseconds")
+		}
+	}
 }

@@ -27,15 +27,11 @@ func (t xdsTarget) Apply(u xdsconfig.Update) error {
 	if err != nil {
 		return err
 	}
-	first := !rls.rules.Loaded()
-	if !first && rls.rules.Current().Digest == cfg.Digest {
+	if rls.rules.Loaded() && rls.rules.Current().Digest == cfg.Digest {
 		return nil // the same limits, resent (a reconnect, or a version bump of nothing)
 	}
 	rls.rules.Set(cfg)
-	if first && t.n.serving.Load() {
-		// Shutdown's health.Shutdown makes this a no-op once it has run.
-		t.n.health.SetServingStatus(envoyRLSServiceName, healthpb.HealthCheckResponse_SERVING)
-	}
+	t.n.refreshRLSHealth()
 	t.n.log.Info("envoy rls config from the control plane in force", "version", u.Version, "domains", len(cfg.Domains()),
 		"rules", len(cfg.Rules()), "digest", cfg.Digest)
 	t.n.configChanged()
@@ -49,7 +45,7 @@ func (n *Node) newXDS() error {
 		return nil
 	}
 	opts := envoyrls.LoadOptions{Check: n.store.Validate, MergeDomains: n.cfg.EnvoyRLS.MergeDomains}
-	sub, err := xdsconfig.New(n.cfg.EnvoyRLSXDS, xdsTarget{n: n, opts: opts}, n.reg, n.log)
+	sub, err := xdsconfig.New(n.cfg.EnvoyRLSXDS, n.rls.countLoads(xdsTarget{n: n, opts: opts}), n.reg, n.log)
 	if err != nil {
 		return fmt.Errorf("envoy rls xds: %w", err)
 	}
@@ -63,7 +59,8 @@ func (n *Node) newXDS() error {
 // configuration: an Envoy asking then gets an error, which its
 // failure_mode_deny decides, never an OK that limits nothing. With
 // EnvoyRLSAwaitConfig the node's health (the service's gRPC health,
-// /healthz) waits for it too, so that probes keep traffic away.
+// /healthz) is down too, and whenever the configuration in force has no
+// domains, so that probes keep traffic away (see unready).
 func (n *Node) startXDS() {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.loops.Add(2)
@@ -71,25 +68,50 @@ func (n *Node) startXDS() {
 	go func() { defer n.loops.Done(); <-n.stop; cancel() }()
 }
 
-// rlsHealth is the rate limit service's health as the node starts
-// serving.
+// rlsHealth is the rate limit service's health while the node serves.
 func (n *Node) rlsHealth() healthpb.HealthCheckResponse_ServingStatus {
-	if n.rls.awaitConfig && n.rls.awaiting() {
+	if n.rls.unready() {
 		return healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	return healthpb.HealthCheckResponse_SERVING
 }
 
-// healthy is /healthz's (and /healthcheck's) answer: serving, and, with
-// EnvoyRLSAwaitConfig, not awaiting the first configuration from a
-// control plane (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+// refreshRLSHealth sets the service's health after its rules changed:
+// the first configuration, one with no domains, or the first with some
+// again may change it. Shutdown's health.Shutdown makes it a no-op once
+// it has run.
+func (n *Node) refreshRLSHealth() {
+	if n.serving.Load() {
+		n.health.SetServingStatus(envoyRLSServiceName, n.rlsHealth())
+	}
+}
+
+// healthy is /healthz's (and /healthcheck's) answer: serving, and not
+// unready for want of a configuration (unready).
 func (n *Node) healthy() bool {
-	return n.serving.Load() && (n.rls == nil || !n.rls.awaitConfig || !n.rls.awaiting())
+	return n.serving.Load() && (n.rls == nil || !n.rls.unready())
 }
 
 // awaiting reports whether calls must wait for a first configuration
 // from a control plane.
 func (e *envoyRLS) awaiting() bool { return e.xds != nil && !e.rules.Loaded() }
+
+// unready reports whether the rules keep the node's health down: with
+// EnvoyRLSAwaitConfig, none yet from the control plane (upstream does not
+// even listen then, unless FORCE_START_WITHOUT_INITIAL_CONFIG); with
+// EnvoyRLSHealthyNeedsDomains, rules in force with no domains, at any
+// time. Upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED fails its
+// health whenever a configuration with no domains is put in force, not
+// only before the first (service.SetConfig), and Envoy Gateway serves one
+// with no domains when its last Gateway is deleted. The calls are
+// answered meanwhile (after the first), an empty configuration limiting
+// nothing, as upstream's.
+func (e *envoyRLS) unready() bool {
+	if e.awaitConfig && e.awaiting() {
+		return true
+	}
+	return e.needsDomains && (!e.rules.Loaded() || len(e.rules.Current().Domains()) == 0)
+}
 
 // awaitGate answers UNAVAILABLE until the first configuration from the
 // control plane is in force, then steps aside.
@@ -100,6 +122,7 @@ type awaitGate struct {
 
 func (g awaitGate) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	if g.rls.awaiting() {
+		g.rls.metrics.Unanswered() // upstream counts it, as a service error
 		return nil, status.Errorf(codes.Unavailable, "no rate limit configuration yet from the control plane %s", g.rls.xds.Source())
 	}
 	return g.RateLimitServiceServer.ShouldRateLimit(ctx, req)

@@ -115,9 +115,12 @@ func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication
 // their owner (or decide them as the owner's heir), in one call. Its
 // deadline leaves room for via's own forward to the owner. A check via
 // could not get decided (UNAVAILABLE) comes back as a *peer.CallError,
-// for this node's fallback.
+// for this node's fallback. A sampled caller's span goes with every
+// check, as a forward's does: via's span, and the owner's under it, join
+// the caller's trace.
 func (p *Peers) Relay(ctx context.Context, via peer.Route, reqs []limiter.Request) ([]peer.Result, error) {
-	req := &pb.ForwardRequest{Origin: p.self, Checks: protoconv.ToProtoRequests(reqs)}
+	req := &pb.ForwardRequest{Origin: p.self, Checks: protoconv.ToProtoRequests(reqs),
+		Traces: sharedParents(len(reqs), sampledParent(trace.SpanFromContext(ctx)))}
 	results, id, err := call(p, ctx, via, 2*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) ([]*pb.CheckResult, error) {
 		resp, err := c.Relay(ctx, req)
 		if err == nil && len(resp.GetResults()) != len(reqs) {

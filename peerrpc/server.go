@@ -30,8 +30,9 @@ type Server struct {
 	Admit func(ctx context.Context, origin string) error
 	// Drain, if set, ends ForwardStreams when the node shuts down.
 	Drain *grpcapi.Drain
-	// Tracer, if set, records the owner's span of each forwarded check
-	// whose sender traces it (ForwardRequest.traces), named by NodeID.
+	// Tracer, if set, records the owner's span of each forwarded check,
+	// and the relay's span of each relayed one, whose sender traces it
+	// (ForwardRequest.traces), named by NodeID.
 	Tracer trace.Tracer
 	NodeID string
 }
@@ -48,7 +49,7 @@ func (s *Server) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Forwar
 
 // forward decides a batch of forwarded checks and returns their answers.
 func (s *Server) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.CheckResult {
-	end := s.startDecideSpans(ctx, in)
+	_, end := s.startSpans(ctx, in, decideSpanName)
 	b := protoconv.FromProtoBatch(in.GetChecks(), protoconv.FromForwarded)
 	results := b.Answer(s.h.HandleForward(ctx, in.GetOrigin(), b.Reqs))
 	end(results)
@@ -56,10 +57,15 @@ func (s *Server) forward(ctx context.Context, in *pb.ForwardRequest) []*pb.Check
 }
 
 // Relay implements pb.PeerServer: take the checks to their owner, or
-// decide them as the owner's heir; never relayed further.
+// decide them as the owner's heir; never relayed further. A traced
+// check's relay span is in the context the Handler forwards with, so the
+// owner's span joins the sender's trace as a forward's does.
 func (s *Server) Relay(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	ctx, end := s.startSpans(grpcapi.Incoming(ctx), in, relaySpanName)
 	b := protoconv.FromProtoBatch(in.GetChecks(), protoconv.FromForwarded)
-	return &pb.ForwardResponse{Results: b.Answer(s.h.HandleRelay(grpcapi.Incoming(ctx), in.GetOrigin(), b.Reqs))}, nil
+	results := b.Answer(s.h.HandleRelay(ctx, in.GetOrigin(), b.Reqs))
+	end(results)
+	return &pb.ForwardResponse{Results: results}, nil
 }
 
 // Handoff implements pb.PeerServer: merge the states into the store.

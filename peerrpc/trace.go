@@ -45,13 +45,30 @@ func sampledParent(span trace.Span) *trace.SpanContext {
 func traceParents(items []fwdItem) []*pb.TraceParent {
 	var out []*pb.TraceParent
 	for i, it := range items {
-		if it.span == nil {
-			continue
+		if it.span != nil {
+			out = append(out, traceParent(i, it.span))
 		}
-		tid, sid := it.span.TraceID(), it.span.SpanID()
-		out = append(out, &pb.TraceParent{Check: uint32(i), TraceId: tid[:], SpanId: sid[:], Flags: uint32(it.span.TraceFlags())})
 	}
 	return out
+}
+
+// sharedParents lists n checks of one caller, whose span is sc (nil: not
+// sampled), for a ForwardRequest: a relay's checks; nil when sc is.
+func sharedParents(n int, sc *trace.SpanContext) []*pb.TraceParent {
+	if sc == nil {
+		return nil
+	}
+	out := make([]*pb.TraceParent, n)
+	for i := range out {
+		out[i] = traceParent(i, sc)
+	}
+	return out
+}
+
+// traceParent names sc as the parent of check i of a batch.
+func traceParent(i int, sc *trace.SpanContext) *pb.TraceParent {
+	tid, sid := sc.TraceID(), sc.SpanID()
+	return &pb.TraceParent{Check: uint32(i), TraceId: tid[:], SpanId: sid[:], Flags: uint32(sc.TraceFlags())}
 }
 
 // Attributes of the owner's span.
@@ -62,42 +79,60 @@ const (
 	attrDegraded = attribute.Key("peerlimit.degraded")
 )
 
-// decideSpanName is the owner's span of one forwarded check.
-const decideSpanName = "peerlimit.decide"
+// The span of one check on the node a peer sent it to: its owner's
+// decision (Forward, ForwardStream), or a relay's work (Relay): taking it
+// to its owner, whose decision is then a child of this span, or deciding
+// it here as the owner's heir.
+const (
+	decideSpanName = "peerlimit.decide"
+	relaySpanName  = "peerlimit.relay"
+)
 
-// startDecideSpans starts, on the owner, a span for each traced check of
-// in, a child of the span its sender named, and returns what ends them
-// with the checks' answers. A trace parent that names no check of the
-// batch, or an invalid span, is ignored: whatever a peer sends, nothing
-// fails for it. Without a tracer, or traced checks, it costs a nil check.
-func (s *Server) startDecideSpans(ctx context.Context, in *pb.ForwardRequest) func([]*pb.CheckResult) {
+// startSpans starts a span called name for each traced check of in, a
+// child of the span its sender named, and returns what ends them with the
+// checks' answers, and ctx with the span of the first traced check: the
+// calls made for the checks (a relay's forward to the owner) carry it, so
+// that the owner's span joins the trace. A relay's checks come from one
+// caller, so that span stands for all. A trace parent that names no
+// check of the batch, or an invalid span, is ignored: whatever a peer
+// sends, nothing fails for it. Without a tracer, or traced checks, it
+// costs a nil check.
+func (s *Server) startSpans(ctx context.Context, in *pb.ForwardRequest, name string) (context.Context, func([]*pb.CheckResult)) {
 	traces := in.GetTraces()
 	if s.Tracer == nil || len(traces) == 0 {
-		return func([]*pb.CheckResult) {}
+		return ctx, func([]*pb.CheckResult) {}
 	}
 	n := len(in.GetChecks())
 	spans := make(map[int]trace.Span, min(len(traces), n))
+	spanCtx, first := ctx, n
 	for _, tp := range traces {
 		parent, ok := remoteParent(tp)
-		if !ok || int(tp.GetCheck()) >= n || spans[int(tp.GetCheck())] != nil {
+		i := int(tp.GetCheck())
+		if !ok || i >= n || spans[i] != nil {
 			continue
 		}
-		_, span := s.Tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), decideSpanName,
+		sctx, span := s.Tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), name,
 			trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attrNode.String(s.NodeID), attrOrigin.String(in.GetOrigin()), attrChecks.Int(n)))
-		spans[int(tp.GetCheck())] = span
-	}
-	return func(results []*pb.CheckResult) {
-		for i, span := range spans {
-			if i < len(results) {
-				if r := results[i].GetResponse(); r != nil {
-					span.SetAttributes(attrAllowed.Bool(r.GetAllowed()), attrDegraded.Bool(r.GetDegraded()))
-				} else if e := results[i].GetError(); e != nil {
-					span.SetStatus(otelcodes.Error, e.GetMessage())
-				}
-			}
-			span.End()
+		spans[i] = span
+		if i < first {
+			spanCtx, first = sctx, i
 		}
+	}
+	return spanCtx, func(results []*pb.CheckResult) { endSpans(spans, results) }
+}
+
+// endSpans ends each check's span with its answer.
+func endSpans(spans map[int]trace.Span, results []*pb.CheckResult) {
+	for i, span := range spans {
+		if i < len(results) {
+			if r := results[i].GetResponse(); r != nil {
+				span.SetAttributes(attrAllowed.Bool(r.GetAllowed()), attrDegraded.Bool(r.GetDegraded()))
+			} else if e := results[i].GetError(); e != nil {
+				span.SetStatus(otelcodes.Error, e.GetMessage())
+			}
+		}
+		span.End()
 	}
 }
 

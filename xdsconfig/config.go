@@ -31,9 +31,12 @@ type Config struct {
 	// subscription.
 	ServerAddr string
 	// NodeID and NodeMetadata identify this client to the control plane
-	// (the xDS Node's id and metadata); Envoy Gateway serves its rate
-	// limit configuration to any id. Default NodeID "default", as
-	// upstream's.
+	// (the xDS Node's id and metadata). A control plane serves each id
+	// its own snapshot, and nothing to an id it does not know: Envoy
+	// Gateway keys its snapshot cache by node id (go-control-plane's
+	// IDHash) and sets a snapshot for "envoy-ratelimit" only, the id it
+	// gives every replica of its rate limit service. Default "default",
+	// as upstream's; see NoResponseWarning for a mismatch.
 	NodeID       string
 	NodeMetadata map[string]string
 	// Headers are added to the stream's gRPC metadata (upstream's
@@ -65,10 +68,30 @@ type Config struct {
 	// NackPause is how long the same refused configuration, sent again,
 	// waits for its NACK (see refusal). Default 1s.
 	NackPause time.Duration
-	// KeepaliveTime pings an idle stream so that a control plane that
-	// vanished without closing it is noticed. Default 30s.
+	// KeepaliveTime, when not zero, pings the open stream after that
+	// long without traffic, so that a control plane that vanished
+	// without closing the connection is noticed (without pings only the
+	// operating system's TCP keepalive notices it, hours later on Linux's
+	// defaults; the configuration in force stays meanwhile). It must not
+	// be more frequent than the server's keepalive enforcement allows:
+	// a gRPC server's default policy (Envoy Gateway's xDS server keeps
+	// it) answers pings more often than every 5 minutes with GOAWAY
+	// too_many_pings and drops the stream. gRPC would raise anything
+	// under 10s to 10s; Validate refuses it instead. Default 0, no
+	// pings, as upstream.
 	KeepaliveTime time.Duration
+	// NoResponseWarning is how long an open stream may go without a
+	// first response before a warning is logged, once per stream: a
+	// control plane sends nothing to a node id it has no snapshot for,
+	// so a wrong NodeID looks like a healthy, silent stream. Silence
+	// after a response is normal (a state-of-the-world server sends
+	// only changes). Default 30s.
+	NoResponseWarning time.Duration
 }
+
+// minKeepaliveTime is gRPC's floor on client keepalive pings: a shorter
+// KeepaliveTime would be raised to it, silently.
+const minKeepaliveTime = 10 * time.Second
 
 // DefaultConfig is no subscription; set ServerAddr to subscribe.
 func DefaultConfig() Config {
@@ -77,8 +100,9 @@ func DefaultConfig() Config {
 		BackoffInitial:  500 * time.Millisecond,
 		BackoffMax:      30 * time.Second,
 		MaxRecvMsgBytes: 16 << 20,
-		KeepaliveTime:   30 * time.Second,
 		NackPause:       time.Second,
+		// No keepalive pings: see KeepaliveTime.
+		NoResponseWarning: 30 * time.Second,
 	}
 }
 
@@ -98,7 +122,8 @@ func (c Config) Validate() error {
 	check(c.BackoffMax < c.BackoffInitial, "BackoffMax", "must be ≥ BackoffInitial (%s), got %s", c.BackoffInitial, c.BackoffMax)
 	check(c.NackPause <= 0, "NackPause", "must be positive, got %s", c.NackPause)
 	check(c.MaxRecvMsgBytes < 1024, "MaxRecvMsgBytes", "must be ≥ 1024, got %d", c.MaxRecvMsgBytes)
-	check(c.KeepaliveTime < 10*time.Second, "KeepaliveTime", "must be ≥ 10s (gRPC's minimum), got %s", c.KeepaliveTime)
+	check(c.KeepaliveTime != 0 && c.KeepaliveTime < minKeepaliveTime, "KeepaliveTime", "must be 0 (no pings) or ≥ %s (gRPC's minimum), got %s", minKeepaliveTime, c.KeepaliveTime)
+	check(c.NoResponseWarning <= 0, "NoResponseWarning", "must be positive, got %s", c.NoResponseWarning)
 	check((c.CertFile == "") != (c.KeyFile == ""), "CertFile", "and KeyFile go together")
 	tlsFiles := c.CAFile != "" || c.CertFile != "" || c.ServerName != "" || c.InsecureSkipVerify
 	check(tlsFiles && !c.UseTLS, "UseTLS", "must be set with CAFile, CertFile, ServerName or InsecureSkipVerify")

@@ -18,9 +18,12 @@ import (
 // file (upstream converts its protos to its YAML structs the same way).
 //
 // Where the proto cannot say "unset" the document leaves the field out
-// as upstream's conversion does in effect: an unlimited rate limit has no
-// unit or requests_per_unit, and UNKNOWN is no unit (so a limited rule
-// without one is refused, naming the field).
+// as upstream's conversion does in effect: UNKNOWN is no unit (so a
+// limited rule without one is refused, naming the field), and 0 is no
+// requests_per_unit on an unlimited rate limit. An unlimited rate limit
+// with a unit or a requests_per_unit is refused, as the same file is
+// (upstream refuses the unit: "should not specify rate limit unit when
+// unlimited").
 func Document(c *rlsconfpb.RateLimitConfig) (envoyrls.Document, error) {
 	return (&budget{}).document(c)
 }
@@ -36,6 +39,9 @@ type budget struct {
 func (b *budget) document(c *rlsconfpb.RateLimitConfig) (envoyrls.Document, error) {
 	if err := b.check(c.GetDescriptors(), 1); err != nil {
 		return envoyrls.Document{}, fmt.Errorf("xds: resource %q: %w", c.GetName(), err)
+	}
+	if err := unlimitedAlone(c.GetDescriptors(), ""); err != nil {
+		return envoyrls.Document{}, fmt.Errorf("xds: resource %q: domain %q, %w", c.GetName(), c.GetDomain(), err)
 	}
 	doc := yamlDomain{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors())}
 	data, err := yaml.Marshal(doc)
@@ -108,6 +114,35 @@ func rateLimit(p *rlsconfpb.RateLimitPolicy) *yamlRateLimit {
 	rpu := p.GetRequestsPerUnit()
 	r.RequestsPerUnit = &rpu
 	return r
+}
+
+// unlimitedAlone refuses an unlimited rate limit that also has a unit or
+// a requests_per_unit, naming the descriptor as the parser does (parents
+// first, key=value): the document cannot carry them, since it leaves
+// them out of an unlimited rate limit, and so the parser cannot see them.
+// Called after check, which bounds the depth.
+func unlimitedAlone(ds []*rlsconfpb.RateLimitDescriptor, parents string) error {
+	for _, d := range ds {
+		chain := d.GetKey()
+		if d.GetValue() != "" {
+			chain += "=" + d.GetValue()
+		}
+		if parents != "" {
+			chain = parents + " / " + chain
+		}
+		p := d.GetRateLimit()
+		switch {
+		case !p.GetUnlimited():
+		case p.GetUnit() != rlsconfpb.RateLimitUnit_UNKNOWN:
+			return fmt.Errorf("descriptor %s: should not specify rate limit unit when unlimited (unit %s)", chain, p.GetUnit())
+		case p.GetRequestsPerUnit() != 0:
+			return fmt.Errorf("descriptor %s: should not specify requests_per_unit when unlimited (requests_per_unit %d)", chain, p.GetRequestsPerUnit())
+		}
+		if err := unlimitedAlone(d.GetDescriptors(), chain); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // check counts ds and their metadata against the budget, and their depth

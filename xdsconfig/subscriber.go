@@ -108,6 +108,12 @@ func (s *Subscriber) Run(ctx context.Context) {
 // session runs one stream: connect, ask, then apply and answer each
 // response until the stream breaks. It reports whether any response was
 // put in force.
+//
+// Each session dials its own connection and closes it at the end. That
+// is what re-reads the TLS files, so that rotated certificates are used
+// on the next stream, and it costs one handshake per broken stream,
+// which the backoff paces; a connection kept across sessions would hold
+// its first certificates for the life of the process.
 func (s *Subscriber) session(ctx context.Context) (delivered bool, err error) {
 	conn, err := s.dial()
 	if err != nil {
@@ -128,12 +134,15 @@ func (s *Subscriber) session(ctx context.Context) (delivered bool, err error) {
 	s.metrics.connected.Set(1)
 	defer s.metrics.connected.Set(0)
 	s.log.Info("xds: subscribed", "node_id", node.GetId(), "type", TypeURL)
+	silent := s.warnIfSilent(node.GetId())
+	defer silent.Stop()
 	var refused refusal
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return delivered, fmt.Errorf("xds: receiving: %w", err)
 		}
+		silent.Stop()
 		answer := &discoverypb.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		if err := refused.again(ctx, resp, s.cfg.NackPause); err != nil {
 			s.metrics.responses.WithLabelValues("nack").Inc()
@@ -149,6 +158,22 @@ func (s *Subscriber) session(ctx context.Context) (delivered bool, err error) {
 			return delivered, fmt.Errorf("xds: answering version %q: %w", resp.GetVersionInfo(), err)
 		}
 	}
+}
+
+// warnIfSilent logs one warning if the stream just opened gets no
+// response within Config.NoResponseWarning; the caller stops the timer
+// at the first response. A control plane answers a node id it has a
+// snapshot for at once, and keeps the stream open and silent for any
+// other: without this, a wrong node id would look like a healthy stream.
+// (go-control-plane's cache also sends nothing to a new stream while its
+// snapshot has no resources of the type, as Envoy Gateway's has none
+// once its last Gateway is deleted; the warning says so.)
+func (s *Subscriber) warnIfSilent(nodeID string) *time.Timer {
+	return time.AfterFunc(s.cfg.NoResponseWarning, func() {
+		s.log.Warn("xds: the control plane has sent no configuration since the stream opened; does the control plane serve this node id? "+
+			"(it sends nothing to an id it has no snapshot for, nor, on a new stream, an empty snapshot)",
+			"node_id", nodeID, "waited", s.cfg.NoResponseWarning)
+	})
 }
 
 // refusal remembers the last configuration refused on a stream.
@@ -274,10 +299,16 @@ func (s *Subscriber) dial() (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(t)
 	}
-	conn, err := grpc.NewClient(s.cfg.ServerAddr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(s.cfg.MaxRecvMsgBytes)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: s.cfg.KeepaliveTime, Timeout: 10 * time.Second, PermitWithoutStream: true}))
+	}
+	if s.cfg.KeepaliveTime > 0 {
+		// Only while the stream is open: a gRPC server's default policy
+		// counts pings on a connection without streams against it too.
+		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: s.cfg.KeepaliveTime, Timeout: 10 * time.Second}))
+	}
+	conn, err := grpc.NewClient(s.cfg.ServerAddr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("xds: dialling %s: %w", s.cfg.ServerAddr, err)
 	}

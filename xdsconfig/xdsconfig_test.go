@@ -32,12 +32,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // node does.
 type registryTarget struct {
 	reg     *envoyrls.Registry
+	opts    envoyrls.LoadOptions
 	mu      sync.Mutex
 	applied []string // versions put in force
 }
 
+func newTarget() *registryTarget { return &registryTarget{reg: envoyrls.EmptyRegistry("xds://test")} }
+
 func (r *registryTarget) Apply(u xdsconfig.Update) error {
-	cfg, err := envoyrls.ParseDocuments("xds://test", u.Documents, envoyrls.LoadOptions{})
+	cfg, err := envoyrls.ParseDocuments("xds://test", u.Documents, r.opts)
 	if err != nil {
 		return err
 	}
@@ -67,8 +70,14 @@ func limitConfig(name, domain string, rpu uint32) *rlsconfpb.RateLimitConfig {
 // subscribe runs a Subscriber against srv until the test ends.
 func subscribe(t *testing.T, cfg xdsconfig.Config) *registryTarget {
 	t.Helper()
-	target := &registryTarget{reg: envoyrls.EmptyRegistry("xds://test")}
-	log := slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	target := newTarget()
+	run(t, cfg, target, slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	return target
+}
+
+// run runs a Subscriber for target, logging to log, until the test ends.
+func run(t *testing.T, cfg xdsconfig.Config, target xdsconfig.Target, log *slog.Logger) {
+	t.Helper()
 	sub, err := xdsconfig.New(cfg, target, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +89,13 @@ func subscribe(t *testing.T, cfg xdsconfig.Config) *registryTarget {
 		sub.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return target
 }
 
+// fastConfig subscribes to addr as Envoy Gateway's replicas do, with
+// short waits.
 func fastConfig(addr string) xdsconfig.Config {
 	cfg := xdsconfig.DefaultConfig()
-	cfg.ServerAddr = addr
+	cfg.ServerAddr, cfg.NodeID = addr, xdsserver.EnvoyGatewayNodeID
 	cfg.BackoffInitial, cfg.BackoffMax = 20*time.Millisecond, 200*time.Millisecond
 	cfg.NackPause = 500 * time.Millisecond
 	return cfg
@@ -243,7 +253,7 @@ func TestAResourceReadsAsTheSameFile(t *testing.T) {
 				Replaces: []*rlsconfpb.RateLimitReplace{{Name: "global"}}},
 		}}},
 		{Key: "to_number", QuotaMode: true, Metadata: md, RateLimit: &rlsconfpb.RateLimitPolicy{Unit: rlsconfpb.RateLimitUnit_WEEK, RequestsPerUnit: 100, Name: "global"}},
-		{Key: "internal", RateLimit: &rlsconfpb.RateLimitPolicy{Unlimited: true, Unit: rlsconfpb.RateLimitUnit_SECOND}},
+		{Key: "internal", RateLimit: &rlsconfpb.RateLimitPolicy{Unlimited: true}},
 	}}
 	doc, err := xdsconfig.Document(res)
 	if err != nil {

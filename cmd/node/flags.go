@@ -36,6 +36,9 @@ type options struct {
 	// metricsAddr, if set, serves GET /metrics alone on an address of its
 	// own (upstream's PROMETHEUS_ADDR).
 	metricsAddr string
+	// debugAddr, if set, serves envoyproxy/ratelimit's debug page (GET
+	// /rlconfig) alone on an address of its own (its DEBUG_PORT).
+	debugAddr string
 }
 
 // rawFlags holds the flags read as strings: they are converted into options
@@ -161,7 +164,7 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 	fs.BoolVar(&c.WatchConfig, "watch-config", c.WatchConfig, "reload --policies and --envoy-rls-config when they change on disk: edited, replaced by rename, or updated as a Kubernetes ConfigMap (a directory is watched for any change of its entries, hidden ones included); a bad file keeps the configuration in force and is reported in /healthz and peerlimit_config_reload_failing")
 	fs.StringVar(&c.EnvoyRLSWatchRoot, "envoy-rls-watch-root", c.EnvoyRLSWatchRoot, "with --watch-config: a symlink, --envoy-rls-config or one of its ancestors, swapped atomically to publish a new version; only its swaps reload --envoy-rls-config (envoyproxy/ratelimit's RUNTIME_WATCH_ROOT=true with RUNTIME_ROOT); empty: watch --envoy-rls-config itself")
 	defineEnvoyRLSFlags(fs, &c.EnvoyRLS)
-	defineXDSFlags(fs, &c.EnvoyRLSXDS, &c.EnvoyRLSAwaitConfig)
+	defineXDSFlags(fs, &c.EnvoyRLSXDS, &c.EnvoyRLSAwaitConfig, &c.EnvoyRLSHealthyNeedsDomains)
 	fs.BoolVar(&c.HTTP.Pprof, "pprof", c.HTTP.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 }
 
@@ -175,6 +178,7 @@ func defineEnvoyRLSFlags(fs *flag.FlagSet, s *envoyrls.Config) {
 	fs.BoolVar(&s.QuotaMode, "envoy-rls-quota-mode", s.QuotaMode, "every descriptor is in quota mode: an answer is OVER_LIMIT only when all are over (QUOTA_MODE)")
 	fs.Float64Var(&s.NearLimitRatio, "envoy-rls-near-limit-ratio", s.NearLimitRatio, "hits above floor(limit × ratio) count in ratelimit_service_rate_limit_near_limit (NEAR_LIMIT_RATIO), in (0, 1]")
 	fs.IntVar(&s.MaxStatsKeys, "envoy-rls-max-stats-keys", s.MaxStatsKeys, "most ratelimit_service_rate_limit_* keys made from request values (detailed_metric, value_to_metric, a request's own limit) over the node's life; past it they count under the rule's configured key")
+	fs.BoolVar(&s.ResponseTimeMilliseconds, "envoy-rls-response-time-milliseconds", s.ResponseTimeMilliseconds, "ratelimit_service_response_time_seconds in milliseconds, bucket bounds included, under the same name (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)")
 }
 
 // defineProcessFlags defines the settings of the process rather than of the
@@ -182,8 +186,9 @@ func defineEnvoyRLSFlags(fs *flag.FlagSet, s *envoyrls.Config) {
 func defineProcessFlags(fs *flag.FlagSet, o *options, raw *rawFlags) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "how long a graceful shutdown may take before calls are cut")
 	fs.StringVar(&raw.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text, json, or json-ratelimit: JSON with envoyproxy/ratelimit's keys (@timestamp, @message, logrus's level names), its LOG_FORMAT=json")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "also serve GET /metrics alone, without authentication, on this address (envoyproxy/ratelimit's PROMETHEUS_ADDR); empty: only on --http-addr")
+	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve envoyproxy/ratelimit's debug page, GET /rlconfig (the Envoy rules in force, as text), alone, without authentication, on this address (its DEBUG_HOST:DEBUG_PORT); empty: only at GET /v1/envoy-rls/config?format=text on --http-addr")
 }
 
 // defineFaultFlags defines the fault-injection flags: a node started with
@@ -295,8 +300,8 @@ func (r rawFlags) applyLog(o *options) error {
 	if err := o.logLevel.UnmarshalText([]byte(r.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	if o.logFormat != "text" && o.logFormat != "json" {
-		return fmt.Errorf("--log-format: want text or json, got %q", o.logFormat)
+	if o.logFormat != "text" && o.logFormat != "json" && o.logFormat != "json-ratelimit" {
+		return fmt.Errorf("--log-format: want text, json or json-ratelimit, got %q", o.logFormat)
 	}
 	return nil
 }

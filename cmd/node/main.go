@@ -36,31 +36,39 @@ func main() {
 
 // run serves a node until SIGTERM or SIGINT; SIGHUP reloads.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
-	return runWith(args, getenv, stderr, nil)
+	return runWith(args, getenv, stderr, mode{})
 }
 
 // runWith is run with notes to log once the logger exists (the
 // ratelimit mode's, on upstream variables it accepts but does not use).
-func runWith(args []string, getenv func(string) string, stderr io.Writer, notes []string) int {
+// mode is what a way of starting the node adds to its flags: the
+// ratelimit mode's notes on upstream's variables, and its own check of the
+// options they made.
+type mode struct {
+	notes []string
+	check func(options) error
+}
+
+func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode) int {
 	opts, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if err == nil && m.check != nil {
+		err = m.check(opts)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "peerlimit-node:", err)
 		return 2
 	}
-	hopts := &slog.HandlerOptions{Level: opts.logLevel}
-	var h slog.Handler = slog.NewTextHandler(stderr, hopts)
-	if opts.logFormat == "json" {
-		h = slog.NewJSONHandler(stderr, hopts)
-	}
-	opts.node.Logger = slog.New(h)
+	opts.node.Logger = slog.New(logHandler(stderr, opts.logFormat, opts.logLevel))
 	if opts.node.Tracing.Enabled { // the SDK's export errors, otherwise on the standard logger
 		otel.SetErrorHandler(tracing.LogErrors(opts.node.Logger))
 	}
-	for _, note := range notes {
-		opts.node.Logger.Info("ratelimit mode: " + note)
+	for _, note := range m.notes {
+		// Warn: upstream's default level, so that what a variable no
+		// longer does is seen without asking for more.
+		opts.node.Logger.Warn("ratelimit mode: " + note)
 	}
 	for _, why := range opts.deprecated {
 		opts.node.Logger.Warn("deprecated flag", "why", why)
@@ -82,13 +90,13 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, notes 
 		opts.node.Logger.Error("start failed", "err", field.Render(err, opts.fieldName))
 		return 1
 	}
-	stopMetrics, err := serveMetrics(opts.metricsAddr, n, opts.node.Logger)
+	stopSide, err := serveSideListeners(opts, n)
 	if err != nil {
 		opts.node.Logger.Error("start failed", "err", err)
 		n.Kill()
 		return 1
 	}
-	defer stopMetrics()
+	defer stopSide()
 	// SIGHUP runs every reload hook in turn: policies, credentials, Envoy
 	// RLS config. Each logs (and counts) its own outcome and keeps the old
 	// settings when a file is unusable, so its error needs nothing more here.
@@ -115,26 +123,59 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, notes 
 	return 0
 }
 
-// serveMetrics serves n's metrics on addr until the returned stop is
-// called; nothing without an addr.
-func serveMetrics(addr string, n *node.Node, log *slog.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
+// serveSideListeners serves, each alone on an address of its own and
+// without authentication, n's metrics (--metrics-addr, upstream's
+// PROMETHEUS_ADDR) and upstream's debug page (--debug-addr, its
+// DEBUG_PORT: /rlconfig), until the returned stop is called.
+func serveSideListeners(opts options, n *node.Node) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
 	}
+	for _, l := range []struct {
+		flag, addr, path, what string
+		h                      http.Handler
+	}{
+		{"--metrics-addr", opts.metricsAddr, "GET /metrics", "metrics served", n.MetricsHandler()},
+		{"--debug-addr", opts.debugAddr, "GET /rlconfig", "debug page served", n.RLConfigHandler()},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		s, err := serveAlone(l.addr, l.path, l.h, opts.node.Logger)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", l.flag, err)
+		}
+		opts.node.Logger.Info(l.what, "addr", s.addr)
+		stops = append(stops, s.stop)
+	}
+	return stop, nil
+}
+
+// sideListener is one of serveSideListeners' servers.
+type sideListener struct {
+	addr string
+	stop func()
+}
+
+// serveAlone serves h at pattern, and nothing else, on addr.
+func serveAlone(addr, pattern string, h http.Handler, log *slog.Logger) (sideListener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
+		return sideListener{}, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", n.MetricsHandler())
+	mux.Handle(pattern, h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+			log.Error("side listener stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	log.Info("metrics served", "addr", ln.Addr().String())
-	return func() { srv.Close(); <-done }, nil
+	return sideListener{addr: ln.Addr().String(), stop: func() { srv.Close(); <-done }}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,9 +143,9 @@ func TestProcessAnswersREADMECurlAndStopsOnSIGTERM(t *testing.T) {
 
 // process is a node running as a child process.
 type process struct {
-	cmd          *exec.Cmd
-	lines        chan string
-	http, gossip string
+	cmd                *exec.Cmd
+	lines              chan string
+	http, grpc, gossip string
 }
 
 // startProcess runs the node binary (this test binary in main mode) on
@@ -171,7 +172,7 @@ func startProcess(t *testing.T, id string, extra ...string) *process {
 		}
 	}()
 	rec := waitForLog(t, p.lines, "node started")
-	p.http, p.gossip = rec["http"].(string), rec["gossip"].(string)
+	p.http, p.grpc, p.gossip = rec["http"].(string), rec["grpc"].(string), rec["gossip"].(string)
 	return p
 }
 
@@ -266,20 +267,30 @@ func readmeCurl(t *testing.T) (path, body string) {
 	return string(m[1]), string(m[2])
 }
 
-// waitForLog returns the first JSON log line whose msg is msg.
-func waitForLog(t *testing.T, lines <-chan string, msg string) map[string]any {
+// logMessage is a JSON log line's message: slog's "msg", or "@message"
+// in the ratelimit mode's upstream keys.
+func logMessage(rec map[string]any) string {
+	if m, ok := rec["msg"].(string); ok {
+		return m
+	}
+	m, _ := rec["@message"].(string)
+	return m
+}
+
+// waitForLog returns the first JSON log line whose message is one of msgs.
+func waitForLog(t *testing.T, lines <-chan string, msgs ...string) map[string]any {
 	t.Helper()
 	deadline := time.After(15 * time.Second)
 	for {
 		select {
 		case l, ok := <-lines:
-			require.True(t, ok, "process exited before logging %q", msg)
+			require.True(t, ok, "process exited before logging %q", msgs)
 			var rec map[string]any
-			if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == msg {
+			if json.Unmarshal([]byte(l), &rec) == nil && slices.Contains(msgs, logMessage(rec)) {
 				return rec
 			}
 		case <-deadline:
-			t.Fatal(fmt.Sprintf("no %q log line within 15s", msg))
+			t.Fatal(fmt.Sprintf("no %q log line within 15s", msgs))
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // The ratelimit mode: peerlimit-node started as /bin/ratelimit (the
@@ -31,7 +33,22 @@ func runUpstream(args []string, getenv func(string) string, stderr io.Writer) in
 		fmt.Fprintln(stderr, "peerlimit-node (ratelimit mode):", err)
 		return exitUsage
 	}
-	return runWith(append(flags, args...), getenv, stderr, notes)
+	return runWith(append(flags, args...), getenv, stderr, mode{notes: notes, check: sharedCANeedsSecret})
+}
+
+// sharedCANeedsSecret refuses peer TLS without a cluster secret. In this
+// mode the peers' CA is Envoy's too: GRPC_SERVER_TLS_CA_CERT is the CA of
+// Envoy Gateway's certificates, Envoy's client certificate included
+// (issued for the same "*.<namespace>" name), and GRPC_CLIENT_TLS_CACERT
+// is by definition the callers'. A certificate from it therefore passes as
+// a peer's, and only the cluster secret tells a member from an Envoy.
+func sharedCANeedsSecret(o options) error {
+	s := o.node.Security
+	if s.PeerCAFile == "" || len(s.ClusterSecrets) > 0 || s.ClusterSecretFile != "" {
+		return nil
+	}
+	return fmt.Errorf("PEERLIMIT_CLUSTER_SECRET (or --cluster-secret-file) is required with GRPC_SERVER_USE_TLS: the peers' CA, %s, "+
+		"also issues Envoy's certificates, so without a cluster secret any Envoy could make Peer calls (feed checks, overwrite counts, reset keys)", s.PeerCAFile)
 }
 
 // upstream reads upstream's variables into flags, collecting what it
@@ -122,16 +139,17 @@ func (u *upstream) note(format string, args ...any) {
 }
 
 // listeners: HOST:PORT is the HTTP API (health at /healthcheck),
-// GRPC_HOST:GRPC_PORT the gRPC one, Envoy's and the peers'.
+// GRPC_HOST:GRPC_PORT the gRPC one, Envoy's and the peers',
+// DEBUG_HOST:DEBUG_PORT upstream's debug page.
 func (u *upstream) listeners() {
 	u.flag("http-addr", net.JoinHostPort(u.str("HOST", "0.0.0.0"), u.port("PORT", "8080")))
 	u.flag("grpc-addr", net.JoinHostPort(u.str("GRPC_HOST", "0.0.0.0"), u.port("GRPC_PORT", "8081")))
 	if v := u.getenv("GRPC_UDS"); v != "" {
 		u.errs = append(u.errs, fmt.Errorf("GRPC_UDS=%q: a unix socket cannot be reached by the other nodes; serve on GRPC_HOST:GRPC_PORT", v))
 	}
-	if u.getenv("DEBUG_HOST") != "" || u.getenv("DEBUG_PORT") != "" {
-		u.note("DEBUG_HOST and DEBUG_PORT: there is no debug port; upstream's /rlconfig is GET /v1/envoy-rls/config?format=text and its stats are GET /metrics, both on HOST:PORT")
-	}
+	// Upstream's debug port: its /rlconfig; the stats are on /metrics and
+	// the profiles on the authenticated API, not here.
+	u.flag("debug-addr", net.JoinHostPort(u.str("DEBUG_HOST", "0.0.0.0"), u.port("DEBUG_PORT", "6070")))
 }
 
 // logging: upstream uses logrus's levels, WARN by default, and any
@@ -148,7 +166,7 @@ func (u *upstream) logging() {
 	u.flag("log-level", level)
 	format := "text"
 	if strings.EqualFold(u.getenv("LOG_FORMAT"), "json") {
-		format = "json"
+		format = "json-ratelimit" // upstream's keys: @timestamp, @message
 	}
 	u.flag("log-format", format)
 }
@@ -174,8 +192,10 @@ func (u *upstream) configSource() {
 		u.errs = append(u.errs, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", typ))
 	}
 	force := u.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
-	healthyWithOne := u.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
-	u.flag("envoy-rls-await-config", strconv.FormatBool(!force || healthyWithOne))
+	u.flag("envoy-rls-await-config", strconv.FormatBool(!force))
+	if u.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false) {
+		u.flag("envoy-rls-healthy-needs-domains", "true")
+	}
 }
 
 func (u *upstream) xds() {
@@ -273,9 +293,68 @@ func (u *upstream) metrics() {
 			u.errs = append(u.errs, fmt.Errorf("PROMETHEUS_PATH=%q: metrics are served at /metrics only", p))
 		}
 	}
+	if u.responseTimeInMilliseconds() {
+		u.flag("envoy-rls-response-time-milliseconds", "true")
+	}
 	if u.boolean("USE_STATSD", true) || u.boolean("USE_DOG_STATSD", false) {
 		u.note("USE_STATSD: statsd is not spoken; the same statistics, under the Prometheus names statsd_exporter gives them, are at GET /metrics on HOST:PORT (and PROMETHEUS_ADDR with USE_PROMETHEUS=true)")
 	}
+}
+
+// responseTimeInMilliseconds says in which unit upstream's Prometheus
+// exporter would fill ratelimit_service_response_time_seconds. Its
+// statsd timer is in milliseconds and its mapping scales it: its default
+// mapping by 0.001, dropped by PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS;
+// a PROMETHEUS_MAPPER_YAML replaces the default, and decides by its own
+// response_time entry. Envoy Gateway's (its statsd_conf.yaml) has no
+// scale there, so under Envoy Gateway upstream's histogram holds
+// milliseconds under the _seconds name, and its dashboards expect them.
+// The rest of a mapping file is not read: the names are upstream's.
+func (u *upstream) responseTimeInMilliseconds() bool {
+	path := u.getenv("PROMETHEUS_MAPPER_YAML")
+	if path == "" || !u.boolean("USE_PROMETHEUS", false) {
+		return u.boolean("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
+	}
+	ms, err := mapperScalesToMilliseconds(path)
+	if err != nil {
+		u.errs = append(u.errs, fmt.Errorf("PROMETHEUS_MAPPER_YAML=%q: %w", path, err))
+		return false
+	}
+	u.note("PROMETHEUS_MAPPER_YAML: read for the response time's unit only (%s); the metric names are upstream's, fixed",
+		map[bool]string{true: "milliseconds: its response_time mapping has no scale", false: "seconds"}[ms])
+	return ms
+}
+
+// mapperScalesToMilliseconds reads a statsd_exporter mapping file and
+// reports whether its ratelimit_server.*.response_time mapping leaves
+// upstream's milliseconds unscaled (none: seconds, as upstream's default).
+func mapperScalesToMilliseconds(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var m struct {
+		Mappings []struct {
+			Match string   `yaml:"match"`
+			Scale *float64 `yaml:"scale"`
+		} `yaml:"mappings"`
+	}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return false, err
+	}
+	for _, mp := range m.Mappings {
+		if mp.Match != "ratelimit_server.*.response_time" {
+			continue
+		}
+		switch {
+		case mp.Scale == nil:
+			return true, nil
+		case *mp.Scale == 0.001:
+			return false, nil
+		}
+		return false, fmt.Errorf("the response_time mapping's scale is %g; seconds (0.001) or milliseconds (none) are served", *mp.Scale)
+	}
+	return false, nil // not mapped at all: upstream's name is kept here, in seconds
 }
 
 // tracing: OpenTelemetry over OTLP, as upstream's TRACING_* configure it;
@@ -298,9 +377,9 @@ var ignoredPrefixes = []string{"REDIS_", "MEMCACHE_"}
 
 var ignoredNames = []string{"BACKEND_TYPE", "CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES",
 	"STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_DOG_STATSD_MOGRIFIERS",
-	"PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
 	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-	"XDS_CLIENT_BACKOFF_JITTER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"}
+	"XDS_CLIENT_BACKOFF_JITTER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}
 
 // ignored names, in one note, the variables that are set and mean
 // nothing here.

@@ -26,21 +26,11 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/xdsserver"
 )
 
-// Envoy Gateway's rate limit Deployment, as its controller renders it:
-// every variable it sets, read by the real flag parser.
+// Envoy Gateway's rate limit Deployment, as its controller renders it
+// (envoyGatewayEnv), with deploy/envoy-gateway's additions: every
+// variable, read by the real flag parser.
 func TestUpstreamVariablesOfEnvoyGatewaysDeployment(t *testing.T) {
-	env := map[string]string{
-		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
-		"LOG_LEVEL": "info", "USE_STATSD": "true", "STATSD_PORT": "9125",
-		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key",
-		"GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis.svc:6379",
-		"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "envoy-ratelimit", "TRACING_SERVICE_NAMESPACE": "envoy-gateway-system",
-		"TRACING_SERVICE_INSTANCE_ID": "envoy-ratelimit-7d9f", "TRACING_SAMPLING_RATE": "1.0",
-	}
+	env := envoyGatewayEnv("/certs", envoyGatewayMapper(t, egMapperResponseTime))
 	maps.Copy(env, envoyGatewayAdditions(t))
 	getenv := func(k string) string { return env[k] }
 	args, notes, err := upstreamArgs(getenv, keys(env))
@@ -60,23 +50,24 @@ func TestUpstreamVariablesOfEnvoyGatewaysDeployment(t *testing.T) {
 	assert.Empty(t, c.EnvoyRLSConfig, "the xDS source, not files")
 	assert.Equal(t, "/certs/tls.crt", c.Security.TLSCertFile)
 	// GRPC_SERVER_TLS_CA_CERT, which upstream does not read, makes no
-	// client certificate required (upstream's is GRPC_CLIENT_TLS_CACERT);
-	// the peers verify each other with it.
-	assert.Empty(t, c.Security.ClientCAFile)
-	assert.False(t, c.Security.RequireClientCert)
+	// client certificate required (upstream's is GRPC_CLIENT_TLS_CACERT,
+	// which deploy/envoy-gateway adds); the peers verify each other with it.
+	assert.Equal(t, "/certs/ca.crt", c.Security.ClientCAFile)
+	assert.True(t, c.Security.RequireClientCert)
 	assert.Equal(t, "/certs/ca.crt", c.Security.PeerCAFile)
 	assert.Equal(t, 10*time.Second, c.EnvoyRLSXDS.BackoffInitial, "upstream's default")
 	assert.Equal(t, 60*time.Second, c.EnvoyRLSXDS.BackoffMax, "upstream's default")
 	assert.True(t, c.Security.HTTPPlaintext, "Envoy Gateway probes /healthcheck over HTTP")
-	assert.Equal(t, ":19002", o.metricsAddr)
-	assert.Equal(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", c.Security.PeerServerName)
+	assert.Equal(t, ":19001", o.metricsAddr, "where Envoy Gateway's Service and annotations point Prometheus")
+	assert.Equal(t, "envoy-ratelimit.envoy-gateway-system", c.Security.PeerServerName, "a name the certificate's *.envoy-gateway-system covers")
 	assert.Len(t, c.Security.ClusterSecrets, 1)
 	assert.True(t, c.Tracing.Enabled)
 	assert.Equal(t, "envoy-ratelimit", c.Tracing.ServiceName)
 	assert.Equal(t, []string{"envoy-ratelimit-peers.envoy-gateway-system.svc.cluster.local:7946"}, c.Join)
 	joined := strings.Join(notes, "\n")
 	assert.Contains(t, joined, "REDIS_SOCKET_TYPE, REDIS_URL")
-	assert.Contains(t, joined, "USE_STATSD")
+	assert.True(t, o.node.EnvoyRLS.ResponseTimeMilliseconds, "Envoy Gateway's mapping leaves the response time in milliseconds, as upstream then exports it")
+	assert.NoError(t, sharedCANeedsSecret(o), "the cluster secret comes with the additions")
 }
 
 // envoyGatewayAdditions reads the variables deploy/envoy-gateway adds to
@@ -214,7 +205,7 @@ func ratelimitProcess(t *testing.T, env ...string) *process {
 	require.NoError(t, os.Symlink(os.Args[0], link))
 	cmd := exec.Command(link)
 	cmd.Env = append([]string{runMainEnv + "=1", "PEERLIMIT_GOSSIP_ADDR=127.0.0.1:0", "PEERLIMIT_GOSSIP_PROFILE=local",
-		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "LOG_LEVEL=info", "LOG_FORMAT=json"}, env...)
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "LOG_LEVEL=info", "LOG_FORMAT=json"}, env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -231,7 +222,7 @@ func ratelimitProcess(t *testing.T, env ...string) *process {
 		}
 	}()
 	rec := waitForLog(t, p.lines, "node started")
-	p.http, p.gossip = rec["http"].(string), rec["gossip"].(string)
+	p.http, p.grpc, p.gossip = rec["http"].(string), rec["grpc"].(string), rec["gossip"].(string)
 	return p
 }
 
@@ -246,7 +237,12 @@ func TestRatelimitModeServesEnvoyFromXDS(t *testing.T) {
 	p := ratelimitProcess(t, "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis.redis.svc:6379",
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0")
-	metrics := waitForLog(t, p.lines, "metrics served")["addr"].(string)
+	side := map[string]string{}
+	for len(side) < 2 {
+		rec := waitForLog(t, p.lines, "metrics served", "debug page served")
+		side[logMessage(rec)] = rec["addr"].(string)
+	}
+	metrics := side["metrics served"]
 	wait.For(t, 10*time.Second, func() (bool, string) { return srv.Acked("v1") == 1, srv.String() })
 
 	resp, err := http.Get("http://" + p.http + "/healthcheck")
@@ -272,6 +268,12 @@ func TestRatelimitModeServesEnvoyFromXDS(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	assert.Contains(t, string(body), `ratelimit_service_rate_limit_over_limit{domain="default/eg/http"`)
+
+	dresp, err := http.Get("http://" + side["debug page served"] + "/rlconfig")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(dresp.Body)
+	dresp.Body.Close()
+	assert.Contains(t, string(body), "default/eg/http.client: unit=MINUTE requests_per_unit=2, shadow_mode: false", "upstream's /rlconfig on DEBUG_PORT")
 }
 
 func hostname(t *testing.T) string {

@@ -126,7 +126,7 @@ type Watcher struct {
 	log      *slog.Logger
 	fsw      *fsnotify.Watcher
 	targets  []target
-	dirs     map[string]*watchedDir // by path
+	dirs     map[string]*watchedDir // by path, as the targets name it
 	poke     chan struct{}          // capacity 1: Trigger
 	done     chan struct{}          // closed by Close
 	stopped  chan struct{}          // closed when run returns
@@ -143,12 +143,20 @@ type target struct {
 }
 
 // watchedDir is one directory the Watcher watches: what was at its path
-// when last looked at (nil: nothing, or no directory), and whether a
-// watch on it is in place.
+// when last looked at (nil: nothing, or no directory), and, while a watch
+// on it is in place, the path it was added under.
+//
+// That path is the directory's, symlinks resolved: inotify keeps one
+// watch per directory, and fsnotify names every event of it after the
+// first path it was added under, so two targets reaching one directory
+// by different paths (through a symlink) would see each other's events
+// named after the wrong path, or none. Resolved, both add the same path,
+// share the watch, and events are matched to each through it.
 type watchedDir struct {
-	path    string
-	info    os.FileInfo
-	watched bool
+	path     string
+	info     os.FileInfo
+	watched  bool
+	resolved string // valid while watched
 }
 
 // New watches targets, each Path relative to the working directory or
@@ -197,11 +205,37 @@ func (w *Watcher) watchFirst(d *watchedDir) error {
 		w.log.Warn("file watch: directory missing; watching for it to appear", "dir", d.path, "every", w.cfg.Recheck)
 		return nil
 	}
-	if err := w.fsw.Add(d.path); err != nil {
+	if err := w.watch(d); err != nil {
 		return fmt.Errorf("filewatch: watch %s: %w", d.path, err)
 	}
-	d.watched = true
 	return nil
+}
+
+// watch adds a watch on the directory at d's path, under its resolved
+// path (watchedDir), shared with any other watchedDir resolving to it.
+func (w *Watcher) watch(d *watchedDir) error {
+	resolved, err := filepath.EvalSymlinks(d.path)
+	if err != nil {
+		return err
+	}
+	if err := w.fsw.Add(resolved); err != nil {
+		return err
+	}
+	d.watched, d.resolved = true, resolved
+	return nil
+}
+
+// unwatch drops d's watch, and removes it from inotify unless another
+// watchedDir shares it. The watch may be gone with its directory
+// already; then there is nothing to remove, and fsnotify says so.
+func (w *Watcher) unwatch(d *watchedDir) {
+	d.watched = false
+	for _, o := range w.dirs {
+		if o.watched && o.resolved == d.resolved {
+			return
+		}
+	}
+	_ = w.fsw.Remove(d.resolved)
 }
 
 // resolve makes t's path absolute and finds the directory to watch.

@@ -335,6 +335,48 @@ func TestDirectoryBehindASwappedSymlink(t *testing.T) {
 	l.waitSaw(t, "dir", "v2 edited")
 }
 
+// Two targets in one directory reached by different paths, one through
+// a symlink (a policy file and the Envoy rules' directory named from two
+// mounts of the same volume): inotify keeps one watch per directory and
+// fsnotify names its events after the first path added, so before the
+// directories were watched under their resolved paths, whichever target
+// was added second saw none of its changes.
+func TestOneDirectoryByTwoPaths(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "config")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	link := filepath.Join(parent, "link")
+	require.NoError(t, os.Symlink("config", link))
+	direct, via := filepath.Join(dir, "a.yaml"), filepath.Join(link, "b.yaml")
+	write(t, direct, "a1")
+	write(t, via, "b1")
+	var l callLog
+	start(t, fastConfig(),
+		with(l.target("direct", readFile(direct)), direct, File),
+		with(l.target("via link", readFile(via)), via, File),
+		with(l.target("dir via link", readFile(direct)), link, Dir))
+
+	write(t, direct, "a2")
+	l.waitSaw(t, "direct", "a2")
+	l.waitSaw(t, "dir via link", "a2")
+	write(t, via, "b2")
+	l.waitSaw(t, "via link", "b2")
+
+	// The link moved elsewhere: its targets follow, the other keeps its
+	// watch on the directory they shared.
+	other := filepath.Join(parent, "other")
+	require.NoError(t, os.Mkdir(other, 0o755))
+	write(t, filepath.Join(other, "b.yaml"), "b3")
+	tmp := filepath.Join(parent, "link_tmp")
+	require.NoError(t, os.Symlink("other", tmp))
+	require.NoError(t, os.Rename(tmp, link))
+	l.waitSaw(t, "via link", "b3")
+	write(t, via, "b4")
+	l.waitSaw(t, "via link", "b4")
+	write(t, direct, "a3")
+	l.waitSaw(t, "direct", "a3")
+}
+
 // Close stops the goroutine (TestMain checks for leaks), waits for a
 // callback under way, and may be called again.
 func TestCloseWaitsForACallback(t *testing.T) {

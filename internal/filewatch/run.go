@@ -54,18 +54,33 @@ func (w *Watcher) run() {
 }
 
 // event marks the targets ev is a change of, and reports whether it
-// marked any. An event naming a watched directory itself (removed,
-// renamed, or a symlink to it swapped) checks that directory at once.
+// marked any. fsnotify names ev after the resolved path of the directory
+// watched (watchedDir), so it is matched, by that, to every watchedDir
+// that shares the watch, and by its entry's name in each, to their
+// targets. An event naming a watched directory itself (removed, renamed,
+// or a symlink to it swapped) checks that directory at once.
 func (w *Watcher) event(ev fsnotify.Event) bool {
 	name := filepath.Clean(ev.Name)
 	marked := false
-	if d := w.dirs[name]; d != nil && w.check(d) {
-		marked = w.markDir(d.path)
+	for _, d := range w.dirs {
+		if d.watched && d.resolved == name && w.check(d) {
+			marked = w.markDir(d.path) || marked
+		}
 	}
-	parent := filepath.Dir(name)
-	for i := range w.targets {
-		if t := &w.targets[i]; t.dir == parent && t.matches(name) {
-			t.pending, marked = true, true
+	parent, base := filepath.Split(name)
+	parent = filepath.Clean(parent)
+	for _, p := range w.dirs {
+		if !p.watched || p.resolved != parent {
+			continue
+		}
+		entry := filepath.Join(p.path, base) // the event's name as p's targets know it
+		if d := w.dirs[entry]; d != nil && w.check(d) {
+			marked = w.markDir(d.path) || marked
+		}
+		for i := range w.targets {
+			if t := &w.targets[i]; t.dir == p.path && t.matches(entry) {
+				t.pending, marked = true, true
+			}
 		}
 	}
 	return marked
@@ -126,10 +141,7 @@ func (w *Watcher) check(d *watchedDir) bool {
 		return false
 	}
 	if d.watched {
-		// The watch may be gone with its directory already; then there
-		// is nothing to remove, and fsnotify says so.
-		_ = w.fsw.Remove(d.path)
-		d.watched = false
+		w.unwatch(d)
 	}
 	d.info = st
 	if st == nil {
@@ -140,14 +152,13 @@ func (w *Watcher) check(d *watchedDir) bool {
 	// is replaced in between, the next check sees a difference and
 	// watches it again, where the other order could watch the old one
 	// for good.
-	if err := w.fsw.Add(d.path); err != nil {
+	if err := w.watch(d); err != nil {
 		if !same {
 			w.log.Warn("file watch: cannot watch directory; trying again", "dir", d.path, "every", w.cfg.Recheck, "err", err)
 		}
 		return !same
 	}
-	d.watched = true
-	w.log.Debug("file watch: watching directory", "dir", d.path)
+	w.log.Debug("file watch: watching directory", "dir", d.path, "as", d.resolved)
 	return true
 }
 

@@ -1,7 +1,8 @@
 // Package xdsserver runs go-control-plane's own state-of-the-world ADS
 // server in process, serving RateLimitConfig snapshots as Envoy Gateway's
-// controller does, and records what clients answer (ACK, NACK), for
-// tests of the xDS subscription.
+// controller does (internal/globalratelimit/runner: a snapshot cache
+// keyed by node id, snapshots set for one id), and records what clients
+// answer (ACK, NACK), for tests of the xDS subscription.
 package xdsserver
 
 import (
@@ -12,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -23,28 +23,32 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// allNodes serves every client the same snapshot, whatever its node id,
-// as Envoy Gateway does for its rate limit service.
-type allNodes struct{}
-
-func (allNodes) ID(*corepb.Node) string { return "all" }
+// EnvoyGatewayNodeID is the one node id Envoy Gateway serves its rate
+// limit configuration to (ratelimit.InfraName); every replica of its
+// rate limit service subscribes with it (CONFIG_GRPC_XDS_NODE_ID).
+const EnvoyGatewayNodeID = "envoy-ratelimit"
 
 // Answer is what a client said about a response: an ACK of Version, or a
 // NACK (Nack holds the error_detail's message; Version is then the one
-// the client keeps).
+// the client keeps). Node is the client's node id, which replicas share;
+// Stream tells the streams apart.
 type Answer struct {
 	Node    string
+	Stream  int64
 	Version string
 	Nack    string
 }
 
 // Server is a running control plane.
 type Server struct {
-	Addr  string
-	cache cache.SnapshotCache
-	srv   *grpc.Server
-	stop  context.CancelFunc
-	done  chan struct{}
+	Addr string
+	// NodeIDs are the node ids Set serves; a client subscribing under
+	// any other gets nothing, as from Envoy Gateway.
+	NodeIDs []string
+	cache   cache.SnapshotCache
+	srv     *grpc.Server
+	stop    context.CancelFunc
+	done    chan struct{}
 
 	mu      sync.Mutex
 	answers []Answer
@@ -52,34 +56,40 @@ type Server struct {
 }
 
 // Start serves on a free loopback port, over TLS when tlsCfg is not nil,
-// and stops when t ends (or at Stop).
-func Start(t testing.TB, tlsCfg *tls.Config) *Server {
+// and stops when t ends (or at Stop). Set serves nodeIDs, by default
+// EnvoyGatewayNodeID alone. The gRPC server has the default keepalive
+// enforcement, as Envoy Gateway's.
+func Start(t testing.TB, tlsCfg *tls.Config, nodeIDs ...string) *Server {
 	t.Helper()
+	if len(nodeIDs) == 0 {
+		nodeIDs = []string{EnvoyGatewayNodeID}
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("xdsserver: %v", err)
 	}
-	return serve(t, lis, tlsCfg, cache.NewSnapshotCache(true, allNodes{}, nil))
+	// Not ADS mode, and keyed by node id, as Envoy Gateway's cache.
+	return serve(t, lis, tlsCfg, nodeIDs, cache.NewSnapshotCache(false, cache.IDHash{}, nil))
 }
 
-// Restart serves old's snapshots again on old's address (old must be
-// stopped): a control plane that restarted.
+// Restart serves old's snapshots again on old's address, to old's node
+// ids (old must be stopped): a control plane that restarted.
 func Restart(t testing.TB, old *Server, tlsCfg *tls.Config) *Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", old.Addr)
 	if err != nil {
 		t.Fatalf("xdsserver: listening again on %s: %v", old.Addr, err)
 	}
-	return serve(t, lis, tlsCfg, old.cache)
+	return serve(t, lis, tlsCfg, old.NodeIDs, old.cache)
 }
 
-func serve(t testing.TB, lis net.Listener, tlsCfg *tls.Config, c cache.SnapshotCache) *Server {
+func serve(t testing.TB, lis net.Listener, tlsCfg *tls.Config, nodeIDs []string, c cache.SnapshotCache) *Server {
 	var opts []grpc.ServerOption
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{Addr: lis.Addr().String(), cache: c, srv: grpc.NewServer(opts...), stop: cancel, done: make(chan struct{})}
+	s := &Server{Addr: lis.Addr().String(), NodeIDs: nodeIDs, cache: c, srv: grpc.NewServer(opts...), stop: cancel, done: make(chan struct{})}
 	callbacks := serverv3.CallbackFuncs{StreamRequestFunc: s.onRequest, StreamOpenFunc: s.onOpen}
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(s.srv, serverv3.NewServer(ctx, c, callbacks))
 	go func() {
@@ -105,11 +115,11 @@ func (s *Server) onOpen(context.Context, int64, string) error {
 }
 
 // onRequest records every answer to a response (a request with a nonce).
-func (s *Server) onRequest(_ int64, req *discoverypb.DiscoveryRequest) error {
+func (s *Server) onRequest(stream int64, req *discoverypb.DiscoveryRequest) error {
 	if req.GetResponseNonce() == "" {
 		return nil
 	}
-	a := Answer{Node: req.GetNode().GetId(), Version: req.GetVersionInfo()}
+	a := Answer{Node: req.GetNode().GetId(), Stream: stream, Version: req.GetVersionInfo()}
 	if d := req.GetErrorDetail(); d != nil {
 		a.Nack = d.GetMessage()
 	}
@@ -119,19 +129,24 @@ func (s *Server) onRequest(_ int64, req *discoverypb.DiscoveryRequest) error {
 	return nil
 }
 
-// Set serves configs as the state of the world at version.
+// Set serves configs as the state of the world at version to the
+// server's NodeIDs. With no configs the snapshot is Envoy Gateway's once
+// its last Gateway is deleted: no RateLimitConfig entry at all, so the
+// response has no resources and an empty version_info.
 func (s *Server) Set(t testing.TB, version string, configs ...*rlsconfpb.RateLimitConfig) {
 	t.Helper()
-	res := make([]types.Resource, len(configs))
-	for i, c := range configs {
-		res[i] = c
+	res := map[resource.Type][]types.Resource{}
+	for _, c := range configs {
+		res[resource.RateLimitConfigType] = append(res[resource.RateLimitConfigType], c)
 	}
-	snap, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
+	snap, err := cache.NewSnapshot(version, res)
 	if err != nil {
 		t.Fatalf("xdsserver: snapshot %s: %v", version, err)
 	}
-	if err := s.cache.SetSnapshot(context.Background(), "all", snap); err != nil {
-		t.Fatalf("xdsserver: snapshot %s: %v", version, err)
+	for _, id := range s.NodeIDs {
+		if err := s.cache.SetSnapshot(context.Background(), id, snap); err != nil {
+			t.Fatalf("xdsserver: snapshot %s for node %q: %v", version, id, err)
+		}
 	}
 }
 
