@@ -223,10 +223,12 @@ func (m *Metrics) responseTime(start time.Time) {
 // a Server saw it (the node's gate, while it awaits a control plane's
 // first configuration) in total_requests and as a service_error, as
 // upstream counts a call before its first configuration ("no rate limit
-// configuration loaded").
-func (m *Metrics) Unanswered() {
+// configuration loaded"), and its time since start in the response time,
+// which covers every call.
+func (m *Metrics) Unanswered(start time.Time) {
 	if m != nil {
 		m.upstream.call(true)
+		m.upstream.responseTime(time.Since(start))
 	}
 }
 

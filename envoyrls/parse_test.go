@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/internal/reloads"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 )
@@ -562,7 +563,7 @@ func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
 	_, err = reg.Reload()
 	assert.ErrorContains(t, err, path+`:2: domain "a", descriptor k: requests_per_unit must be between 0`)
 	assert.Same(t, first, reg.Current(), "a bad file leaves the configuration in force")
-	assert.Equal(t, ReloadResult{Seq: 1, Err: err}, reg.LastReload())
+	assert.Equal(t, reloads.Result{Seq: 1, Err: err}, reg.LastReload())
 
 	write("domain: b\ndescriptors: []\n")
 	cfg, err := reg.Reload()
@@ -577,7 +578,7 @@ func TestRegistryReloadKeepsConfigOnError(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, cfg, again)
 	assert.Same(t, cfg, reg.Current())
-	assert.Equal(t, ReloadResult{Seq: 3}, reg.LastReload(), "reloads numbered in order, the last one's outcome")
+	assert.Equal(t, reloads.Result{Seq: 3}, reg.LastReload(), "reloads numbered in order, the last one's outcome")
 
 	static := StaticRegistry(cfg)
 	got, err := static.Reload()

@@ -3,6 +3,8 @@ package envoyrls
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/peerlimit/peerlimit/internal/reloads"
 )
 
 // Registry is the node's current configuration: loaded from a file or
@@ -24,22 +26,11 @@ type Registry struct {
 	path string
 	opts LoadOptions
 	mu   sync.Mutex // serialises Reload and Set; guards last
-	last ReloadResult
+	last reloads.Result
 	cur  atomic.Pointer[RuleSet]
 	// loaded: a configuration was read or set; false only for an
 	// EmptyRegistry before its first Set.
 	loaded atomic.Bool
-}
-
-// ReloadResult is how one of a Registry's reloads went.
-type ReloadResult struct {
-	// Seq numbers the reloads from 1 in the order they read the files
-	// (they are serialised): of two results, the higher Seq read later,
-	// and says what the files hold now. 0 is no reload yet.
-	Seq uint64
-	// Err is why the reload failed, nil when it put what it read in
-	// force (or found it in force already).
-	Err error
 }
 
 // NewRegistry loads the configuration at path; see Load.
@@ -102,7 +93,7 @@ func (r *Registry) Reload() (*RuleSet, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg, err := Load(r.path, r.opts)
-	r.last = ReloadResult{Seq: r.last.Seq + 1, Err: err}
+	r.last = r.last.Next(err)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +104,7 @@ func (r *Registry) Reload() (*RuleSet, error) {
 // outcomes after Reload returns, outside its lock, reads this instead of
 // trusting its own: two reloads may return in one order and be recorded
 // in the other, and only this says which read the files last.
-func (r *Registry) LastReload() ReloadResult {
+func (r *Registry) LastReload() reloads.Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last

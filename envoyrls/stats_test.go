@@ -265,7 +265,7 @@ func TestUpstreamCallStatistics(t *testing.T) {
 	_, err := h.srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge"})
 	require.Error(t, err)
 	m := h.srv.d.Metrics
-	m.Unanswered()
+	m.Unanswered(time.Now())
 	m.ConfigLoaded(nil)
 	m.ConfigLoaded(nil)
 	m.ConfigLoaded(errors.New("rls.yaml:2: bad"))
@@ -288,7 +288,7 @@ func TestUpstreamCallStatistics(t *testing.T) {
 	}{
 		{"ratelimit_service_total_requests", 4},
 		{"ratelimit_service_should_rate_limit_error", 2},
-		{"ratelimit_service_response_time_seconds", 3}, // observations
+		{"ratelimit_service_response_time_seconds", 4}, // observations: every call, as total_requests
 		{"ratelimit_service_config_load_success", 2},
 		{"ratelimit_service_config_load_error", 1},
 	} {
@@ -297,7 +297,7 @@ func TestUpstreamCallStatistics(t *testing.T) {
 	assert.Equal(t, 1.0, h.metric(t, "peerlimit_envoy_rls_requests_total", "domain", "edge", "code", "ERROR"), "peerlimit's own still count")
 	var nilMetrics *Metrics
 	nilMetrics.ConfigLoaded(nil) // counts nothing, fails nothing
-	nilMetrics.Unanswered()
+	nilMetrics.Unanswered(time.Now())
 }
 
 // The response time is in seconds, or, as upstream's

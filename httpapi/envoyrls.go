@@ -19,7 +19,8 @@ import (
 
 // EnvoyRLSConfig is the answer of GET /v1/envoy-rls/config. Digest is
 // the configuration's SHA-256 (nodes showing the same one answer alike);
-// LoadedAtMS is when this node put it in force, by its clock.
+// LoadedAtMS is when this node put it in force, by its clock; 0 for a
+// control plane's placeholder before its first configuration.
 type EnvoyRLSConfig struct {
 	Source     string   `json:"source"`
 	Digest     string   `json:"digest"`
@@ -105,10 +106,12 @@ func serveEnvoyRLSText(w http.ResponseWriter, cfg EnvoyRLSConfig) {
 }
 
 // envoyRLSConfigJSON converts the rules in force, put in force at
-// loadedAt.
+// loadedAt (zero: never, a placeholder).
 func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig {
-	out := EnvoyRLSConfig{Source: rs.Source, Digest: rs.Digest, LoadedAtMS: loadedAt.UnixMilli(),
-		Domains: []string{}, Rules: []EnvoyRLSRule{}}
+	out := EnvoyRLSConfig{Source: rs.Source, Digest: rs.Digest, Domains: []string{}, Rules: []EnvoyRLSRule{}}
+	if !loadedAt.IsZero() {
+		out.LoadedAtMS = loadedAt.UnixMilli()
+	}
 	for _, d := range rs.Domains() {
 		out.Domains = append(out.Domains, d.Name)
 		if d.AllOrNothing {
@@ -135,8 +138,11 @@ func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig
 // (#) first say where the rules come from, their digest and when they
 // were put in force.
 func writeEnvoyRLSText(w io.Writer, cfg EnvoyRLSConfig) error {
-	if _, err := fmt.Fprintf(w, "# source: %s\n# digest: %s\n# loaded_at: %s\n", cfg.Source, cfg.Digest,
-		time.UnixMilli(cfg.LoadedAtMS).UTC().Format(time.RFC3339Nano)); err != nil {
+	loadedAt := "never (no configuration yet)"
+	if cfg.LoadedAtMS != 0 {
+		loadedAt = time.UnixMilli(cfg.LoadedAtMS).UTC().Format(time.RFC3339Nano)
+	}
+	if _, err := fmt.Fprintf(w, "# source: %s\n# digest: %s\n# loaded_at: %s\n", cfg.Source, cfg.Digest, loadedAt); err != nil {
 		return err
 	}
 	for _, r := range cfg.Rules {

@@ -100,8 +100,10 @@ type Config struct {
 	// the line, and again by ReloadPolicies. Every node should read the
 	// same file. Optional.
 	PoliciesFile string
-	// EnvoyRLSConfig is a YAML file, or a directory of them, in
-	// envoyproxy/ratelimit's format (package envoyrls). With it the node
+	// EnvoyRLSConfig is a YAML file, or a directory read as upstream's
+	// runtime loader reads it (every file not starting with a dot, at any
+	// depth; an empty one is rules with no domains, which limit nothing),
+	// in envoyproxy/ratelimit's format (package envoyrls). With it the node
 	// serves Envoy's rate limit service,
 	// envoy.service.ratelimit.v3.RateLimitService, on its gRPC port. Read
 	// at Start, where an invalid file is an error naming the line, and
@@ -143,8 +145,9 @@ type Config struct {
 	// not ready whenever the rules in force, from files or a control
 	// plane, have no domains (none loaded yet, an empty directory, Envoy
 	// Gateway's snapshot after its last Gateway went), not only before
-	// the first. The service answers meanwhile, an empty configuration
-	// limiting nothing, as upstream's. Default off.
+	// the first. Once a configuration is in force the service answers
+	// meanwhile, an empty one limiting nothing, as upstream's (before the
+	// first from a control plane it answers UNAVAILABLE). Default off.
 	EnvoyRLSHealthyNeedsDomains bool
 	// EnvoyRLS are the rate limit service's settings (headers, domain
 	// merging, response metadata, global shadow and quota modes, the

@@ -64,7 +64,7 @@ type loadedRules struct {
 func (n *Node) configChanged() {
 	n.cfgState.advertise.Lock()
 	defer n.cfgState.advertise.Unlock()
-	if rs := n.EnvoyRLSConfig(); rs != nil {
+	if rs := n.EnvoyRLSConfig(); rs != nil && n.rls.rules.Loaded() {
 		n.cfgState.rulesLoaded(rs, n.cfg.Now)
 		n.warnNoDomains(rs)
 	}
@@ -85,7 +85,7 @@ func (n *Node) configChanged() {
 // (calls are refused), so they are not warned about. Requires
 // cfgState.advertise held.
 func (n *Node) warnNoDomains(rs *envoyrls.RuleSet) {
-	empty := len(rs.Domains()) == 0 && n.rls.rules.Loaded()
+	empty := len(rs.Domains()) == 0
 	if empty && !n.cfgState.noDomains {
 		n.log.Warn("envoy rls config has no domains: every call is answered OK with no limits", "source", rs.Source, "digest", rs.Digest)
 	}
@@ -111,11 +111,14 @@ func (s *configState) rulesLoaded(cur *envoyrls.RuleSet, now func() time.Time) t
 }
 
 // envoyRLSLoaded serves GET /v1/envoy-rls/config: the Envoy rules in
-// force and when they were put in force, or nil without the service.
+// force and when they were put in force, or nil without the service. A
+// control plane's placeholder before its first configuration was never
+// put in force: no time (an empty first snapshot has its digest, and
+// would otherwise inherit the time it was first looked at).
 func (n *Node) envoyRLSLoaded() (*envoyrls.RuleSet, time.Time) {
 	rs := n.EnvoyRLSConfig()
-	if rs == nil {
-		return nil, time.Time{}
+	if rs == nil || !n.rls.rules.Loaded() {
+		return rs, time.Time{}
 	}
 	return rs, n.cfgState.rulesLoaded(rs, n.cfg.Now)
 }

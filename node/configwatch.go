@@ -6,9 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/filewatch"
+	"github.com/peerlimit/peerlimit/internal/reloads"
 )
 
 // Configuration files that reload themselves. The node reads its policy
@@ -60,7 +60,7 @@ type configFiles struct {
 	mu   sync.Mutex
 	errs map[string]error // by source: why its last reload failed; absent once one succeeded
 	// seqs is, by source whose registry numbers its reloads, the number
-	// of the reload errs describes (envoyrls.ReloadResult.Seq).
+	// of the reload errs describes (reloads.Result.Seq).
 	seqs map[string]uint64
 	// reported is, by source, the failure last logged as news, until a
 	// reload succeeds: a watched reload failing alike is not news.
@@ -177,6 +177,12 @@ func (n *Node) reloadFailed(src string, why reloadCause, err error) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record(src, latest)
+	if latest.Seq > 0 && (latest.Err == nil || latest.Err.Error() != err.Error()) {
+		// A later reload read other files: its outcome is what is in
+		// force and what it reports; this one read files since replaced.
+		n.log.Debug("a reload's failure was overtaken by a later reload", "source", src, "err", err)
+		return false
+	}
 	news := why == reloadAsked || f.reported[src] != err.Error()
 	if news && f.errs[src] != nil {
 		f.reported[src] = err.Error()
@@ -215,21 +221,25 @@ func (n *Node) reloadSucceeded(src string, why reloadCause, changed bool, attrs 
 }
 
 // latestReload returns the outcome to record for src after one of its
-// reloads returned own (nil: success): its registry's latest, numbered,
-// when it numbers them (the Envoy rules read from files); own otherwise,
-// unnumbered (Seq 0), recorded whatever was before (the policies).
-func (n *Node) latestReload(src string, own error) envoyrls.ReloadResult {
-	if src == sourceEnvoyRLS && n.rls != nil && n.rls.rules.Path() != "" {
-		if r := n.rls.rules.LastReload(); r.Seq > 0 {
-			return r
-		}
+// reloads returned own (nil: success): its registry's latest, numbered;
+// own, unnumbered (Seq 0), for a source read otherwise.
+func (n *Node) latestReload(src string, own error) reloads.Result {
+	var r reloads.Result
+	switch {
+	case src == sourceEnvoyRLS && n.rls != nil && n.rls.rules.Path() != "":
+		r = n.rls.rules.LastReload()
+	case src == sourcePolicies && n.policies != nil:
+		r = n.policies.LastReload()
 	}
-	return envoyrls.ReloadResult{Err: own}
+	if r.Seq == 0 {
+		return reloads.Result{Err: own}
+	}
+	return r
 }
 
 // record puts r in errs and the failing gauge, unless it is older than
 // what they hold. Requires f.mu held.
-func (f *configFiles) record(src string, r envoyrls.ReloadResult) {
+func (f *configFiles) record(src string, r reloads.Result) {
 	if !f.sources[src] || (r.Seq > 0 && r.Seq <= f.seqs[src]) {
 		return
 	}

@@ -247,6 +247,11 @@ func TestEmptyConfigMapIsNoLimits(t *testing.T) {
 	})
 	assert.Empty(t, n.ConfigErrors())
 	assert.Empty(t, n.EnvoyRLSConfig().Domains())
+	// The warning follows the rules being put in force (configChanged).
+	wait.For(t, 10*time.Second, func() (bool, string) {
+		got := len(logs.Find(warning))
+		return got >= 2, fmt.Sprintf("%d warnings", got)
+	})
 	assert.Len(t, logs.Find(warning), 2, "warned again, once")
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"log/slog"
+	"sync"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,7 @@ type envoyRLS struct {
 	// needsDomains: health is down while the rules in force have no
 	// domains (Config.EnvoyRLSHealthyNeedsDomains).
 	needsDomains bool
+	healthMu     sync.Mutex             // serialises refreshRLSHealth
 	reloads      *prometheus.CounterVec // by result: ok, error
 	// metrics are the service's, set by register; they count every load
 	// of the configuration as upstream's config_load_success and _error.

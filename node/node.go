@@ -397,7 +397,7 @@ func (n *Node) startServing() {
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if n.rls != nil {
-		n.health.SetServingStatus(envoyRLSServiceName, n.rlsHealth())
+		n.refreshRLSHealth()
 		if n.rls.xds != nil {
 			n.startXDS()
 		}

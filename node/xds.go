@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -76,11 +77,16 @@ func (n *Node) rlsHealth() healthpb.HealthCheckResponse_ServingStatus {
 	return healthpb.HealthCheckResponse_SERVING
 }
 
-// refreshRLSHealth sets the service's health after its rules changed:
+// refreshRLSHealth sets the service's health from the rules in force:
 // the first configuration, one with no domains, or the first with some
-// again may change it. Shutdown's health.Shutdown makes it a no-op once
-// it has run.
+// again may change it. Reloads run concurrently (SIGHUP beside the
+// watcher, the control plane), so reading the rules and setting the
+// status is one step under healthMu: otherwise a reload that read the
+// empty rules could set NOT_SERVING after one that read the new rules set
+// SERVING. Shutdown's health.Shutdown makes it a no-op once it has run.
 func (n *Node) refreshRLSHealth() {
+	n.rls.healthMu.Lock()
+	defer n.rls.healthMu.Unlock()
 	if n.serving.Load() {
 		n.health.SetServingStatus(envoyRLSServiceName, n.rlsHealth())
 	}
@@ -121,8 +127,9 @@ type awaitGate struct {
 }
 
 func (g awaitGate) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
 	if g.rls.awaiting() {
-		g.rls.metrics.Unanswered() // upstream counts it, as a service error
+		g.rls.metrics.Unanswered(start) // upstream counts it, as a service error
 		return nil, status.Errorf(codes.Unavailable, "no rate limit configuration yet from the control plane %s", g.rls.xds.Source())
 	}
 	return g.RateLimitServiceServer.ShouldRateLimit(ctx, req)

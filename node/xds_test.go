@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/internal/testkit/xdsserver"
@@ -127,4 +130,31 @@ func TestXDSHealthFollowsTheDomainsInForce(t *testing.T) {
 			wait.For(t, 5*time.Second, func() (bool, string) { return p.ready(true) })
 		})
 	}
+}
+
+// loaded_at_ms says when the rules were put in force: before the first
+// configuration nothing was (0; the placeholder's time is not kept, so
+// that a first configuration with no domains, which has its digest, is
+// dated when it comes), and the first is dated when it comes, not when
+// the placeholder was first looked at.
+func TestXDSLoadedAtIsTheFirstConfigurations(t *testing.T) {
+	srv := xdsserver.Start(t, nil)
+	clk := fakeclock.AtMilli(1_700_000_000_000)
+	log := slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelWarn})
+	p := startXDSNode(t, srv, xdsserver.EnvoyGatewayNodeID, log, func(cfg *node.Config) { cfg.Now = clk.Now })
+	loadedAt := func() int64 {
+		resp, err := http.Get("http://" + p.n.HTTPAddr() + "/v1/envoy-rls/config")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body struct {
+			LoadedAtMS int64 `json:"loaded_at_ms"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		return body.LoadedAtMS
+	}
+	assert.Zero(t, loadedAt(), "nothing in force yet")
+	clk.Advance(time.Minute)
+	srv.Set(t, "v1", apiLimit(5))
+	wait.For(t, 5*time.Second, func() (bool, string) { return srv.Acked("v1") == 1, srv.String() })
+	assert.Equal(t, clk.Now().UnixMilli(), loadedAt())
 }

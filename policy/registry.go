@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/peerlimit/peerlimit/internal/reloads"
 	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -25,8 +26,9 @@ const MaxFileBytes = 4 << 20
 type Registry struct {
 	path  string
 	check func(limiter.Request) error
-	mu    sync.Mutex // serialises Reload
+	mu    sync.Mutex // serialises Reload; guards last
 	cur   atomic.Pointer[Set]
+	last  reloads.Result
 }
 
 // Load reads and parses the policy file at path; see Parse for check.
@@ -55,11 +57,22 @@ func (r *Registry) Reload() (*Set, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set, err := r.read()
+	r.last = r.last.Next(err)
 	if err != nil {
 		return nil, err
 	}
 	r.cur.Store(set)
 	return set, nil
+}
+
+// LastReload returns how the latest Reload went. Whoever records reload
+// outcomes after Reload returns, outside its lock, reads this instead of
+// trusting its own: two reloads may return in one order and be recorded
+// in the other, and only this says which read the file last.
+func (r *Registry) LastReload() reloads.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
 }
 
 func (r *Registry) read() (*Set, error) {

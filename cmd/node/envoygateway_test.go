@@ -2,14 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
 	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/internal/testkit/xdsserver"
 )
@@ -36,10 +32,11 @@ const egNamespace = "envoy-gateway-system"
 // envoyGatewayEnv is the environment Envoy Gateway (d32f282,
 // internal/infrastructure/kubernetes/ratelimit/resource.go) gives its rate
 // limit container, with a Redis backend named, Prometheus and tracing on;
-// certs is where the envoy-rate-limit Secret is mounted (/certs), mapper
-// the statsd_exporter mapping it mounts (envoyGatewayMapper).
-func envoyGatewayEnv(certs, mapper string) map[string]string {
-	crt, key, ca := filepath.Join(certs, "tls.crt"), filepath.Join(certs, "tls.key"), filepath.Join(certs, "ca.crt")
+// certs are the envoy-rate-limit Secret's files (egMounted where Envoy
+// Gateway mounts them), mapper the statsd_exporter mapping it mounts
+// (envoyGatewayMapper).
+func envoyGatewayEnv(certs egFiles, mapper string) map[string]string {
+	crt, key, ca := certs.cert, certs.key, certs.ca
 	return map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
 		"LOG_LEVEL": "info", "USE_STATSD": "false",
@@ -86,67 +83,46 @@ func envoyGatewayMapper(t *testing.T, text string) string {
 	return path
 }
 
+// egFiles are a certificate, its key and the CA, as files.
+type egFiles struct{ cert, key, ca string }
+
+// egMounted is the envoy-rate-limit Secret where Envoy Gateway mounts it.
+var egMounted = egFiles{"/certs/tls.crt", "/certs/tls.key", "/certs/ca.crt"}
+
 // egCerts are certificates shaped as Envoy Gateway's certgen makes them
-// (internal/crypto/certgen.go): one RSA CA; the controller's certificate
-// for its Service's names; and, for the rate limit service and for Envoy
-// alike, CN "*" with the one name "*.<namespace>", no extended key usage,
-// PKCS#1 keys. Files: ca.crt, and <name>.crt/.key for each.
+// (internal/crypto/certgen.go): the controller's, for its Service's
+// names; and, for the rate limit service and for Envoy alike, CN "*" with
+// the one name "*.<namespace>"; all with no extended key usage and
+// PKCS#1 RSA keys. (Its CA is RSA too; this one's key is ECDSA, which
+// changes nothing a verifier checks.)
 type egCerts struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *rsa.PrivateKey
-	serial int64
+	ca                       *testcerts.CA
+	controller, rls, envoyCl testcerts.Pair
 }
 
 func newEGCerts(t *testing.T) *egCerts {
 	t.Helper()
-	c := &egCerts{dir: t.TempDir(), caKey: rsaKey(t)}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "envoy-gateway"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature, IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &c.caKey.PublicKey, c.caKey)
-	require.NoError(t, err)
-	c.ca, err = x509.ParseCertificate(der)
-	require.NoError(t, err)
-	writePEMFile(t, filepath.Join(c.dir, "ca.crt"), "CERTIFICATE", der)
-	return c
+	ca := testcerts.NewCA(t, "envoy-gateway")
+	wildcard := func(name string) testcerts.Leaf {
+		return testcerts.Leaf{Name: name, CommonName: "*", DNSNames: []string{"*." + egNamespace}, AnyUsage: true, RSA: true}
+	}
+	return &egCerts{ca: ca,
+		controller: ca.Issue(t, testcerts.Leaf{Name: "controller", CommonName: "envoy-gateway", AnyUsage: true, RSA: true,
+			DNSNames: []string{"envoy-gateway", "envoy-gateway." + egNamespace, "envoy-gateway." + egNamespace + ".svc",
+				"envoy-gateway." + egNamespace + ".svc.cluster.local"}}),
+		rls:     ca.Issue(t, wildcard("envoy-rate-limit")),
+		envoyCl: ca.Issue(t, wildcard("envoy")),
+	}
 }
 
-// issue writes name.crt and name.key: a certificate for cn and dnsNames,
-// as certgen's newCert issues it.
-func (c *egCerts) issue(t *testing.T, name, cn string, dnsNames ...string) {
+// tlsConfig presents p and trusts the CA, as a client and as a server.
+func (c *egCerts) tlsConfig(t *testing.T, p testcerts.Pair) *tls.Config {
 	t.Helper()
-	key := rsaKey(t)
-	c.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(100 + c.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageDataEncipherment | x509.KeyUsageKeyEncipherment | x509.KeyUsageContentCommitment,
-		DNSNames: dnsNames}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
-	require.NoError(t, err)
-	writePEMFile(t, filepath.Join(c.dir, name+".crt"), "CERTIFICATE", der)
-	writePEMFile(t, filepath.Join(c.dir, name+".key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key))
-}
-
-// tlsConfig is a TLS configuration presenting name's certificate and
-// trusting the CA.
-func (c *egCerts) tlsConfig(t *testing.T, name string) *tls.Config {
-	t.Helper()
-	pair, err := tls.LoadX509KeyPair(filepath.Join(c.dir, name+".crt"), filepath.Join(c.dir, name+".key"))
+	pair, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
-	pool.AddCert(c.ca)
+	pool.AddCert(c.ca.Cert)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS12}
-}
-
-func rsaKey(t *testing.T) *rsa.PrivateKey {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	require.NoError(t, err)
-	return k
-}
-
-func writePEMFile(t *testing.T, path, typ string, der []byte) {
-	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
 }
 
 // Envoy Gateway's rate limit Deployment with peerlimit's image: two pods
@@ -158,19 +134,15 @@ func writePEMFile(t *testing.T, path, typ string, der []byte) {
 // its own certificate from the same CA; a caller without one is refused.
 func TestEnvoyGatewaysDeploymentWithPeerlimitsImage(t *testing.T) {
 	certs := newEGCerts(t)
-	certs.issue(t, "controller", "envoy-gateway", "envoy-gateway", "envoy-gateway."+egNamespace,
-		"envoy-gateway."+egNamespace+".svc", "envoy-gateway."+egNamespace+".svc.cluster.local")
-	certs.issue(t, "tls", "*", "*."+egNamespace) // the envoy-rate-limit Secret
-	certs.issue(t, "envoy", "*", "*."+egNamespace)
-	srvTLS := certs.tlsConfig(t, "controller")
+	srvTLS := certs.tlsConfig(t, certs.controller)
 	srvTLS.ClientAuth = tls.RequireAndVerifyClientCert
 	srv := xdsserver.Start(t, srvTLS)
 	srv.Set(t, "v1", &rlsconfpb.RateLimitConfig{Name: "default/eg", Domain: "default/eg/http", Descriptors: []*rlsconfpb.RateLimitDescriptor{{
 		Key: "client", RateLimit: &rlsconfpb.RateLimitPolicy{Unit: rlsconfpb.RateLimitUnit_MINUTE, RequestsPerUnit: 3}}}})
 
-	env := envoyGatewayEnv(certs.dir, envoyGatewayMapper(t, egMapperResponseTime))
+	env := envoyGatewayEnv(egFiles{certs.rls.CertFile, certs.rls.KeyFile, certs.ca.File}, envoyGatewayMapper(t, egMapperResponseTime))
 	for k, v := range envoyGatewayAdditions(t) {
-		env[k] = strings.ReplaceAll(v, "/certs/", certs.dir+"/")
+		env[k] = strings.ReplaceAll(v, egMounted.ca, certs.ca.File)
 	}
 	// What differs on one machine: the controller is on loopback, under
 	// the name its certificate carries; free ports; one id per pod (a
@@ -202,7 +174,7 @@ func TestEnvoyGatewaysDeploymentWithPeerlimitsImage(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the API beyond the probe needs a client certificate")
 
-	envoy := certs.tlsConfig(t, "envoy")
+	envoy := certs.tlsConfig(t, certs.envoyCl)
 	envoy.ServerName = "envoy-ratelimit." + egNamespace // what Envoy dials: envoy-ratelimit.<ns>.svc…, a name the wildcard covers
 	call := func(p *process, tc *tls.Config) (rlspb.RateLimitResponse_Code, error) {
 		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
@@ -229,7 +201,7 @@ func TestEnvoyGatewaysDeploymentWithPeerlimitsImage(t *testing.T) {
 	ok, over := rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
 	assert.Equal(t, []rlspb.RateLimitResponse_Code{ok, ok, ok, over}, codes, "one limit of 3 a minute over both pods")
 
-	anon := certs.tlsConfig(t, "envoy")
+	anon := certs.tlsConfig(t, certs.envoyCl)
 	anon.Certificates = nil
 	_, err = call(a, anon)
 	assert.Error(t, err, "GRPC_CLIENT_TLS_CACERT: a caller without a certificate from the CA is refused")
@@ -238,7 +210,7 @@ func TestEnvoyGatewaysDeploymentWithPeerlimitsImage(t *testing.T) {
 // The ratelimit mode refuses peer TLS without a cluster secret: the CA
 // that makes a certificate a peer's also issues Envoy's.
 func TestRatelimitModeWithTLSNeedsAClusterSecret(t *testing.T) {
-	env := envoyGatewayEnv("/certs", envoyGatewayMapper(t, egMapperResponseTime))
+	env := envoyGatewayEnv(egMounted, envoyGatewayMapper(t, egMapperResponseTime))
 	getenv := func(k string) string { return env[k] }
 	args, _, err := upstreamArgs(getenv, keys(env))
 	require.NoError(t, err)

@@ -27,7 +27,7 @@ func defineXDSFlags(fs *flag.FlagSet, x *xdsconfig.Config, await, needsDomains *
 	fs.DurationVar(&x.BackoffMax, "envoy-rls-xds-backoff-max", x.BackoffMax, "longest wait before reconnecting (XDS_CLIENT_BACKOFF_MAX_INTERVAL)")
 	fs.IntVar(&x.MaxRecvMsgBytes, "envoy-rls-xds-max-msg-bytes", x.MaxRecvMsgBytes, "largest response accepted from the control plane (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
 	fs.BoolVar(await, "envoy-rls-await-config", *await, "with --envoy-rls-xds-server: until the first configuration arrives, report the node not ready (the service's gRPC health NOT_SERVING, /healthz 503); the service answers UNAVAILABLE until then either way (false: FORCE_START_WITHOUT_INITIAL_CONFIG=true)")
-	fs.BoolVar(needsDomains, "envoy-rls-healthy-needs-domains", *needsDomains, "report the node not ready whenever the Envoy rules in force, from files or a control plane, have no domains, not only before the first (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); the service answers meanwhile")
+	fs.BoolVar(needsDomains, "envoy-rls-healthy-needs-domains", *needsDomains, "report the node not ready whenever the Envoy rules in force, from files or a control plane, have no domains, not only before the first (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); once rules are in force the service answers meanwhile, limiting nothing")
 }
 
 // kvFlag is a map set from comma-separated key=value pairs.

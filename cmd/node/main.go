@@ -39,15 +39,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return runWith(args, getenv, stderr, mode{})
 }
 
-// runWith is run with notes to log once the logger exists (the
-// ratelimit mode's, on upstream variables it accepts but does not use).
 // mode is what a way of starting the node adds to its flags: the
-// ratelimit mode's notes on upstream's variables, and its own check of the
-// options they made.
+// ratelimit mode's notes on upstream's variables (logged once the logger
+// exists), and its own check of the options they made.
 type mode struct {
 	notes []string
 	check func(options) error
 }
+
+// runWith is run, started as m says.
 
 func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode) int {
 	opts, err := parseFlags(args, getenv, stderr)

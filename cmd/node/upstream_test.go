@@ -30,7 +30,7 @@ import (
 // (envoyGatewayEnv), with deploy/envoy-gateway's additions: every
 // variable, read by the real flag parser.
 func TestUpstreamVariablesOfEnvoyGatewaysDeployment(t *testing.T) {
-	env := envoyGatewayEnv("/certs", envoyGatewayMapper(t, egMapperResponseTime))
+	env := envoyGatewayEnv(egMounted, envoyGatewayMapper(t, egMapperResponseTime))
 	maps.Copy(env, envoyGatewayAdditions(t))
 	getenv := func(k string) string { return env[k] }
 	args, notes, err := upstreamArgs(getenv, keys(env))

@@ -5,9 +5,11 @@
 package testcerts
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -71,6 +73,16 @@ type Leaf struct {
 	Server, Client bool
 	// Expired makes a certificate whose validity ended an hour ago.
 	Expired bool
+	// CommonName, if set, is the subject's common name instead of Name.
+	CommonName string
+	// AnyUsage leaves out the extended key usages (Server and Client are
+	// then ignored): Go takes such a certificate as good for any use, and
+	// Envoy Gateway's certgen issues its certificates so.
+	AnyUsage bool
+	// RSA makes an RSA 2048 key written as PKCS#1 ("RSA PRIVATE KEY"), as
+	// Envoy Gateway's certgen writes them, instead of ECDSA P-256 in
+	// PKCS#8.
+	RSA bool
 }
 
 // Pair is an issued certificate and its key as PEM files.
@@ -83,10 +95,14 @@ type Pair struct {
 // CA's file.
 func (ca *CA) Issue(t testing.TB, l Leaf) Pair {
 	t.Helper()
-	key := newKey(t)
+	key, keyBlock := l.newKey(t)
+	cn := l.Name
+	if l.CommonName != "" {
+		cn = l.CommonName
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: l.Name},
+		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -96,13 +112,13 @@ func (ca *CA) Issue(t testing.TB, l Leaf) Pair {
 	if l.Expired {
 		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)
 	}
-	if l.Server || !l.Client {
+	if !l.AnyUsage && (l.Server || !l.Client) {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 	}
-	if l.Client || !l.Server {
+	if !l.AnyUsage && (l.Client || !l.Server) {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
 	if err != nil {
 		t.Fatalf("testcerts: issue %s: %v", l.Name, err)
 	}
@@ -110,16 +126,30 @@ func (ca *CA) Issue(t testing.TB, l Leaf) Pair {
 	if err != nil {
 		t.Fatalf("testcerts: issue %s: %v", l.Name, err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatalf("testcerts: key of %s: %v", l.Name, err)
-	}
 	base := filepath.Join(ca.dir, l.Name)
 	return Pair{
 		CertFile: writePEM(t, base+".pem", "CERTIFICATE", der),
-		KeyFile:  writePEM(t, base+"-key.pem", "PRIVATE KEY", keyDER),
+		KeyFile:  writePEM(t, base+"-key.pem", keyBlock.Type, keyBlock.Bytes),
 		Cert:     cert,
 	}
+}
+
+// newKey makes l's key and its PEM block.
+func (l Leaf) newKey(t testing.TB) (crypto.Signer, *pem.Block) {
+	t.Helper()
+	if l.RSA {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatalf("testcerts: key of %s: %v", l.Name, err)
+		}
+		return key, &pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}
+	}
+	key := newKey(t)
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatalf("testcerts: key of %s: %v", l.Name, err)
+	}
+	return key, &pem.Block{Type: "PRIVATE KEY", Bytes: der}
 }
 
 // Loopback is the IP SAN of a certificate for a server on 127.0.0.1.
