@@ -38,10 +38,12 @@ const shortDigestLen = 12
 // configState is what the node keeps about the configurations it serves
 // beyond the configurations themselves.
 type configState struct {
-	// advertise serialises configChanged, so that what one call read as
-	// in force cannot be advertised after what a later call read; it
-	// guards noDomains.
+	// advertise serialises configChanged's notes; it guards noDomains.
 	advertise sync.Mutex
+	// kick wakes advertiseConfigs: the configurations in force changed.
+	// One slot: changes while it advertises coalesce into one more round,
+	// which reads what is in force then.
+	kick chan struct{}
 	// rules is the Envoy rules last seen in force and since when
 	// (GET /v1/envoy-rls/config).
 	rules atomic.Pointer[loadedRules]
@@ -58,22 +60,41 @@ type loadedRules struct {
 // configChanged is called after any configuration the node serves from
 // (the policies, the Envoy rate limit service's rules) was put in force,
 // whatever brought it: SIGHUP, a watched file, a control plane. It notes
-// when, and advertises the new digests to the cluster; joinCluster calls
-// it once too, for a change that landed while the node was joining. It
-// waits for the broadcast, at most a second (cluster.SetConfigDigests).
+// when, and has advertiseConfigs advertise the new digests to the
+// cluster; joinCluster calls it once too, for a change that landed while
+// the node was joining. It does not wait for the broadcast: a control
+// plane's next snapshot, or its ACK, must not queue behind gossip (a
+// broadcast counts as sent only after several gossip rounds).
 func (n *Node) configChanged() {
 	n.cfgState.advertise.Lock()
-	defer n.cfgState.advertise.Unlock()
 	if rs := n.EnvoyRLSConfig(); rs != nil && n.rls.rules.Loaded() {
 		n.cfgState.rulesLoaded(rs, n.cfg.Now)
 		n.warnNoDomains(rs)
 	}
-	c := n.cluster.Load()
-	if c == nil {
-		return // not joined yet: joinCluster advertises what is in force then
+	n.cfgState.advertise.Unlock()
+	select {
+	case n.cfgState.kick <- struct{}{}:
+	default: // a round is due already, and will read what is in force then
 	}
-	if err := c.SetConfigDigests(n.configDigests()); err != nil {
-		n.log.Warn("advertising the config digests failed; the others see the previous ones", "err", err)
+}
+
+// advertiseConfigs advertises the digests of the configurations in force
+// to the cluster each time configChanged kicks it, until the node stops.
+// One goroutine, reading what is in force when it runs: an older set can
+// never be advertised after a newer one. Started by startServing; a kick
+// from before (the join's) waits in the channel.
+func (n *Node) advertiseConfigs() {
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.cfgState.kick:
+		}
+		if c := n.cluster.Load(); c != nil {
+			if err := c.SetConfigDigests(n.configDigests()); err != nil {
+				n.log.Warn("advertising the config digests failed; the others see the previous ones", "err", err)
+			}
+		}
 	}
 }
 

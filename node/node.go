@@ -111,7 +111,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), reg: prometheus.NewRegistry(), health: health.NewServer(),
-		handoffReq: make(chan struct{}, 1), stop: make(chan struct{})}
+		handoffReq: make(chan struct{}, 1), stop: make(chan struct{}), cfgState: configState{kick: make(chan struct{}, 1)}}
 	defer func() {
 		if err != nil {
 			for i := len(n.undo) - 1; i >= 0; i-- {
@@ -402,8 +402,9 @@ func (n *Node) startServing() {
 			n.startXDS()
 		}
 	}
-	n.loops.Add(4)
+	n.loops.Add(5)
 	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
+	go func() { defer n.loops.Done(); n.advertiseConfigs() }()
 	go func() { defer n.loops.Done(); n.every(time.Second, n.expireReservations) }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
