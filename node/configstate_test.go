@@ -96,6 +96,18 @@ func awaitDisagreement(t *testing.T, c *testcluster.Cluster, want ...string) {
 	})
 }
 
+// envoyRLSConfigOf is n's GET /v1/envoy-rls/config.
+func envoyRLSConfigOf(t *testing.T, n *node.Node) httpapi.EnvoyRLSConfig {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/envoy-rls/config")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out httpapi.EnvoyRLSConfig
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
 func httpMembers(t *testing.T, n *node.Node) map[string]httpapi.MemberInfo {
 	t.Helper()
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/members")
@@ -161,16 +173,7 @@ func TestEnvoyRLSConfigEndpointFollowsReloads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rls.yaml")
 	writeRLS(t, path, rulesA)
 	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig = path })
-	get := func() httpapi.EnvoyRLSConfig {
-		t.Helper()
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/envoy-rls/config")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var out httpapi.EnvoyRLSConfig
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-		return out
-	}
+	get := func() httpapi.EnvoyRLSConfig { return envoyRLSConfigOf(t, n) }
 	first := get()
 	assert.Equal(t, path, first.Source)
 	assert.Equal(t, n.EnvoyRLSConfig().Digest, first.Digest)

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/testkit/configmap"
 	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
@@ -264,15 +263,7 @@ func TestReloadThatChangesNothingKeepsItsLoadTime(t *testing.T) {
 	writeRLS(t, path, edgeRules(2))
 	clk := fakeclock.AtMilli(1_700_000_000_000)
 	n := startRLSNode(t, func(c *node.Config) { c.EnvoyRLSConfig, c.Now = path, clk.Now })
-	loadedAt := func() int64 {
-		t.Helper()
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/envoy-rls/config")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var out httpapi.EnvoyRLSConfig
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-		return out.LoadedAtMS
-	}
+	loadedAt := func() int64 { return envoyRLSConfigOf(t, n).LoadedAtMS }
 	start := clk.Now().UnixMilli()
 	inForce := n.EnvoyRLSConfig()
 	require.Equal(t, start, loadedAt())

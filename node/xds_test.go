@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -142,16 +141,7 @@ func TestXDSLoadedAtIsTheFirstConfigurations(t *testing.T) {
 	clk := fakeclock.AtMilli(1_700_000_000_000)
 	log := slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelWarn})
 	p := startXDSNode(t, srv, xdsserver.EnvoyGatewayNodeID, log, func(cfg *node.Config) { cfg.Now = clk.Now })
-	loadedAt := func() int64 {
-		resp, err := http.Get("http://" + p.n.HTTPAddr() + "/v1/envoy-rls/config")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var body struct {
-			LoadedAtMS int64 `json:"loaded_at_ms"`
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-		return body.LoadedAtMS
-	}
+	loadedAt := func() int64 { return envoyRLSConfigOf(t, p.n).LoadedAtMS }
 	assert.Zero(t, loadedAt(), "nothing in force yet")
 	clk.Advance(time.Minute)
 	srv.Set(t, "v1", apiLimit(5))
