@@ -46,10 +46,14 @@ type probe struct {
 	From      string `json:"from"`
 	Target    string `json:"target"`
 	Reachable bool   `json:"reachable,omitempty"`
-	// Left: the witness saw the target leave gracefully (a member whose
-	// leave message reached this one before its "leaving" metadata did
-	// takes it for a failure; the leaver still answers pings while it
-	// hands off).
+	// Left: the witness saw the target leave gracefully, or the target,
+	// asked about itself, is leaving. A member whose copy of the leaver's
+	// dead message reached it before the "leaving" metadata did takes the
+	// leave for a failure: memberlist sends the two as separate gossip,
+	// and the dead message invalidates what is left of the other's
+	// retransmissions (and its Node.State, which would say "left", is
+	// never set: only its internal state is). The leaver still answers
+	// while it hands off, so it is asked too, and says so at once.
 	Left bool `json:"left,omitempty"`
 }
 
@@ -160,34 +164,43 @@ type verdict struct {
 // are more than half of the cluster.
 func (v verdict) majority() bool { return 2*(1+len(v.answered)) > v.cluster }
 
-// askWitnesses asks every other live member to ping target and returns
-// what they said within ConfirmTimeout.
+// askWitnesses asks every other live member to ping target, and target
+// whether it is leaving, and returns what they said within
+// ConfirmTimeout.
 func (c *Cluster) askWitnesses(target Member) verdict {
 	witnesses, size := c.witnesses(target.ID)
 	v := verdict{cluster: size}
-	id, answers := c.agreement.open(len(witnesses))
+	id, answers := c.agreement.open(len(witnesses) + 1) // and the target's own
 	defer c.agreement.close(id)
 	req, _ := json.Marshal(probe{ID: id, From: c.cfg.ID, Target: target.ID})
-	for _, w := range witnesses {
+	for _, w := range append(witnesses, target) {
 		go c.send(w, msgProbe, req) // bounded by memberlist's TCPTimeout; never blocks the round
 	}
 	// This member's own pings too, while the witnesses ping (their
 	// answers wait in answers, which holds one per witness): memberlist's
 	// dead message spreads by gossip, so a member that still reaches the
 	// target hears it declared dead by another, and must not agree.
-	if c.reaches(target.ID) {
+	// The target's own answer is awaited only when it answered those
+	// pings: a live target answers in a round trip, and a dead one must
+	// not hold a round that its witnesses have already settled.
+	awaitTarget := c.reaches(target.ID)
+	if awaitTarget {
 		v.reached = c.cfg.ID
 	}
 	timeout := time.NewTimer(c.cfg.ConfirmTimeout)
 	defer timeout.Stop()
-	for len(v.answered) < len(witnesses) {
+	for len(v.answered) < len(witnesses) || awaitTarget {
 		select {
 		case a := <-answers:
-			v.answered = append(v.answered, a.From)
 			if a.Left {
 				v.left = a.From
 				return v
 			}
+			if a.From == target.ID {
+				awaitTarget = false // alive and not leaving: its pings said as much; it is no witness
+				continue
+			}
+			v.answered = append(v.answered, a.From)
 			if a.Reachable && v.reached == "" {
 				v.reached = a.From
 			}
@@ -249,7 +262,7 @@ func (c *Cluster) settle(target Member, v verdict) {
 		m := d.m
 		m.State = StateLeft
 		c.left[target.ID] = m
-		c.log.Info("member gone: it left, as another member saw", "member", target.ID, "seen_by", v.left)
+		c.log.Info("member gone: it left, as a member saw (or it said itself)", "member", target.ID, "seen_by", v.left)
 		c.kickChange()
 		return
 	}
@@ -340,13 +353,25 @@ func (c *Cluster) witness() {
 				continue // not a member this one knows alive: nobody to answer
 			}
 			answer := probe{ID: p.ID, From: c.cfg.ID, Target: p.Target}
-			if answer.Left = c.hasLeft(p.Target); !answer.Left {
-				answer.Reachable = c.reaches(p.Target)
+			switch {
+			case p.Target == c.cfg.ID: // asked about itself: it answers, so it is reachable
+				answer.Left, answer.Reachable = c.leaving(), true
+			default:
+				if answer.Left = c.hasLeft(p.Target); !answer.Left {
+					answer.Reachable = c.reaches(p.Target)
+				}
 			}
 			out, _ := json.Marshal(answer)
 			c.send(asker, msgProbeReply, out)
 		}
 	}
+}
+
+// leaving reports whether this member is leaving (Leave has begun).
+func (c *Cluster) leaving() bool {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	return c.meta.Leaving
 }
 
 func (c *Cluster) hasLeft(id string) bool {

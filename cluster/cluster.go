@@ -535,34 +535,55 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 
 // NotifyLeave takes a member that left out at once; one declared dead
 // only once others agree (doubtMember). A member left when its metadata
-// said it was leaving, or when the dead message came from the member
-// itself (memberlist's StateLeft): its "leaving" metadata and its leave
-// travel as two gossip messages, and the leave may come first. Taken for
-// a failure, the leaver, still answering pings while it hands off, was
-// kept in the ring by the agreement round, and its keys went through a
-// relay to a node about to stop, then to the fallback: two deciders for
-// a second or more (jepsen-lite scale, 1.8× the limit in 1 run of 10).
+// said it was leaving. Its "leaving" metadata and memberlist's leave
+// travel as two gossip messages, and the leave may come first: the Node
+// memberlist hands over then cannot tell (its State is never set, only
+// memberlist's internal copy), so the member is doubted, and the
+// agreement round asks the leaver itself, which says it is leaving
+// (askWitnesses). Kept in the ring instead while it handed off, its keys
+// went through a relay to a node about to stop, then to the fallback:
+// two deciders for a second or more (jepsen-lite scale, up to 1.8×).
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	md := parseMeta(n.Meta)
-	left := md.Leaving || n.State == memberlist.StateLeft
 	m := Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateFailed}
-	if !left && n.Name != e.c.cfg.ID {
+	if !md.Leaving && n.Name != e.c.cfg.ID {
 		e.c.doubtMember(m)
 		return
 	}
-	e.c.mu.Lock()
-	delete(e.c.members, n.Name)
-	delete(e.c.doubted, n.Name)
-	if left {
-		m.State = StateLeft
-		e.c.left[n.Name] = m
-	}
-	e.c.mu.Unlock()
-	e.c.log.Info("member gone", "member", n.Name, "state", m.State)
-	e.c.kickChange()
+	e.c.memberGone(m, md.Leaving)
 }
 
+// memberGone takes m out of the ring, as left or failed; a member already
+// out as left (its "leaving" metadata came first) is left alone.
+func (c *Cluster) memberGone(m Member, left bool) {
+	c.mu.Lock()
+	_, listed := c.members[m.ID]
+	if _, wasLeft := c.left[m.ID]; !listed && wasLeft {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.members, m.ID)
+	delete(c.doubted, m.ID)
+	if left {
+		m.State = StateLeft
+		c.left[m.ID] = m
+	}
+	c.mu.Unlock()
+	c.log.Info("member gone", "member", m.ID, "state", m.State)
+	c.kickChange()
+}
+
+// NotifyUpdate records a member's new metadata. A member that says it is
+// leaving is out at once: it owns nothing any more and hands its keys to
+// the new owners, and memberlist's leave may never reach this member
+// (its retransmissions are few, and end when the leaver stops), which
+// would keep the leaver in this ring, its keys forwarded to a node that
+// stopped, until memberlist suspects it and times out (a second or more).
 func (e *events) NotifyUpdate(n *memberlist.Node) {
+	if md := parseMeta(n.Meta); md.Leaving && n.Name != e.c.cfg.ID {
+		e.c.memberGone(Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC}, true)
+		return
+	}
 	e.c.mu.Lock()
 	e.c.members[n.Name] = aliveMember(n)
 	delete(e.c.doubted, n.Name)
