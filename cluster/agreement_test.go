@@ -60,7 +60,7 @@ func TestALeaverWhoseLeaveLooksLikeAFailureSaysSo(t *testing.T) {
 	n2, r2 := start(t, "node-2", "127.0.0.1:0", n1.GossipAddr())
 	eventually(t, 5*time.Second, func() bool { return r2.ids() == "node-1,node-2" }, "node-2 sees %s", r2.ids)
 	n1.setMeta(func(m *meta) { m.Leaving = true }) // leaving, not yet announced
-	declareDead(t, n2, n1)                        // the dead message, first
+	declareDead(t, n2, n1)                         // the dead message, first
 	eventually(t, 3*time.Second, func() bool {
 		m, ok := stateOf(n2, "node-1")
 		return ok && m.State == StateLeft
