@@ -129,20 +129,22 @@ func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, roo
 	ms := max(now.UnixMilli(), 0)
 	w := req.Window.Milliseconds()
 	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, hits: hits,
-		granted: ms, dur: b.cfg.Duration}
+		dur: b.cfg.Duration}
 	if req.Algorithm == limiter.SlidingWindowCounter {
-		ll.windowID = ms / w
-		left := time.Duration((ll.windowID+1)*w-ms-1) * time.Millisecond
+		left := time.Duration((ms/w+1)*w-ms-1) * time.Millisecond
 		if ll.dur = min(ll.dur, left); ll.dur < b.cfg.Duration/4 {
 			return peer.LeaseGrant{}
 		}
 	}
 	take := req
 	take.Hits = hits
-	d, err := b.store.Check(now, take)
+	// Where the store put the hits, not this clock's now: the key may
+	// have moved past it while the lock was waited for.
+	d, at, err := b.store.CheckPlaced(now, take)
 	if err != nil || !d.Allowed {
 		return peer.LeaseGrant{}
 	}
+	ll.granted, ll.windowID = at, at/w
 	id := b.record(ll)
 	b.metrics.event(eventGranted)
 	b.metrics.hits(hitsLent, hits)

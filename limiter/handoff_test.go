@@ -224,3 +224,28 @@ func TestMoveLogReplacesEntriesUnderOneLock(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, views)
 }
+
+// CheckPlaced says where the store counted the hits: a log whose newest
+// entry is later than now puts them there, a counter already in a later
+// window at its start.
+func TestCheckPlacedSaysWhereTheHitsWent(t *testing.T) {
+	s := newStore(t, 4, nil)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	log := Request{Key: "log", Limit: 10, Window: time.Minute, Algorithm: SlidingWindowLog, Hits: 1}
+	_, at, err := s.CheckPlaced(t0, log)
+	require.NoError(t, err)
+	assert.Equal(t, t0.UnixMilli(), at)
+	_, err = s.Check(t0.Add(5*time.Millisecond), log)
+	require.NoError(t, err)
+	_, at, err = s.CheckPlaced(t0.Add(2*time.Millisecond), log)
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(5*time.Millisecond).UnixMilli(), at, "after the newest entry")
+
+	counter := Request{Key: "counter", Limit: 10, Window: time.Second, Algorithm: SlidingWindowCounter, Hits: 1}
+	next := t0.Truncate(time.Second).Add(time.Second)
+	_, err = s.Check(next.Add(10*time.Millisecond), counter)
+	require.NoError(t, err)
+	_, at, err = s.CheckPlaced(next.Add(-10*time.Millisecond), counter)
+	require.NoError(t, err)
+	assert.Equal(t, next.UnixMilli(), at, "the counter's current window's start")
+}

@@ -64,8 +64,35 @@ func TestLeasesOnRealNodesKeepAHotKeyExact(t *testing.T) {
 		resp, err := apiClient(t, c.Node(1)).Check(ctx, &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000,
 			Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: &zero})
 		require.NoError(t, err)
-		return lent == 0 && resp.CurrentCount == allowed.Load(), fmt.Sprintf("%.0f leases out; the owner counts %d of %d admitted", lent, resp.CurrentCount, allowed.Load())
+		return lent == 0 && resp.CurrentCount == allowed.Load(), fmt.Sprintf("%.0f leases out; the owner counts %d of %d admitted; %s",
+			lent, resp.CurrentCount, allowed.Load(), leaseEvents(t, c))
 	})
 	hammer(100) // the rest of the limit, now that every lease is settled
 	assert.EqualValues(t, limit, allowed.Load(), "exactly the limit once settled")
+}
+
+// leaseEvents sums, over c's nodes, the leases by event, their hits, and
+// the log's allowed checks by route, for a failure's message: with every
+// lease settled, lent − returned = leased, and the owner's count is
+// forwarded + leased (local counts the probes, which take nothing).
+func leaseEvents(t *testing.T, c *testcluster.Cluster) string {
+	sums := map[string]float64{}
+	for _, n := range c.Live() {
+		scrape := metrictest.Scrape("http://" + n.HTTPAddr() + "/metrics")
+		for _, ev := range []string{"asked", "received", "granted", "settled", "expired", "settle_failed"} {
+			sums[ev] += metrictest.Value(t, scrape, "peerlimit_leases_total", "event", ev)
+		}
+	}
+	for _, n := range c.Live() {
+		scrape := metrictest.Scrape("http://" + n.HTTPAddr() + "/metrics")
+		sums["lent"] += metrictest.Value(t, scrape, "peerlimit_lease_hits_total", "direction", "lent")
+		sums["returned"] += metrictest.Value(t, scrape, "peerlimit_lease_hits_total", "direction", "returned")
+		for _, r := range []string{"local", "forwarded", "fallback", "leased"} {
+			sums["route "+r] += metrictest.Value(t, scrape, "peerlimit_checks_total", "algorithm", "SLIDING_WINDOW_LOG", "route", r, "outcome", "allowed")
+		}
+	}
+	return fmt.Sprintf("leases asked %.0f, received %.0f, granted %.0f, settled %.0f, expired %.0f, settlements failed %.0f; "+
+		"hits lent %.0f, returned %.0f; allowed by route: local %.0f, forwarded %.0f, fallback %.0f, leased %.0f",
+		sums["asked"], sums["received"], sums["granted"], sums["settled"], sums["expired"], sums["settle_failed"], sums["lent"], sums["returned"],
+		sums["route local"], sums["route forwarded"], sums["route fallback"], sums["route leased"])
 }
