@@ -129,6 +129,10 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 		}
 		if local && s.awaitSettled(ctx, r.Key) { // as a forward waits
 			now = s.deps.Now()
+			if owner, local = s.owner(r.Key); !local && owner.ID != origin { // moved on meanwhile
+				byOwner[owner] = append(byOwner[owner], i)
+				continue
+			}
 		}
 		out[i] = s.decide(now, r)
 		// This node's ring gives the key to origin, which could not reach

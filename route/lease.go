@@ -60,6 +60,9 @@ func (s *Service) HandleLease(ctx context.Context, origin string, req limiter.Re
 	s.awaitSettled(ctx, req.Key) // as a forward waits: a partition just come here decides from its whole state
 	now := s.deps.Now()
 	res := s.decide(now, req)
+	if _, local := s.owner(req.Key); !local && res.Err == nil {
+		res.Degraded = true // as HandleForward: the views disagree, or the ring moved on while it waited; nothing is lent
+	}
 	s.metrics.peerCheck(req.Algorithm, res)
 	if s.deps.Leases == nil || res.Err != nil || !res.Decision.Allowed || res.Degraded {
 		return res, peer.LeaseGrant{}

@@ -139,8 +139,10 @@ func (s *Service) InflightForwards() int { return s.inflight.inUse() }
 // else forwarded to the owner.
 func (s *Service) Check(ctx context.Context, req limiter.Request) peer.Result {
 	owner, local := s.owner(req.Key)
+	if local && s.awaitSettled(ctx, req.Key) {
+		owner, local = s.owner(req.Key) // the ring may have moved on while it waited
+	}
 	if local {
-		s.awaitSettled(ctx, req.Key)
 		res := s.decide(s.deps.Now(), req) // the store validates
 		s.metrics.check(req.Algorithm, routeLocal, res)
 		return res
@@ -232,10 +234,11 @@ func (s *Service) decideOwn(ctx context.Context, reqs []limiter.Request, out []p
 	now := s.deps.Now()
 	for i, r := range reqs {
 		owner, local := s.owner(r.Key)
+		if local && s.awaitSettled(ctx, r.Key) { // once settled, the others return at once
+			now = s.deps.Now()            // decided when it may be, not when the batch came: the wait can be SettleWait long
+			owner, local = s.owner(r.Key) // and by its owner then: the ring may have moved on meanwhile
+		}
 		if local {
-			if s.awaitSettled(ctx, r.Key) { // once settled, the others return at once
-				now = s.deps.Now() // decided when it may be, not when the batch came: the wait can be SettleWait long
-			}
 			out[i] = s.decide(now, r) // the store validates
 			s.metrics.check(r.Algorithm, routeLocal, out[i])
 			continue
