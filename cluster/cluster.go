@@ -308,8 +308,10 @@ func parseMeta(b []byte) meta {
 }
 
 // aliveMember copies a node; call only from the event delegate.
-func aliveMember(n *memberlist.Node) Member {
-	md := parseMeta(n.Meta)
+func aliveMember(n *memberlist.Node) Member { return aliveMemberOf(n, parseMeta(n.Meta)) }
+
+// aliveMemberOf is aliveMember with n's metadata already parsed.
+func aliveMemberOf(n *memberlist.Node, md meta) Member {
 	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config}
 }
 
@@ -580,12 +582,13 @@ func (c *Cluster) memberGone(m Member, left bool) {
 // would keep the leaver in this ring, its keys forwarded to a node that
 // stopped, until memberlist suspects it and times out (a second or more).
 func (e *events) NotifyUpdate(n *memberlist.Node) {
-	if md := parseMeta(n.Meta); md.Leaving && n.Name != e.c.cfg.ID {
+	md := parseMeta(n.Meta)
+	if md.Leaving && n.Name != e.c.cfg.ID {
 		e.c.memberGone(Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC}, true)
 		return
 	}
 	e.c.mu.Lock()
-	e.c.members[n.Name] = aliveMember(n)
+	e.c.members[n.Name] = aliveMemberOf(n, md)
 	delete(e.c.doubted, n.Name)
 	e.c.mu.Unlock()
 	e.c.log.Debug("member updated", "member", n.Name)

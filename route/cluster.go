@@ -54,15 +54,26 @@ func (s *Service) contested(key string) bool {
 	return s.deps.Cluster != nil && s.deps.Cluster.Contested(key)
 }
 
+// settledOwner returns key's owner; when that is this node, it first waits
+// for the key's partition to settle (awaitSettled) and, after a wait
+// (waited), asks again: the ring may have moved on meanwhile (at a heal, a
+// partition that came here while the members were coming back goes to one
+// of them a moment later), and deciding a key this node no longer owns
+// makes two deciders, each sure of itself (jepsen-lite partition-share: 11
+// of 10 admitted in a window after the heal, none of them degraded).
+func (s *Service) settledOwner(ctx context.Context, key string) (owner peer.Route, local, waited bool) {
+	owner, local = s.owner(key)
+	if local && s.awaitSettled(ctx, key) {
+		owner, local = s.owner(key)
+		return owner, local, true
+	}
+	return owner, local, false
+}
+
 // awaitSettled waits, at most Config.SettleWait and within ctx, for the
 // state of key's partition to arrive if it has just come to this node
 // (Cluster.Settling): deciding first would decide from less than the key
-// holds. After a wait (waited) the caller asks for key's owner again: the
-// ring may have moved on meanwhile (at a heal, a partition that came here
-// while the members were coming back goes to one of them a moment later),
-// and deciding a key this node no longer owns makes two deciders, each
-// sure of itself (jepsen-lite partition-share: 11 of 10 admitted in a
-// window after the heal, none of them degraded).
+// holds. Callers that decide by the owner use settledOwner.
 func (s *Service) awaitSettled(ctx context.Context, key string) (waited bool) {
 	if s.deps.Cluster == nil || s.cfg.SettleWait <= 0 {
 		return false

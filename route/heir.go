@@ -122,17 +122,13 @@ func (s *Service) HandleRelay(ctx context.Context, origin string, reqs []limiter
 	out := make([]peer.Result, len(reqs))
 	byOwner := map[peer.Route][]int{}
 	for i, r := range reqs {
-		owner, local := s.owner(r.Key)
+		owner, local, waited := s.settledOwner(ctx, r.Key) // as a forward waits
+		if waited {
+			now = s.deps.Now()
+		}
 		if !local && owner.ID != origin {
 			byOwner[owner] = append(byOwner[owner], i)
 			continue
-		}
-		if local && s.awaitSettled(ctx, r.Key) { // as a forward waits
-			now = s.deps.Now()
-			if owner, local = s.owner(r.Key); !local && owner.ID != origin { // moved on meanwhile
-				byOwner[owner] = append(byOwner[owner], i)
-				continue
-			}
 		}
 		out[i] = s.decide(now, r)
 		// This node's ring gives the key to origin, which could not reach

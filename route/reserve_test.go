@@ -21,6 +21,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/testkit/testring"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -369,19 +370,29 @@ func (c *cluster) expireAll() time.Time {
 // commits it itself: the batch is admitted, degraded, and each item
 // counts once. Either way nothing stays open past the hold TTL, and
 // nothing counts that the answer did not admit.
+// checkAllCut runs, through n1 under fallback policy, an all-or-nothing
+// batch of a (n2's key, limit 6) and b (n3's, limit 3), 2 hits each, with
+// n1 cut off from n3, and requires every item answered without error and
+// allowed as admitted says.
+func checkAllCut(t *testing.T, alg limiter.Algorithm, policy route.FallbackPolicy, admitted bool) (*cluster, limiter.Request, limiter.Request, []peer.Result) {
+	t.Helper()
+	c := newCluster(t, three, withHolds(policy))
+	a, b := checkOf(alg, c.key(t, "n2", "a"), 6, 2), checkOf(alg, c.key(t, "n3", "b"), 3, 2)
+	c.net.Cut("n1", "n3")
+	results, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
+	require.NoError(t, err)
+	for i, r := range results {
+		require.NoError(t, r.Err, "item %d", i)
+		assert.Equal(t, admitted, r.Decision.Allowed, "item %d", i)
+	}
+	return c, a, b, results
+}
+
 func TestAllOrNothingWithAnUnreachableOwner(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String()+"/share-refuses", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, three, withHolds(route.FallbackShare))
-				a, b := checkOf(alg, c.key(t, "n2", "a"), 6, 2), checkOf(alg, c.key(t, "n3", "b"), 3, 2) // 2 > 3 ÷ 3
-				c.net.Cut("n1", "n3")
-				results, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
-				require.NoError(t, err)
-				for i, r := range results {
-					require.NoError(t, r.Err, "item %d", i)
-					assert.False(t, r.Decision.Allowed, "item %d", i)
-				}
+				c, a, b, results := checkAllCut(t, alg, route.FallbackShare, false) // 2 > 3 ÷ 3
 				assert.True(t, results[1].Degraded, "the cut-off owner's item was decided by the fallback")
 				now := c.clock.Now()
 				assert.Zero(t, c.members["n2"].held(t, now, a), "the reachable owner released its hold at once")
@@ -394,15 +405,7 @@ func TestAllOrNothingWithAnUnreachableOwner(t *testing.T) {
 		t.Run(alg.String()+"/deny-refuses", func(t *testing.T) {
 			// Fail closed is every admission's: a hold too.
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, three, withHolds(route.FallbackDeny))
-				a, b := checkOf(alg, c.key(t, "n2", "a"), 6, 2), checkOf(alg, c.key(t, "n3", "b"), 3, 2)
-				c.net.Cut("n1", "n3")
-				results, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
-				require.NoError(t, err)
-				for i, r := range results {
-					require.NoError(t, r.Err, "item %d", i)
-					assert.False(t, r.Decision.Allowed, "item %d", i)
-				}
+				c, a, b, _ := checkAllCut(t, alg, route.FallbackDeny, false)
 				now := c.clock.Now()
 				assert.Zero(t, c.members["n2"].held(t, now, a), "the reachable owner released its hold at once")
 				assert.Zero(t, c.members["n1"].held(t, now, b), "the fallback held nothing")
@@ -410,15 +413,7 @@ func TestAllOrNothingWithAnUnreachableOwner(t *testing.T) {
 		})
 		t.Run(alg.String()+"/local-admits", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, three, withHolds(route.FallbackLocal))
-				a, b := checkOf(alg, c.key(t, "n2", "a"), 6, 2), checkOf(alg, c.key(t, "n3", "b"), 3, 2)
-				c.net.Cut("n1", "n3")
-				results, err := c.members["n1"].svc.CheckAll(bg, []limiter.Request{a, b})
-				require.NoError(t, err)
-				for i, r := range results {
-					require.NoError(t, r.Err, "item %d", i)
-					assert.True(t, r.Decision.Allowed, "item %d", i)
-				}
+				c, a, b, results := checkAllCut(t, alg, route.FallbackLocal, true)
 				assert.True(t, results[1].Degraded)
 				for _, now := range []time.Time{c.clock.Now(), c.expireAll()} {
 					assert.EqualValues(t, 2, c.members["n2"].held(t, now, a), "committed on its owner")

@@ -138,10 +138,7 @@ func (s *Service) InflightForwards() int { return s.inflight.inUse() }
 // Check answers one request: decided here if this node owns the key,
 // else forwarded to the owner.
 func (s *Service) Check(ctx context.Context, req limiter.Request) peer.Result {
-	owner, local := s.owner(req.Key)
-	if local && s.awaitSettled(ctx, req.Key) {
-		owner, local = s.owner(req.Key) // the ring may have moved on while it waited
-	}
+	owner, local, _ := s.settledOwner(ctx, req.Key)
 	if local {
 		res := s.decide(s.deps.Now(), req) // the store validates
 		s.metrics.check(req.Algorithm, routeLocal, res)
@@ -233,10 +230,9 @@ func (s *Service) decideOwn(ctx context.Context, reqs []limiter.Request, out []p
 	var remote map[peer.Route][]int // made at the first remote check: a batch to its owner has none
 	now := s.deps.Now()
 	for i, r := range reqs {
-		owner, local := s.owner(r.Key)
-		if local && s.awaitSettled(ctx, r.Key) { // once settled, the others return at once
-			now = s.deps.Now()            // decided when it may be, not when the batch came: the wait can be SettleWait long
-			owner, local = s.owner(r.Key) // and by its owner then: the ring may have moved on meanwhile
+		owner, local, waited := s.settledOwner(ctx, r.Key) // once settled, the others return at once
+		if waited {
+			now = s.deps.Now() // decided when it may be, not when the batch came: the wait can be SettleWait long
 		}
 		if local {
 			out[i] = s.decide(now, r) // the store validates
