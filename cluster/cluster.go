@@ -331,7 +331,7 @@ func (c *Cluster) notify() {
 			return
 		case <-c.kick:
 			if c.cfg.OnChange != nil {
-				c.cfg.OnChange(c.Members())
+				c.cfg.OnChange(c.View())
 			}
 		}
 	}

@@ -29,13 +29,24 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
-// recorder keeps the last snapshot OnChange delivered.
+// recorder keeps the live members of the last snapshot OnChange
+// delivered.
 type recorder struct {
 	mu   sync.Mutex
 	last []Member
 }
 
-func (r *recorder) onChange(ms []Member) { r.mu.Lock(); r.last = ms; r.mu.Unlock() }
+func (r *recorder) onChange(ms []Member) {
+	var live []Member
+	for _, m := range ms {
+		if m.State == StateAlive || m.State == StateUnreachable {
+			live = append(live, m)
+		}
+	}
+	r.mu.Lock()
+	r.last = live
+	r.mu.Unlock()
+}
 func (r *recorder) ids() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -91,10 +91,12 @@ type Config struct {
 	ConfigDigests map[string]string
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
-	// OnChange receives the live membership after every change. It is
-	// called from one goroutine, never concurrently, with the full set
-	// (changes that arrive together are coalesced into one call), so it
-	// may take its time; it must not call Leave or Shutdown.
+	// OnChange receives the membership after every change: every member
+	// this node knows (View: live ones, the ring's, and those failed or
+	// left, with their states). It is called from one goroutine, never
+	// concurrently, with the full set (changes that arrive together are
+	// coalesced into one call), so it may take its time; it must not call
+	// Leave or Shutdown.
 	OnChange func([]Member)
 }
 

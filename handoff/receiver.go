@@ -18,8 +18,6 @@ import (
 // still counts. Safe for concurrent use.
 type Receiver struct {
 	self     string
-	maxWait  time.Duration
-	pending  pending
 	store    *limiter.Store
 	replicas Replicas
 	now      func() time.Time
@@ -31,11 +29,6 @@ type Receiver struct {
 type ReceiverDeps struct {
 	// Self is this node's id. Required.
 	Self string
-	// MaxWait bounds how long a partition this node has come to own
-	// waits for the other members to say they handed it over (Expect):
-	// a member that never says so (an older version) stops being waited
-	// for then. Default 10 s.
-	MaxWait time.Duration
 	// Store is the node's state. Required.
 	Store *limiter.Store
 	// Replicas, if set, is told of every handoff before it is merged
@@ -54,15 +47,11 @@ func NewReceiver(d ReceiverDeps) (*Receiver, error) {
 	if d.Store == nil || d.Now == nil || d.Self == "" {
 		return nil, errors.New("handoff: ReceiverDeps.Self, Store and Now are required")
 	}
-	if d.MaxWait <= 0 {
-		d.MaxWait = 10 * time.Second
-	}
 	log := d.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Receiver{self: d.Self, maxWait: d.MaxWait, store: d.Store, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics,
-		pending: pending{waiting: map[int]map[string]bool{}, done: map[string][]int{}}}, nil
+	return &Receiver{self: d.Self, store: d.Store, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics}, nil
 }
 
 // Receive merges states origin handed this node into its store, and

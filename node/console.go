@@ -38,5 +38,5 @@ type consoleAPI struct {
 
 // consoleView is the node's console API over its request path and peers.
 func (n *Node) consoleView() consoleAPI {
-	return consoleAPI{n.svc, console.NewCluster(n.cfg.ID, &n.view, n.peers, n.svc, n.cfg.Now)}
+	return consoleAPI{n.svc, console.NewCluster(n.cfg.ID, n.own, n.peers, n.svc, n.cfg.Now)}
 }

@@ -35,7 +35,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
 	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
@@ -54,17 +54,16 @@ type Node struct {
 	svc     *route.Service
 	peers   *peerrpc.Peers
 	handoff *handoff.Sender
-	// handoffs receives what other members hand this node, and knows
-	// which partitions still wait for it (the view's Contested).
-	handoffs *handoff.Receiver
-	members  *cluster.Cluster
-	cluster  atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
-	repl     replication
-	leases   *lease.Book // nil with leases off
-	view     view        // the ring and the share the request path reads (share.go)
-	sec      *nodeSecurity
-	health   *health.Server
-	metrics  *nodeMetrics
+	// own decides who decides each key, as this node sees it: the ring,
+	// the partitions that wait for their state, the share (ownership.go).
+	own     *ownership.Tracker
+	members *cluster.Cluster
+	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
+	repl    replication
+	leases  *lease.Book // nil with leases off
+	sec     *nodeSecurity
+	health  *health.Server
+	metrics *nodeMetrics
 	// policies is nil without Config.PoliciesFile.
 	policies *policy.Registry
 	// rls is nil without Config.EnvoyRLSConfig.
@@ -91,8 +90,6 @@ type Node struct {
 	undo     []func()       // Start's cleanups, run in reverse if a later step fails
 
 	serving    atomic.Bool
-	leaving    atomic.Bool   // once set, this node owns nothing
-	ringMu     sync.Mutex    // serialises ring rebuilds: the notifier and Shutdown
 	handoffReq chan struct{} // capacity 1: wakes the handoff loop
 	stop       chan struct{} // closed by stopLoops: stops the sweeper and the handoff loop
 	loops      sync.WaitGroup
@@ -193,11 +190,6 @@ func (n *Node) initListeners() (err error) {
 // alone until gossip says otherwise), the connections to peers, the
 // route.Service, and the handoff that moves state to its owners.
 func (n *Node) initRequestPath() error {
-	self, err := ring.New(n.cfg.Ring, n.cfg.Partitions, []ring.Member{{ID: n.cfg.ID, Addr: n.GRPCAddr()}})
-	if err != nil {
-		return err
-	}
-	n.view.init(self, n.cfg.ID, n.store)
 	routeMetrics, err := route.NewMetrics(n.reg)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -217,18 +209,19 @@ func (n *Node) initRequestPath() error {
 	if err := n.initReplicas(); err != nil {
 		return err
 	}
+	if err := n.initOwnership(); err != nil {
+		return err
+	}
 	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
-	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: &n.view, Peers: n.peers,
+	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: n.own, Peers: n.peers,
 		Samples: n.sampler, Metrics: routeMetrics, Logger: n.log, Tracer: n.traces.Tracer(routeTracer)}
 	if n.repl.failover != nil {
 		deps.Failover, replicas = n.repl.failover, n.repl.failover
 	}
 	if deps.Handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: n.cfg.ID, Store: n.store, Replicas: replicas, Now: n.cfg.Now,
-		MaxWait: 2 * n.cfg.HandoffInterval,
-		Logger:  n.log, Metrics: handoffMetrics}); err != nil {
+		Logger: n.log, Metrics: handoffMetrics}); err != nil {
 		return err
 	}
-	n.handoffs, n.view.handoffs = deps.Handoffs, deps.Handoffs
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
 	}
@@ -241,8 +234,8 @@ func (n *Node) initRequestPath() error {
 	if err := n.initReplicator(); err != nil {
 		return err
 	}
-	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.view.Ring,
-		Leaving: n.leaving.Load, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, Replicas: replicas}); err != nil {
+	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.ring,
+		Leaving: func() bool { return n.own.View().Leaving() }, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, Replicas: replicas}); err != nil {
 		return err
 	}
 	if err := registerCapacity(n.reg, n.cfg, n.svc, n.leases); err != nil {
@@ -384,8 +377,8 @@ func (n *Node) joinCluster() (err error) {
 	// rather than as the lone owner of every key until the notifier's
 	// first delivery (a node restarted after a crash would otherwise
 	// decide every key it receives from zero for that moment).
-	n.membershipChanged(n.members.Members())
-	n.view.markJoined()
+	n.membershipChanged(n.members.View())
+	n.own.Joined()
 	return nil
 }
 
@@ -434,54 +427,18 @@ func (n *Node) ID() string { return n.cfg.ID }
 func (n *Node) Store() *limiter.Store { return n.store }
 
 // Ring returns the node's current view of ownership.
-func (n *Node) Ring() *ring.Ring { return n.view.Ring() }
+func (n *Node) Ring() *ring.Ring { return n.own.View().Ring() }
+
+// ring is Ring, for the components that read it (handoff, replica).
+func (n *Node) ring() *ring.Ring { return n.own.View().Ring() }
 
 // HandoffsWaiting returns how many partitions this node has come to own
 // whose state other members have not yet said they handed over: their
 // answers are marked degraded meanwhile.
-func (n *Node) HandoffsWaiting() int { return n.handoffs.Waiting() }
+func (n *Node) HandoffsWaiting() int { return n.own.View().Waiting() }
 
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
-
-// membershipChanged rebuilds and swaps the ring, updates the peer
-// connections, and wakes the handoff loop. The cluster's notifier calls
-// it, and Shutdown once; ringMu keeps a rebuild that started before the
-// leave from landing after it.
-func (n *Node) membershipChanged(members []cluster.Member) {
-	n.ringMu.Lock()
-	defer n.ringMu.Unlock()
-	n.sec.setMembers(members) // before routing to a new member, accept its calls
-	var rms []ring.Member
-	var routes []peer.Route
-	for _, m := range members {
-		if m.GRPCAddr == "" || (m.ID == n.cfg.ID && n.leaving.Load()) {
-			continue
-		}
-		rms = append(rms, ring.Member{ID: m.ID, Addr: m.GRPCAddr})
-		routes = append(routes, peer.Route{ID: m.ID, Addr: m.GRPCAddr})
-	}
-	if len(rms) == 0 {
-		return // leaving and alone: keep the last ring
-	}
-	r, err := ring.New(n.cfg.Ring, n.cfg.Partitions, rms)
-	if err != nil {
-		n.log.Error("building the ring", "err", err)
-		return
-	}
-	n.peers.Update(routes)
-	n.refreshShare()
-	if old := n.view.Ring(); !old.Equal(r) {
-		n.view.ring.Store(r)
-		n.handoffs.Expect(r, n.gained(old, r), added(old, r), n.leavers(old, r))
-		n.refreshWithout(r, len(old.Members()) == 1 || n.view.without.Load() != nil)
-		n.reconcileReplicas(old, r)
-		n.metrics.ringChanges.Inc()
-		n.log.Info("ring changed", "members", len(rms), "partitions", r.Partitions()[n.cfg.ID])
-	}
-	n.refreshContested()
-	n.wakeHandoff()
-}
 
 func (n *Node) wakeHandoff() {
 	select {
@@ -532,7 +489,6 @@ func (n *Node) expireReservations() {
 
 // sweep frees expired keys; the node runs it every SweepInterval (every).
 func (n *Node) sweep() {
-	n.refreshShare() // failures older than ShareFor stop counting
 	if freed := n.store.Sweep(n.cfg.Now()); freed > 0 {
 		n.log.Debug("swept expired keys", "freed", freed)
 	}
@@ -555,8 +511,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// racing the final one could be cut short by halt and put its
 		// state back into a store about to vanish.
 		n.stopLoops()
-		n.leaving.Store(true)
-		n.membershipChanged(n.members.Members()) // a ring without this node
+		n.own.Leaving() // a ring without this node
 		if err := n.members.Leave(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -631,6 +586,7 @@ func (n *Node) stopLoops() {
 // halt stops gossip, peer connections and every goroutine of the node.
 func (n *Node) halt() error {
 	err := n.members.Shutdown()
+	n.own.Stop()
 	n.peers.Close()
 	n.grpcSrv.Stop()
 	n.wg.Wait()
@@ -639,7 +595,7 @@ func (n *Node) halt() error {
 
 // memberInfo lists the members for GET /v1/members.
 func (n *Node) memberInfo() httpapi.Members {
-	r := n.view.Ring()
+	r := n.Ring()
 	parts := r.Partitions()
 	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
 	own := n.configDigests()
@@ -656,7 +612,7 @@ func (n *Node) memberInfo() httpapi.Members {
 // membersProto answers the Members call: the view and the ring, with each
 // partition's owner as an index into the member list.
 func (n *Node) membersProto() *pb.MembersResponse {
-	r := n.view.Ring()
+	r := n.Ring()
 	out := &pb.MembersResponse{Self: n.cfg.ID, PartitionCount: uint32(r.PartitionCount())}
 	index := map[string]uint32{}
 	add := func(m *pb.Member) {

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/replica"
-	"github.com/peerlimit/peerlimit/ring"
 )
 
 // replication is the node's side of package replica: the failover that
@@ -31,7 +29,7 @@ func (n *Node) initReplicas() (err error) {
 	}
 	n.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: n.cfg.ID, Store: n.store,
 		Replicas: replica.NewStore(n.cfg.Partitions, n.cfg.Replication.MaxKeys, n.cfg.Limiter.MaxLogLimit, n.repl.metrics),
-		Ring:     n.view.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
+		Ring:     n.ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
 	return err
 }
 
@@ -42,32 +40,8 @@ func (n *Node) initReplicator() (err error) {
 		return nil
 	}
 	n.repl.sender, err = replica.NewReplicator(replica.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers,
-		Ring: n.view.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
+		Ring: n.ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
 	return err
-}
-
-// reconcileReplicas follows a ring change from old to r
-// (replica.Failover.Reconcile), with the members gossip declared dead.
-func (n *Node) reconcileReplicas(old, r *ring.Ring) {
-	if n.repl.failover != nil {
-		n.repl.failover.Reconcile(old, r, n.failedMembers())
-	}
-}
-
-// failedMembers returns the members gossip declared dead (not those that
-// left), as this node sees them now.
-func (n *Node) failedMembers() map[string]bool {
-	c := n.cluster.Load()
-	if c == nil {
-		return nil // still joining: nobody has failed yet
-	}
-	out := map[string]bool{}
-	for _, m := range c.View() {
-		if m.State == cluster.StateFailed {
-			out[m.ID] = true
-		}
-	}
-	return out
 }
 
 // replicationLoop sends this node's changes to its backups every

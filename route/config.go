@@ -132,10 +132,11 @@ func (d Deps) validate() error {
 	return nil
 }
 
-// Cluster is this node's view of the membership, as the request path
-// reads it on every check. Implementations are safe for concurrent use
-// and must not block: the node's reads the ring it swaps in atomically
-// on every membership change (ring.Holder).
+// Cluster is this node's ownership (ownership.Tracker is the node's): who
+// decides each key, as the request path reads it on every check, and the
+// one event the request path hears of, a member's HandoffDone.
+// Implementations are safe for concurrent use and must not block: the
+// node's reads a view it swaps in atomically on every change.
 type Cluster interface {
 	// Owner returns the member that owns key.
 	Owner(key string) peer.Route
@@ -162,6 +163,9 @@ type Cluster interface {
 	// check waits on it, at most Config.SettleWait, rather than be decided
 	// from less than the key holds.
 	Settling(key string) <-chan struct{}
+	// HandoffDone notes that origin holds nothing of partitions it has
+	// not handed this node (peer.Handler.HandleHandoffDone).
+	HandoffDone(origin string, partitions []int)
 }
 
 // RingCluster is a Cluster read from the ring load returns at each call
@@ -183,6 +187,7 @@ func (f onRing) Heir(key string) (peer.Route, bool) {
 func (f onRing) Members() []peer.Route           { return RoutesOf(f().Members()) }
 func (f onRing) Contested(string) bool           { return false }
 func (f onRing) Settling(string) <-chan struct{} { return nil }
+func (f onRing) HandoffDone(string, []int)       {}
 func (f onRing) Share() (live, known int) {
 	n := len(f().Members())
 	return n, n

@@ -111,10 +111,12 @@ func (s *Service) HandleHandoff(ctx context.Context, origin string, states []lim
 	return s.handoffs.Receive(ctx, origin, states)
 }
 
-// HandleHandoffDone implements peer.Handler: Deps.Handoffs notes that
+// HandleHandoffDone implements peer.Handler: Deps.Cluster notes that
 // origin holds nothing more of partitions.
 func (s *Service) HandleHandoffDone(_ context.Context, origin string, partitions []int) {
-	s.handoffs.Done(origin, partitions)
+	if s.deps.Cluster != nil {
+		s.deps.Cluster.HandoffDone(origin, partitions)
+	}
 }
 
 // HandleReplicate implements peer.Handler: keep the owner's states apart,

@@ -103,6 +103,7 @@ func (h *healing) Heir(key string) (peer.Route, bool) { return h.now().Heir(key)
 func (h *healing) Members() []peer.Route              { return h.now().Members() }
 func (h *healing) Share() (live, known int)           { return h.now().Share() }
 func (h *healing) Contested(key string) bool          { return h.now().Contested(key) }
+func (h *healing) HandoffDone(string, []int)          {}
 func (h *healing) Settling(key string) <-chan struct{} {
 	if h.moved.Load() {
 		return nil

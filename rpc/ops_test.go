@@ -115,6 +115,7 @@ func (b byPrefix) Members() []peer.Route {
 func (b byPrefix) Share() (live, known int)        { return len(b), len(b) }
 func (b byPrefix) Contested(string) bool           { return false }
 func (b byPrefix) Settling(string) <-chan struct{} { return nil }
+func (b byPrefix) HandoffDone(string, []int)       {}
 
 // checks_total counts every client check once, on the node it reached,
 // by route; the owner counts what it decided for others apart.

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/ownership"
+	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/route"
+)
+
+// The node's side of package ownership: the membership goes in as events,
+// and what the Tracker asks for is carried out here (ownershipEffects).
+
+var _ route.Cluster = (*ownership.Tracker)(nil)
+
+// initOwnership creates the tracker of who decides each key: this node
+// alone until the join delivers the members. After the peers and the
+// replicas, which its effects use.
+func (n *Node) initOwnership() (err error) {
+	n.own, err = ownership.NewTracker(ownership.Config{
+		Self: n.cfg.ID, Addr: n.GRPCAddr(), Ring: n.cfg.Ring, Partitions: n.cfg.Partitions,
+		ShareFor: n.cfg.ShareFor, MaxWait: 2 * n.cfg.HandoffInterval, Holdings: n.store,
+	}, ownership.TrackerDeps{Effects: ownershipEffects{n}, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	n.onUndo(n.own.Stop)
+	return nil
+}
+
+// membershipChanged takes the cluster's membership (every member it
+// knows, with its state) to the ownership tracker. The cluster's notifier
+// calls it, and joinCluster once.
+func (n *Node) membershipChanged(view []cluster.Member) {
+	members := make([]ownership.Member, 0, len(view))
+	var live []cluster.Member
+	for _, m := range view {
+		members = append(members, ownershipMember(m))
+		if m.State == cluster.StateAlive || m.State == cluster.StateUnreachable {
+			live = append(live, m)
+		}
+	}
+	n.sec.setMembers(live) // before routing to a new member, accept its calls
+	n.own.Membership(members)
+}
+
+// ownershipMember is m as ownership reads it.
+func ownershipMember(m cluster.Member) ownership.Member {
+	om := ownership.Member{ID: m.ID, Addr: m.GRPCAddr, Since: m.Since, Unconfirmed: m.Unconfirmed}
+	switch m.State {
+	case cluster.StateUnreachable:
+		om.State = ownership.Unreachable
+	case cluster.StateFailed:
+		om.State = ownership.Failed
+	case cluster.StateLeft:
+		om.State = ownership.Left
+	}
+	return om
+}
+
+// ownershipEffects carries out the tracker's actions (ownership.Effects).
+type ownershipEffects struct{ n *Node }
+
+// Connect keeps a connection to each member.
+func (e ownershipEffects) Connect(members []peer.Route) { e.n.peers.Update(members) }
+
+// RingChanged promotes the replicas of partitions whose owner failed
+// (replica.Failover.Reconcile), and counts the change.
+func (e ownershipEffects) RingChanged(c ownership.RingChanged) {
+	if e.n.repl.failover != nil {
+		e.n.repl.failover.Reconcile(c.Old, c.New, c.Failed)
+	}
+	e.n.metrics.ringChanges.Inc()
+}
+
+// HandOff wakes the handoff loop.
+func (e ownershipEffects) HandOff() { e.n.wakeHandoff() }
