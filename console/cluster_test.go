@@ -39,9 +39,9 @@ func TestTopMergesEveryMembersHotKeys(t *testing.T) {
 			svc, err := route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: clk.Now,
 				Cluster: route.FixedCluster(r), Peers: peers})
 			require.NoError(t, err)
-			peers.Serve(svc)
+			peers.Serve(svc.Peer)
 			svcs[id] = svc
-			views[id] = console.NewCluster(id, route.FixedCluster(r), peers, svc, clk.Now)
+			views[id] = console.NewCluster(id, route.FixedCluster(r), peers, svc.Peer, clk.Now)
 		}
 		// key i is checked i times, through n1; each is decided by its owner.
 		for i := 1; i <= 5; i++ {

@@ -88,12 +88,10 @@ func (p *pair) start(t *testing.T, id string) *node {
 	require.NoError(t, err)
 	peers := p.net.Join(id)
 	clock := func() time.Time { return p.now }
-	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Self: id, Store: n.store, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
-	require.NoError(t, err)
 	n.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: n.store, Now: clock,
-		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), Handoffs: receiver})
+		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), HandoffMetrics: n.metrics})
 	require.NoError(t, err)
-	peers.Serve(n.svc)
+	peers.Serve(n.svc.Peer)
 	n.sender, err = handoff.New(handoff.Deps{Self: id, Store: n.store, Peers: peers, Ring: p.ring.Load,
 		Leaving: n.leaving.Load, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
 	require.NoError(t, err)
@@ -249,7 +247,7 @@ func TestRefusedStatesAreReported(t *testing.T) {
 	_, err := p.a.store.Check(p.now, limiter.Request{Key: key, Limit: 10, Window: time.Hour, Hits: 1})
 	require.NoError(t, err)
 	refused := limiter.KeyState{Key: key, Window: 0, Algorithm: limiter.SlidingWindowCounter}
-	merged, rejected := p.b.svc.HandleHandoff(peer.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
+	merged, rejected := p.b.svc.Peer.HandleHandoff(peer.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
 	assert.Zero(t, merged)
 	require.Len(t, rejected, 1)
 	got := p.b.logs.Find("refused handed-off keys")

@@ -83,7 +83,7 @@ func newEnv(t *testing.T, opts ...func(*envOpts)) *env {
 	svc, err := route.NewService(cfg.Config, cfg.Deps)
 	require.NoError(t, err)
 	if o.http.Console == nil {
-		o.http.Console = nodeConsole{svc, console.NewCluster(cfg.NodeID, alone(cfg.NodeID), cfg.Peers, svc, clock.Now)}
+		o.http.Console = nodeConsole{svc.Queries, console.NewCluster(cfg.NodeID, alone(cfg.NodeID), cfg.Peers, svc.Peer, clock.Now)}
 	}
 	h, err := NewHandler(svc, o.http.Config, o.http.Deps)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func newEnv(t *testing.T, opts ...func(*envOpts)) *env {
 // nodeConsole is the console API a node gives the handler: inspections
 // from its request path, reports and top keys from its cluster's view.
 type nodeConsole struct {
-	*route.Service
+	*route.Queries
 	*console.Cluster
 }
 

@@ -84,7 +84,8 @@ func (b *Book) Admit(now time.Time, req limiter.Request) (limiter.Decision, bool
 	return d, ok
 }
 
-// Take decides req from a lease this node holds, if one for its limit is
+// Take decides req from a lease this node holds (none with a nil Book:
+// leases off), if one for its limit is
 // live and has the hits left (a spent or expired one is set aside for
 // settlement). Otherwise, with mayAsk, it reports whether this node should
 // ask req's owner for a lease now, and for how many hits: it forwards the
@@ -94,7 +95,7 @@ func (b *Book) Admit(now time.Time, req limiter.Request) (limiter.Decision, bool
 // It then marks the key as asked for; the caller must then Ask, or Forgo
 // if it will not. One hash and one stripe lock per check, either way.
 func (b *Book) Take(now time.Time, req limiter.Request, mayAsk bool) (d limiter.Decision, admitted bool, want int64, ask bool) {
-	if req.Hits <= 0 { // a peek asks the owner: a lease knows nothing of the count
+	if b == nil || req.Hits <= 0 { // leases off; a peek asks the owner: a lease knows nothing of the count
 		return d, false, 0, false
 	}
 	sh, h := b.shard(req.Key)

@@ -123,7 +123,7 @@ func (ll *lentLease) placeholders() []int64 {
 // is not worth a call and is not lent.
 func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, room int64) peer.LeaseGrant {
 	hits := min(want, room/2)
-	if hits < 1 || !b.Leasable(req) {
+	if b == nil || hits < 1 || !b.Leasable(req) { // a nil Book lends nothing: leases off
 		return peer.LeaseGrant{}
 	}
 	ms := max(now.UnixMilli(), 0)
@@ -157,6 +157,9 @@ func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, roo
 // (counted as all used) or not origin's is skipped; it returns how many
 // it settled.
 func (b *Book) Settle(now time.Time, origin string, uses []peer.LeaseUse) int {
+	if b == nil { // leases off: nothing was lent
+		return 0
+	}
 	settled := 0
 	for _, u := range uses {
 		ll := b.takeLent(u.ID, origin)

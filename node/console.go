@@ -32,11 +32,11 @@ func (n *Node) sampleNow() {
 // node: an inspection of one key from the request path, every member's
 // report and the cluster's top keys from the cluster's view.
 type consoleAPI struct {
-	*route.Service
+	*route.Queries
 	*console.Cluster
 }
 
 // consoleView is the node's console API over its request path and peers.
 func (n *Node) consoleView() consoleAPI {
-	return consoleAPI{n.svc, console.NewCluster(n.cfg.ID, n.own, n.peers, n.svc, n.cfg.Now)}
+	return consoleAPI{n.svc.Queries, console.NewCluster(n.cfg.ID, n.own, n.peers, n.svc.Peer, n.cfg.Now)}
 }

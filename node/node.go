@@ -214,13 +214,9 @@ func (n *Node) initRequestPath() error {
 	}
 	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
 	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: n.own, Peers: n.peers,
-		Samples: n.sampler, Metrics: routeMetrics, Logger: n.log, Tracer: n.traces.Tracer(routeTracer)}
+		Samples: n.sampler, Metrics: routeMetrics, HandoffMetrics: handoffMetrics, Logger: n.log, Tracer: n.traces.Tracer(routeTracer)}
 	if n.repl.failover != nil {
 		deps.Failover, replicas = n.repl.failover, n.repl.failover
-	}
-	if deps.Handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: n.cfg.ID, Store: n.store, Replicas: replicas, Now: n.cfg.Now,
-		Logger: n.log, Metrics: handoffMetrics}); err != nil {
-		return err
 	}
 	if n.policies != nil { // a nil *Registry in the interface would not be nil
 		deps.Policies = n.policies
@@ -293,7 +289,7 @@ const streamWorkers = 128
 // ones it opened with, and checking them again on every batch would cut
 // every stream in the middle of a secret rotation.
 func (n *Node) peerServer() *peerrpc.Server {
-	s := peerrpc.NewServer(n.svc)
+	s := peerrpc.NewServer(n.svc.Peer)
 	s.Drain = n.drain
 	s.Tracer, s.NodeID = n.traces.Tracer(peerTracer), n.cfg.ID
 	return s

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/testkit/fakeclock"
 	"github.com/peerlimit/peerlimit/internal/testkit/memnet"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
@@ -95,12 +94,10 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Replicas: m.replicas, Ring: c.Ring,
 		Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
-	receiver, err := handoff.NewReceiver(handoff.ReceiverDeps{Self: id, Store: store, Replicas: m.failover, Now: c.clk.Now, Logger: log})
-	require.NoError(t, err)
 	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clk.Now, Cluster: route.RingCluster(c.Ring),
-		Peers: peers, Failover: m.failover, Handoffs: receiver, Logger: log})
+		Peers: peers, Failover: m.failover, Logger: log})
 	require.NoError(t, err)
-	peers.Serve(m.svc)
+	peers.Serve(m.svc.Peer)
 	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: peers,
 		Ring: c.Ring, Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)

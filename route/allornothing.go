@@ -29,7 +29,7 @@ import (
 // The error is for the batch as a whole: too large, or an item that is
 // not a check of at least one hit, or invalid (an *limiter.ArgumentError
 // whose field names the item, checks[i].field).
-func (s *Service) CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
+func (s *Ingress) CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error) {
 	if err := s.BatchTooLarge("checks", len(reqs)); err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Service) CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.
 // Best effort: a close that fails leaves its hold to expire, which
 // releases it, so a failed commit under-counts its request on that limit
 // after HoldTTL; it is logged, with the first failure's reason.
-func (s *Service) closeHolds(ctx context.Context, closing []limiter.Request, admitted bool) {
+func (s *Ingress) closeHolds(ctx context.Context, closing []limiter.Request, admitted bool) {
 	results, err := s.CheckBatch(context.WithoutCancel(ctx), closing)
 	failed := len(closing)
 	if err == nil {
@@ -92,7 +92,7 @@ func (s *Service) closeHolds(ctx context.Context, closing []limiter.Request, adm
 
 // holdable refuses what an all-or-nothing batch cannot hold: anything but
 // a check of at least one hit, or a request the store would refuse.
-func (s *Service) holdable(r limiter.Request) error {
+func (s *Ingress) holdable(r limiter.Request) error {
 	switch {
 	case r.Op != limiter.OpCheck:
 		return &limiter.ArgumentError{Field: "op", Reason: "must be CHECK in an all-or-nothing batch, got " + r.Op.String()}

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/policy"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -72,7 +74,9 @@ func (c Config) Validate() error {
 
 // Deps is what a Service works with, supplied by whoever assembles the
 // node (package node, or a test). Each is an interface with its own
-// contract, or a value; none is a hook into the node.
+// contract, or a value; none is a hook into the node. The optional ones
+// have do-nothing defaults (withDefaults), so the request path never asks
+// whether it has them.
 type Deps struct {
 	// NodeID names this node in every answer it decides (owner). Required.
 	NodeID string
@@ -83,23 +87,22 @@ type Deps struct {
 	// the nodes that receive requests cannot move a key's windows.
 	// Required.
 	Now func() time.Time
-	// Cluster is this node's view of the membership: each key's owner and
-	// heir, the members, the share of FallbackShare. Nil: this node alone
-	// owns every key.
+	// Cluster is this node's ownership: each key's owner and heir, the
+	// members, the share of FallbackShare (ownership.Tracker). Nil: this
+	// node alone owns every key.
 	Cluster Cluster
 	// Peers reaches the other members. Required with Cluster.
 	Peers peer.Peers
 	// Failover keeps the replicas other members' partitions have here and
 	// promotes them when their owner cannot be reached (replica.Failover).
-	// Nil: replication is off; this node is nobody's heir and refuses
-	// replication (peer.ErrNoReplicas).
+	// Nil: replication is off; no member is any key's heir, so a check
+	// whose owner cannot be reached goes to the fallback policy at once,
+	// and this node refuses replication (peer.ErrNoReplicas).
 	Failover Failover
 	// Leases are this node's budget leases (package lease), both as the
-	// holder of hot keys it forwards and as their owner. Nil: off.
+	// holder of hot keys it forwards and as their owner. Nil: off (a nil
+	// *lease.Book lends and holds nothing).
 	Leases *lease.Book
-	// Handoffs merges what other members hand this node
-	// (handoff.Receiver). Nil: a Receiver over Store, with no replicas.
-	Handoffs *handoff.Receiver
 	// Policies resolves the policy names requests may give instead of
 	// numbers. Nil: this node has none, and a request naming one is
 	// refused.
@@ -109,6 +112,9 @@ type Deps struct {
 	Samples Samples
 	// Metrics counts the request path; nil counts nothing.
 	Metrics *Metrics
+	// HandoffMetrics counts the states other members hand this node; nil
+	// counts nothing.
+	HandoffMetrics *handoff.Metrics
 	// Tracer records a span for each hop of a traced check to its owner
 	// (trace.go): only under a caller's span that records, so that an
 	// untraced or unsampled check costs a context lookup. Nil: none.
@@ -130,6 +136,29 @@ func (d Deps) validate() error {
 		return errors.New("route: Deps.Peers is required with Cluster")
 	}
 	return nil
+}
+
+// withDefaults fills the optional dependencies with ones that do nothing.
+func (d Deps) withDefaults() Deps {
+	if d.Cluster == nil {
+		d.Cluster = alone{peer.Route{ID: d.NodeID}}
+	}
+	if d.Failover == nil {
+		d.Failover = noReplicas{}
+	}
+	if d.Policies == nil {
+		d.Policies = noPolicies{}
+	}
+	if d.Samples == nil {
+		d.Samples = noSamples{}
+	}
+	if d.Tracer == nil {
+		d.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
 }
 
 // Cluster is this node's ownership (ownership.Tracker is the node's): who
@@ -206,13 +235,15 @@ func RoutesOf(ms []ring.Member) []peer.Route {
 }
 
 // Failover is the replicas this node keeps as other members' heir, as
-// the request path uses them; replica.Failover is the node's. Both
-// methods are safe for concurrent use. Promote runs on the request path,
+// the request path uses them; replica.Failover is the node's. Every
+// method is safe for concurrent use. Promote runs on the request path,
 // from many checks at once: it merges the replica of key's partition
 // into Store at the first call after its owner became unreachable, and
 // finds nothing to do after that; the caller must hold no lock of the
-// store's. Apply runs on a peer's replication call.
+// store's. Apply runs on a peer's replication call, Supersede on a
+// handoff's (handoff.Replicas).
 type Failover interface {
+	handoff.Replicas
 	// Apply keeps the states owner origin replicated to this node, apart
 	// from Store, and returns how many it kept.
 	Apply(origin string, r peer.Replication) (kept int)
@@ -220,6 +251,33 @@ type Failover interface {
 	// its owner sent it, into Store.
 	Promote(key string)
 }
+
+// The do-nothing dependencies (Deps.withDefaults).
+type (
+	// alone is the Cluster of a node that owns every key.
+	alone struct{ self peer.Route }
+	// noReplicas is the Failover of a node that keeps none.
+	noReplicas struct{}
+	// noPolicies is the PolicyLookup of a node that has none.
+	noPolicies struct{}
+	// noSamples is the Samples of a node that samples nothing.
+	noSamples struct{}
+)
+
+func (a alone) Owner(string) peer.Route                     { return a.self }
+func (alone) Heir(string) (peer.Route, bool)                { return peer.Route{}, false }
+func (a alone) Members() []peer.Route                       { return []peer.Route{a.self} }
+func (alone) Share() (live, known int)                      { return 1, 1 }
+func (alone) Contested(string) bool                         { return false }
+func (alone) Settling(string) <-chan struct{}               { return nil }
+func (alone) HandoffDone(string, []int)                     {}
+func (noReplicas) Apply(string, peer.Replication) int       { return 0 }
+func (noReplicas) Promote(string)                           {}
+func (noReplicas) Supersede(string, []limiter.KeyState)     {}
+func (noReplicas) ReturnPromoted(string) []limiter.KeyState { return nil }
+func (noReplicas) Unreturn(string, []limiter.KeyState)      {}
+func (noPolicies) Lookup(string) (policy.Policy, bool)      { return policy.Policy{}, false }
+func (noSamples) Since(time.Time) []peer.Sample             { return nil }
 
 // Samples is the source of a node's sampled rates (console.Sampler). Safe
 // for concurrent use.

@@ -9,8 +9,12 @@ import (
 )
 
 // This file is what the operator's console asks of the request path:
-// inspecting a key on its owner, and this member's report (its sampled
-// rates and hot keys; package console merges every member's).
+// inspecting a key on its owner (Queries), and this member's report (its
+// sampled rates and hot keys; package console merges every member's).
+
+// Queries answers the console's questions about keys, consuming nothing.
+// Safe for concurrent use.
+type Queries struct{ *core }
 
 // InspectRequest asks for a key's state. Limit and Hits are optional
 // (0: no next-allow time); Policy, if set, gives the limit and also
@@ -40,7 +44,7 @@ type InspectResult struct {
 // Inspect reads req's key on its owner, here or through Peers, consuming
 // nothing; it fails with peer.ErrOwnerUnreachable when the owner cannot be
 // asked, never with a guess.
-func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResult, error) {
+func (s *Queries) Inspect(ctx context.Context, req InspectRequest) (InspectResult, error) {
 	q, filter, err := s.resolveInspect(req)
 	if err != nil {
 		return InspectResult{}, err
@@ -48,7 +52,7 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 	owner, local := s.owner(q.Key)
 	var ov peer.OwnerView
 	if local {
-		ov, err = s.HandleInspect(ctx, s.deps.NodeID, q)
+		ov, err = s.inspectHere(q)
 	} else {
 		ov, err = s.deps.Peers.Inspect(ctx, owner, q)
 		if err != nil && peer.CodeOf(err) != peer.InvalidArgument {
@@ -71,7 +75,7 @@ func (s *Service) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 
 // resolveInspect turns req into the owner's question and, for a policy,
 // the one limit to show.
-func (s *Service) resolveInspect(req InspectRequest) (peer.InspectQuery, *limiter.Request, error) {
+func (s *Queries) resolveInspect(req InspectRequest) (peer.InspectQuery, *limiter.Request, error) {
 	q := peer.InspectQuery{Key: req.Key, Limit: req.Limit}
 	if req.Policy != "" {
 		given := ""
@@ -111,23 +115,26 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 
 // HandleInspect implements Handler: read the key here, whatever this
 // node's ring says.
-func (s *Service) HandleInspect(_ context.Context, _ string, q peer.InspectQuery) (peer.OwnerView, error) {
-	now := s.deps.Now()
-	views, err := s.store.Inspect(now, q.Key, q.Limit, q.Hits)
+func (s *Handler) HandleInspect(_ context.Context, _ string, q peer.InspectQuery) (peer.OwnerView, error) {
+	return s.inspectHere(q)
+}
+
+// inspectHere reads q's key on this node's store, with the leases lent
+// on it and the reservations open on it.
+func (c *core) inspectHere(q peer.InspectQuery) (peer.OwnerView, error) {
+	now := c.deps.Now()
+	views, err := c.store.Inspect(now, q.Key, q.Limit, q.Hits)
 	if err != nil {
 		return peer.OwnerView{}, err
 	}
-	return peer.OwnerView{Limits: views, Leases: s.deps.Leases.On(now, q.Key),
-		Reservations: s.store.OpenReservations(q.Key, now, peer.MaxReservationsShown)}, nil
+	return peer.OwnerView{Limits: views, Leases: c.deps.Leases.On(now, q.Key),
+		Reservations: c.store.OpenReservations(q.Key, now, peer.MaxReservationsShown)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)
 // and hot keys.
-func (s *Service) HandleReport(_ context.Context, _ string, req peer.ReportRequest) peer.Report {
-	var r peer.Report
-	if s.deps.Samples != nil {
-		r.Samples = s.deps.Samples.Since(req.Since)
-	}
+func (s *Handler) HandleReport(_ context.Context, _ string, req peer.ReportRequest) peer.Report {
+	r := peer.Report{Samples: s.deps.Samples.Since(req.Since)}
 	r.HotKeys = s.store.HotKeys(s.deps.Now(), min(req.Top, peer.MaxTop))
 	return r
 }

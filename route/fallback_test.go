@@ -226,7 +226,7 @@ func TestCheckTheOwnerTookBackIsAnsweredByTheFallback(t *testing.T) {
 		req := logReq(c.key(t, "n2", "late"), 5, time.Minute)
 		judgedLate := peer.WithSenderWait(bg, time.Now().Add(-time.Second), time.Millisecond)
 
-		direct := n2.svc.HandleForward(judgedLate, "n1", []limiter.Request{req})
+		direct := n2.svc.Peer.HandleForward(judgedLate, "n1", []limiter.Request{req})
 		require.ErrorIs(t, direct[0].Err, peer.ErrNotCounted)
 		assert.True(t, peer.NotDecided(direct[0].Err))
 		assert.Zero(t, n2.held(t, c.clock.Now(), req), "taken back")

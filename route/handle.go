@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/peerlimit/peerlimit/internal/logging"
@@ -9,11 +10,19 @@ import (
 	"github.com/peerlimit/peerlimit/peer"
 )
 
+// Handler is what a node does with the calls of other members
+// (peer.Handler): it decides what they forward and relay, merges what they
+// hand off, keeps their replicas, lends and settles leases, resets and
+// reads keys. Every method is safe for concurrent use.
+type Handler struct{ *core }
+
+var _ peer.Handler = (*Handler)(nil)
+
 // HandleForward implements Handler: decide here, never forward again. The
 // checks are stamped with one arrival time, this node's. A check for a key
 // this node's ring gives another member is answered Degraded: the
 // sender's view and this node's disagree.
-func (s *Service) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
+func (s *Handler) HandleForward(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
 	for _, r := range reqs {
 		s.awaitSettled(ctx, r.Key) // once settled, the others return at once
 	}
@@ -72,7 +81,7 @@ func notCounted(reqs []limiter.Request, out []peer.Result) {
 // decided at now, added (limiter.Store.Forget: the counter's hits in
 // now's window, the log's entries at now), and returns how many it took
 // back.
-func (s *Service) undo(now time.Time, reqs []limiter.Request, out []peer.Result) int {
+func (s *Handler) undo(now time.Time, reqs []limiter.Request, out []peer.Result) int {
 	var states []limiter.KeyState
 	ms := max(now.UnixMilli(), 0)
 	for i, r := range reqs {
@@ -97,7 +106,7 @@ func (s *Service) undo(now time.Time, reqs []limiter.Request, out []peer.Result)
 // refusedForward warns, at most once a second, about a forwarded check
 // this node refused as invalid (err names the field): the sender validated
 // it by its own limits, so the two nodes are configured differently.
-func (s *Service) refusedForward(ctx context.Context, origin, key string, err error) {
+func (s *Handler) refusedForward(ctx context.Context, origin, key string, err error) {
 	if !s.peerRefusedLog.Allow() {
 		return
 	}
@@ -105,27 +114,87 @@ func (s *Service) refusedForward(ctx context.Context, origin, key string, err er
 		append([]any{"origin", logging.Clip(origin), "key", logging.Clip(key), "field", peer.FieldOf(err), "err", err}, peer.LogAttrs(ctx, "")...)...)
 }
 
-// HandleHandoff implements peer.Handler: Deps.Handoffs merges the states
-// into the store.
-func (s *Service) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
+// HandleHandoff implements peer.Handler: the handoff receiver merges the
+// states into the store.
+func (s *Handler) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
 	return s.handoffs.Receive(ctx, origin, states)
 }
 
 // HandleHandoffDone implements peer.Handler: Deps.Cluster notes that
 // origin holds nothing more of partitions.
-func (s *Service) HandleHandoffDone(_ context.Context, origin string, partitions []int) {
-	if s.deps.Cluster != nil {
-		s.deps.Cluster.HandoffDone(origin, partitions)
-	}
+func (s *Handler) HandleHandoffDone(_ context.Context, origin string, partitions []int) {
+	s.deps.Cluster.HandoffDone(origin, partitions)
 }
 
 // HandleReplicate implements peer.Handler: keep the owner's states apart,
 // in Deps.Failover, never in the store that decides.
-func (s *Service) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {
-	if s.deps.Failover == nil {
+func (s *Handler) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {
+	if !s.heirs {
 		return 0, peer.ErrNoReplicas
 	}
 	return s.deps.Failover.Apply(origin, r), nil
 }
 
-var _ peer.Handler = (*Service)(nil)
+// HandleRelay implements Handler: each check goes to its owner as this
+// node's ring says, one call per owner (decided here if that is this
+// node); one whose owner this node cannot reach either is decided here as
+// its heir, or fails with a *CallError for the sender's fallback. Never
+// relayed further.
+func (s *Handler) HandleRelay(ctx context.Context, origin string, reqs []limiter.Request) []peer.Result {
+	now := s.deps.Now()
+	out := make([]peer.Result, len(reqs))
+	byOwner := map[peer.Route][]int{}
+	for i, r := range reqs {
+		owner, local, waited := s.settledOwner(ctx, r.Key) // as a forward waits
+		if waited {
+			now = s.deps.Now()
+		}
+		if !local && owner.ID != origin {
+			byOwner[owner] = append(byOwner[owner], i)
+			continue
+		}
+		out[i] = s.decide(now, r)
+		// This node's ring gives the key to origin, which could not reach
+		// the owner its own ring names: two views, and this node decides
+		// from what it holds. Said so.
+		out[i].Degraded = out[i].Degraded || (!local && out[i].Err == nil)
+	}
+	for owner, idx := range byOwner {
+		sub := pick(reqs, idx)
+		results, _, err := s.deps.Peers.ForwardBatch(ctx, owner, sub)
+		for j, i := range idx {
+			if err == nil && !peer.NotDecided(results[j].Err) {
+				out[i] = results[j]
+				continue
+			}
+			if res, ok := s.asHeir(now, reqs[i]); ok {
+				out[i] = res
+				continue
+			}
+			out[i] = peer.Result{Err: &peer.CallError{ID: peer.CallID(err), Err: fmt.Errorf("relayed by %s: owner %s: %w from here too", s.deps.NodeID, owner.ID, peer.ErrOwnerUnreachable)}}
+		}
+	}
+	return out
+}
+
+// HandleLease implements peer.Handler: decide req here, as a forward, and
+// lend origin hits of its limit when it is eligible (lease.Book.Lend).
+func (s *Handler) HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
+	s.awaitSettled(ctx, req.Key) // as a forward waits: a partition just come here decides from its whole state
+	now := s.deps.Now()
+	res := s.decide(now, req)
+	if _, local := s.owner(req.Key); !local && res.Err == nil {
+		res.Degraded = true // as HandleForward: the views disagree, or the ring moved on while it waited; nothing is lent
+	}
+	s.metrics.peerCheck(req.Algorithm, res)
+	if res.Err != nil || !res.Decision.Allowed || res.Degraded {
+		return res, peer.LeaseGrant{}
+	}
+	return res, s.deps.Leases.Lend(now, origin, req, want, res.Decision.Remaining)
+}
+
+// HandleSettle implements peer.Handler: the leases origin holds from this
+// node are settled (lease.Book.Settle).
+func (s *Handler) HandleSettle(_ context.Context, origin string, uses []peer.LeaseUse) int {
+	return s.deps.Leases.Settle(s.deps.Now(), origin, uses)
+}

@@ -127,7 +127,7 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	}
 	m.svc, err = route.NewService(rcfg, deps)
 	require.NoError(t, err)
-	m.peers.Serve(m.svc)
+	m.peers.Serve(m.svc.Peer)
 	return m
 }
 

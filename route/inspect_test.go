@@ -22,7 +22,7 @@ func TestInspectReadsTheOwnerAndConsumesNothing(t *testing.T) {
 	}
 	hits := int64(1)
 	for range 2 { // asking twice changes nothing
-		res, err := c.members["n3"].svc.Inspect(bg, route.InspectRequest{Key: req.Key, Limit: 5, Hits: &hits})
+		res, err := c.members["n3"].svc.Queries.Inspect(bg, route.InspectRequest{Key: req.Key, Limit: 5, Hits: &hits})
 		require.NoError(t, err)
 		assert.Equal(t, "n2", res.Owner)
 		assert.Equal(t, c.ring.Partition(req.Key), res.Partition)
@@ -40,12 +40,12 @@ func TestInspectNeverGuesses(t *testing.T) {
 		c := newCluster(t, three)
 		key := c.key(t, "n2", "k")
 		c.net.Cut("n1", "n2")
-		_, err := c.members["n1"].svc.Inspect(bg, route.InspectRequest{Key: key})
+		_, err := c.members["n1"].svc.Queries.Inspect(bg, route.InspectRequest{Key: key})
 		require.ErrorIs(t, err, peer.ErrOwnerUnreachable)
 		assert.Equal(t, peer.Unavailable, peer.CodeOf(err))
 
 		hits := int64(-1)
-		_, err = c.members["n3"].svc.Inspect(bg, route.InspectRequest{Key: key, Limit: 5, Hits: &hits})
+		_, err = c.members["n3"].svc.Queries.Inspect(bg, route.InspectRequest{Key: key, Limit: 5, Hits: &hits})
 		assert.Equal(t, "hits", peer.FieldOf(err))
 	})
 }

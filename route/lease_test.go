@@ -254,11 +254,11 @@ func TestSettlementsCannotUndercount(t *testing.T) {
 	}
 	before := n2.held(t, c.clock.Now(), req)
 	require.Positive(t, before-20)
-	assert.Zero(t, n2.svc.HandleSettle(bg, "n3", []peer.LeaseUse{{ID: 1, Used: 0}}), "not n3's lease")
+	assert.Zero(t, n2.svc.Peer.HandleSettle(bg, "n3", []peer.LeaseUse{{ID: 1, Used: 0}}), "not n3's lease")
 	_ = n3
-	assert.Equal(t, 1, n2.svc.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: -5}}))
+	assert.Equal(t, 1, n2.svc.Peer.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: -5}}))
 	assert.EqualValues(t, 20, n2.held(t, c.clock.Now(), req), "a negative use is none: every lent hit returns")
-	assert.Zero(t, n2.svc.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: 0}}), "settled once")
+	assert.Zero(t, n2.svc.Peer.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: 0}}), "settled once")
 }
 
 // A hot key at its limit gets no lease; its forwarding node then stops

@@ -19,8 +19,8 @@ type PolicyLookup interface {
 // it is a request this node cannot serve as written, so INVALID_ARGUMENT
 // (HTTP 400) rather than NOT_FOUND, and clients treat it as their mistake
 // instead of a missing resource worth retrying elsewhere.
-func (s *Service) Policy(name string) (policy.Policy, error) {
-	if s.deps.Policies == nil {
+func (s *core) Policy(name string) (policy.Policy, error) {
+	if _, none := s.deps.Policies.(noPolicies); none {
 		return policy.Policy{}, &limiter.ArgumentError{Field: "policy",
 			Reason: fmt.Sprintf("unknown policy %q: this node has no policies (see --policies)", name)}
 	}
@@ -40,7 +40,7 @@ func (s *Service) Policy(name string) (policy.Policy, error) {
 //
 // Policies are resolved here, on the node that received the request: a
 // forwarded check carries the numbers, so owners never need the file.
-func (s *Service) PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error) {
+func (s *core) PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error) {
 	if given != "" {
 		return limiter.Request{}, &limiter.ArgumentError{Field: given,
 			Reason: fmt.Sprintf("must not be given with policy %q, which sets limit, window_ms and algorithm", name)}

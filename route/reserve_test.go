@@ -526,7 +526,7 @@ func newReplicated(t *testing.T, ids ...string) *replicated {
 		m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock.Now,
 			Cluster: route.FixedCluster(rg), Peers: m.peers, Failover: fo, Logger: log})
 		require.NoError(t, err)
-		m.peers.Serve(m.svc)
+		m.peers.Serve(m.svc.Peer)
 		c.senders[id], err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: m.peers, Ring: ringOf, Now: c.clock.Now, Logger: log})
 		require.NoError(t, err)
 		c.members[id] = m

@@ -13,7 +13,7 @@ import (
 // which every API shares, and validates it. A reset names one limit of
 // the key (window_ms and algorithm, or a policy) or all of them
 // (all_windows), never a mix; the extra field is named.
-func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (peer.ResetRequest, error) {
+func (s *Ingress) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (peer.ResetRequest, error) {
 	r := peer.ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
 	switch {
 	case all:
@@ -42,12 +42,12 @@ func (s *Service) NewResetRequest(key string, windowMS int64, algo limiter.Algor
 // Reset clears a key's state on its owner and drops every other copy
 // (reset.Resetter.Reset): if the owner cannot be asked, nothing is
 // cleared and the error wraps peer.ErrOwnerUnreachable.
-func (s *Service) Reset(ctx context.Context, r peer.ResetRequest) (reset.Result, error) {
+func (s *Ingress) Reset(ctx context.Context, r peer.ResetRequest) (reset.Result, error) {
 	return s.resets.Reset(ctx, r)
 }
 
 // HandleReset implements peer.Handler: drop this node's copy of the key
 // (reset.Resetter.Handle).
-func (s *Service) HandleReset(ctx context.Context, origin string, r peer.ResetRequest) (int, error) {
+func (s *Handler) HandleReset(ctx context.Context, origin string, r peer.ResetRequest) (int, error) {
 	return s.resets.Handle(ctx, origin, r)
 }

@@ -101,7 +101,7 @@ func TestBatchGoesAsOneCallPerOwner(t *testing.T) {
 func TestForwardedChecksAreNeverForwardedAgain(t *testing.T) {
 	c := newCluster(t, three)
 	key := c.key(t, "n3", "k")
-	results := c.members["n2"].svc.HandleForward(bg, "n1", []limiter.Request{logReq(key, 5, time.Minute)})
+	results := c.members["n2"].svc.Peer.HandleForward(bg, "n1", []limiter.Request{logReq(key, 5, time.Minute)})
 	require.NoError(t, results[0].Err)
 	assert.Equal(t, "n2", results[0].Owner)
 	assert.Zero(t, c.net.Calls("n2", "n3"))

@@ -41,8 +41,8 @@ const (
 // sampled); else it returns ctx and nil, having built nothing. A check
 // with no traced caller (a peer's relay, a client's untraced call)
 // starts no trace of its own.
-func (s *Service) startForward(ctx context.Context, owner peer.Route, n int, lease bool) (context.Context, trace.Span) {
-	if s.deps.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+func (s chain) startForward(ctx context.Context, owner peer.Route, n int, lease bool) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, nil
 	}
 	attrs := []attribute.KeyValue{attrOwnerID.String(owner.ID), attrOwnerAddr.String(owner.Addr), attrChecks.Int(n)}

@@ -74,7 +74,7 @@ func TestRelayDecidedForItsOwnerIsDegraded(t *testing.T) {
 	c := newCluster(t, three)
 	n2 := c.members["n2"]
 	req := logReq(c.key(t, "n1", "asked"), 5, time.Minute)
-	res := n2.svc.HandleRelay(bg, "n1", []limiter.Request{req})
+	res := n2.svc.Peer.HandleRelay(bg, "n1", []limiter.Request{req})
 	require.NoError(t, res[0].Err)
 	assert.Equal(t, "n2", res[0].Owner)
 	assert.True(t, res[0].Degraded, "n2's ring gives the key to n1, which asked")

@@ -65,7 +65,7 @@ func newGuarded(t *testing.T, members ...string) *guarded {
 	require.NoError(t, err)
 	gs := grpc.NewServer(append(rpc.NewStrictCodec().ServerOptions(guard.Unary), grpc.ChainStreamInterceptor(guard.Stream))...)
 	pb.RegisterRateLimiterServer(gs, g.srv)
-	peerSrv := peerrpc.NewServer(g.svc)
+	peerSrv := peerrpc.NewServer(g.svc.Peer)
 	peerSrv.Admit = guard.AdmitPeer
 	pb.RegisterPeerServer(gs, peerSrv)
 	healthpb.RegisterHealthServer(gs, health.NewServer())

@@ -30,7 +30,7 @@ func (s *Server) Top(ctx context.Context, in *pb.TopRequest) (*pb.TopResponse, e
 
 // Inspect implements pb.RateLimiterServer.
 func (s *Server) Inspect(ctx context.Context, in *pb.InspectRequest) (*pb.InspectResponse, error) {
-	res, err := s.svc.Inspect(grpcapi.Incoming(ctx), route.InspectRequest{Key: in.GetKey(), Limit: in.GetLimit(), Hits: in.Hits,
+	res, err := s.svc.Queries.Inspect(grpcapi.Incoming(ctx), route.InspectRequest{Key: in.GetKey(), Limit: in.GetLimit(), Hits: in.Hits,
 		Policy: in.GetPolicy()})
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()

@@ -49,7 +49,7 @@ func startOwner(t *testing.T, store limiter.Config) *ownerNode {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gs := grpc.NewServer(rpc.NewStrictCodec().ServerOptions()...)
-	pb.RegisterPeerServer(gs, peerrpc.NewServer(o.svc))
+	pb.RegisterPeerServer(gs, peerrpc.NewServer(o.svc.Peer))
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	t.Cleanup(func() {

@@ -101,7 +101,7 @@ func TestCheckBatchByPolicy(t *testing.T) {
 // refused, item by item, and what the forwarding node sends carries numbers.
 func TestForwardedChecksCarryNumbersNotPolicies(t *testing.T) {
 	e := newEnv(t, withPolicies(t, testPolicies))
-	peerSrv := peerrpc.NewServer(e.svc)
+	peerSrv := peerrpc.NewServer(e.svc.Peer)
 	out, err := peerSrv.Forward(context.Background(), &pb.ForwardRequest{Origin: "n2", Checks: []*pb.CheckRequest{
 		{Key: "a", Policy: "login"},
 		logReq("a", 2, 1000),

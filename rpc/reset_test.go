@@ -88,7 +88,7 @@ func TestPeerResetDropsLocalStateWhateverTheRing(t *testing.T) {
 	e := newEnv(t)
 	exhaustVia(t, e, logReq("k", 1, 1000))
 	exhaustVia(t, e, &pb.CheckRequest{Key: "k", Limit: 1, WindowMs: 5000})
-	peerSrv := peerrpc.NewServer(e.svc)
+	peerSrv := peerrpc.NewServer(e.svc.Peer)
 	got, err := peerSrv.Reset(context.Background(), &pb.PeerResetRequest{Origin: "n2", Key: "k", WindowMs: 1000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, got.GetCleared())

@@ -93,7 +93,7 @@ func (o *oldPeer) Forward(ctx context.Context, in *pb.ForwardRequest) (*pb.Forwa
 func TestForwardFallsBackToCallsForOlderPeers(t *testing.T) {
 	logs := testlog.NewCapture()
 	owner := newEnv(t, func(o *envOpts) { o.rpc = func(c *svcConfig) { c.NodeID, c.Logger = "n2", slog.New(logs) } })
-	old := &oldPeer{inner: peerrpc.NewServer(owner.svc)}
+	old := &oldPeer{inner: peerrpc.NewServer(owner.svc.Peer)}
 	addr := grpctest.Serve(t, func(gs *grpc.Server) { pb.RegisterPeerServer(gs, old) }, rpc.NewStrictCodec().ServerOptions()...)
 	a := startIngress(t, peer.Route{ID: "n2", Addr: addr}, nil)
 	for i := range 3 {
