@@ -1,5 +1,7 @@
 // Package docscheck holds tests that keep the docs true to the code: the
 // "Code layout" section of docs/design.md names every package of the
-// module, and names no package that is gone. It has no code of its own;
-// the tests ask the go tool for the module's packages.
+// module and no package that is gone, and every relative link of the
+// repository's Markdown pages leads to a file and, with a #fragment, to a
+// heading or anchor there. It has no code of its own; the tests ask the go
+// tool for the module's packages.
 package docscheck
