@@ -69,14 +69,18 @@ func modulePackages(t *testing.T) (string, []string) {
 
 // layoutSection returns the section that starts with layoutHeading, up to
 // the next second-level heading.
-func layoutSection(doc string) (string, error) {
-	i := strings.Index(doc, "\n"+layoutHeading)
+func layoutSection(doc string) (string, error) { return sectionOf(doc, layoutHeading) }
+
+// sectionOf returns the section of doc whose heading line starts with
+// heading, up to the next second-level heading.
+func sectionOf(doc, heading string) (string, error) {
+	i := strings.Index(doc, "\n"+heading)
 	if i < 0 {
-		return "", fmt.Errorf("no %q heading", layoutHeading)
+		return "", fmt.Errorf("no %q heading", heading)
 	}
 	section := doc[i+1:]
-	if j := strings.Index(section[len(layoutHeading):], "\n## "); j >= 0 {
-		section = section[:len(layoutHeading)+j]
+	if j := strings.Index(section[len(heading):], "\n## "); j >= 0 {
+		section = section[:len(heading)+j]
 	}
 	return section, nil
 }
