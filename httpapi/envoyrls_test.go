@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func withRLS(t *testing.T, loadedAt time.Time) (func(*envOpts), *envoyrls.RuleSe
 	rs, err := envoyrls.Parse("rls.yaml", []byte(testRLS), envoyrls.LoadOptions{})
 	require.NoError(t, err)
 	return func(o *envOpts) {
-		o.http.EnvoyRLS = func() (*envoyrls.RuleSet, time.Time) { return rs, loadedAt }
+		o.http.EnvoyRLS = envoyrls.Viewer(func() (*envoyrls.RuleSet, time.Time) { return rs, loadedAt })
 	}, rs
 }
 
@@ -81,7 +82,7 @@ func TestEnvoyRLSConfigEndpoint(t *testing.T) {
 
 func TestEnvoyRLSConfigWithoutService(t *testing.T) {
 	none := newEnv(t, func(o *envOpts) {
-		o.http.EnvoyRLS = func() (*envoyrls.RuleSet, time.Time) { return nil, time.Time{} }
+		o.http.EnvoyRLS = envoyrls.Viewer(func() (*envoyrls.RuleSet, time.Time) { return nil, time.Time{} })
 	})
 	rec := none.do(http.MethodGet, "/v1/envoy-rls/config", "")
 	require.Equal(t, http.StatusNotFound, rec.Code)
@@ -95,4 +96,18 @@ func TestEnvoyRLSConfigNeedsTheToken(t *testing.T) {
 	e := newEnv(t, withTokenAuth(t, false), opt)
 	assert.Equal(t, http.StatusUnauthorized, e.doAuth(http.MethodGet, "/v1/envoy-rls/config", "", "").Code)
 	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/v1/envoy-rls/config?format=text", "", "Bearer "+httpToken).Code)
+}
+
+// The ratelimit mode's debug page is the same text, open: and a control
+// plane's placeholder, never put in force, says so.
+func TestRLConfigHandler(t *testing.T) {
+	placeholder := &EnvoyRLSConfig{Source: "xds://cp:18000", Digest: "sha256:e3b0", Domains: []string{}, Rules: []EnvoyRLSRule{}}
+	rec := httptest.NewRecorder()
+	RLConfigHandler(func() *EnvoyRLSConfig { return placeholder }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/rlconfig", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "# source: xds://cp:18000\n# digest: sha256:e3b0\n# loaded_at: never (no configuration yet)\n", rec.Body.String())
+
+	rec = httptest.NewRecorder()
+	RLConfigHandler(func() *EnvoyRLSConfig { return nil }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/rlconfig", nil))
+	assert.Equal(t, http.StatusNotFound, rec.Code)
 }

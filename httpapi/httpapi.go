@@ -22,12 +22,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/envoyrls/rlconfig"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -88,9 +87,9 @@ type Deps struct {
 	Policies func() *policy.Set
 	// EnvoyRLS serves GET /v1/envoy-rls/config (envoyrls.go): the Envoy
 	// rate limit service's rules in force and when they were put in
-	// force, or nil rules when the node serves none. Nil leaves the route
-	// out.
-	EnvoyRLS func() (*envoyrls.RuleSet, time.Time)
+	// force (envoyrls.Viewer makes it of a RuleSet), or nil when the node
+	// serves none. Nil leaves the route out.
+	EnvoyRLS func() *rlconfig.View
 	// Auth, if set, guards every /v1/ route (and /metrics with
 	// Config.AuthMetrics): it returns nil to let a request through, or why
 	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for

@@ -29,6 +29,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/console"
+	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
@@ -303,7 +304,7 @@ func (n *Node) initHTTP() error {
 		Metrics:  n.MetricsHandler(),
 		Members:  n.memberInfo,
 		Policies: n.policySet,
-		EnvoyRLS: n.envoyRLSLoaded,
+		EnvoyRLS: envoyrls.Viewer(n.envoyRLSLoaded),
 		Auth:     n.sec.httpAuth(),
 		Console:  n.consoleView(),
 		Tracer:   n.traces.Tracer(httpTracer), Propagator: tracing.Propagator(),

@@ -38,7 +38,7 @@ type httpTarget struct {
 	dials atomic.Int64
 }
 
-// The HTTP API's JSON, with the proto's field names (README, API). Only
+// The HTTP API's JSON, with the proto's field names (docs/api.md). Only
 // what the load generator sends and reads.
 type (
 	httpCheck struct {
