@@ -90,7 +90,7 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Health receives the Envoy rate limit service's gRPC health whenever
 	// its rules change, while Serving reports true (the node serves, and
-	// has not begun to shut down). Default: nowhere.
+	// has not begun to shut down). Defaults: nowhere, and always serving.
 	Health  Health
 	Serving func() bool
 }
