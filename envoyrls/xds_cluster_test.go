@@ -46,7 +46,7 @@ func limitEverywhere(t *testing.T, c *testcluster.Cluster, within time.Duration,
 	t.Helper()
 	wait.For(t, within, func() (bool, string) {
 		for _, n := range c.Live() {
-			rules := n.EnvoyRLSConfig().Rules()
+			rules := n.Configs().EnvoyRLSConfig().Rules()
 			if len(rules) != 1 || rules[0].RequestsPerUnit != rpu {
 				return false, fmt.Sprintf("%s serves %d rules, want edge at %d", n.ID(), len(rules), rpu)
 			}
@@ -105,7 +105,7 @@ func TestXDSDrivesTheClustersLimits(t *testing.T) {
 
 	// SIGHUP's reload has nothing to read from a control plane: it
 	// neither fails nor counts a reload.
-	require.NoError(t, c.Node(0).ReloadEnvoyRLS())
+	require.NoError(t, c.Node(0).Configs().ReloadEnvoyRLS())
 	assert.Equal(t, 0.0, metrictest.Value(t, metrictest.Scrape("http://"+c.Node(0).HTTPAddr()+"/metrics"),
 		"peerlimit_envoy_rls_config_reloads_total", "result", "ok"))
 }
@@ -188,7 +188,7 @@ func BenchmarkXDSSnapshotInForce(b *testing.B) {
 	c.WaitConverged()
 	inForce := func(rpu uint32) bool {
 		for _, n := range c.Live() {
-			if r := n.EnvoyRLSConfig().Rules(); len(r) != 1 || r[0].RequestsPerUnit != rpu {
+			if r := n.Configs().EnvoyRLSConfig().Rules(); len(r) != 1 || r[0].RequestsPerUnit != rpu {
 				return false
 			}
 		}

@@ -4,14 +4,12 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/peerlimit/peerlimit/cluster"
-	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/configs"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/wallclock"
@@ -22,8 +20,8 @@ import (
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/security"
 	"github.com/peerlimit/peerlimit/tracing"
-	"github.com/peerlimit/peerlimit/xdsconfig"
 )
 
 // Config is everything a node needs. Start from DefaultConfig (or
@@ -94,74 +92,20 @@ type Config struct {
 	// Default 10s.
 	SweepInterval time.Duration
 
-	// PoliciesFile is a YAML or JSON file of named policies (package
-	// policy) that requests may name instead of giving limit, window and
-	// algorithm. Read at Start, where an invalid file is an error naming
-	// the line, and again by ReloadPolicies. Every node should read the
-	// same file. Optional.
-	PoliciesFile string
-	// EnvoyRLSConfig is a YAML file, or a directory read as upstream's
-	// runtime loader reads it (every file not starting with a dot, at any
-	// depth; an empty one is rules with no domains, which limit nothing),
-	// in envoyproxy/ratelimit's format (package envoyrls). With it the node
-	// serves Envoy's rate limit service,
-	// envoy.service.ratelimit.v3.RateLimitService, on its gRPC port. Read
-	// at Start, where an invalid file is an error naming the line, and
-	// again by ReloadEnvoyRLS. Every node should read the same files.
-	// Optional: without it the service is not registered, so an Envoy
-	// pointed at the node sees UNIMPLEMENTED rather than answers that
-	// limit nothing.
-	EnvoyRLSConfig string
-	// WatchConfig reloads PoliciesFile and EnvoyRLSConfig when they
-	// change on disk, as envoyproxy/ratelimit does, besides
-	// ReloadPolicies and ReloadEnvoyRLS (SIGHUP): edited in place,
-	// replaced by rename, or updated by Kubernetes as a ConfigMap
-	// (configwatch.go). A directory is watched for any change of its
-	// entries, a file through its directory. A reload that finds the
-	// configuration in force unchanged does nothing. Default on.
-	WatchConfig bool
-	// EnvoyRLSWatchRoot, with WatchConfig, is a symlink, EnvoyRLSConfig or
-	// one of its ancestors, that is swapped atomically to publish a new
-	// version (/srv/runtime_data/current -> v2): only its swaps reload
-	// EnvoyRLSConfig, edits inside the version it points at do not
-	// (upstream's RUNTIME_WATCH_ROOT=true with RUNTIME_ROOT). Empty
-	// (default) watches EnvoyRLSConfig itself (RUNTIME_WATCH_ROOT=false).
-	EnvoyRLSWatchRoot string
-	// EnvoyRLSXDS subscribes to the rate limit service's configuration
-	// from an xDS control plane instead (package xdsconfig), as
-	// envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW does for Envoy
-	// Gateway. With a ServerAddr, the service is served, and
-	// EnvoyRLSConfig must be empty.
-	EnvoyRLSXDS xdsconfig.Config
-	// EnvoyRLSAwaitConfig: with EnvoyRLSXDS, until the first
-	// configuration arrives the node reports itself not ready: the
-	// service's gRPC health NOT_SERVING, /healthz 503 (upstream does not
-	// even listen before it, unless FORCE_START_WITHOUT_INITIAL_CONFIG).
-	// Either way the service answers UNAVAILABLE meanwhile, never OK.
-	// Default on.
-	EnvoyRLSAwaitConfig bool
-	// EnvoyRLSHealthyNeedsDomains is upstream's
-	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: the node reports itself
-	// not ready whenever the rules in force, from files or a control
-	// plane, have no domains (none loaded yet, an empty directory, Envoy
-	// Gateway's snapshot after its last Gateway went), not only before
-	// the first. Once a configuration is in force the service answers
-	// meanwhile, an empty one limiting nothing, as upstream's (before the
-	// first from a control plane it answers UNAVAILABLE). Default off.
-	EnvoyRLSHealthyNeedsDomains bool
-	// EnvoyRLS are the rate limit service's settings (headers, domain
-	// merging, response metadata, global shadow and quota modes, the
-	// near-limit ratio, the bound on statistics keys). Any but the
-	// defaults needs EnvoyRLSConfig.
-	EnvoyRLS envoyrls.Config
+	// Config is where the policies and the Envoy rate limit service's
+	// rules come from, and how they reload (package configs): its fields
+	// are the node's own (PoliciesFile, EnvoyRLSConfig, WatchConfig,
+	// EnvoyRLSWatchRoot, EnvoyRLSXDS, EnvoyRLSAwaitConfig,
+	// EnvoyRLSHealthyNeedsDomains, EnvoyRLS), each documented there.
+	configs.Config
 	// HTTP is the HTTP API's settings: the largest body, Go's profiles
 	// (off by default: they reveal internals, and a CPU profile costs
 	// CPU). Its AuthMetrics is Security.AuthMetrics.
 	HTTP httpapi.Config
-	// Security is TLS, mutual TLS and authentication; off by default,
-	// except that a GRPCAddr beyond loopback needs peer authentication
-	// or Security.OpenPeers (protected mode, SecurityConfig).
-	Security SecurityConfig
+	// Security is TLS, mutual TLS and authentication (package security);
+	// off by default, except that a GRPCAddr beyond loopback needs peer
+	// authentication or Security.OpenPeers (protected mode, security.go).
+	Security security.Config
 	// Tracing exports OpenTelemetry spans over OTLP (package tracing): a
 	// server span for each Envoy ShouldRateLimit call and HTTP check,
 	// under the caller's trace, and a client span for each hop of its
@@ -182,31 +126,28 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		ID:                  host,
-		GRPCAddr:            ":9090",
-		HTTPAddr:            ":8080",
-		GossipAddr:          ":7946",
-		GossipProfile:       cluster.ProfileLAN,
-		Partitions:          partition.DefaultCount,
-		Ring:                ring.DefaultConfig(),
-		Route:               route.DefaultConfig(),
-		Lease:               lease.DefaultConfig(),
-		Peers:               peerrpc.DefaultConfig(),
-		HandoffInterval:     5 * time.Second,
-		Limiter:             limiter.DefaultConfig(),
-		Replication:         replica.DefaultConfig(),
-		ShareFor:            5 * time.Minute,
-		MaxRecvMsgBytes:     4 << 20,
-		HTTP:                httpapi.DefaultConfig(),
-		SweepInterval:       10 * time.Second,
-		Security:            DefaultSecurityConfig(),
-		Tracing:             tracing.DefaultConfig(),
-		EnvoyRLS:            envoyrls.DefaultConfig(),
-		EnvoyRLSXDS:         xdsconfig.DefaultConfig(),
-		EnvoyRLSAwaitConfig: true,
-		WatchConfig:         true,
-		Logger:              slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Now:                 wallclock.Steady(wallclock.System(), wallclock.DefaultMaxSlew),
+		ID:              host,
+		GRPCAddr:        ":9090",
+		HTTPAddr:        ":8080",
+		GossipAddr:      ":7946",
+		GossipProfile:   cluster.ProfileLAN,
+		Partitions:      partition.DefaultCount,
+		Ring:            ring.DefaultConfig(),
+		Route:           route.DefaultConfig(),
+		Lease:           lease.DefaultConfig(),
+		Peers:           peerrpc.DefaultConfig(),
+		HandoffInterval: 5 * time.Second,
+		Limiter:         limiter.DefaultConfig(),
+		Replication:     replica.DefaultConfig(),
+		ShareFor:        5 * time.Minute,
+		MaxRecvMsgBytes: 4 << 20,
+		HTTP:            httpapi.DefaultConfig(),
+		SweepInterval:   10 * time.Second,
+		Config:          configs.DefaultConfig(),
+		Security:        security.DefaultConfig(),
+		Tracing:         tracing.DefaultConfig(),
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Now:             wallclock.Steady(wallclock.System(), wallclock.DefaultMaxSlew),
 	}
 }
 
@@ -240,12 +181,9 @@ func (c Config) Validate() error {
 	check(c.ShareFor <= 0, "ShareFor", "must be positive, got %s", c.ShareFor)
 	check(c.HandoffInterval <= 0, "HandoffInterval", "must be positive, got %s", c.HandoffInterval)
 	check(c.Partitions < 1, "Partitions", "must be ≥ 1, got %d", c.Partitions)
-	check(c.EnvoyRLS != envoyrls.DefaultConfig() && c.EnvoyRLSConfig == "" && !c.EnvoyRLSXDS.Enabled(), "EnvoyRLS", "needs %s or %s",
-		field.Ref("EnvoyRLSConfig"), field.Ref("EnvoyRLSXDS.ServerAddr"))
-	check(c.EnvoyRLSConfig != "" && c.EnvoyRLSXDS.Enabled(), "EnvoyRLSXDS.ServerAddr", "and %s are two sources of the same rules; set one",
-		field.Ref("EnvoyRLSConfig"))
-	check(c.EnvoyRLSWatchRoot != "" && !within(c.EnvoyRLSConfig, c.EnvoyRLSWatchRoot), "EnvoyRLSWatchRoot",
-		"must be %s or one of its ancestors, got %q", field.Ref("EnvoyRLSConfig"), c.EnvoyRLSWatchRoot)
+	if err := c.Config.Validate(); err != nil { // embedded: its fields are named as the node's
+		errs = append(errs, err)
+	}
 	check(c.Route.HoldTTL > c.Limiter.MaxReservationTTL, "Route.HoldTTL", "must be ≤ %s (%s), got %s: every hold would be refused",
 		field.Ref("Limiter.MaxReservationTTL"), c.Limiter.MaxReservationTTL, c.Route.HoldTTL)
 	check(c.Logger == nil, "Logger", "must not be nil")
@@ -256,29 +194,14 @@ func (c Config) Validate() error {
 	}{
 		{"Ring", c.Ring.Validate()}, {"Route", c.Route.Validate()}, {"HTTP", c.HTTP.Validate()}, {"Lease", c.Lease.Validate()},
 		{"Peers", c.Peers.Validate()}, {"Limiter", c.limiterErr()}, {"Replication", c.Replication.Validate()},
-		{"EnvoyRLS", c.EnvoyRLS.Validate()}, {"EnvoyRLSXDS", c.EnvoyRLSXDS.Validate()}, {"Tracing", c.Tracing.Validate()},
+		{"Tracing", c.Tracing.Validate()}, {"Security", c.Security.Validate()},
 	} {
 		if nested.err != nil {
 			errs = append(errs, field.In(nested.name, nested.err))
 		}
 	}
-	errs = append(errs, c.Security.validate(c)...)
+	errs = append(errs, c.securityErrs()...)
 	return errors.Join(errs...)
-}
-
-// within reports whether path is root or under it, both made absolute
-// (an empty path is under nothing).
-func within(path, root string) bool {
-	if path == "" {
-		return false
-	}
-	p, err1 := filepath.Abs(path)
-	r, err2 := filepath.Abs(root)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	rel, err := filepath.Rel(r, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // limiterErr validates Limiter for Partitions, once Partitions itself is

@@ -131,15 +131,15 @@ func TestConfigDisagreementIsSeenAndClears(t *testing.T) {
 	nodes := c.Live()
 	n0, n2 := nodes[0], nodes[2]
 	awaitDisagreement(t, c, "policies=0 envoy_rls=0", "policies=0 envoy_rls=0", "policies=0 envoy_rls=0")
-	digestA := n0.Policies().Digest
+	digestA := n0.Configs().Policies().Digest
 	require.Equal(t, []string{digestA + "=1"}, infoDigests(t, n0, "policies"))
 	short := func(d string) string { return strings.TrimPrefix(d, "sha256:")[:12] }
-	assert.Equal(t, map[string]string{"policies": short(digestA), "envoy_rls": short(n0.EnvoyRLSConfig().Digest)},
+	assert.Equal(t, map[string]string{"policies": short(digestA), "envoy_rls": short(n0.Configs().EnvoyRLSConfig().Digest)},
 		httpMembers(t, n0)["node-2"].Config, "advertised from the join on")
 
 	require.NoError(t, os.WriteFile(files.policies("node-2"), []byte(policiesB), 0o600))
-	require.NoError(t, n2.ReloadPolicies())
-	digestB := n2.Policies().Digest
+	require.NoError(t, n2.Configs().ReloadPolicies())
+	digestB := n2.Configs().Policies().Digest
 	awaitDisagreement(t, c, "policies=1 envoy_rls=0", "policies=1 envoy_rls=0", "policies=2 envoy_rls=0")
 	assert.Equal(t, []string{digestB + "=1"}, infoDigests(t, n2, "policies"), "only the digest in force")
 
@@ -156,14 +156,14 @@ func TestConfigDisagreementIsSeenAndClears(t *testing.T) {
 	assert.Equal(t, short(digestB), resp.Members[i].Config["policies"])
 
 	require.NoError(t, os.WriteFile(files.policies("node-2"), []byte(policiesA), 0o600))
-	require.NoError(t, n2.ReloadPolicies())
+	require.NoError(t, n2.Configs().ReloadPolicies())
 	awaitDisagreement(t, c, "policies=0 envoy_rls=0", "policies=0 envoy_rls=0", "policies=0 envoy_rls=0")
 
 	require.NoError(t, os.WriteFile(files.rules(), []byte(rulesB), 0o600))
-	require.NoError(t, n0.ReloadEnvoyRLS())
+	require.NoError(t, n0.Configs().ReloadEnvoyRLS())
 	awaitDisagreement(t, c, "policies=0 envoy_rls=2", "policies=0 envoy_rls=1", "policies=0 envoy_rls=1")
-	require.NoError(t, nodes[1].ReloadEnvoyRLS())
-	require.NoError(t, n2.ReloadEnvoyRLS())
+	require.NoError(t, nodes[1].Configs().ReloadEnvoyRLS())
+	require.NoError(t, n2.Configs().ReloadEnvoyRLS())
 	awaitDisagreement(t, c, "policies=0 envoy_rls=0", "policies=0 envoy_rls=0", "policies=0 envoy_rls=0")
 }
 
@@ -176,7 +176,7 @@ func TestEnvoyRLSConfigEndpointFollowsReloads(t *testing.T) {
 	get := func() httpapi.EnvoyRLSConfig { return envoyRLSConfigOf(t, n) }
 	first := get()
 	assert.Equal(t, path, first.Source)
-	assert.Equal(t, n.EnvoyRLSConfig().Digest, first.Digest)
+	assert.Equal(t, n.Configs().EnvoyRLSConfig().Digest, first.Digest)
 	require.Len(t, first.Rules, 1)
 	assert.Equal(t, "d.k", first.Rules[0].Key)
 	assert.EqualValues(t, 5, first.Rules[0].RequestsPerUnit)
@@ -184,7 +184,7 @@ func TestEnvoyRLSConfigEndpointFollowsReloads(t *testing.T) {
 	assert.Equal(t, first, get(), "asking again changes nothing")
 
 	writeRLS(t, path, rulesB)
-	require.NoError(t, n.ReloadEnvoyRLS())
+	require.NoError(t, n.Configs().ReloadEnvoyRLS())
 	second := get()
 	assert.NotEqual(t, first.Digest, second.Digest)
 	assert.EqualValues(t, 6, second.Rules[0].RequestsPerUnit)

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/configs"
 	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/node"
@@ -67,8 +68,8 @@ func TestEnvoyRLSNotServedWithoutConfig(t *testing.T) {
 	assert.Equal(t, codes.Unimplemented, status.Code(err))
 	_, err = healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlspb.RateLimitService_ServiceDesc.ServiceName})
 	assert.Equal(t, codes.NotFound, status.Code(err))
-	assert.ErrorIs(t, n.ReloadEnvoyRLS(), node.ErrNoEnvoyRLSConfig)
-	assert.Nil(t, n.EnvoyRLSConfig())
+	assert.ErrorIs(t, n.Configs().ReloadEnvoyRLS(), configs.ErrNoEnvoyRLSConfig)
+	assert.Nil(t, n.Configs().EnvoyRLSConfig())
 
 	_, err = node.Start(func() node.Config {
 		c := node.DefaultLocalConfig("x")
@@ -137,15 +138,15 @@ func TestEnvoyRLSReload(t *testing.T) {
 	call()
 	call()
 	assert.Equal(t, rlspb.RateLimitResponse_OVER_LIMIT, call().GetCode())
-	first := n.EnvoyRLSConfig()
+	first := n.Configs().EnvoyRLSConfig()
 
 	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: hour, requests_per_unit: -3}}]\n")
-	err := n.ReloadEnvoyRLS()
+	err := n.Configs().ReloadEnvoyRLS()
 	assert.ErrorContains(t, err, path+`:2: domain "d", descriptor k: requests_per_unit must be between 0`)
-	assert.Same(t, first, n.EnvoyRLSConfig())
+	assert.Same(t, first, n.Configs().EnvoyRLSConfig())
 
 	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: hour, requests_per_unit: 3}}]\n")
-	require.NoError(t, n.ReloadEnvoyRLS())
+	require.NoError(t, n.Configs().ReloadEnvoyRLS())
 	st := call()
 	assert.Equal(t, rlspb.RateLimitResponse_OK, st.GetCode(), "the raised limit applies to what was counted")
 	assert.Zero(t, st.GetLimitRemaining())
@@ -183,9 +184,9 @@ func TestEnvoyRLSUpstreamMetrics(t *testing.T) {
 	_, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d"})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
-	require.Error(t, n.ReloadEnvoyRLS())
+	require.Error(t, n.Configs().ReloadEnvoyRLS())
 	writeRLS(t, path, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 2}}]\n")
-	require.NoError(t, n.ReloadEnvoyRLS())
+	require.NoError(t, n.Configs().ReloadEnvoyRLS())
 
 	g := metrictest.Scrape("http://" + n.HTTPAddr() + "/metrics")
 	for _, c := range []struct {

@@ -146,12 +146,10 @@ func (r *capacityReport) report(st limiter.Stats) {
 		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
-// nodeMetrics are the node's own: ring changes, members, policies.
+// nodeMetrics are the node's own: ring changes, members. The
+// configurations' are package configs'.
 type nodeMetrics struct {
 	ringChanges prometheus.Counter
-	// policyReloads counts ReloadPolicies by result: ok, error (the
-	// policies in force were kept).
-	policyReloads *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
@@ -159,17 +157,6 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "peerlimit", Name: "ring_changes_total",
 			Help: "Times this node's ring was rebuilt because membership changed."}),
 	}
-	m.policyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "peerlimit", Name: "policy_reloads_total",
-		Help: "Reloads of the policy file (SIGHUP), by result: ok, or error (the policies in force were kept)."}, []string{"result"})
-	m.policyReloads.WithLabelValues("ok")
-	m.policyReloads.WithLabelValues("error")
-	policies := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "policies",
-		Help: "Named policies in force (0 without a policy file)."}, func() float64 {
-		if set := n.policySet(); set != nil {
-			return float64(set.Len())
-		}
-		return 0
-	})
 	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "members",
 		Help: "Live members in this node's view, itself included."}, func() float64 {
 		if n.members == nil {
@@ -177,7 +164,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		}
 		return float64(len(n.members.Members()))
 	})
-	for _, c := range []prometheus.Collector{m.ringChanges, members, m.policyReloads, policies, newConfigCollector(n)} {
+	for _, c := range []prometheus.Collector{m.ringChanges, members} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/cluster"
+	"github.com/peerlimit/peerlimit/configs"
 	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/envoyrls"
 	"github.com/peerlimit/peerlimit/handoff"
@@ -38,11 +39,11 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
-	"github.com/peerlimit/peerlimit/policy"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
+	"github.com/peerlimit/peerlimit/security"
 	"github.com/peerlimit/peerlimit/tracing"
 )
 
@@ -62,24 +63,17 @@ type Node struct {
 	cluster atomic.Pointer[cluster.Cluster] // members, for the notifier, which may run before Start returns
 	repl    replication
 	leases  *lease.Book // nil with leases off
-	sec     *nodeSecurity
+	sec     *security.Credentials
 	health  *health.Server
 	metrics *nodeMetrics
-	// policies is nil without Config.PoliciesFile.
-	policies *policy.Registry
-	// rls is nil without Config.EnvoyRLSConfig.
-	rls *envoyRLS
+	// configs are the policies and the Envoy rules the node serves, and
+	// what reloads them.
+	configs *configs.Set
 	// traces records the node's spans (tracing.go); it records nothing
 	// with Config.Tracing off.
 	traces *tracing.Provider
 	// sampler reads the metrics for the console's charts (console.go).
 	sampler *console.Sampler
-	// cfgState is what the node advertises of its configurations and
-	// when its Envoy rules were put in force (configstate.go).
-	cfgState configState
-	// cfgFiles is how the configuration files' last reloads went, and
-	// their watcher (configwatch.go).
-	cfgFiles configFiles
 
 	grpcSrv *grpc.Server
 	drain   *grpcapi.Drain // ends the gRPC streams at Shutdown
@@ -109,7 +103,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), reg: prometheus.NewRegistry(), health: health.NewServer(),
-		handoffReq: make(chan struct{}, 1), stop: make(chan struct{}), cfgState: configState{kick: make(chan struct{}, 1)}}
+		handoffReq: make(chan struct{}, 1), stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			for i := len(n.undo) - 1; i >= 0; i-- {
@@ -129,7 +123,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.initHTTP,        // the JSON API, metrics, probes
 		n.serve,           // before joining: the moment others see this node they call it
 		n.joinCluster,     // gossip; membership changes rebuild the ring from here on
-		n.initConfigFiles, // reload gauges; with WatchConfig, files reloaded as they change from here on
+		n.startConfigs,    // files reloaded as they change (WatchConfig), the control plane subscribed to, digests advertised
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -153,12 +147,8 @@ func (n *Node) initStore() (err error) {
 		return err
 	}
 	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
-	if n.cfg.PoliciesFile != "" {
-		if n.policies, err = policy.Load(n.cfg.PoliciesFile, n.store.Validate); err != nil {
-			return err
-		}
-	}
-	n.rls, err = loadEnvoyRLS(n.cfg, n.store)
+	n.configs, err = configs.New(n.cfg.Config, configs.Deps{Self: n.cfg.ID, Check: n.store.Validate, Now: n.cfg.Now, Logger: n.log,
+		Registerer: n.reg, Health: n.health, Serving: n.serving.Load})
 	return err
 }
 
@@ -171,7 +161,8 @@ func (n *Node) initMetrics() (err error) {
 }
 
 func (n *Node) initSecurity() (err error) {
-	n.sec, err = newNodeSecurity(n.cfg, n.reg, n.log)
+	n.sec, err = security.NewCredentials(n.cfg.Security, security.CredentialsDeps{SelfID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr,
+		GossipKey: len(n.cfg.GossipKey) > 0, ConfigPath: "Security", Now: n.cfg.Now, Registerer: n.reg, Logger: n.log})
 	return err
 }
 
@@ -195,7 +186,7 @@ func (n *Node) initRequestPath() error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	dial := n.sec.peerDialOptions()
+	dial := n.sec.PeerDialOptions()
 	if d := dialFrom(n.grpcLn.Addr()); d != nil {
 		dial = append(dial, grpc.WithContextDialer(d))
 	}
@@ -219,8 +210,8 @@ func (n *Node) initRequestPath() error {
 	if n.repl.failover != nil {
 		deps.Failover, replicas = n.repl.failover, n.repl.failover
 	}
-	if n.policies != nil { // a nil *Registry in the interface would not be nil
-		deps.Policies = n.policies
+	if r := n.configs.PolicyRegistry(); r != nil { // a nil *Registry in the interface would not be nil
+		deps.Policies = r
 	}
 	if err := n.initLeases(&deps); err != nil {
 		return err
@@ -244,10 +235,14 @@ func (n *Node) initRequestPath() error {
 func (n *Node) initGRPC() error {
 	n.drain = grpcapi.NewDrain()
 	unary := []grpc.UnaryServerInterceptor{n.drain.Unary, n.recoverUnary}
-	if g := n.sec.guard(); g != nil {
-		unary = append(unary, g.Unary)
+	guard := guardOf(n.sec)
+	if guard != nil {
+		unary = append(unary, guard.Unary)
 	}
-	opts := append(rpc.NewStrictCodec().ServerOptions(unary...), n.sec.serverOptions()...)
+	opts := append(rpc.NewStrictCodec().ServerOptions(unary...), n.sec.ServerOptions()...)
+	if guard != nil {
+		opts = append(opts, grpc.ChainStreamInterceptor(guard.Stream))
+	}
 	opts = append(opts, wire.ServerWindow()...) // no flow-control pings per message (internal/wire)
 	opts = append(opts, n.cfg.Peers.ServerKeepalive())
 	n.grpcSrv = grpc.NewServer(append(opts,
@@ -264,10 +259,9 @@ func (n *Node) initGRPC() error {
 	api.MembersFunc, api.Drain, api.Console = n.membersProto, n.drain, n.consoleView()
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
-	if err := n.newXDS(); err != nil {
-		return err
-	}
-	if err := n.rls.register(n.grpcSrv, n.svc, n.reg, n.log, n.traces); err != nil {
+	if err := n.configs.RegisterEnvoyRLS(n.grpcSrv, envoyrls.ServerDeps{Checker: n.svc, Validate: n.store.Validate,
+		MaxKeyBytes: n.store.Config().MaxKeyBytes, Logger: n.log,
+		Tracer: n.traces.Tracer(envoyRLSTracer), Propagator: tracing.Propagator()}); err != nil {
 		return err
 	}
 	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
@@ -300,16 +294,18 @@ func (n *Node) initHTTP() error {
 	hcfg := n.cfg.HTTP
 	hcfg.AuthMetrics = n.cfg.Security.AuthMetrics
 	h, err := httpapi.NewHandler(n.svc, hcfg, httpapi.Deps{
-		Healthy:  n.healthy,
+		// Serving, and not unready for want of a configuration
+		// (configs.Set.Ready).
+		Healthy:  func() bool { return n.serving.Load() && n.configs.Ready() },
 		Metrics:  n.MetricsHandler(),
 		Members:  n.memberInfo,
-		Policies: n.policySet,
-		EnvoyRLS: envoyrls.Viewer(n.envoyRLSLoaded),
-		Auth:     n.sec.httpAuth(),
+		Policies: n.configs.Policies,
+		EnvoyRLS: envoyrls.Viewer(n.configs.EnvoyRLSInForce),
+		Auth:     n.sec.HTTPAuth(),
 		Console:  n.consoleView(),
 		Tracer:   n.traces.Tracer(httpTracer), Propagator: tracing.Propagator(),
-		// A file that failed to reload is told, the status kept (configwatch.go).
-		ConfigErrors: n.ConfigErrors,
+		// A file that failed to reload is told, the status kept.
+		ConfigErrors: n.configs.Errors,
 	})
 	if err != nil {
 		return err
@@ -322,9 +318,7 @@ func (n *Node) initHTTP() error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
-	if n.sec.tls != nil && !n.cfg.Security.HTTPPlaintext {
-		n.httpSrv.TLSConfig = n.sec.tls.HTTPServerConfig()
-	}
+	n.httpSrv.TLSConfig = n.sec.HTTPServerTLS()
 	return nil
 }
 
@@ -354,8 +348,8 @@ func (n *Node) serve() error {
 func (n *Node) joinCluster() (err error) {
 	n.members, err = cluster.Start(cluster.Config{
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
-		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.gossipKeys, Profile: n.cfg.GossipProfile,
-		ConfigDigests: n.configDigests(), Logger: n.log, OnChange: n.membershipChanged,
+		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.GossipKeys(), Profile: n.cfg.GossipProfile,
+		ConfigDigests: n.configs.Digests(), Logger: n.log, OnChange: n.membershipChanged,
 	})
 	if err != nil {
 		return err
@@ -369,7 +363,7 @@ func (n *Node) joinCluster() (err error) {
 		_ = n.members.Shutdown()
 	})
 	n.cluster.Store(n.members)
-	n.configChanged() // a reload while joining found no cluster to tell
+	n.configs.Joined(n.members) // a reload while joining found no cluster to tell
 	// The join is done: route by the members it found before serving,
 	// rather than as the lone owner of every key until the notifier's
 	// first delivery (a node restarted after a crash would otherwise
@@ -386,15 +380,9 @@ func (n *Node) startServing() {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	if n.rls != nil {
-		n.refreshRLSHealth()
-		if n.rls.xds != nil {
-			n.startXDS()
-		}
-	}
-	n.loops.Add(5)
+	n.configs.UpdateHealth() // the Envoy service's, from its rules
+	n.loops.Add(4)
 	go func() { defer n.loops.Done(); n.every(n.cfg.SweepInterval, n.sweep) }()
-	go func() { defer n.loops.Done(); n.advertiseConfigs() }()
 	go func() { defer n.loops.Done(); n.every(time.Second, n.expireReservations) }()
 	go func() { defer n.loops.Done(); n.handoffLoop() }()
 	go func() { defer n.loops.Done(); n.sampleNow(); n.every(sampleInterval, n.sampleNow) }()
@@ -573,10 +561,11 @@ func (n *Node) Kill() {
 }
 
 // stopLoops stops the periodic loops (sweeper, handoff, replication,
-// sampler, leases) and the config files' watcher, and waits for them.
+// sampler, leases) and what keeps the configurations current (the
+// files' watcher, the control plane's subscription), and waits for them.
 func (n *Node) stopLoops() {
 	close(n.stop)
-	n.cfgFiles.stopWatch() // no reload while leaving
+	n.configs.Shutdown() // no reload while leaving
 	n.loops.Wait()
 }
 
@@ -595,7 +584,7 @@ func (n *Node) memberInfo() httpapi.Members {
 	r := n.Ring()
 	parts := r.Partitions()
 	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
-	own := n.configDigests()
+	own := n.configs.Digests()
 	for _, m := range n.members.View() {
 		out.Members = append(out.Members, httpapi.MemberInfo{
 			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
@@ -621,7 +610,7 @@ func (n *Node) membersProto() *pb.MembersResponse {
 	for _, m := range r.Members() { // the ring's owners first: they may not be in the view yet
 		add(&pb.Member{Id: m.ID, GrpcAddr: m.Addr, State: string(cluster.StateAlive)})
 	}
-	own := n.configDigests()
+	own := n.configs.Digests()
 	for _, m := range n.members.View() {
 		if i, ok := index[m.ID]; ok {
 			out.Members[i].GossipAddr, out.Members[i].State = m.GossipAddr, string(m.State)

@@ -39,7 +39,7 @@ func (n *Node) membershipChanged(view []cluster.Member) {
 			live = append(live, m)
 		}
 	}
-	n.sec.setMembers(live) // before routing to a new member, accept its calls
+	n.sec.SetMembers(memberIDs(live)) // before routing to a new member, accept its calls
 	n.own.Membership(members)
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/configs"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -44,15 +45,15 @@ func TestReloadPoliciesKeepsState(t *testing.T) {
 
 	// Same policy, another one added: alice is still blocked.
 	writePolicies(t, path, "login: {algorithm: SLIDING_WINDOW_LOG, limit: 3, window: 1h}\nsearch: {limit: 10, window: 1s}\n")
-	require.NoError(t, n.ReloadPolicies())
-	assert.Equal(t, 2, n.Policies().Len())
+	require.NoError(t, n.Configs().ReloadPolicies())
+	assert.Equal(t, 2, n.Configs().Policies().Len())
 	r := login()
 	assert.False(t, r.Allowed, "state survives the reload")
 	assert.EqualValues(t, 3, r.CurrentCount)
 
 	// A higher limit applies at once to what is counted.
 	writePolicies(t, path, "login: {algorithm: SLIDING_WINDOW_LOG, limit: 4, window: 1h}\n")
-	require.NoError(t, n.ReloadPolicies())
+	require.NoError(t, n.Configs().ReloadPolicies())
 	r = login()
 	assert.True(t, r.Allowed)
 	assert.EqualValues(t, 3, r.CurrentCount)
@@ -60,16 +61,16 @@ func TestReloadPoliciesKeepsState(t *testing.T) {
 
 	// A bad file: error with its line, old policies kept, counted.
 	writePolicies(t, path, "login: {algorithm: SLIDING_WINDOW_LOG, limit: 4, window: 1h}\nsearch:\n  limit: -1\n  window: 1s\n")
-	err := n.ReloadPolicies()
+	err := n.Configs().ReloadPolicies()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), path+`:3: policy "search": limit must be positive, got -1`)
-	_, ok := n.Policies().Lookup("search")
+	_, ok := n.Configs().Policies().Lookup("search")
 	assert.False(t, ok, "the old set stays")
 	assert.False(t, login().Allowed)
 
 	// Another window is another limit: alice starts fresh under it.
 	writePolicies(t, path, "login: {algorithm: SLIDING_WINDOW_LOG, limit: 4, window: 2h}\n")
-	require.NoError(t, n.ReloadPolicies())
+	require.NoError(t, n.Configs().ReloadPolicies())
 	r = login()
 	assert.True(t, r.Allowed)
 	assert.Zero(t, r.CurrentCount)
@@ -84,7 +85,7 @@ func TestReloadPoliciesKeepsState(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	assert.Contains(t, string(body), `{"name":"login","algorithm":"SLIDING_WINDOW_LOG","limit":4,"window_ms":7200000,"window":"2h0m0s"}`)
-	assert.Contains(t, string(body), n.Policies().Digest)
+	assert.Contains(t, string(body), n.Configs().Policies().Digest)
 }
 
 func TestStartRefusesABadPolicyFile(t *testing.T) {
@@ -105,8 +106,8 @@ func TestStartRefusesABadPolicyFile(t *testing.T) {
 
 func TestReloadWithoutPolicyFile(t *testing.T) {
 	n, _ := testNode(t, nil)
-	assert.ErrorIs(t, n.ReloadPolicies(), ErrNoPolicyFile)
-	assert.Nil(t, n.Policies())
+	assert.ErrorIs(t, n.Configs().ReloadPolicies(), configs.ErrNoPolicyFile)
+	assert.Nil(t, n.Configs().Policies())
 	_, err := pb.NewRateLimiterClient(dial(t, n)).Check(context.Background(), &pb.CheckRequest{Key: "k", Policy: "login"})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.ErrorContains(t, err, "this node has no policies")

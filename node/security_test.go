@@ -334,12 +334,12 @@ func TestHardenedCluster(t *testing.T) {
 		}
 		before := serial()
 		renewed := h.nodeCA.Issue(t, testcerts.Leaf{Name: n.ID() + "-server", IPs: testcerts.Loopback, Server: true}) // same files
-		require.NoError(t, n.ReloadSecurity())
+		require.NoError(t, n.Reload())
 		assert.NotEqual(t, before, serial())
 		assert.Equal(t, renewed.Cert.SerialNumber.String(), serial())
 
 		require.NoError(t, os.WriteFile(renewed.KeyFile, []byte("not a key"), 0o600))
-		err := n.ReloadSecurity()
+		err := n.Reload()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), renewed.CertFile, "the error names the file")
 		assert.Equal(t, renewed.Cert.SerialNumber.String(), serial(), "a broken file keeps the certificate in use")
@@ -457,7 +457,7 @@ func writeLines(t *testing.T, path string, lines ...string) {
 // TestRollingRotationOfGossipKeysAndClusterSecrets rotates the gossip key
 // and the cluster secret of a running 3-node cluster in the documented
 // three steps (add the new one everywhere, make it primary everywhere,
-// remove the old one everywhere), one node at a time with ReloadSecurity.
+// remove the old one everywhere), one node at a time with Reload.
 // Through every intermediate state no member logs a packet it could not
 // decrypt (memberlist logs each one at once: the precise signal of a key
 // mismatch), every node keeps seeing all three members alive, and forwards
@@ -545,7 +545,7 @@ func TestRollingRotationOfGossipKeysAndClusterSecrets(t *testing.T) {
 		for _, n := range nodes {
 			writeLines(t, files[n.ID()].keyring, step.keys...)
 			writeLines(t, files[n.ID()].secrets, step.secrets...)
-			require.NoError(t, n.ReloadSecurity(), "%s on %s", step.name, n.ID())
+			require.NoError(t, n.Reload(), "%s on %s", step.name, n.ID())
 			holds(window, step.name+" on "+n.ID())
 		}
 	}
@@ -573,7 +573,7 @@ func TestRollingRotationOfGossipKeysAndClusterSecrets(t *testing.T) {
 	// The negative control: node 2 back on the old key alone. Its packets
 	// fail to decrypt at once, and the others drop it.
 	writeLines(t, files[nodes[2].ID()].keyring, oldKey)
-	require.NoError(t, nodes[2].ReloadSecurity())
+	require.NoError(t, nodes[2].Reload())
 	start := time.Now()
 	c.Eventually(10*time.Second, func() (bool, string) {
 		n := undecryptable.Load()

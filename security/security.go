@@ -1,9 +1,10 @@
 // Package security holds a node's credentials and the rules that check
 // them: TLS certificates and CAs (reloadable), the public API's bearer
 // tokens, and the cluster secret and membership test that guard the
-// node-to-node Peer service. It loads, holds and compares; the gRPC and
-// HTTP layers (packages rpc, httpapi) call it, and package node wires and
-// reloads it. docs/security.md has the threat model.
+// node-to-node Peer service. It loads, holds, reloads and compares
+// (Credentials, from a Config); the gRPC and HTTP layers (packages rpc,
+// httpapi) call it, and package node wires it. docs/security.md has the
+// threat model.
 //
 // Every check on the request path compares against values computed when
 // the credentials were loaded or the membership changed: no allocation, no

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 )
 
 const peerName = "peerlimit-peer"
@@ -165,9 +166,13 @@ func TestPlaintextClientOnTLSPortIsToldWhy(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(err))
 	assert.Contains(t, err.Error(), "this port requires TLS")
 	t.Log(err)
-	srv.mu.Lock()
-	assert.Positive(t, srv.plaintext)
-	srv.mu.Unlock()
+	// The refusal is written to the client before it is counted: the
+	// client may read it first.
+	wait.For(t, 5*time.Second, func() (bool, string) {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.plaintext > 0, "the plaintext call is not counted"
+	})
 }
 
 func TestTLSReloadServesNewCertificates(t *testing.T) {

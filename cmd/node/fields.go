@@ -65,6 +65,8 @@ func flagsByField(fs *flag.FlagSet, c *node.Config) map[string]string {
 // fieldPaths maps the address of every field of the struct v, nested
 // structs' fields included, to its path from v. Only leaves are kept: a
 // struct and its first field share an address, and a flag sets a leaf.
+// An embedded struct's fields are v's own, as Go promotes them and as
+// their Validate names them (node.Config embeds configs.Config).
 func fieldPaths(v reflect.Value, prefix string) map[uintptr]string {
 	out := map[uintptr]string{}
 	for i := range v.NumField() {
@@ -73,6 +75,12 @@ func fieldPaths(v reflect.Value, prefix string) map[uintptr]string {
 			continue
 		}
 		path := prefix + sf.Name
+		if sf.Anonymous && f.Kind() == reflect.Struct {
+			for addr, p := range fieldPaths(f, prefix) {
+				out[addr] = p
+			}
+			continue
+		}
 		if f.Kind() == reflect.Struct {
 			for addr, p := range fieldPaths(f, path+".") {
 				out[addr] = p

@@ -208,7 +208,7 @@ func faultFlagNames(path string) string {
 
 // defineSecurityFlags defines the TLS, mutual TLS and authentication flags
 // (docs/security.md).
-func defineSecurityFlags(fs *flag.FlagSet, sc *node.SecurityConfig, raw *rawFlags) {
+func defineSecurityFlags(fs *flag.FlagSet, sc *security.Config, raw *rawFlags) {
 	// Secrets come from files, or from PEERLIMIT_API_TOKEN and
 	// PEERLIMIT_CLUSTER_SECRET, never from a flag value that ps shows.
 	fs.StringVar(&sc.TLSCertFile, "tls-cert-file", "", "PEM server certificate of the gRPC and HTTP APIs; with it both speak only TLS (needs --peer-tls-ca-file)")
@@ -319,7 +319,7 @@ func splitJoin(join string) []string {
 }
 
 // applySecurity converts --tls-client-auth.
-func (r rawFlags) applySecurity(sc *node.SecurityConfig) error {
+func (r rawFlags) applySecurity(sc *security.Config) error {
 	switch r.clientAuth {
 	case "optional":
 	case "require":
@@ -332,7 +332,7 @@ func (r rawFlags) applySecurity(sc *node.SecurityConfig) error {
 
 // applyEnvSecrets takes the secrets that have no flag, so that ps never
 // shows them.
-func applyEnvSecrets(sc *node.SecurityConfig, getenv func(string) string) {
+func applyEnvSecrets(sc *security.Config, getenv func(string) string) {
 	if tok := getenv("PEERLIMIT_API_TOKEN"); tok != "" {
 		sc.APITokens = []string{tok}
 	}

@@ -18,6 +18,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 
+	"github.com/peerlimit/peerlimit/envoyrls"
+	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/faultclock"
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/wallclock"
@@ -97,19 +99,16 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode
 		return 1
 	}
 	defer stopSide()
-	// SIGHUP runs every reload hook in turn: policies, credentials, Envoy
-	// RLS config. Each logs (and counts) its own outcome and keeps the old
-	// settings when a file is unusable, so its error needs nothing more here.
-	onHUP := []func() error{n.ReloadPolicies, n.ReloadSecurity, n.ReloadEnvoyRLS}
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
 			running = false
 		case <-hup:
 			opts.node.Logger.Info("SIGHUP: reloading")
-			for _, f := range onHUP {
-				_ = f()
-			}
+			// Policies, credentials, Envoy RLS config, in turn. Each part
+			// logs (and counts) its own outcome and keeps the old settings
+			// when a file is unusable, so the error needs nothing more here.
+			_ = n.Reload()
 		}
 	}
 	stop() // a second signal now kills the process at once
@@ -139,7 +138,7 @@ func serveSideListeners(opts options, n *node.Node) (stop func(), err error) {
 		h                      http.Handler
 	}{
 		{"--metrics-addr", opts.metricsAddr, "GET /metrics", "metrics served", n.MetricsHandler()},
-		{"--debug-addr", opts.debugAddr, "GET /rlconfig", "debug page served", n.RLConfigHandler()},
+		{"--debug-addr", opts.debugAddr, "GET /rlconfig", "debug page served", httpapi.RLConfigHandler(envoyrls.Viewer(n.Configs().EnvoyRLSInForce))},
 	} {
 		if l.addr == "" {
 			continue

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"errors"
+
+	"github.com/peerlimit/peerlimit/configs"
+)
+
+// startConfigs starts what keeps the configurations current (package
+// configs): with WatchConfig the files' watcher, the control plane's
+// subscription, and the advertising of digests. The last of Start's
+// steps, so that a reload's consequences find the node complete.
+func (n *Node) startConfigs() error {
+	if err := n.configs.Start(); err != nil {
+		return err
+	}
+	n.onUndo(n.configs.Shutdown)
+	return nil
+}
+
+// Configs are the policies and the Envoy rate limit service's rules the
+// node serves: what is in force, why the last reload of a file failed,
+// and each source's own reload.
+func (n *Node) Configs() *configs.Set { return n.configs }
+
+// Reload re-reads every file the node was started with, as cmd/node
+// does on SIGHUP: the policy file (configs.Set.ReloadPolicies), the
+// credential files (security.Credentials.Reload: TLS material, API
+// tokens, cluster secrets, the gossip keyring) and the Envoy rules'
+// files (configs.Set.ReloadEnvoyRLS). Each part logs and counts its own
+// outcome, and keeps what it had when its files are unusable. The error
+// joins the parts' errors; a part the node was started without is none.
+func (n *Node) Reload() error {
+	var errs []error
+	for _, reload := range []func() error{
+		n.configs.ReloadPolicies,
+		func() error { return n.sec.Reload(n.members) },
+		n.configs.ReloadEnvoyRLS,
+	} {
+		if err := reload(); err != nil && !errors.Is(err, configs.ErrNoPolicyFile) && !errors.Is(err, configs.ErrNoEnvoyRLSConfig) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
