@@ -71,10 +71,12 @@ type Replicas interface {
 
 // Sender hands off the partitions a node holds but does not own. Run is
 // safe for concurrent use, but two rounds at once would send the same
-// state twice: the node runs them from one goroutine.
+// state twice: Serve runs them from one goroutine, and a caller that runs
+// one itself (a leaving node's last rounds) stops Serve first.
 type Sender struct {
-	d   Deps
-	log *slog.Logger
+	d    Deps
+	log  *slog.Logger
+	wake chan struct{} // capacity 1: a round is asked for
 }
 
 // New returns a Sender over d.
@@ -89,7 +91,47 @@ func New(d Deps) (*Sender, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Sender{d: d, log: log}, nil
+	return &Sender{d: d, log: log, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake asks Serve for a round now: the ring changed, or state this node
+// decided may belong to another member. Never blocks; asks made while a
+// round runs coalesce into one more.
+func (s *Sender) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Serve runs rounds until stop is closed: after every Wake, and every
+// interval for the state made meanwhile (fallback decisions, forwards
+// decided during convergence). A round that left state behind is retried
+// sooner, from 100 ms doubling up to interval: an owner that just
+// (re)joined is often not yet connectable for a moment, and until its
+// counts arrive it decides their keys from less than they hold.
+func (s *Sender) Serve(stop <-chan struct{}, interval time.Duration) {
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	retry := time.Duration(0)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+		if left := s.Run(context.Background()); left > 0 {
+			retry = min(max(2*retry, 100*time.Millisecond), interval)
+		} else {
+			retry = 0
+		}
+		next := interval
+		if retry > 0 {
+			next = retry
+		}
+		t.Reset(next)
+	}
 }
 
 // Run moves every partition this node holds but does not own to its

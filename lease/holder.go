@@ -190,6 +190,15 @@ func (b *Book) answered(owner peer.Route, req limiter.Request, asked time.Time, 
 
 func clone(s string) string { return string([]byte(s)) } // don't pin a decoded request's buffer
 
+// Tend is the book's periodic work, at now: it settles the leases this
+// node holds that are spent or ended (SettleWithOwners), and expires those
+// it lent that were never settled (Expire). A node runs it every quarter
+// of the lease duration.
+func (b *Book) Tend(ctx context.Context, now time.Time) {
+	b.SettleWithOwners(ctx, now, false)
+	b.Expire(now)
+}
+
 // SettleWithOwners settles the leases this node holds that are spent or
 // have ended at now, or with all every one (a node that leaves gives its
 // owners back what it will not use), one call per owner. A settlement

@@ -18,10 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
-
-	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 )
 
 // The fallback test cuts node-b's gRPC off while its gossip lives on: a

@@ -12,21 +12,6 @@ import (
 
 var _ route.Cluster = (*ownership.Tracker)(nil)
 
-// initOwnership creates the tracker of who decides each key: this node
-// alone until the join delivers the members. After the peers and the
-// replicas, which its effects use.
-func (n *Node) initOwnership() (err error) {
-	n.own, err = ownership.NewTracker(ownership.Config{
-		Self: n.cfg.ID, Addr: n.GRPCAddr(), Ring: n.cfg.Ring, Partitions: n.cfg.Partitions,
-		ShareFor: n.cfg.ShareFor, MaxWait: 2 * n.cfg.HandoffInterval, Holdings: n.store,
-	}, ownership.TrackerDeps{Effects: ownershipEffects{n}, Logger: n.log})
-	if err != nil {
-		return err
-	}
-	n.onUndo(n.own.Stop)
-	return nil
-}
-
 // membershipChanged takes the cluster's membership (every member it
 // knows, with its state) to the ownership tracker. The cluster's notifier
 // calls it, and joinCluster once.
@@ -72,5 +57,5 @@ func (e ownershipEffects) RingChanged(c ownership.RingChanged) {
 	e.n.metrics.ringChanges.Inc()
 }
 
-// HandOff wakes the handoff loop.
-func (e ownershipEffects) HandOff() { e.n.wakeHandoff() }
+// HandOff wakes the handoff sender.
+func (e ownershipEffects) HandOff() { e.n.handoff.Wake() }

@@ -6,18 +6,6 @@ import (
 	"github.com/peerlimit/peerlimit/configs"
 )
 
-// startConfigs starts what keeps the configurations current (package
-// configs): with WatchConfig the files' watcher, the control plane's
-// subscription, and the advertising of digests. The last of Start's
-// steps, so that a reload's consequences find the node complete.
-func (n *Node) startConfigs() error {
-	if err := n.configs.Start(); err != nil {
-		return err
-	}
-	n.onUndo(n.configs.Shutdown)
-	return nil
-}
-
 // Configs are the policies and the Envoy rate limit service's rules the
 // node serves: what is in force, why the last reload of a file failed,
 // and each source's own reload.
