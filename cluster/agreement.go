@@ -76,9 +76,23 @@ type doubt struct {
 	reached string    // the witness that last reached it, for the log
 }
 
-// agreement holds the rounds this member has out and the requests it
-// serves as a witness.
+// agreement is the protocol above: this member's rounds about the
+// members it doubts, and its answers as a witness of others'. It reads
+// and changes the membership of the Cluster it belongs to, under that
+// Cluster's lock.
 type agreement struct {
+	*Cluster
+	rounds    *rounds
+	doubtKick chan struct{} // capacity 1: wakes agree
+}
+
+func newAgreement(c *Cluster) *agreement {
+	return &agreement{Cluster: c, rounds: newRounds(), doubtKick: make(chan struct{}, 1)}
+}
+
+// rounds holds the rounds this member has out and the requests it serves
+// as a witness.
+type rounds struct {
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]chan probe // round id → its answers
@@ -88,13 +102,13 @@ type agreement struct {
 	requests chan probe
 }
 
-func newAgreement() *agreement {
-	return &agreement{pending: map[uint64]chan probe{}, requests: make(chan probe, 32)}
+func newRounds() *rounds {
+	return &rounds{pending: map[uint64]chan probe{}, requests: make(chan probe, 32)}
 }
 
 // doubtMember keeps a member memberlist declared dead in the ring until
 // another member agrees (see above). Called by the event delegate.
-func (c *Cluster) doubtMember(m Member) {
+func (c *agreement) doubtMember(m Member) {
 	c.mu.Lock()
 	if _, ok := c.doubted[m.ID]; !ok {
 		c.doubted[m.ID] = &doubt{m: m, since: time.Now()}
@@ -109,7 +123,7 @@ func (c *Cluster) doubtMember(m Member) {
 
 // agree runs the rounds: whenever a member is doubted, and every
 // ConfirmInterval for those still doubted or gone unconfirmed.
-func (c *Cluster) agree() {
+func (c *agreement) agree() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.ConfirmInterval)
 	defer t.Stop()
@@ -130,7 +144,7 @@ func (c *Cluster) agree() {
 
 // dueRounds marks and returns the members to ask about now: doubted ones
 // without a round out whose time has come, and members gone unconfirmed.
-func (c *Cluster) dueRounds(now time.Time) []Member {
+func (c *agreement) dueRounds(now time.Time) []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Member
@@ -167,11 +181,11 @@ func (v verdict) majority() bool { return 2*(1+len(v.answered)) > v.cluster }
 // askWitnesses asks every other live member to ping target, and target
 // whether it is leaving, and returns what they said within
 // ConfirmTimeout.
-func (c *Cluster) askWitnesses(target Member) verdict {
+func (c *agreement) askWitnesses(target Member) verdict {
 	witnesses, size := c.witnesses(target.ID)
 	v := verdict{cluster: size}
-	id, answers := c.agreement.open(len(witnesses) + 1) // and the target's own
-	defer c.agreement.close(id)
+	id, answers := c.rounds.open(len(witnesses) + 1) // and the target's own
+	defer c.rounds.close(id)
 	req, _ := json.Marshal(probe{ID: id, From: c.cfg.ID, Target: target.ID})
 	for _, w := range append(witnesses, target) {
 		go c.send(w, msgProbe, req) // bounded by memberlist's TCPTimeout; never blocks the round
@@ -216,7 +230,7 @@ func (c *Cluster) askWitnesses(target Member) verdict {
 // witnesses returns the live members that can vouch for target (all but
 // this one, target, and those this member doubts itself), and the size
 // of the cluster a majority is taken of (verdict.cluster).
-func (c *Cluster) witnesses(target string) ([]Member, int) {
+func (c *agreement) witnesses(target string) ([]Member, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Member
@@ -238,7 +252,7 @@ func (c *Cluster) witnesses(target string) ([]Member, int) {
 }
 
 // settle acts on a round's verdict about target (see the rule above).
-func (c *Cluster) settle(target Member, v verdict) {
+func (c *agreement) settle(target Member, v verdict) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.failed[target.ID]; ok && f.unconfirmed { // a re-check of one gone unconfirmed
@@ -289,7 +303,7 @@ func (c *Cluster) settle(target Member, v verdict) {
 }
 
 // open registers a round expecting n answers.
-func (a *agreement) open(n int) (uint64, <-chan probe) {
+func (a *rounds) open(n int) (uint64, <-chan probe) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seq++
@@ -298,7 +312,7 @@ func (a *agreement) open(n int) (uint64, <-chan probe) {
 	return a.seq, ch
 }
 
-func (a *agreement) close(id uint64) {
+func (a *rounds) close(id uint64) {
 	a.mu.Lock()
 	delete(a.pending, id)
 	a.mu.Unlock()
@@ -306,7 +320,7 @@ func (a *agreement) close(id uint64) {
 
 // answer delivers a witness's answer (From: the witness) to its round, if
 // still open.
-func (a *agreement) answer(p probe) {
+func (a *rounds) answer(p probe) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ch, ok := a.pending[p.ID]; ok {
@@ -319,7 +333,7 @@ func (a *agreement) answer(p probe) {
 
 // receive handles a user message (the delegate's NotifyMsg): it must not
 // block, and b is memberlist's buffer.
-func (c *Cluster) receive(b []byte) {
+func (c *agreement) receive(b []byte) {
 	if len(b) < 2 {
 		return
 	}
@@ -331,23 +345,23 @@ func (c *Cluster) receive(b []byte) {
 	switch b[0] {
 	case msgProbe:
 		select {
-		case c.agreement.requests <- p:
+		case c.rounds.requests <- p:
 		default:
 			c.log.Debug("dropping a ping request: too many queued", "from", p.From, "target", p.Target)
 		}
 	case msgProbeReply:
-		c.agreement.answer(p)
+		c.rounds.answer(p)
 	}
 }
 
 // witness serves other members' ping requests, one at a time.
-func (c *Cluster) witness() {
+func (c *agreement) witness() {
 	defer c.wg.Done()
 	for {
 		select {
 		case <-c.stop:
 			return
-		case p := <-c.agreement.requests:
+		case p := <-c.rounds.requests:
 			asker, ok := c.liveMember(p.From)
 			if !ok {
 				continue // not a member this one knows alive: nobody to answer
@@ -368,20 +382,20 @@ func (c *Cluster) witness() {
 }
 
 // leaving reports whether this member is leaving (Leave has begun).
-func (c *Cluster) leaving() bool {
+func (c *agreement) leaving() bool {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
 	return c.meta.Leaving
 }
 
-func (c *Cluster) hasLeft(id string) bool {
+func (c *agreement) hasLeft(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.left[id]
 	return ok
 }
 
-func (c *Cluster) liveMember(id string) (Member, bool) {
+func (c *agreement) liveMember(id string) (Member, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, ok := c.members[id]
@@ -390,7 +404,7 @@ func (c *Cluster) liveMember(id string) (Member, bool) {
 
 // reaches pings target (a member this one knows, alive or doubted) up to
 // pingTries times, each waiting memberlist's ProbeTimeout.
-func (c *Cluster) reaches(target string) bool {
+func (c *agreement) reaches(target string) bool {
 	c.mu.Lock()
 	m, ok := c.members[target]
 	c.mu.Unlock()
@@ -415,7 +429,7 @@ func (c *Cluster) reaches(target string) bool {
 }
 
 // send sends one user message to m over memberlist's reliable transport.
-func (c *Cluster) send(m Member, kind byte, body []byte) {
+func (c *agreement) send(m Member, kind byte, body []byte) {
 	host, port, err := splitHostPort(m.GossipAddr)
 	if err != nil {
 		return

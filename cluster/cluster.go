@@ -92,7 +92,6 @@ type Cluster struct {
 	doubted map[string]*doubt  // by ID: declared dead here, not yet agreed
 
 	agreement *agreement
-	doubtKick chan struct{} // capacity 1: wakes agree
 
 	kick     chan struct{} // capacity 1: coalesces change notifications
 	stop     chan struct{}
@@ -124,11 +123,9 @@ func Start(cfg Config) (*Cluster, error) {
 		left:    map[string]Member{},
 		doubted: map[string]*doubt{},
 		kick:    make(chan struct{}, 1),
-
-		agreement: newAgreement(),
-		doubtKick: make(chan struct{}, 1),
-		stop:      make(chan struct{}),
+		stop:    make(chan struct{}),
 	}
+	c.agreement = newAgreement(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	mlc, err := c.memberlistConfig()
 	if err != nil {
@@ -159,8 +156,8 @@ func Start(cfg Config) (*Cluster, error) {
 	c.wg.Add(4)
 	go c.notify()
 	go c.reconnect()
-	go c.agree()
-	go c.witness()
+	go c.agreement.agree()
+	go c.agreement.witness()
 	c.kickChange()
 	if len(cfg.Join) > 0 {
 		c.joinSeeds(cfg.Join)
@@ -549,7 +546,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	md := parseMeta(n.Meta)
 	m := Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateFailed}
 	if !md.Leaving && n.Name != e.c.cfg.ID {
-		e.c.doubtMember(m)
+		e.c.agreement.doubtMember(m)
 		return
 	}
 	e.c.memberGone(m, md.Leaving)
@@ -607,7 +604,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (d *delegate) NotifyMsg(b []byte)                         { d.c.receive(b) }
+func (d *delegate) NotifyMsg(b []byte)                         { d.c.agreement.receive(b) }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
