@@ -425,3 +425,18 @@ func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, t
 	st.fill(entries) // no more entries than before: to is no longer than from
 	sh.account(st, n0, c0)
 }
+
+// StateID names the state a KeyState is of: the states of one StateID
+// are one key's one limit, whichever node holds them.
+type StateID struct {
+	Key       string
+	Window    time.Duration
+	Algorithm Algorithm
+}
+
+// ID returns the StateID s is a state of.
+func (s KeyState) ID() StateID { return StateID{Key: s.Key, Window: s.Window, Algorithm: s.Algorithm} }
+
+// Empty reports whether s counts nothing: a key's tombstone, among what
+// TakeChanged returns.
+func (s KeyState) Empty() bool { return s.Prev <= 0 && s.Curr <= 0 && len(s.Log) == 0 }
