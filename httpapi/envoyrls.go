@@ -53,10 +53,14 @@ type EnvoyRLSRule struct {
 	QuotaMode       bool     `json:"quota_mode"`
 	// ChargeOverLimit: hits are charged even past the limit, as debt
 	// (charge_over_limit, our extension: the rule's, else its domain's).
-	ChargeOverLimit bool   `json:"charge_over_limit,omitempty"`
-	DetailedMetric  bool   `json:"detailed_metric"`
-	File            string `json:"file"`
-	Line            int    `json:"line"`
+	ChargeOverLimit bool `json:"charge_over_limit,omitempty"`
+	// Calendar: unit is a calendar unit in TimeZone (calendar: true and
+	// time_zone, our extension); window_ms is then 0.
+	Calendar       bool   `json:"calendar,omitempty"`
+	TimeZone       string `json:"time_zone,omitempty"`
+	DetailedMetric bool   `json:"detailed_metric"`
+	File           string `json:"file"`
+	Line           int    `json:"line"`
 }
 
 func (h *handler) envoyRLSConfig(w http.ResponseWriter, r *http.Request) {
@@ -119,11 +123,15 @@ func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig
 		}
 	}
 	for _, r := range rs.Rules() {
-		out.Rules = append(out.Rules, EnvoyRLSRule{Key: r.Domain + "." + r.Path, Domain: r.Domain, Path: r.Path,
+		rule := EnvoyRLSRule{Key: r.Domain + "." + r.Path, Domain: r.Domain, Path: r.Path,
 			Name: r.Name, Replaces: r.Replaces, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
 			RequestsPerUnit: r.RequestsPerUnit, WindowMS: r.Window.Milliseconds(), Algorithm: r.Algorithm.String(),
 			Unlimited: r.Unlimited, ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, ChargeOverLimit: r.ChargeOverLimit,
-			DetailedMetric: r.DetailedMetric, File: r.File, Line: r.Line})
+			DetailedMetric: r.DetailedMetric, File: r.File, Line: r.Line}
+		if r.Calendar != 0 {
+			rule.Calendar, rule.TimeZone = true, r.Calendar.Zone()
+		}
+		out.Rules = append(out.Rules, rule)
 	}
 	return out
 }
@@ -134,7 +142,8 @@ func envoyRLSConfigJSON(rs *envoyrls.RuleSet, loadedAt time.Time) EnvoyRLSConfig
 //	messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
 //
 // and after upstream's fields, always in this order, peerlimit's own:
-// quota_mode, unit_multiplier, algorithm, and unlimited. Comment lines
+// quota_mode, unit_multiplier, algorithm, and unlimited, and for a
+// calendar rule its zone (", calendar: Europe/Paris"). Comment lines
 // (#) first say where the rules come from, their digest and when they
 // were put in force.
 func writeEnvoyRLSText(w io.Writer, cfg EnvoyRLSConfig) error {
@@ -146,8 +155,12 @@ func writeEnvoyRLSText(w io.Writer, cfg EnvoyRLSConfig) error {
 		return err
 	}
 	for _, r := range cfg.Rules {
-		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t\n",
-			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited)
+		calendar := ""
+		if r.Calendar {
+			calendar = ", calendar: " + r.TimeZone
+		}
+		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t%s\n",
+			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited, calendar)
 		if err != nil {
 			return err
 		}

@@ -45,6 +45,32 @@ func (u CalendarUnit) String() string {
 	return fmt.Sprintf("CalendarUnit(%d)", uint8(u))
 }
 
+// Longest is the longest period of u in any zone: a day is 23 to 25
+// hours long, a month 28 to 31 days, so that a caller capping a time at
+// "one window" caps it at this. Zero for NoCalendar.
+func (u CalendarUnit) Longest() time.Duration {
+	// The most a zone turns its clocks back at once (Antarctica/Troll
+	// moves by 2 hours); a zone that skips a day (Samoa, 2011) makes no
+	// period longer.
+	const clockChange = 2 * time.Hour
+	const day = 24 * time.Hour
+	switch u {
+	case CalendarMinute:
+		return time.Minute
+	case CalendarHour:
+		return time.Hour
+	case CalendarDay:
+		return day + clockChange
+	case CalendarWeek:
+		return 7*day + clockChange
+	case CalendarMonth:
+		return 31*day + clockChange
+	case CalendarYear:
+		return 366*day + clockChange
+	}
+	return 0
+}
+
 // ParseCalendarUnit reads a unit's API name, in any case ("month",
 // "MONTH"); "" is NoCalendar. An unknown name is an *ArgumentError naming
 // the calendar field.

@@ -134,6 +134,7 @@ func TestCalendarPeriodsMatchTheZonesCalendar(t *testing.T) {
 				ms := lo + rng.Int64N(hi-lo)
 				start, end := cal.Period(ms)
 				require.True(t, start <= ms && ms < end, "%s %s: %d outside [%d, %d)", zone, u, ms, start, end)
+				require.LessOrEqual(t, time.Duration(end-start)*time.Millisecond, u.Longest(), "%s %s", zone, u)
 				if u <= CalendarHour && zone == "Australia/Lord_Howe" {
 					continue // a 30-minute clock change starts an hour mid-hour: a half period, by design
 				}

@@ -135,7 +135,7 @@ func FuzzTrafficMatchesModel(f *testing.F) {
 // and retry, reset and refill are the time to its end.
 func checkCalendarContract(t *testing.T, req Request, d Decision) {
 	t.Helper()
-	const longest = 366*24*time.Hour + 2*time.Hour
+	longest := req.Calendar.Unit().Longest()
 	switch {
 	case d.Limit != req.Limit:
 		t.Fatalf("limit %d, want %d", d.Limit, req.Limit)
