@@ -37,6 +37,23 @@ func BenchmarkCounterHotKeyDenied(b *testing.B) {
 	}
 }
 
+// A hot calendar quota (a month in Paris) under its limit: the counter's
+// hot path, the period read from its zone's cache.
+func BenchmarkCalendarHotKey(b *testing.B) {
+	s := newStore(b, partition.DefaultCount, nil)
+	month, err := NewCalendar(CalendarMonth, "Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := Request{Key: "user:12345:/api/v1/search", Limit: 1 << 40, Calendar: month, Hits: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Check(benchT0.Add(time.Duration(i)*time.Microsecond), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // A log key with limit 100 per second at ~1000 requests/s: a mix of
 // admissions, prunes and denials.
 func BenchmarkLogHotKey(b *testing.B) {
