@@ -420,6 +420,9 @@ func ChunkLen(states []KeyState) int {
 	size := 0
 	for i, s := range states {
 		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if s.Calendar != 0 {
+			size += 4 + len(s.Calendar.Zone())
+		}
 		if size > ChunkBytes && i > 0 {
 			return i
 		}
