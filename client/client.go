@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,11 +71,59 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("invalid algorithm: unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)
 }
 
-// Limit is "Limit hits per Window".
+// CalendarUnit makes a Limit calendar-aligned: Limit hits per calendar
+// period (a minute, an hour, a day, an ISO week from Monday, a month, a
+// year) in its TimeZone, the count starting again from zero at each
+// boundary: a quota, not a rate. Its values are the API's
+// (peerlimit.v1.CalendarUnit).
+type CalendarUnit uint8
+
+const (
+	// NoCalendar (the default) is a sliding window of Limit.Window.
+	NoCalendar CalendarUnit = iota
+	Minute
+	Hour
+	Day
+	Week
+	Month
+	Year
+)
+
+// String returns the unit's name as the API spells it ("MONTH").
+func (u CalendarUnit) String() string {
+	if name, ok := pb.CalendarUnit_name[int32(u)]; ok {
+		return name
+	}
+	return fmt.Sprintf("CalendarUnit(%d)", uint8(u))
+}
+
+// ParseCalendarUnit reads a unit's name in any case ("month", "MONTH");
+// the empty string is NoCalendar.
+func ParseCalendarUnit(s string) (CalendarUnit, error) {
+	if s == "" {
+		return NoCalendar, nil
+	}
+	for v, name := range pb.CalendarUnit_name {
+		if v != 0 && strings.EqualFold(s, name) {
+			return CalendarUnit(v), nil
+		}
+	}
+	return 0, fmt.Errorf("invalid calendar: unknown unit %q; want MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", s)
+}
+
+// Limit is "Limit hits per Window", or per calendar period.
 type Limit struct {
 	Limit     int64
-	Window    time.Duration // whole milliseconds
+	Window    time.Duration // whole milliseconds; 0 with a Calendar
 	Algorithm Algorithm
+	// Calendar, when set, makes the limit calendar-aligned: Limit hits
+	// per period of the unit in TimeZone, counted by the counter (leave
+	// Window and Algorithm zero). The same key under another unit or zone,
+	// or under a window, is another limit.
+	Calendar CalendarUnit
+	// TimeZone is Calendar's IANA time zone, e.g. "Europe/Paris"; "" is
+	// UTC.
+	TimeZone string
 }
 
 // Decision is the cluster's answer to a check.
@@ -795,6 +844,7 @@ func (s checkSlab) put(i int, key string, l Limit, hits int64) *pb.CheckRequest 
 	w.hits = hits
 	m := &w.req
 	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = key, l.Limit, l.Window.Milliseconds(), pb.Algorithm(l.Algorithm), &w.hits
+	m.Calendar, m.TimeZone = pb.CalendarUnit(l.Calendar), l.TimeZone
 	return m
 }
 

@@ -244,7 +244,12 @@ func (c MiddlewareConfig) Validate() error {
 	if c.Limit.Limit <= 0 {
 		errs = append(errs, fmt.Errorf("Limit.Limit must be positive, got %d", c.Limit.Limit))
 	}
-	if c.Limit.Window <= 0 || c.Limit.Window%time.Millisecond != 0 {
+	switch {
+	case c.Limit.Calendar != NoCalendar:
+		if c.Limit.Window != 0 {
+			errs = append(errs, fmt.Errorf("Limit.Window must be 0 with Limit.Calendar (%s), whose period is the window, got %s", c.Limit.Calendar, c.Limit.Window))
+		}
+	case c.Limit.Window <= 0 || c.Limit.Window%time.Millisecond != 0:
 		errs = append(errs, fmt.Errorf("Limit.Window must be a positive whole number of milliseconds, got %s", c.Limit.Window))
 	}
 	if c.Key == nil {
@@ -333,7 +338,11 @@ func (m *middleware) failed(w http.ResponseWriter, r *http.Request, err error) b
 // with Denied. It reports whether to serve the request.
 func (m *middleware) decided(w http.ResponseWriter, r *http.Request, d Decision) bool {
 	h := w.Header()
-	t := ratelimitheader.T(d.Allowed, d.ResetAfter, d.RetryAfter, m.cfg.Limit.Window)
+	window := m.cfg.Limit.Window
+	if m.cfg.Limit.Calendar != NoCalendar {
+		window = d.RefillAfter // a calendar limit's window is what is left of its period
+	}
+	t := ratelimitheader.T(d.Allowed, d.ResetAfter, d.RetryAfter, window)
 	if !d.Allowed {
 		h.Set(ratelimitheader.RetryAfter, strconv.FormatInt(t, 10))
 	}

@@ -30,15 +30,17 @@ type ResetResult struct {
 // Existed reports whether the owner held state to clear.
 func (r ResetResult) Existed() bool { return r.Cleared > 0 }
 
-// Reset clears key's state under l's window and algorithm (its Limit is
-// not used: the state of a key is per window and algorithm), so that its
+// Reset clears key's state under l's window (or calendar) and algorithm
+// (its Limit is not used: the state of a key is per window and
+// algorithm), so that its
 // next check starts from zero. An owner that cannot be reached is an
 // error (codes.Unavailable), and nothing is cleared.
 func (c *Client) Reset(ctx context.Context, key string, l Limit) (ResetResult, error) {
 	if err := l.validate(); err != nil {
 		return ResetResult{}, err
 	}
-	return c.reset(ctx, &pb.ResetRequest{Key: key, WindowMs: l.Window.Milliseconds(), Algorithm: pb.Algorithm(l.Algorithm)})
+	return c.reset(ctx, &pb.ResetRequest{Key: key, WindowMs: l.Window.Milliseconds(), Algorithm: pb.Algorithm(l.Algorithm),
+		Calendar: pb.CalendarUnit(l.Calendar), TimeZone: l.TimeZone})
 }
 
 // ResetPolicy clears key's state under the named policy's window and

@@ -67,13 +67,13 @@ func (p *plan) decide(results []peer.Result) (degraded bool) {
 		res := results[p.check]
 		d, degraded = res.Decision, res.Degraded
 	} else { // requests_per_unit 0: refused without a check
-		d = limiter.Decision{RetryAfter: p.rule.Window, ResetAfter: p.rule.Window}
+		d = limiter.Decision{RetryAfter: p.rule.span(), ResetAfter: p.rule.span()}
 	}
 	switch {
 	case p.tooMany:
 		// Never allowed, however long one waits: say a window rather
 		// than the peek's "now".
-		d.RetryAfter = max(d.RetryAfter, p.rule.Window)
+		d.RetryAfter = max(d.RetryAfter, p.rule.span())
 	case p.peekOver(d):
 		d.RetryAfter = max(d.RetryAfter, p.untilReset(d))
 	}
@@ -105,8 +105,8 @@ func (p *plan) over() bool {
 // reset does; the whole window when nothing is counted or the owner did
 // not say (an older node).
 func (p *plan) untilReset(d limiter.Decision) time.Duration {
-	if d.RefillAfter <= 0 || d.RefillAfter > p.rule.Window {
-		return p.rule.Window
+	if d.RefillAfter <= 0 || d.RefillAfter > p.rule.span() {
+		return p.rule.span()
 	}
 	return d.RefillAfter
 }
@@ -173,7 +173,7 @@ func (s *Server) headers(resp *rlspb.RateLimitResponse, plans []plan) {
 	hdr := headerPick{i: -1}
 	for i, p := range plans {
 		if p.rule != nil && !p.rule.Unlimited {
-			hdr.consider(resp.Statuses, i, p.d, p.rule.Window)
+			hdr.consider(resp.Statuses, i, p.d, p.rule.span())
 		}
 	}
 	if hdr.i >= 0 {

@@ -93,9 +93,15 @@ type Rule struct {
 	// RequestsPerUnit per Window. 0 refuses every request.
 	RequestsPerUnit uint32
 	Unit            Unit
-	UnitMultiplier  uint32 // ≥ 1
-	Window          time.Duration
+	UnitMultiplier  uint32        // ≥ 1
+	Window          time.Duration // 0 with a Calendar
 	Algorithm       limiter.Algorithm
+	// Calendar (calendar: true beside unit, with time_zone, a peerlimit
+	// extension) makes Unit a calendar unit: a day, a week, a month, a year
+	// (an hour, a minute) that begins at its boundary in the zone, the
+	// count starting again from 0 there, instead of upstream's fixed
+	// windows (a month of 30 days). Zero: upstream's meaning.
+	Calendar limiter.Calendar
 	// ShadowMode counts and reports the rule as usual, but its descriptor
 	// is always answered OK.
 	ShadowMode bool
@@ -124,6 +130,26 @@ type Rule struct {
 	current *rlspb.RateLimitResponse_RateLimit // the answer's current_limit, shared
 	header  string                             // the policy name, a Structured Field String
 	policy  string                             // the RateLimit-Policy value
+}
+
+// span is the longest the rule's window lasts: its Window, or its
+// calendar unit's longest period. Answers cap times at it.
+func (r *Rule) span() time.Duration {
+	if r.Calendar != 0 {
+		return r.Calendar.Unit().Longest()
+	}
+	return r.Window
+}
+
+// calendarUnits are the RLS units that calendar: true makes calendar
+// units. SECOND has none: a calendar second is UTC's, the same window.
+var calendarUnits = map[Unit]limiter.CalendarUnit{
+	rlspb.RateLimitResponse_RateLimit_MINUTE: limiter.CalendarMinute,
+	rlspb.RateLimitResponse_RateLimit_HOUR:   limiter.CalendarHour,
+	rlspb.RateLimitResponse_RateLimit_DAY:    limiter.CalendarDay,
+	rlspb.RateLimitResponse_RateLimit_WEEK:   limiter.CalendarWeek,
+	rlspb.RateLimitResponse_RateLimit_MONTH:  limiter.CalendarMonth,
+	rlspb.RateLimitResponse_RateLimit_YEAR:   limiter.CalendarYear,
 }
 
 // finish computes what every answer of the rule shares.

@@ -35,6 +35,10 @@ func FuzzParseConfig(f *testing.F) {
 		"domain: a\nall_or_nothing: true\ncharge_over_limit: true\ndescriptors: [{key: k, charge_over_limit: false, rate_limit: {unit: minute, requests_per_unit: 5}}, {key: j, rate_limit: {unit: hour, requests_per_unit: 9}}]\n",
 		"domain: a\ncharge_over_limit: maybe\ndescriptors: [{key: k, all_or_nothing: true, charge_over_limit: true}]\n",
 		"domain: [a]\n",
+		// calendar: true, our extension, and what it is refused with.
+		"domain: a\ndescriptors: [{key: k, rate_limit: {unit: month, requests_per_unit: 5, calendar: true, time_zone: Europe/Paris}}, {key: j, rate_limit: {unit: week, requests_per_unit: 1, calendar: true}}]\n",
+		"domain: a\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 5, calendar: true, time_zone: Nowhere}}]\n",
+		"domain: a\ndescriptors: [{key: k, rate_limit: {unlimited: true, calendar: true, time_zone: UTC}}, {key: j, rate_limit: {unit: day, requests_per_unit: 1, time_zone: UTC}}]\n",
 		"\xff",
 		"",
 	} {
@@ -58,7 +62,9 @@ func FuzzParseConfig(f *testing.F) {
 			if r.Unlimited {
 				continue
 			}
-			require.NoError(t, store.Validate(limiter.Request{Key: "k", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm, Hits: 1}))
+			require.NoError(t, store.Validate(limiter.Request{Key: "k", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm,
+				Calendar: r.Calendar, Hits: 1}))
+			require.Positive(t, r.span())
 			require.NotNil(t, r.current)
 			require.NotEmpty(t, r.header)
 		}

@@ -67,6 +67,8 @@ func (p *parser) setAlgorithm(f *descriptorFields, where string) {
 		p.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
 	case r != nil && r.Unlimited:
 		p.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
+	case r != nil && r.Calendar != 0 && a != limiter.SlidingWindowCounter:
+		p.fail(f.algo.Line, where, "a calendar rate_limit is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the %s", strings.ToLower(r.Unit.String()))
 	case r != nil:
 		r.Algorithm = a
 	}
@@ -164,6 +166,10 @@ type rateLimitBlock struct {
 	r        *Rule
 	unitLine int
 	haveRPU  bool
+	// calendar and zone are calendar and time_zone, read: made into the
+	// rule's Calendar with its unit (setWindow).
+	calendar bool
+	zone     string
 	// replacesLines are the lines of r.Replaces' names.
 	replacesLines []int
 }
@@ -203,8 +209,16 @@ func (p *parser) rateLimitField(b *rateLimitBlock, name string, k, v *yaml.Node)
 		r.Name = v.Value
 	case "replaces":
 		r.Replaces, b.replacesLines = p.replaces(v, where)
+	case "calendar":
+		b.calendar, _ = p.boolean(v, where, name)
+	case "time_zone":
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
+			p.fail(v.Line, where, "time_zone must be an IANA time zone name, e.g. Europe/Paris")
+			return
+		}
+		b.zone = v.Value
 	default:
-		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces", name)
+		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, calendar, time_zone", name)
 	}
 }
 
@@ -230,6 +244,7 @@ func (p *parser) checkRateLimit(b *rateLimitBlock) {
 			p.fail(b.replacesLines[i], where, "rate_limit replaces itself (%q)", name)
 		}
 	}
+	p.checkCalendar(b)
 	if r.Unlimited {
 		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
 			if hasField(m, f) {
@@ -246,10 +261,43 @@ func (p *parser) checkRateLimit(b *rateLimitBlock) {
 	}
 }
 
-// setWindow sets the rule's window, unit_multiplier units, and reports
-// whether it fits in a time.Duration.
+// checkCalendar refuses what calendar: true and time_zone cannot go
+// with: no calendar (a zone alone), unlimited, a unit of seconds, a
+// unit_multiplier (a calendar limit counts one period: a month, not two).
+func (p *parser) checkCalendar(b *rateLimitBlock) {
+	m, r, where := b.m, b.r, b.where
+	switch {
+	case !b.calendar && hasField(m, "time_zone"):
+		p.fail(fieldLine(m, "time_zone", m.Line), where, "time_zone is only for calendar: true")
+	case !b.calendar:
+	case r.Unlimited:
+		p.fail(fieldLine(m, "calendar", m.Line), where, "calendar has no use with unlimited: true")
+	case r.Unit == rlspb.RateLimitResponse_RateLimit_SECOND:
+		p.fail(fieldLine(m, "calendar", m.Line), where, "calendar: true needs a unit of minute, hour, day, week, month or year; a second is the same window either way")
+	case r.UnitMultiplier != 1:
+		p.fail(fieldLine(m, "unit_multiplier", m.Line), where, "unit_multiplier must be 1 (or absent) with calendar: true: a calendar limit counts one %s at a time", strings.ToLower(r.Unit.String()))
+	}
+}
+
+// setWindow sets the rule's window, unit_multiplier units, or its
+// calendar, and reports whether it could: a window fits in a
+// time.Duration, a calendar's zone is known.
 func (p *parser) setWindow(b *rateLimitBlock) bool {
 	r := b.r
+	if b.calendar {
+		c, err := limiter.NewCalendar(calendarUnits[r.Unit], b.zone)
+		if err != nil {
+			var ae *limiter.ArgumentError
+			what := err.Error()
+			if errors.As(err, &ae) {
+				what = ae.Field + " " + ae.Reason
+			}
+			p.fail(fieldLine(b.m, "time_zone", b.m.Line), b.where, "%s", what)
+			return false
+		}
+		r.Calendar = c
+		return true
+	}
 	unit, _ := UnitDuration(r.Unit)
 	if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
 		p.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
@@ -262,7 +310,8 @@ func (p *parser) setWindow(b *rateLimitBlock) bool {
 // checkRule asks the node whether it can serve the rule, and names the
 // line of the field it refuses.
 func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
-	err := p.opts.Check(limiter.Request{Key: "envoy", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm, Hits: 1})
+	err := p.opts.Check(limiter.Request{Key: "envoy", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm,
+		Calendar: r.Calendar, Hits: 1})
 	if err == nil {
 		return
 	}

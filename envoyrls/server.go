@@ -292,7 +292,7 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 		hits := p.checkHits(req, d)
 		p.all = dom.AllOrNothing && p.op == limiter.OpCheck && p.hits > 0 && !r.ShadowMode && !r.QuotaMode && !s.cfg.QuotaMode
 		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.d.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
-			Window: r.Window, Algorithm: r.Algorithm, Hits: hits, Op: p.op}
+			Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar, Hits: hits, Op: p.op}
 		if s.d.Validate != nil {
 			if err := s.d.Validate(lr); err != nil {
 				return nil, descriptorError(i, err)

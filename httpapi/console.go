@@ -100,6 +100,8 @@ type Inspect struct {
 type ReservationView struct {
 	Algorithm   string `json:"algorithm"`
 	WindowMS    int64  `json:"window_ms"`
+	Calendar    string `json:"calendar,omitempty"`
+	TimeZone    string `json:"time_zone,omitempty"`
 	Hits        int64  `json:"hits"`
 	Hold        bool   `json:"hold"`
 	AgeMS       int64  `json:"age_ms"`
@@ -115,8 +117,12 @@ type LeaseView struct {
 
 // KeyView is one of the key's limits.
 type KeyView struct {
-	Algorithm    string       `json:"algorithm"`
-	WindowMS     int64        `json:"window_ms"`
+	Algorithm string `json:"algorithm"`
+	WindowMS  int64  `json:"window_ms"`
+	// Calendar and TimeZone are a calendar limit's unit and zone; its
+	// counter's window_start_ms is then its period's start.
+	Calendar     string       `json:"calendar,omitempty"`
+	TimeZone     string       `json:"time_zone,omitempty"`
 	Count        int64        `json:"count"`
 	ResetAfterMS int64        `json:"reset_after_ms"`
 	Counter      *CounterView `json:"counter,omitempty"`
@@ -287,8 +293,10 @@ func InspectJSON(res route.InspectResult, now time.Time) Inspect {
 	out := Inspect{Key: res.Key, Owner: res.Owner, Replica: res.Replica, Partition: res.Partition, Limits: []KeyView{},
 		Leases: []LeaseView{}, Reservations: []ReservationView{}}
 	for _, r := range res.Reservations {
-		out.Reservations = append(out.Reservations, ReservationView{Algorithm: r.Algorithm.String(), WindowMS: r.Window.Milliseconds(),
-			Hits: r.Hits, Hold: r.Hold, AgeMS: r.Age.Milliseconds(), ExpiresInMS: r.ExpiresIn.Milliseconds()})
+		rv := ReservationView{Algorithm: r.Algorithm.String(), WindowMS: r.Window.Milliseconds(),
+			Hits: r.Hits, Hold: r.Hold, AgeMS: r.Age.Milliseconds(), ExpiresInMS: r.ExpiresIn.Milliseconds()}
+		rv.Calendar, rv.TimeZone = calendarJSON(r.Calendar)
+		out.Reservations = append(out.Reservations, rv)
 	}
 	for _, l := range res.Leases {
 		out.Leases = append(out.Leases, LeaseView{Holder: l.Holder, Hits: l.Hits, ExpiresInMS: l.ExpiresIn.Milliseconds()})
@@ -296,6 +304,7 @@ func InspectJSON(res route.InspectResult, now time.Time) Inspect {
 	for _, v := range res.Limits {
 		kv := KeyView{Algorithm: v.Algorithm.String(), WindowMS: v.Window.Milliseconds(), Count: v.Count,
 			ResetAfterMS: v.ResetAfter.Milliseconds()}
+		kv.Calendar, kv.TimeZone = calendarJSON(v.Calendar)
 		if v.Algorithm == limiter.SlidingWindowCounter {
 			kv.Counter = &CounterView{WindowStartMS: v.WindowStart.UnixMilli(), Previous: v.Previous, Current: v.Current}
 		} else {

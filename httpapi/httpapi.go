@@ -42,7 +42,7 @@ type Checker interface {
 	CheckAll(ctx context.Context, reqs []limiter.Request) ([]peer.Result, error)
 	BatchTooLarge(what string, n int) error
 	PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error)
-	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policy string, all bool) (peer.ResetRequest, error)
+	NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, cal limiter.Calendar, policy string, all bool) (peer.ResetRequest, error)
 	Reset(ctx context.Context, r peer.ResetRequest) (reset.Result, error)
 }
 
@@ -153,6 +153,10 @@ type CheckRequest struct {
 	Op          string `json:"op,omitempty"`
 	Reservation string `json:"reservation,omitempty"`
 	TTLMS       int64  `json:"ttl_ms,omitempty"`
+	// Calendar and TimeZone are peerlimit.v1.CheckRequest's calendar (by
+	// name, in any case: "month" or "MONTH") and time_zone.
+	Calendar string `json:"calendar,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
 }
 
 // CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
@@ -207,6 +211,8 @@ type ResetRequest struct {
 	Algorithm  string `json:"algorithm,omitempty"`
 	Policy     string `json:"policy,omitempty"`
 	AllWindows bool   `json:"all_windows,omitempty"`
+	Calendar   string `json:"calendar,omitempty"`
+	TimeZone   string `json:"time_zone,omitempty"`
 }
 
 // ResetResponse is the JSON form of peerlimit.v1.ResetResponse.
@@ -236,6 +242,10 @@ type PolicyInfo struct {
 	Limit     int64  `json:"limit"`
 	WindowMS  int64  `json:"window_ms"`
 	Window    string `json:"window"`
+	// Calendar and TimeZone are a calendar policy's unit and zone; its
+	// window is then 0.
+	Calendar string `json:"calendar,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
 }
 
 type errorBody struct {
@@ -378,7 +388,12 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	req, err := h.c.NewResetRequest(in.Key, in.WindowMS, algo, in.Algorithm != "", in.Policy, in.AllWindows)
+	cal, err := parseCalendar(in.Calendar, in.TimeZone)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := h.c.NewResetRequest(in.Key, in.WindowMS, algo, in.Algorithm != "", cal, in.Policy, in.AllWindows)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -413,8 +428,10 @@ func policiesJSON(set *policy.Set) Policies {
 	}
 	out.File, out.Digest = set.File, set.Digest
 	for _, p := range set.All() {
-		out.Policies = append(out.Policies, PolicyInfo{Name: p.Name, Algorithm: p.Algorithm.String(),
-			Limit: p.Limit, WindowMS: p.Window.Milliseconds(), Window: p.Window.String()})
+		info := PolicyInfo{Name: p.Name, Algorithm: p.Algorithm.String(),
+			Limit: p.Limit, WindowMS: p.Window.Milliseconds(), Window: p.Window.String()}
+		info.Calendar, info.TimeZone = calendarJSON(p.Calendar)
+		out.Policies = append(out.Policies, info)
 	}
 	return out
 }
@@ -524,18 +541,52 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 	if err != nil {
 		return limiter.Request{}, err
 	}
+	cal, err := parseCalendar(c.Calendar, c.TimeZone)
+	if err != nil {
+		return limiter.Request{}, err
+	}
 	var r limiter.Request
 	if c.Policy != "" {
-		if r, err = h.c.PolicyRequest(c.Policy, c.Key, c.Hits, route.InlineField(c.Limit, c.WindowMS, c.Algorithm != "")); err != nil {
+		given := route.InlineField(c.Limit, c.WindowMS, c.Algorithm != "")
+		switch {
+		case given != "":
+		case c.Calendar != "":
+			given = "calendar"
+		case c.TimeZone != "":
+			given = "time_zone"
+		}
+		if r, err = h.c.PolicyRequest(c.Policy, c.Key, c.Hits, given); err != nil {
 			return r, err
 		}
 	} else {
 		r = limiter.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
+		r.Calendar = cal
 	}
 	if op == limiter.OpCheck && c.Reservation == "" && c.TTLMS == 0 {
 		return r, nil
 	}
 	return r, r.SetOp(op, c.Reservation, c.TTLMS, c.Hits != nil)
+}
+
+// parseCalendar reads a JSON request's calendar and time_zone; bad
+// values are refused naming the field.
+func parseCalendar(unit, zone string) (limiter.Calendar, error) {
+	if unit == "" && zone == "" {
+		return 0, nil
+	}
+	u, err := limiter.ParseCalendarUnit(unit)
+	if err != nil {
+		return 0, err
+	}
+	return limiter.NewCalendar(u, zone)
+}
+
+// calendarJSON is c's unit and zone as JSON shows them; "" for none.
+func calendarJSON(c limiter.Calendar) (unit, zone string) {
+	if c == 0 {
+		return "", ""
+	}
+	return c.Unit().String(), c.Zone()
 }
 
 func toJSON(r peer.Result) CheckResponse {

@@ -748,6 +748,9 @@ var jsonTypeExceptions = map[string]reflect.Kind{
 	"CheckResponse.settled":     reflect.String, // enum value name
 	"ReservationView.algorithm": reflect.String, // enum value name
 	"ResetRequest.algorithm":    reflect.String, // enum value name
+	"CheckRequest.calendar":     reflect.String, // enum value name, in any case
+	"ResetRequest.calendar":     reflect.String, // enum value name, in any case
+	"ReservationView.calendar":  reflect.String, // enum value name
 	"Error.code":                reflect.String, // google.rpc.Code name, not its number
 }
 

@@ -129,11 +129,12 @@ type leaseKey struct {
 	key    string
 	window time.Duration
 	algo   limiter.Algorithm
+	cal    limiter.Calendar
 	limit  int64
 }
 
 func leaseKeyOf(r limiter.Request) leaseKey {
-	return leaseKey{r.Key, r.Window, r.Algorithm, r.Limit}
+	return leaseKey{r.Key, r.Window, r.Algorithm, r.Calendar, r.Limit}
 }
 
 // Leasable reports whether req's limit may be leased at all: a log

@@ -18,9 +18,10 @@ type lentLease struct {
 	key      string
 	window   time.Duration
 	algo     limiter.Algorithm
+	cal      limiter.Calendar
 	hits     int64
 	granted  int64 // ms, this node's clock: the log's placeholders are here
-	windowID int64 // the counter's fixed window at the grant
+	windowID int64 // the counter's fixed window (a calendar's period) at the grant
 	dur      time.Duration
 }
 
@@ -118,20 +119,20 @@ func (ll *lentLease) placeholders() []int64 {
 // an ordinary decision of that many, so that what this node admits and
 // what it lent never exceed the limit: at most half of room, and none for
 // a limit that may not be leased (Leasable). A counter's lease ends with
-// the fixed window it was taken in, so that its hits cannot move to
-// another; one that would be shorter than a quarter of the lease duration
-// is not worth a call and is not lent.
+// the fixed window (a calendar limit's period) it was taken in, so that
+// its hits cannot move to another; one that would be shorter than a
+// quarter of the lease duration is not worth a call and is not lent.
 func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, room int64) peer.LeaseGrant {
 	hits := min(want, room/2)
 	if b == nil || hits < 1 || !b.Leasable(req) { // a nil Book lends nothing: leases off
 		return peer.LeaseGrant{}
 	}
 	ms := max(now.UnixMilli(), 0)
-	w := req.Window.Milliseconds()
-	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, hits: hits,
-		dur: b.cfg.Duration}
+	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, cal: req.Calendar,
+		hits: hits, dur: b.cfg.Duration}
 	if req.Algorithm == limiter.SlidingWindowCounter {
-		left := time.Duration((ms/w+1)*w-ms-1) * time.Millisecond
+		_, end := req.FixedWindow(ms)
+		left := time.Duration(end-ms-1) * time.Millisecond
 		if ll.dur = min(ll.dur, left); ll.dur < b.cfg.Duration/4 {
 			return peer.LeaseGrant{}
 		}
@@ -144,7 +145,8 @@ func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, roo
 	if err != nil || !d.Allowed {
 		return peer.LeaseGrant{}
 	}
-	ll.granted, ll.windowID = at, at/w
+	ll.granted = at
+	ll.windowID, _ = req.FixedWindow(at)
 	id := b.record(ll)
 	b.metrics.event(eventGranted)
 	b.metrics.hits(hitsLent, hits)
@@ -181,7 +183,8 @@ func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 	b.metrics.hits(hitsReturned, ll.hits-used)
 	if ll.algo != limiter.SlidingWindowLog {
 		if unused := ll.hits - used; unused > 0 {
-			b.store.Forget(now, []limiter.KeyState{{Key: ll.key, Window: ll.window, Algorithm: ll.algo, WindowID: ll.windowID, Curr: unused}})
+			b.store.Forget(now, []limiter.KeyState{{Key: ll.key, Window: ll.window, Algorithm: ll.algo, Calendar: ll.cal,
+				WindowID: ll.windowID, Curr: unused}})
 		}
 		return
 	}

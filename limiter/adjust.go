@@ -38,7 +38,7 @@ func (s *Store) Refund(now time.Time, r Request) (d Decision, refunded int64, er
 		return Decision{}, 0, err
 	}
 	ms := max(now.UnixMilli(), 0)
-	k := stateKey{r.Key, r.Window.Milliseconds()}
+	k := stateKey{r.Key, r.stateWindow()}
 	sh := s.shardOf(r.Key)
 	sh.mu.Lock()
 	if r.Algorithm == SlidingWindowLog {
@@ -79,7 +79,7 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 		return Decision{}, 0, err
 	}
 	ms := max(now.UnixMilli(), 0)
-	k := stateKey{r.Key, r.Window.Milliseconds()}
+	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shardHash(r.Key)
 	sh.mu.Lock()
 	if r.Algorithm == SlidingWindowLog {
@@ -120,6 +120,10 @@ func (s *Store) logDebtBound(limit int64) int64 {
 // refundCounter refunds r.Hits from the counter of k at now (ms).
 // Requires sh.mu held.
 func (s *Store) refundCounter(sh *shard, k stateKey, now int64, r Request) (Decision, int64) {
+	if k.window < 0 {
+		c, _ := r.Calendar.cal() // validated
+		return s.refundCalendar(sh, k, c, now, r)
+	}
 	st, ok := sh.counters[k]
 	var n int64
 	if ok {
@@ -155,6 +159,10 @@ func (s *Store) refundLog(sh *shard, k stateKey, now int64, r Request) (Decision
 // chargeCounter charges r.Hits to the counter of k at now (ms). Requires
 // sh.mu held.
 func (s *Store) chargeCounter(sh *shard, k stateKey, now int64, r Request) (Decision, int64, error) {
+	if k.window < 0 {
+		c, _ := r.Calendar.cal() // validated
+		return s.chargeCalendar(sh, k, c, now, r)
+	}
 	st, ok := sh.counters[k]
 	if !ok {
 		if err := s.makeRoom(sh, now); err != nil {

@@ -37,6 +37,23 @@ func BenchmarkCounterHotKeyDenied(b *testing.B) {
 	}
 }
 
+// A hot calendar quota (a month in Paris) under its limit: the counter's
+// hot path, the period read from its zone's cache.
+func BenchmarkCalendarHotKey(b *testing.B) {
+	s := newStore(b, partition.DefaultCount, nil)
+	month, err := NewCalendar(CalendarMonth, "Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := Request{Key: "user:12345:/api/v1/search", Limit: 1 << 40, Calendar: month, Hits: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Check(benchT0.Add(time.Duration(i)*time.Microsecond), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // A log key with limit 100 per second at ~1000 requests/s: a mix of
 // admissions, prunes and denials.
 func BenchmarkLogHotKey(b *testing.B) {
@@ -139,19 +156,27 @@ func BenchmarkLogManyKeysParallel(b *testing.B)     { benchmarkManyKeys(b, Slidi
 // full, measured as heap growth after GC divided by keys, with realistic key
 // strings (~36 bytes). The ns/op figure of this benchmark is meaningless.
 func BenchmarkMemoryPerKey(b *testing.B) {
+	month, err := NewCalendar(CalendarMonth, "Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		algo  Algorithm
 		limit int64
 		keys  int
+		cal   Calendar
 	}{
-		{"counter", SlidingWindowCounter, 100, 200_000},
-		{"log-limit-5", SlidingWindowLog, 5, 200_000},
+		{"counter", SlidingWindowCounter, 100, 200_000, 0},
+		// A calendar limit is a counter under another window: the same
+		// cost.
+		{"calendar-month", SlidingWindowCounter, 100, 200_000, month},
+		{"log-limit-5", SlidingWindowLog, 5, 200_000, 0},
 		// Limits between: where the log's 4-byte entries start to
 		// outweigh what every key costs (docs/benchmarks.md).
-		{"log-limit-20", SlidingWindowLog, 20, 50_000},
-		{"log-limit-100", SlidingWindowLog, 100, 10_000},
-		{"log-limit-1000", SlidingWindowLog, 1000, 2_000},
+		{"log-limit-20", SlidingWindowLog, 20, 50_000, 0},
+		{"log-limit-100", SlidingWindowLog, 100, 10_000, 0},
+		{"log-limit-1000", SlidingWindowLog, 1000, 2_000, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
@@ -161,6 +186,9 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 				for _, k := range keys {
 					// A full window: every key holds `limit` hits.
 					req := Request{Key: k, Limit: c.limit, Window: time.Minute, Algorithm: c.algo, Hits: c.limit}
+					if c.cal != 0 {
+						req.Window, req.Calendar = 0, c.cal
+					}
 					if _, err := s.Check(benchT0, req); err != nil {
 						b.Fatal(err)
 					}

@@ -70,7 +70,8 @@ func (s *Store) ExpireReservations(now time.Time) int {
 
 // OpenReservation describes a reservation not yet settled.
 type OpenReservation struct {
-	Window    time.Duration
+	Window    time.Duration // 0 for a calendar limit
+	Calendar  Calendar
 	Algorithm Algorithm
 	Hits      int64
 	Hold      bool
@@ -91,7 +92,8 @@ func (s *Store) OpenReservations(key string, now time.Time, max int) []OpenReser
 			if rec.key.key != key || rec.settled || rec.expires <= ms {
 				continue
 			}
-			out = append(out, OpenReservation{Window: time.Duration(rec.key.window) * time.Millisecond, Algorithm: rec.alg,
+			ks := keyStateOf(rec.key, rec.alg)
+			out = append(out, OpenReservation{Window: ks.Window, Calendar: ks.Calendar, Algorithm: rec.alg,
 				Hits: rec.hits, Hold: rec.hold, Age: msDuration(ms - rec.at), ExpiresIn: msDuration(rec.expires - ms)})
 		}
 	}

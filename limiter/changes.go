@@ -154,30 +154,34 @@ func (j *journal) reset() {
 // appendChange appends the state c recorded, at now (ms), to out.
 // Requires sh.mu held.
 func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
-	w := time.Duration(c.window) * time.Millisecond
+	k := stateKey{c.key, c.window}
 	switch c.kind {
 	case counterChange:
-		ks := KeyState{Key: c.key, Window: w, Algorithm: SlidingWindowCounter}
-		if counterExpiry(&c.counter, c.window) > now {
+		ks := keyStateOf(k, SlidingWindowCounter)
+		if counterExpiryOf(k, &c.counter) > now {
 			ks.WindowID, ks.Prev, ks.Curr = c.counter.window, c.counter.prev, c.counter.curr
 		}
 		return append(out, ks)
 	case logChange:
-		return append(out, KeyState{Key: c.key, Window: w, Algorithm: SlidingWindowLog, Log: c.log.live(now - c.window)})
+		ks := keyStateOf(k, SlidingWindowLog)
+		ks.Log = c.log.live(now - c.window)
+		return append(out, ks)
 	}
-	return sh.appendLookup(out, stateKey{c.key, c.window}, now)
+	return sh.appendLookup(out, k, now)
 }
 
 // appendLookup appends the state of k at now (ms) under each algorithm:
 // its counter and its log, each as its tombstone if it is gone or
-// expired. Requires sh.mu held.
+// expired. A calendar limit has a counter only. Requires sh.mu held.
 func (sh *shard) appendLookup(out []KeyState, k stateKey, now int64) []KeyState {
-	w := time.Duration(k.window) * time.Millisecond
-	counter := KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowCounter}
-	if st, ok := sh.counters[k]; ok && counterExpiry(&st, k.window) > now {
+	counter := keyStateOf(k, SlidingWindowCounter)
+	if st, ok := sh.counters[k]; ok && counterExpiryOf(k, &st) > now {
 		counter.WindowID, counter.Prev, counter.Curr = st.window, st.prev, st.curr
 	}
-	log := KeyState{Key: k.key, Window: w, Algorithm: SlidingWindowLog}
+	if k.window < 0 {
+		return append(out, counter)
+	}
+	log := keyStateOf(k, SlidingWindowLog)
 	if st, ok := sh.logs[k]; ok {
 		log.Log = st.live(now - k.window)
 	}

@@ -10,9 +10,16 @@ import "time"
 // Only that one state is touched: the same key under another window or
 // algorithm is another limit (see Request).
 func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algorithm) bool {
+	return s.DeleteLimit(now, Request{Key: key, Window: window, Algorithm: a})
+}
+
+// DeleteLimit is Delete of the limit r names: r's key under its window,
+// or its calendar, and its algorithm.
+func (s *Store) DeleteLimit(now time.Time, r Request) bool {
 	ms := max(now.UnixMilli(), 0)
-	k := stateKey{key, window.Milliseconds()}
-	sh := s.shardOf(key)
+	k := stateKey{r.Key, r.stateWindow()}
+	a := r.Algorithm
+	sh := s.shardOf(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.touch(k) // a backup's copy must go too
@@ -29,7 +36,7 @@ func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algori
 		return false
 	}
 	sh.deleteCounter(k, st)
-	return counterExpiry(&st, k.window) > ms
+	return counterExpiryOf(k, &st) > ms
 }
 
 // DeleteKey removes key's state under every window and algorithm and
@@ -48,7 +55,7 @@ func (s *Store) DeleteKey(now time.Time, key string) int {
 	live := 0
 	for k, st := range sh.counters {
 		if k.key == key {
-			if counterExpiry(&st, k.window) > ms {
+			if counterExpiryOf(k, &st) > ms {
 				live++
 			}
 			sh.touch(k)

@@ -12,6 +12,12 @@
 // n = 1 this is the seeds' "estimate < limit", because the limit is an
 // integer. Memory per key is constant.
 //
+// Calendar windows (calendar.go): a counter may count per calendar period
+// (a minute, an hour, a day, an ISO week, a month, a year) in a named time
+// zone instead of per sliding window; its count starts again at each
+// boundary. Its state is the counter's, the window id being the period's
+// start, and its unit and zone are part of its identity.
+//
 // Sliding window log: a key keeps the timestamp of every allowed hit (never
 // of a denied one). The window at time T is the half-open interval (T − W, T],
 // as in the seed's Lua script (ZREMRANGEBYSCORE 0 (T−W) removes a timestamp

@@ -9,15 +9,37 @@ import (
 // FuzzCheck feeds arbitrary field values to one store and checks that every
 // answer is either an *ArgumentError or a decision that keeps the contract.
 func FuzzCheck(f *testing.F) {
-	f.Add("k", int64(5), int64(60_000), uint8(0), int64(1), int64(1745000145000))
-	f.Add("k", int64(5), int64(60_000), uint8(1), int64(0), int64(0))
-	f.Add("", int64(-1), int64(0), uint8(9), int64(-3), int64(-1))
-	f.Add("k", int64(1<<62), int64(31_622_400_000), uint8(0), int64(1<<61), int64(1<<60))
+	f.Add("k", int64(5), int64(60_000), uint8(0), int64(1), int64(1745000145000), uint8(0), "")
+	f.Add("k", int64(5), int64(60_000), uint8(1), int64(0), int64(0), uint8(0), "")
+	f.Add("", int64(-1), int64(0), uint8(9), int64(-3), int64(-1), uint8(0), "")
+	f.Add("k", int64(1<<62), int64(31_622_400_000), uint8(0), int64(1<<61), int64(1<<60), uint8(0), "")
+	// Calendar limits (unit, zone): valid, in zones with clock changes at
+	// midnight, at the end of time, and refused (a window, a log, an
+	// unknown zone or unit, "Local").
+	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(1745000145000), uint8(CalendarMonth), "Europe/Paris")
+	f.Add("k", int64(5), int64(0), uint8(0), int64(5), int64(1693713600000), uint8(CalendarDay), "America/Santiago")
+	f.Add("k", int64(1<<62), int64(0), uint8(0), int64(1<<61), int64(1<<62), uint8(CalendarYear), "Pacific/Kiritimati")
+	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(0), uint8(CalendarWeek), "Asia/Tokyo")
+	f.Add("k", int64(5), int64(60_000), uint8(0), int64(1), int64(0), uint8(CalendarHour), "")
+	f.Add("k", int64(5), int64(0), uint8(1), int64(1), int64(0), uint8(CalendarMinute), "UTC")
+	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(0), uint8(CalendarDay), "Mars/Olympus_Mons")
+	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(0), uint8(9), "Local")
 	s := newStore(f, 7, func(cfg *Config) { cfg.MaxKeys = 64 })
-	f.Fuzz(func(t *testing.T, key string, limit, windowMS int64, algo uint8, hits, nowMS int64) {
+	f.Fuzz(func(t *testing.T, key string, limit, windowMS int64, algo uint8, hits, nowMS int64, unit uint8, zone string) {
 		req := Request{Key: key, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Algorithm: Algorithm(algo), Hits: hits}
 		if windowMS > int64(1<<63-1)/int64(time.Millisecond) || windowMS < -int64(1<<63-1)/int64(time.Millisecond) {
 			req.Window = -1 // the Duration would overflow; still must be rejected cleanly
+		}
+		if unit != 0 || zone != "" {
+			c, err := NewCalendar(CalendarUnit(unit), zone)
+			if err != nil {
+				var ae *ArgumentError
+				if !errors.As(err, &ae) || (ae.Field != "calendar" && ae.Field != "time_zone") {
+					t.Fatalf("NewCalendar(%d, %q): %v, want an *ArgumentError naming calendar or time_zone", unit, zone, err)
+				}
+				return
+			}
+			req.Calendar = c
 		}
 		d, err := s.Check(time.UnixMilli(nowMS), req)
 		if err != nil {
@@ -33,6 +55,10 @@ func FuzzCheck(f *testing.F) {
 
 func checkDecisionContract(t *testing.T, req Request, d Decision) {
 	t.Helper()
+	if req.Calendar != 0 {
+		checkCalendarContract(t, req, d)
+		return
+	}
 	switch {
 	case d.Limit != req.Limit:
 		t.Fatalf("limit %d, want %d", d.Limit, req.Limit)
@@ -102,4 +128,30 @@ func FuzzTrafficMatchesModel(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCalendarContract is checkDecisionContract for a calendar limit,
+// whose window is its period: at most a year and a clock change long,
+// and retry, reset and refill are the time to its end.
+func checkCalendarContract(t *testing.T, req Request, d Decision) {
+	t.Helper()
+	longest := req.Calendar.Unit().Longest()
+	switch {
+	case d.Limit != req.Limit:
+		t.Fatalf("limit %d, want %d", d.Limit, req.Limit)
+	case d.Remaining < 0 || d.Remaining > req.Limit:
+		t.Fatalf("remaining %d outside [0, %d]", d.Remaining, req.Limit)
+	case d.CurrentCount < 0:
+		t.Fatalf("negative current count %d", d.CurrentCount)
+	case d.Allowed != (d.RetryAfter == 0):
+		t.Fatalf("allowed %v with retry after %s", d.Allowed, d.RetryAfter)
+	case d.RefillAfter <= 0 || d.RefillAfter > longest:
+		t.Fatalf("refill after %s outside (0, %s]", d.RefillAfter, longest)
+	case !d.Allowed && d.RetryAfter != d.RefillAfter:
+		t.Fatalf("retry after %s, not the period's end (%s)", d.RetryAfter, d.RefillAfter)
+	case d.ResetAfter != 0 && d.ResetAfter != d.RefillAfter:
+		t.Fatalf("reset after %s, neither 0 nor the period's end (%s)", d.ResetAfter, d.RefillAfter)
+	case d.Allowed && req.Hits > 0 && d.ResetAfter == 0:
+		t.Fatalf("consumed hits but reset after 0")
+	}
 }

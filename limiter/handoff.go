@@ -16,8 +16,11 @@ import (
 // the skew's span from one behind).
 type KeyState struct {
 	Key       string
-	Window    time.Duration
+	Window    time.Duration // 0 for a calendar limit
 	Algorithm Algorithm
+	// Calendar is a calendar limit's unit and zone; its WindowID is its
+	// period's start (Unix ms), Curr its count, Prev 0.
+	Calendar Calendar
 
 	// Counter state: the current window's id and the two counts.
 	WindowID, Prev, Curr int64
@@ -53,9 +56,10 @@ func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
 	defer sh.mu.Unlock()
 	out := make([]KeyState, 0, sh.len())
 	for k, st := range sh.counters {
-		if counterExpiry(&st, k.window) > ms {
-			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
-				Algorithm: SlidingWindowCounter, WindowID: st.window, Prev: st.prev, Curr: st.curr})
+		if counterExpiryOf(k, &st) > ms {
+			ks := keyStateOf(k, SlidingWindowCounter)
+			ks.WindowID, ks.Prev, ks.Curr = st.window, st.prev, st.curr
+			out = append(out, ks)
 		}
 	}
 	for k, st := range sh.logs {
@@ -77,16 +81,19 @@ func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
 func (s *Store) Forget(now time.Time, states []KeyState) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
-		k := stateKey{ks.Key, ks.Window.Milliseconds()}
-		if k.window <= 0 {
+		k := stateKey{ks.Key, ks.stateWindow()}
+		if k.window == 0 || (k.window < 0 && ks.Algorithm != SlidingWindowCounter) {
 			continue
 		}
 		sh := s.shardOf(ks.Key)
 		sh.mu.Lock()
 		sh.touch(k)
-		if ks.Algorithm == SlidingWindowLog {
+		switch {
+		case ks.Algorithm == SlidingWindowLog:
 			sh.forgetLog(k, ms, ks.Log)
-		} else {
+		case k.window < 0:
+			sh.forgetCalendar(k, ks)
+		default:
 			sh.forgetCounter(k, ms, ks)
 		}
 		sh.mu.Unlock()
@@ -203,7 +210,7 @@ func (s *Store) merge(now time.Time, states []KeyState, added *[]KeyState) (merg
 // refused), then merges it under its partition's lock. It returns what it
 // added, the zero KeyState if nothing.
 func (s *Store) mergeOne(now int64, ks KeyState) (KeyState, error) {
-	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm}
+	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm, Calendar: ks.Calendar}
 	if ks.Algorithm == SlidingWindowLog {
 		probe.Limit = min(int64(len(ks.Log)), s.cfg.MaxLogLimit)
 	}
@@ -211,20 +218,58 @@ func (s *Store) mergeOne(now int64, ks KeyState) (KeyState, error) {
 	if err := s.cfg.validate(&probe); err != nil {
 		return KeyState{}, err
 	}
-	if ks.Prev < 0 || ks.Curr < 0 {
+	switch {
+	case ks.Prev < 0 || ks.Curr < 0:
 		return KeyState{}, &ArgumentError{"state", "negative count"}
+	case ks.Calendar != 0 && ks.Prev != 0:
+		return KeyState{}, &ArgumentError{"state", "a calendar limit has no previous window's count"}
 	}
-	k := stateKey{ks.Key, ks.Window.Milliseconds()}
+	k := stateKey{ks.Key, ks.stateWindow()}
 	sh := s.shardOf(ks.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.touch(k)
-	switch ks.Algorithm {
-	case SlidingWindowCounter:
+	switch {
+	case ks.Calendar != 0:
+		c, _ := ks.Calendar.cal() // validated
+		return s.mergeCalendar(sh, k, c, now, ks)
+	case ks.Algorithm == SlidingWindowCounter:
 		return s.mergeCounter(sh, k, now, ks)
 	default:
 		return s.mergeLog(sh, k, now, ks)
 	}
+}
+
+// stateWindow is the window ks's key is stored under (Request.stateWindow).
+func (ks *KeyState) stateWindow() int64 {
+	if ks.Calendar != 0 {
+		return ks.Calendar.stateWindow()
+	}
+	return ks.Window.Milliseconds()
+}
+
+// Expiry is the time (Unix ms) from which ks counts nothing, as the store
+// computes it: a sliding counter's current count weighs in until the end
+// of the next window, a log entry for one window, a calendar count until
+// its period ends. A state whose calendar this process does not know
+// counts nothing (the store would refuse it).
+func (ks KeyState) Expiry() int64 {
+	w := ks.Window.Milliseconds()
+	switch {
+	case ks.Calendar != 0:
+		c, ok := ks.Calendar.cal()
+		if !ok || ks.Curr <= 0 {
+			return 0
+		}
+		return c.endOf(ks.WindowID)
+	case ks.Algorithm == SlidingWindowLog && len(ks.Log) > 0:
+		return ks.Log[len(ks.Log)-1] + w
+	case ks.Curr > 0:
+		return (ks.WindowID + 2) * w
+	case ks.Prev > 0:
+		return (ks.WindowID + 1) * w
+	}
+	return 0
 }
 
 // mergeCounter adds the counts of ks to the counter of k at now (ms), and
@@ -375,6 +420,9 @@ func ChunkLen(states []KeyState) int {
 	size := 0
 	for i, s := range states {
 		size += 48 + len(s.Key) + 5*len(s.Log) // wire size, roughly
+		if s.Calendar != 0 {
+			size += 4 + len(s.Calendar.Zone())
+		}
 		if size > ChunkBytes && i > 0 {
 			return i
 		}
@@ -432,10 +480,13 @@ type StateID struct {
 	Key       string
 	Window    time.Duration
 	Algorithm Algorithm
+	Calendar  Calendar
 }
 
 // ID returns the StateID s is a state of.
-func (s KeyState) ID() StateID { return StateID{Key: s.Key, Window: s.Window, Algorithm: s.Algorithm} }
+func (s KeyState) ID() StateID {
+	return StateID{Key: s.Key, Window: s.Window, Algorithm: s.Algorithm, Calendar: s.Calendar}
+}
 
 // Empty reports whether s counts nothing: a key's tombstone, among what
 // TakeChanged returns.

@@ -11,7 +11,10 @@ import (
 // without changing anything.
 type KeyView struct {
 	Algorithm Algorithm
-	Window    time.Duration
+	Window    time.Duration // 0 for a calendar limit
+	// Calendar is a calendar limit's unit and zone; its WindowStart is
+	// its period's start, Current its count.
+	Calendar Calendar
 	// Count is the count a check would see now: the counter's floored
 	// weighted estimate, or the log's hits in the window.
 	Count int64
@@ -49,10 +52,15 @@ func (s *Store) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView
 	var out []KeyView
 	sh.mu.Lock()
 	for k, st := range sh.counters {
-		if k.key == key {
-			if v, ok := inspectCounter(st, ms, k.window, limit, hits); ok {
-				out = append(out, v)
-			}
+		if k.key != key {
+			continue
+		}
+		inspect := inspectCounter
+		if k.window < 0 {
+			inspect = inspectCalendar
+		}
+		if v, ok := inspect(st, ms, k.window, limit, hits); ok {
+			out = append(out, v)
 		}
 	}
 	for k, st := range sh.logs {
@@ -64,7 +72,8 @@ func (s *Store) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView
 	}
 	sh.mu.Unlock()
 	slices.SortFunc(out, func(a, b KeyView) int {
-		return cmp.Or(cmp.Compare(a.Algorithm, b.Algorithm), cmp.Compare(a.Window, b.Window))
+		return cmp.Or(cmp.Compare(a.Algorithm, b.Algorithm), cmp.Compare(a.Window, b.Window),
+			cmp.Compare(a.Calendar.Unit(), b.Calendar.Unit()), cmp.Compare(a.Calendar.Zone(), b.Calendar.Zone()))
 	})
 	return out, nil
 }

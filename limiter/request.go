@@ -45,18 +45,26 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)}
 }
 
-// Request asks whether Key may consume Hits more under Limit per Window.
+// Request asks whether Key may consume Hits more under Limit per Window,
+// or per period of Calendar.
 //
-// A key's state is identified by (Algorithm, Window, Key): the same key under
-// two windows is two independent limits (e.g. 10/s and 1000/h), while a
-// changed Limit applies at once to the state already counted.
+// A key's state is identified by (Algorithm, Window, Calendar, Key): the
+// same key under two windows is two independent limits (e.g. 10/s and
+// 1000/h), and so is it under a calendar day in UTC, a calendar day in
+// Europe/Paris and a 24 h sliding window; a changed Limit applies at once
+// to the state already counted.
 type Request struct {
 	Key       string
 	Limit     int64
-	Window    time.Duration // a positive whole number of milliseconds
+	Window    time.Duration // a positive whole number of milliseconds; 0 with a Calendar
 	Algorithm Algorithm
 	// Op is what the request does; the zero value, OpCheck, is a check.
 	Op Op
+	// Calendar, when set, makes the limit calendar-aligned: Limit hits
+	// per period of its unit in its time zone, the count starting again
+	// from 0 at each boundary (calendar.go). Window must then be 0 and
+	// Algorithm the counter's.
+	Calendar Calendar
 	// Hits is how much the request consumes. Zero is a peek: the decision
 	// reports the state and consumes nothing, and no state is created.
 	// For the other ops, Op's documentation says what it counts.
@@ -129,12 +137,18 @@ func (c *Config) validate(r *Request) error {
 		return &ArgumentError{"key", "must be valid UTF-8"}
 	case r.Limit <= 0:
 		return &ArgumentError{"limit", fmt.Sprintf("must be positive, got %d", r.Limit)}
+	case r.Calendar != 0:
+		if err := validateCalendar(r); err != nil {
+			return err
+		}
 	case r.Window <= 0:
 		return &ArgumentError{"window_ms", fmt.Sprintf("must be positive, got %d", r.Window.Milliseconds())}
 	case r.Window%time.Millisecond != 0:
 		return &ArgumentError{"window_ms", "must be a whole number of milliseconds"}
 	case r.Window > c.MaxWindow:
 		return &ArgumentError{"window_ms", fmt.Sprintf("is %d; the maximum is %d", r.Window.Milliseconds(), c.MaxWindow.Milliseconds())}
+	}
+	switch {
 	case r.Hits < 0:
 		return &ArgumentError{"hits", fmt.Sprintf("must not be negative, got %d", r.Hits)}
 	case r.Hits > r.Limit:
@@ -153,6 +167,66 @@ func (c *Config) validate(r *Request) error {
 		return &ArgumentError{"algorithm", fmt.Sprintf("unknown value %d", r.Algorithm)}
 	}
 	return nil
+}
+
+// validateCalendar checks the fields of a calendar-aligned request that
+// a sliding one does not have: a calendar this node knows, no window (the
+// period is the window), and the counter (a log would hold every hit of
+// a month).
+func validateCalendar(r *Request) error {
+	if err := r.Calendar.validate(); err != nil {
+		return err
+	}
+	if r.Window != 0 {
+		return &ArgumentError{"window_ms", fmt.Sprintf("must be absent with calendar %s, whose period is the window; got %d",
+			r.Calendar.Unit(), r.Window.Milliseconds())}
+	}
+	if r.Algorithm != SlidingWindowCounter {
+		return &ArgumentError{"algorithm", fmt.Sprintf("is %s; a calendar limit is counted by SLIDING_WINDOW_COUNTER only (the default): a log would hold every hit of the period", r.Algorithm)}
+	}
+	return nil
+}
+
+// stateWindow is the window r's state is stored under: its window in ms,
+// or its calendar's (negative) code.
+func (r *Request) stateWindow() int64 {
+	if r.Calendar != 0 {
+		return r.Calendar.stateWindow()
+	}
+	return r.Window.Milliseconds()
+}
+
+// FixedWindow returns the fixed window of r's counter that holds at (Unix
+// ms): its id, as KeyState.WindowID carries it, and its end (Unix ms):
+// the epoch-aligned window floor(at / Window) of a sliding counter, or
+// the Calendar's period. Hits counted at at stay in that id until its
+// end. It requires a counter request the store accepts.
+func (r Request) FixedWindow(at int64) (id, end int64) {
+	if r.Calendar != 0 {
+		return r.Calendar.Period(at)
+	}
+	w := r.Window.Milliseconds()
+	if w <= 0 {
+		return 0, at
+	}
+	id = floorDiv(at, w)
+	return id, (id + 1) * w
+}
+
+// HitsAt returns the state that hits counted at at (Unix ms) under r's
+// limit add to its key: what Forget takes back to undo them.
+func (r Request) HitsAt(at, hits int64) KeyState {
+	ks := KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}
+	if r.Algorithm == SlidingWindowLog {
+		ks.Log = make([]int64, hits)
+		for i := range ks.Log {
+			ks.Log[i] = at
+		}
+		return ks
+	}
+	ks.WindowID, _ = r.FixedWindow(at)
+	ks.Curr = hits
+	return ks
 }
 
 // NewRequest builds a request from the public API's fields, which every

@@ -49,8 +49,14 @@ type token struct {
 
 // bindingOf ties a token to one limit of one key, so that a token passed
 // with another key is refused instead of refunding hits it never took.
-func bindingOf(key string, window int64, alg Algorithm) uint32 {
-	h := partition.Hash(key) ^ uint64(window)*0x9E3779B97F4A7C15 ^ uint64(alg)<<59
+// A calendar limit binds its unit and zone's name, not its handle (a
+// token is settled on whichever member owns the key then).
+func bindingOf(r *Request) uint32 {
+	window := uint64(r.Window.Milliseconds()) * 0x9E3779B97F4A7C15
+	if r.Calendar != 0 {
+		window = r.Calendar.binding()
+	}
+	h := partition.Hash(r.Key) ^ window ^ uint64(r.Algorithm)<<59
 	return uint32(h ^ h>>32)
 }
 
@@ -142,13 +148,13 @@ func (s *Store) Reserve(now time.Time, r Request) (Decision, error) {
 		ttl = s.cfg.ReservationTTL
 	}
 	ms := max(now.UnixMilli(), 0)
-	k := stateKey{r.Key, r.Window.Milliseconds()}
+	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shardHash(r.Key)
 	sh.mu.Lock()
 	d, at, err := s.checkStamped(sh, k, ms, r)
 	if err == nil && d.Allowed {
 		t := token{id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op == OpHold,
-			binding: bindingOf(r.Key, k.window, r.Algorithm)}
+			binding: bindingOf(&r)}
 		sh.remember(t, reservation{key: stateKey{strings.Clone(r.Key), k.window}, alg: r.Algorithm, hold: t.hold,
 			hits: t.hits, at: t.at, expires: t.expires})
 		d.Adjust = &Adjustment{Reservation: t.encode(), ExpiresIn: time.Duration(t.expires-ms) * time.Millisecond}
@@ -199,7 +205,7 @@ func (s *Store) checkStamped(sh *shard, k stateKey, ms int64, r Request) (Decisi
 	if err != nil || !d.Allowed {
 		return d, 0, err
 	}
-	return d, max(ms, sh.counters[k].window*k.window), nil
+	return d, placedAt(k, sh.counters[k], ms), nil
 }
 
 // remember records reservation t in sh's book. Requires sh.mu held.

@@ -182,7 +182,7 @@ func TestAForgedTokenHoldsNoSlotForEver(t *testing.T) {
 	s := newStore(t, 4, func(c *Config) { c.MaxReservations = 1 })
 	t0 := time.UnixMilli(1_000_000_000)
 	r := reserveReq(SlidingWindowCounter, 10, 1)
-	forged := token{id: 42, at: t0.UnixMilli(), hits: 1, expires: math.MaxInt64, binding: bindingOf(r.Key, r.Window.Milliseconds(), r.Algorithm)}
+	forged := token{id: 42, at: t0.UnixMilli(), hits: 1, expires: math.MaxInt64, binding: bindingOf(&r)}
 	d, err := s.Apply(t0, settleReq(r, forged.encode(), 0))
 	require.NoError(t, err)
 	assert.Equal(t, SettledUnknown, d.Adjust.Settled)

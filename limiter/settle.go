@@ -35,9 +35,9 @@ func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	k := stateKey{r.Key, r.Window.Milliseconds()}
-	if t.binding != bindingOf(r.Key, k.window, r.Algorithm) {
-		return Decision{}, &ArgumentError{"reservation", "belongs to another key, window_ms or algorithm than this request's"}
+	k := stateKey{r.Key, r.stateWindow()}
+	if t.binding != bindingOf(&r) {
+		return Decision{}, &ArgumentError{"reservation", "belongs to another key, window_ms, calendar or algorithm than this request's"}
 	}
 	ms := max(now.UnixMilli(), 0)
 	sh := s.shardOf(r.Key)
@@ -139,6 +139,10 @@ func (s *Store) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at,
 		}
 		return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
 	}
+	if k.window < 0 {
+		got = s.refundAt(sh, k, r.Algorithm, ms, at, n)
+		return s.peekLocked(sh, k, ms, r), got
+	}
 	st, ok := sh.counters[k]
 	if ok && n > 0 {
 		got = st.refundAt(ms, k.window, at, n)
@@ -187,7 +191,12 @@ func (s *Store) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64)
 	if !ok {
 		return 0
 	}
-	got := st.refundAt(now, k.window, at, n)
+	var got int64
+	if c, isCal := calendarOfWindow(k.window).cal(); k.window < 0 && isCal {
+		got = st.refundCalendarAt(c, now, at, n)
+	} else {
+		got = st.refundAt(now, k.window, at, n)
+	}
 	if got > 0 {
 		sh.journalCounter(k, &st)
 	}

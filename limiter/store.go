@@ -189,8 +189,11 @@ type Store struct {
 // stateKey identifies one limit: the same key under another window is an
 // independent limit. The algorithm picks the map.
 type stateKey struct {
-	key    string
-	window int64 // ms
+	key string
+	// window is the sliding window in ms (> 0), or a calendar counter's
+	// Calendar.stateWindow (< 0): the unit and the zone are part of the
+	// identity, at no cost in memory.
+	window int64
 }
 
 type shard struct {
@@ -297,8 +300,7 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	ms := max(now.UnixMilli(), 0) // time before the epoch is the epoch
-	w := r.Window.Milliseconds()
-	k := stateKey{r.Key, w}
+	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shardHash(r.Key)
 
 	var d Decision
@@ -333,8 +335,7 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 		return Decision{}, 0, err
 	}
 	ms := max(now.UnixMilli(), 0) // time before the epoch is the epoch
-	w := r.Window.Milliseconds()
-	k := stateKey{r.Key, w}
+	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shardHash(r.Key)
 
 	var d Decision
@@ -350,7 +351,7 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 	default:
 		d, err = s.checkCounter(sh, k, ms, r)
 		if st, ok := sh.counters[k]; ok {
-			at = max(ms, st.window*w) // rollTo's clamp
+			at = placedAt(k, st, ms) // rollTo's clamp
 		}
 	}
 	if sh.hot != nil && err == nil {
@@ -360,9 +361,13 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 	return d, at, err
 }
 
-// checkCounter decides r against the counter of k at now (ms).
-// Requires sh.mu held.
+// checkCounter decides r against the counter of k at now (ms), a sliding
+// one or a calendar one. Requires sh.mu held.
 func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decision, error) {
+	if k.window < 0 {
+		c, _ := r.Calendar.cal() // validated
+		return s.checkCalendar(sh, k, c, now, r)
+	}
 	st, ok := sh.counters[k]
 	res := decideCounter(&st, now, k.window, r.Limit, r.Hits)
 	changed := res.allowed && r.Hits > 0
@@ -459,18 +464,27 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 		soonest = int64(math.MaxInt64)
 		dropped int
 	)
-	n := 0
+	// A calendar counter is never evicted: its count is a quota that only
+	// its boundary resets, and a month's could not come back. So the
+	// sample looks past them, up to calendarSample keys, for
+	// evictionSample sliding ones.
+	n, looked := 0, 0
 	for k, st := range sh.counters {
-		if n++; n > evictionSample {
+		if looked++; n >= evictionSample || looked > calendarSample {
 			break
 		}
-		if exp := counterExpiry(&st, k.window); exp <= now {
+		exp := counterExpiryOf(k, &st)
+		switch {
+		case exp <= now:
 			sh.deleteCounter(k, st)
 			dropped++
-		} else if exp < soonest {
+		case k.window < 0:
+			continue
+		case exp < soonest:
 			kk := k
 			victimC, victimS, soonest = &kk, st, exp
 		}
+		n++
 	}
 	// No key has window 0, so nothing is skipped.
 	victimL, victimLog, droppedLogs := sh.sampleLogs(now, stateKey{}, soonest)
@@ -478,8 +492,12 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 		s.expired.Add(uint64(dropped))
 		return nil
 	}
-	if s.cfg.Overflow == OverflowReject {
+	if s.cfg.Overflow == OverflowReject || (victimLog == nil && victimC == nil) {
 		s.rejections.Add(1)
+		if s.cfg.Overflow == OverflowEvict {
+			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar limits, which are never evicted: %w",
+				sh.len(), s.cfg.MaxKeys, ErrCapacity)
+		}
 		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",
 			sh.len(), s.cfg.MaxKeys, ErrCapacity)
 	}
@@ -492,6 +510,11 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	s.evictions.Add(1)
 	return nil
 }
+
+// calendarSample bounds the counters a full shard looks at for sliding
+// ones to evict, past the calendar counters it may not evict: a shard of
+// calendar limits only costs a new key 64 map steps before it is refused.
+const calendarSample = 8 * evictionSample
 
 // maxLogEvictions bounds the keys one decision may evict to make room for
 // its log: a log growing by thousands of slots in a shard of tiny ones
@@ -561,7 +584,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, st := range sh.counters {
-			if counterExpiry(&st, k.window) <= ms {
+			if counterExpiryOf(k, &st) <= ms {
 				sh.deleteCounter(k, st)
 				freed++
 			}

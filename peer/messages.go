@@ -23,6 +23,7 @@ type ResetRequest struct {
 	Key        string
 	Window     time.Duration // ignored with AllWindows
 	Algorithm  limiter.Algorithm
+	Calendar   limiter.Calendar // a calendar limit's, instead of Window
 	AllWindows bool
 }
 

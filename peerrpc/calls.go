@@ -147,6 +147,7 @@ func (p *Peers) Relay(ctx context.Context, via peer.Route, reqs []limiter.Reques
 func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (int, error) {
 	req := &pb.PeerResetRequest{Origin: p.self, Key: r.Key, WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm),
 		AllWindows: r.AllWindows}
+	req.Calendar, req.TimeZone = protoconv.CalendarToProto(r.Calendar)
 	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.PeerResetResponse, error) {
 		return c.Reset(ctx, req)
 	}, "reset on %s", to.ID)

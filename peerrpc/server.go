@@ -104,7 +104,12 @@ func (s *Server) Reset(ctx context.Context, in *pb.PeerResetRequest) (*pb.PeerRe
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
-	r := peer.ResetRequest{Key: in.GetKey(), Window: limiter.WindowFromMS(in.GetWindowMs()), Algorithm: algo, AllWindows: in.GetAllWindows()}
+	cal, err := protoconv.CalendarFromProto(in.GetCalendar(), in.GetTimeZone())
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
+	r := peer.ResetRequest{Key: in.GetKey(), Window: limiter.WindowFromMS(in.GetWindowMs()), Algorithm: algo, Calendar: cal,
+		AllWindows: in.GetAllWindows()}
 	cleared, err := s.h.HandleReset(grpcapi.Incoming(ctx), in.GetOrigin(), r)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()

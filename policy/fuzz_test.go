@@ -28,6 +28,9 @@ func FuzzParsePolicies(f *testing.F) {
 		"a: [\n",
 		"a: {limit: 1, window: 1s}\n---\nb: 1\n",
 		"a: {limit: 20000, window: 1m, algorithm: SLIDING_WINDOW_LOG}",
+		"monthly: {limit: 100000, calendar: month, time_zone: Europe/Paris}\nd: {limit: 5, calendar: DAY}\n",
+		"a: {limit: 5, calendar: week, window: 1h, algorithm: SLIDING_WINDOW_LOG, time_zone: Nowhere/Else}",
+		"a: {limit: 5, window: 1h, time_zone: UTC}",
 		"\xff",
 		"",
 	} {
@@ -52,7 +55,11 @@ func FuzzParsePolicies(f *testing.F) {
 			require.True(t, validName.MatchString(p.Name), "name %q", p.Name)
 			require.LessOrEqual(t, len(p.Name), MaxNameBytes)
 			require.Positive(t, p.Limit)
-			require.Positive(t, p.Window)
+			if p.Calendar != 0 {
+				require.Zero(t, p.Window, "a calendar policy has no window")
+			} else {
+				require.Positive(t, p.Window)
+			}
 			require.Zero(t, p.Window%time.Millisecond)
 			require.NoError(t, store.Validate(p.Request("k", 1)), "policy %q", p.Name)
 			got, ok := set.Lookup(p.Name)

@@ -3,8 +3,13 @@
 // policy ("login"), and the node that receives the request fills in the
 // limit, window and algorithm the file gives it:
 //
-//	login:  {algorithm: SLIDING_WINDOW_LOG, limit: 5, window: 1m}
-//	search: {limit: 100, window: 1s}
+//	login:   {algorithm: SLIDING_WINDOW_LOG, limit: 5, window: 1m}
+//	search:  {limit: 100, window: 1s}
+//	monthly: {limit: 100000, calendar: month, time_zone: Europe/Paris}
+//
+// A policy with calendar (minute, hour, day, week, month or year) is
+// calendar-aligned in its time_zone (UTC by default): its count starts
+// again at each boundary, and it takes no window.
 //
 // The file is YAML; JSON is YAML too, so {"login": {"limit": 5, ...}} reads
 // the same. Parsing is strict, and every error names the file and line
@@ -33,19 +38,21 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
-// Policy is one named limit: Limit hits per Window, counted by Algorithm.
+// Policy is one named limit: Limit hits per Window, counted by Algorithm,
+// or per period of Calendar.
 type Policy struct {
 	Name      string
 	Algorithm limiter.Algorithm
 	Limit     int64
-	Window    time.Duration
+	Window    time.Duration // 0 with a Calendar
+	Calendar  limiter.Calendar
 	// Line is where the policy is defined in its file, for messages.
 	Line int
 }
 
 // Request returns the limiter request for key under p, consuming hits.
 func (p Policy) Request(key string, hits int64) limiter.Request {
-	return limiter.Request{Key: key, Limit: p.Limit, Window: p.Window, Algorithm: p.Algorithm, Hits: hits}
+	return limiter.Request{Key: key, Limit: p.Limit, Window: p.Window, Algorithm: p.Algorithm, Calendar: p.Calendar, Hits: hits}
 }
 
 // Set is the policies of one file, immutable once parsed and so safe for
@@ -227,6 +234,7 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 	}
 	errs := len(p.errs)
 	seen := map[string]int{}
+	var cal calendarFields
 	for i := 0; i+1 < len(vn.Content); i += 2 {
 		fk, fv := deref(vn.Content[i]), deref(vn.Content[i+1])
 		field := fk.Value
@@ -239,13 +247,17 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 			continue
 		}
 		seen[field] = fk.Line
-		p.field(&pol, fk, fv)
+		p.field(&pol, &cal, fk, fv)
 	}
 	if _, ok := seen["limit"]; !ok {
 		p.fail(vn.Line, name, "limit is missing")
 	}
-	if _, ok := seen["window"]; !ok {
+	if _, ok := seen["calendar"]; ok {
+		p.calendar(&pol, cal, seen)
+	} else if _, ok := seen["window"]; !ok {
 		p.fail(vn.Line, name, "window is missing")
+	} else if line, ok := seen["time_zone"]; ok {
+		p.fail(line, name, "time_zone is only for a calendar policy: give calendar (minute, hour, day, week, month or year) instead of window")
 	}
 	if len(p.errs) > errs {
 		return pol, false
@@ -256,10 +268,59 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 	return pol, true
 }
 
-// field sets the field of pol that fk names to fv, or reports why not.
-func (p *parser) field(pol *Policy, fk, fv *yaml.Node) {
+// calendarFields are a policy's calendar and time_zone as read, made
+// into its Calendar once every field is read (calendar).
+type calendarFields struct {
+	unit limiter.CalendarUnit
+	zone string
+}
+
+// calendar makes pol calendar-aligned from cal, refusing what a
+// calendar policy may not have: a window (its period is the window), a
+// log (it would hold every hit of the period), a zone not in the time
+// zone database. seen maps fields to their lines.
+func (p *parser) calendar(pol *Policy, cal calendarFields, seen map[string]int) {
+	if line, ok := seen["window"]; ok {
+		p.fail(line, pol.Name, "window must not be given with calendar, whose period is the window")
+	}
+	if pol.Algorithm == limiter.SlidingWindowLog {
+		p.fail(seen["algorithm"], pol.Name, "a calendar policy is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the period")
+	}
+	if cal.unit == limiter.NoCalendar {
+		return // reported by field
+	}
+	c, err := limiter.NewCalendar(cal.unit, cal.zone)
+	if err != nil {
+		var ae *limiter.ArgumentError
+		line := seen["calendar"]
+		if errors.As(err, &ae) && ae.Field == "time_zone" {
+			line = seen["time_zone"]
+			err = errors.New(ae.Reason)
+		}
+		p.fail(line, pol.Name, "time_zone %v", err)
+		return
+	}
+	pol.Calendar = c
+}
+
+// field sets the field of pol that fk names to fv, or reports why not;
+// calendar and time_zone go to cal.
+func (p *parser) field(pol *Policy, cal *calendarFields, fk, fv *yaml.Node) {
 	name := pol.Name
 	switch field := fk.Value; field {
+	case "calendar":
+		u, err := limiter.ParseCalendarUnit(fv.Value)
+		if !isString(fv) || err != nil || u == limiter.NoCalendar {
+			p.fail(fv.Line, name, "calendar must be minute, hour, day, week, month or year, got %q", fv.Value)
+			return
+		}
+		cal.unit = u
+	case "time_zone":
+		if !isString(fv) || fv.Value == "" {
+			p.fail(fv.Line, name, "time_zone must be an IANA time zone name, e.g. Europe/Paris, got %q", fv.Value)
+			return
+		}
+		cal.zone = fv.Value
 	case "algorithm":
 		if a, ok := p.algorithm(name, fv); ok {
 			pol.Algorithm = a
@@ -280,7 +341,7 @@ func (p *parser) field(pol *Policy, fk, fv *yaml.Node) {
 			pol.Window = w
 		}
 	default:
-		p.fail(fk.Line, name, "unknown field %q; want limit, window and algorithm", field)
+		p.fail(fk.Line, name, "unknown field %q; want limit, window (or calendar and time_zone) and algorithm", field)
 	}
 }
 
@@ -338,6 +399,8 @@ func (p *parser) withinCaps(pol Policy, line int, seen map[string]int) bool {
 			line, what = seen["window"], "window (in ms) "+what
 		case "algorithm":
 			line, what = seen["algorithm"], "algorithm "+what
+		case "calendar", "time_zone":
+			line, what = seen[ae.Field], ae.Field+" "+what
 		}
 	}
 	p.fail(line, pol.Name, "beyond this node's limits: %s", what)

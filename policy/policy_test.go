@@ -101,7 +101,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"unknown algorithm", "a: {limit: 1, window: 1s}\nlogin: {limit: 5, window: 1m, algorithm: TOKEN_BUCKET}",
 			`p.yaml:2: policy "login": unknown algorithm "TOKEN_BUCKET"`},
 		{"lower-case algorithm", "login: {limit: 5, window: 1m, algorithm: sliding_window_log}", `unknown algorithm "sliding_window_log"`},
-		{"unknown field", "login:\n  limit: 5\n  window: 1m\n  burst: 10\n", `p.yaml:4: policy "login": unknown field "burst"; want limit, window and algorithm`},
+		{"unknown field", "login:\n  limit: 5\n  window: 1m\n  burst: 10\n", `p.yaml:4: policy "login": unknown field "burst"; want limit, window (or calendar and time_zone) and algorithm`},
 		{"field twice", "login:\n  limit: 5\n  window: 1m\n  limit: 6\n", `p.yaml:4: policy "login": limit given twice (first at line 2)`},
 		{"missing limit", "x: {limit: 1, window: 1s}\n\nlogin: {window: 1m}", `p.yaml:3: policy "login": limit is missing`},
 		{"missing window", "login:\n  limit: 5\n", `p.yaml:2: policy "login": window is missing`},
@@ -123,6 +123,13 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"not utf-8", "a: {limit: 1, window: 1s}\nb\xff: {limit: 1, window: 1s}\n", `p.yaml:2: not UTF-8 text (byte 27)`},
 		{"merge key", "base: &b {limit: 1, window: 1s}\nlogin:\n  <<: *b\n", `p.yaml:3: policy "login": unknown field "<<"`},
 		{"top-level merge key", "base: &b {x: {limit: 1, window: 1s}}\n<<: *b\n", `p.yaml:2: merge keys (<<) are not supported`},
+		{"unknown calendar", "q:\n  limit: 5\n  calendar: fortnight\n", `p.yaml:3: policy "q": calendar must be minute, hour, day, week, month or year, got "fortnight"`},
+		{"unknown time zone", "q:\n  limit: 5\n  calendar: month\n  time_zone: Mars/Olympus_Mons\n", `p.yaml:4: policy "q": time_zone unknown time zone "Mars/Olympus_Mons"`},
+		{"local time zone", "q:\n  limit: 5\n  calendar: month\n  time_zone: Local\n", `p.yaml:4: policy "q": time_zone "Local" is each node's own zone`},
+		{"calendar and window", "q:\n  limit: 5\n  window: 1h\n  calendar: day\n", `p.yaml:3: policy "q": window must not be given with calendar`},
+		{"calendar log", "q:\n  limit: 5\n  calendar: day\n  algorithm: SLIDING_WINDOW_LOG\n", `p.yaml:4: policy "q": a calendar policy is counted by SLIDING_WINDOW_COUNTER only`},
+		{"time zone without calendar", "q:\n  limit: 5\n  window: 1h\n  time_zone: Europe/Paris\n", `p.yaml:4: policy "q": time_zone is only for a calendar policy`},
+		{"calendar not a string", "q: {limit: 5, calendar: 7}", `p.yaml:1: policy "q": calendar must be minute, hour`},
 		// The node's caps, through its store's validation.
 		{"log limit over the cap", "login: {algorithm: SLIDING_WINDOW_LOG, limit: 20000, window: 1m}",
 			`p.yaml:1: policy "login": beyond this node's limits: limit 20000 exceeds the SLIDING_WINDOW_LOG maximum of 10000`},
@@ -251,4 +258,21 @@ func TestRegistryLookupDuringReload(t *testing.T) {
 	wg.Wait()
 	a, _ := r.Lookup("a")
 	assert.EqualValues(t, 49, a.Limit)
+}
+
+// A calendar policy resolves to a calendar request: its unit in its zone
+// (UTC by default), no window.
+func TestCalendarPolicies(t *testing.T) {
+	set, err := Parse("p.yaml", []byte("monthly: {limit: 100000, calendar: month, time_zone: Europe/Paris}\ndaily: {limit: 10, calendar: DAY}\n"), storeCheck(t))
+	require.NoError(t, err)
+	monthly, ok := set.Lookup("monthly")
+	require.True(t, ok)
+	paris, err := limiter.NewCalendar(limiter.CalendarMonth, "Europe/Paris")
+	require.NoError(t, err)
+	assert.Equal(t, limiter.Request{Key: "k", Limit: 100000, Calendar: paris, Hits: 1}, monthly.Request("k", 1))
+	daily, _ := set.Lookup("daily")
+	utc, err := limiter.NewCalendar(limiter.CalendarDay, "")
+	require.NoError(t, err)
+	assert.Equal(t, utc, daily.Calendar)
+	assert.Zero(t, daily.Window)
 }

@@ -210,7 +210,7 @@ func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 	}
 	incoming := make(map[stateKey]bool, len(states))
 	for _, ks := range states {
-		incoming[stateKey{ks.Key, ks.Window, ks.Algorithm}] = true
+		incoming[stateKeyOf(ks)] = true
 	}
 	var gone []limiter.KeyState
 	if len(promoted) > 0 {
@@ -226,7 +226,7 @@ func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 // returns it and the others.
 func split(in []limiter.KeyState, incoming map[stateKey]bool, gone []limiter.KeyState) (_, kept []limiter.KeyState) {
 	for _, ks := range in {
-		if incoming[stateKey{ks.Key, ks.Window, ks.Algorithm}] {
+		if incoming[stateKeyOf(ks)] {
 			gone = append(gone, ks)
 		} else {
 			kept = append(kept, ks)

@@ -56,6 +56,11 @@ type stateKey struct {
 	key    string
 	window time.Duration
 	algo   limiter.Algorithm
+	cal    limiter.Calendar
+}
+
+func stateKeyOf(ks limiter.KeyState) stateKey {
+	return stateKey{ks.Key, ks.Window, ks.Algorithm, ks.Calendar}
 }
 
 // NewStore returns an empty Store of partitions partitions that holds at
@@ -119,7 +124,7 @@ func (s *Store) compact(pt *part, now int64) (expired, refused int) {
 	w := n // pt.states[w:] are kept, newest last; w ≥ i throughout
 	for i := n - 1; i >= 0; i-- {
 		ks := pt.states[i]
-		k := stateKey{ks.Key, ks.Window, ks.Algorithm}
+		k := stateKeyOf(ks)
 		if _, dup := seen[k]; dup {
 			continue
 		}
@@ -247,17 +252,5 @@ func (s *Store) Sweep(now time.Time) int {
 }
 
 // expiry is the time (Unix ms) from which ks counts nothing, as the
-// limiter computes it: a counter's current count weighs in until the end
-// of the next window, a log entry for one window.
-func expiry(ks limiter.KeyState) int64 {
-	w := ks.Window.Milliseconds()
-	switch {
-	case ks.Algorithm == limiter.SlidingWindowLog && len(ks.Log) > 0:
-		return ks.Log[len(ks.Log)-1] + w
-	case ks.Curr > 0:
-		return (ks.WindowID + 2) * w
-	case ks.Prev > 0:
-		return (ks.WindowID + 1) * w
-	}
-	return 0
-}
+// limiter computes it (limiter.KeyState.Expiry).
+func expiry(ks limiter.KeyState) int64 { return ks.Expiry() }

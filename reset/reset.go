@@ -92,10 +92,13 @@ const ErrAllWindows = "must not be given with all_windows, which clears every wi
 // covers them all, by the store's own rules; a reset of every window
 // names none.
 func (rs *Resetter) Validate(r peer.ResetRequest) error {
-	probe := limiter.Request{Key: r.Key, Limit: 1, Window: r.Window, Algorithm: r.Algorithm}
+	probe := limiter.Request{Key: r.Key, Limit: 1, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}
 	if r.AllWindows {
 		if r.Window != 0 {
 			return &limiter.ArgumentError{Field: "window_ms", Reason: ErrAllWindows}
+		}
+		if r.Calendar != 0 {
+			return &limiter.ArgumentError{Field: "calendar", Reason: ErrAllWindows}
 		}
 		probe.Window, probe.Algorithm = time.Millisecond, limiter.SlidingWindowCounter
 	}
@@ -136,6 +139,9 @@ func (rs *Resetter) Reset(ctx context.Context, r peer.ResetRequest) (Result, err
 	which := []any{"all_windows", true}
 	if !r.AllWindows {
 		which = []any{"window", r.Window, "algorithm", r.Algorithm.String()}
+		if r.Calendar != 0 {
+			which = []any{"calendar", r.Calendar.String(), "algorithm", r.Algorithm.String()}
+		}
 	}
 	rs.log.Info("key reset", append(append([]any{"key", r.Key}, which...), "owner", res.Owner, "cleared", res.Cleared,
 		"copies_cleared", res.CopiesCleared, "members_acknowledged", res.MembersAcknowledged, "members_asked", res.MembersAsked,
@@ -206,7 +212,7 @@ func (rs *Resetter) Local(r peer.ResetRequest) int {
 	if r.AllWindows {
 		return rs.d.Store.DeleteKey(now, r.Key)
 	}
-	if rs.d.Store.Delete(now, r.Key, r.Window, r.Algorithm) {
+	if rs.d.Store.DeleteLimit(now, limiter.Request{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}) {
 		return 1
 	}
 	return 0

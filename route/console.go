@@ -106,7 +106,7 @@ func filterViews(views []limiter.KeyView, policy *limiter.Request) []limiter.Key
 	}
 	var out []limiter.KeyView
 	for _, v := range views {
-		if v.Algorithm == policy.Algorithm && v.Window == policy.Window {
+		if v.Algorithm == policy.Algorithm && v.Window == policy.Window && v.Calendar == policy.Calendar {
 			out = append(out, v)
 		}
 	}

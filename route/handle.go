@@ -88,16 +88,7 @@ func (s *Handler) undo(now time.Time, reqs []limiter.Request, out []peer.Result)
 		if out[i].Err != nil || !out[i].Decision.Allowed || r.Hits <= 0 || r.Op != limiter.OpCheck {
 			continue
 		}
-		ks := limiter.KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm}
-		if w := r.Window.Milliseconds(); r.Algorithm == limiter.SlidingWindowLog {
-			ks.Log = make([]int64, r.Hits)
-			for j := range ks.Log {
-				ks.Log[j] = ms
-			}
-		} else if w > 0 {
-			ks.WindowID, ks.Curr = ms/w, r.Hits
-		}
-		states = append(states, ks)
+		states = append(states, r.HitsAt(ms, r.Hits))
 	}
 	s.store.Forget(now, states)
 	return len(states)

@@ -11,30 +11,34 @@ import (
 
 // NewResetRequest builds a ResetRequest from the public API's fields,
 // which every API shares, and validates it. A reset names one limit of
-// the key (window_ms and algorithm, or a policy) or all of them
-// (all_windows), never a mix; the extra field is named.
-func (s *Ingress) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, policyName string, all bool) (peer.ResetRequest, error) {
+// the key (window_ms or calendar, and algorithm, or a policy) or all of
+// them (all_windows), never a mix; the extra field is named.
+func (s *Ingress) NewResetRequest(key string, windowMS int64, algo limiter.Algorithm, algoSet bool, cal limiter.Calendar, policyName string, all bool) (peer.ResetRequest, error) {
 	r := peer.ResetRequest{Key: key, Algorithm: algo, AllWindows: all}
+	given := InlineField(0, windowMS, algoSet)
+	if given == "" && cal != 0 {
+		given = "calendar"
+	}
 	switch {
 	case all:
-		if f := InlineField(0, windowMS, algoSet); f != "" {
-			return r, &limiter.ArgumentError{Field: f, Reason: reset.ErrAllWindows}
+		if given != "" {
+			return r, &limiter.ArgumentError{Field: given, Reason: reset.ErrAllWindows}
 		}
 		if policyName != "" {
 			return r, &limiter.ArgumentError{Field: "policy", Reason: reset.ErrAllWindows}
 		}
 		r.Algorithm = limiter.SlidingWindowCounter
 	case policyName != "":
-		if f := InlineField(0, windowMS, algoSet); f != "" {
-			return r, &limiter.ArgumentError{Field: f, Reason: fmt.Sprintf("must not be given with policy %q, which sets window_ms and algorithm", policyName)}
+		if given != "" {
+			return r, &limiter.ArgumentError{Field: given, Reason: fmt.Sprintf("must not be given with policy %q, which sets window_ms and algorithm", policyName)}
 		}
 		p, err := s.Policy(policyName)
 		if err != nil {
 			return r, err
 		}
-		r.Window, r.Algorithm = p.Window, p.Algorithm
+		r.Window, r.Algorithm, r.Calendar = p.Window, p.Algorithm, p.Calendar
 	default:
-		r.Window = limiter.WindowFromMS(windowMS)
+		r.Window, r.Calendar = limiter.WindowFromMS(windowMS), cal
 	}
 	return r, s.resets.Validate(r)
 }

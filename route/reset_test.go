@@ -128,31 +128,41 @@ func TestResetRefusedByTheOwnerNamesTheField(t *testing.T) {
 func TestNewResetRequestNamesTheExtraField(t *testing.T) {
 	c := newCluster(t, []string{"n1"})
 	svc := c.members["n1"].svc
+	month, err := limiter.NewCalendar(limiter.CalendarMonth, "Europe/Paris")
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		name     string
 		windowMS int64
 		algoSet  bool
+		cal      limiter.Calendar
 		policy   string
 		all      bool
 		key      string
 		field    string
 	}{
-		{"no key", 1000, false, "", false, "", "key"},
-		{"no window", 0, false, "", false, "k", "window_ms"},
-		{"negative window", -5, false, "", false, "k", "window_ms"},
-		{"huge window", 1 << 62, false, "", false, "k", "window_ms"},
-		{"unknown policy", 0, false, "nope", false, "k", "policy"},
-		{"all and window", 1000, false, "", true, "k", "window_ms"},
-		{"all and algorithm", 0, true, "", true, "k", "algorithm"},
-		{"all and policy", 0, false, "p", true, "k", "policy"},
-		{"all and no key", 0, false, "", true, "", "key"},
+		{"no key", 1000, false, 0, "", false, "", "key"},
+		{"no window", 0, false, 0, "", false, "k", "window_ms"},
+		{"negative window", -5, false, 0, "", false, "k", "window_ms"},
+		{"huge window", 1 << 62, false, 0, "", false, "k", "window_ms"},
+		{"unknown policy", 0, false, 0, "nope", false, "k", "policy"},
+		{"all and window", 1000, false, 0, "", true, "k", "window_ms"},
+		{"all and algorithm", 0, true, 0, "", true, "k", "algorithm"},
+		{"all and policy", 0, false, 0, "p", true, "k", "policy"},
+		{"all and no key", 0, false, 0, "", true, "", "key"},
+		{"all and calendar", 0, false, month, "", true, "k", "calendar"},
+		{"policy and calendar", 0, false, month, "p", false, "k", "calendar"},
+		{"calendar and window", 1000, false, month, "", false, "k", "window_ms"},
+		{"calendar log", 0, true, month, "", false, "k", "algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := svc.NewResetRequest(tc.key, tc.windowMS, limiter.SlidingWindowLog, tc.algoSet, tc.policy, tc.all)
+			_, err := svc.NewResetRequest(tc.key, tc.windowMS, limiter.SlidingWindowLog, tc.algoSet, tc.cal, tc.policy, tc.all)
 			assert.Equal(t, tc.field, peer.FieldOf(err), "%v", err)
 		})
 	}
-	r, err := svc.NewResetRequest("k", 1500, limiter.SlidingWindowLog, true, "", false)
+	r, err := svc.NewResetRequest("k", 1500, limiter.SlidingWindowLog, true, 0, "", false)
 	require.NoError(t, err)
 	assert.Equal(t, peer.ResetRequest{Key: "k", Window: 1500 * time.Millisecond, Algorithm: limiter.SlidingWindowLog}, r)
+	r, err = svc.NewResetRequest("k", 0, limiter.SlidingWindowCounter, false, month, "", false)
+	require.NoError(t, err)
+	assert.Equal(t, peer.ResetRequest{Key: "k", Calendar: month}, r)
 }

@@ -135,8 +135,12 @@ func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetRespo
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
+	cal, err := protoconv.CalendarFromProto(in.GetCalendar(), in.GetTimeZone())
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
 	r, err := s.svc.NewResetRequest(in.GetKey(), in.GetWindowMs(), algo, in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER,
-		in.GetPolicy(), in.GetAllWindows())
+		cal, in.GetPolicy(), in.GetAllWindows())
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
@@ -160,6 +164,13 @@ func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 		return limiter.Request{}, err
 	}
 	given := route.InlineField(in.GetLimit(), in.GetWindowMs(), in.GetAlgorithm() != pb.Algorithm_SLIDING_WINDOW_COUNTER)
+	switch {
+	case given != "":
+	case in.GetCalendar() != pb.CalendarUnit_CALENDAR_NONE:
+		given = "calendar"
+	case in.GetTimeZone() != "":
+		given = "time_zone"
+	}
 	r, err := s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
 	if err != nil {
 		return r, err

@@ -39,7 +39,8 @@ const usageText = `Usage: peerlimit-node <command> [flags] [args]
 
 Commands:
   serve          run a node (the default: "peerlimit-node --flags" is "serve --flags")
-  check KEY      ask a node for a decision: --policy NAME, or --limit N --window D [--algorithm A]; --hits N (0 peeks)
+  check KEY      ask a node for a decision: --policy NAME, or --limit N --window D [--algorithm A]
+                 (or --calendar UNIT [--time-zone Z] instead of --window); --hits N (0 peeks)
   reserve KEY    admit --hits N (an estimate) as check does and open a reservation, printing its token; --ttl D
   settle KEY     close a reservation at its real cost: --reservation TOKEN --hits COST; the unused part is
                  refunded, a cost above it charged as debt; a retry counts once
@@ -49,7 +50,8 @@ Commands:
                  (reserve, settle, release, refund and charge take check's limit flags: the same limit)
   members        the members a node sees and their share of the ring
   ring KEY...    which member owns each key (its partition and owner, as the node sees the ring)
-  reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A], or --all-windows
+  reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A],
+                 --calendar UNIT [--time-zone Z], or --all-windows
   top            the keys the cluster decided and denied most over the last minute: --n N (10)
   inspect KEY    a key's state on its owner, consuming nothing: its counts, and with --limit N [--hits H]
                  or --policy NAME when the next request would be allowed
@@ -266,18 +268,33 @@ type limitFlags struct {
 	policy    string
 	window    time.Duration
 	algorithm string
+	calendar  string
+	timeZone  string
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.policy, "policy", "", "a policy of the node's --policies file, instead of --window and --algorithm")
 	fs.DurationVar(&l.window, "window", 0, "the rolling window, e.g. 1m or 500ms")
 	fs.StringVar(&l.algorithm, "algorithm", "", "SLIDING_WINDOW_COUNTER (the default) or SLIDING_WINDOW_LOG")
+	fs.StringVar(&l.calendar, "calendar", "", "a calendar-aligned quota instead of --window: minute, hour, day, week, month or year; the count starts again at each boundary")
+	fs.StringVar(&l.timeZone, "time-zone", "", "the IANA time zone of --calendar, e.g. Europe/Paris (default UTC)")
 }
+
+// inlineLimit is a limit given by flags rather than by policy: its
+// algorithm and calendar (the window is the flag's).
+type inlineLimit struct {
+	algo pb.Algorithm
+	cal  pb.CalendarUnit
+}
+
+// windowed reports whether the flags give a window: --window or
+// --calendar.
+func (l *limitFlags) windowed() bool { return l.window != 0 || l.calendar != "" }
 
 // request is a check of key under the limit the flags and limit (--limit)
 // select; an error is a usage error.
 func (l *limitFlags) request(key string, limit int64) (*pb.CheckRequest, error) {
-	inline, algo, err := l.inline()
+	inline, sel, err := l.inline()
 	if err != nil {
 		return nil, err
 	}
@@ -287,31 +304,40 @@ func (l *limitFlags) request(key string, limit int64) (*pb.CheckRequest, error) 
 		return nil, errors.New("give --policy or --limit/--window, not both")
 	case !inline:
 		req.Policy = l.policy
-	case limit == 0 || l.window == 0:
-		return nil, errors.New("give --policy NAME, or --limit N and --window D")
+	case limit == 0 || !l.windowed():
+		return nil, errors.New("give --policy NAME, or --limit N and --window D (or --calendar UNIT)")
 	default:
-		req.Limit, req.WindowMs, req.Algorithm = limit, l.window.Milliseconds(), algo
+		req.Limit, req.WindowMs, req.Algorithm = limit, l.window.Milliseconds(), sel.algo
+		req.Calendar, req.TimeZone = sel.cal, l.timeZone
 	}
 	return req, nil
 }
 
-// inline reports whether a limit is given by numbers (else by policy), and
-// the algorithm; an error is a usage error.
-func (l *limitFlags) inline() (bool, pb.Algorithm, error) {
+// inline reports whether a limit is given by flags (else by policy), and
+// its algorithm and calendar; an error is a usage error.
+func (l *limitFlags) inline() (bool, inlineLimit, error) {
 	a, err := limiter.ParseAlgorithm(strings.ToUpper(l.algorithm))
 	if err != nil {
-		return false, 0, errors.New("--algorithm: want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		return false, inlineLimit{}, errors.New("--algorithm: want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
 	}
-	if l.policy != "" {
-		if l.window != 0 || l.algorithm != "" {
-			return false, 0, errors.New("give --policy or --window/--algorithm, not both")
+	u, err := limiter.ParseCalendarUnit(l.calendar)
+	if err != nil {
+		return false, inlineLimit{}, errors.New("--calendar: want minute, hour, day, week, month or year")
+	}
+	switch {
+	case l.policy != "":
+		if l.windowed() || l.algorithm != "" || l.timeZone != "" {
+			return false, inlineLimit{}, errors.New("give --policy or --window/--calendar/--algorithm, not both")
 		}
-		return false, 0, nil
+		return false, inlineLimit{}, nil
+	case l.window != 0 && u != limiter.NoCalendar:
+		return false, inlineLimit{}, errors.New("give --window or --calendar, not both: a calendar period is the window")
+	case l.timeZone != "" && u == limiter.NoCalendar:
+		return false, inlineLimit{}, errors.New("--time-zone is only for --calendar")
+	case l.window%time.Millisecond != 0:
+		return false, inlineLimit{}, fmt.Errorf("--window %s is not a whole number of milliseconds", l.window)
 	}
-	if l.window%time.Millisecond != 0 {
-		return false, 0, fmt.Errorf("--window %s is not a whole number of milliseconds", l.window)
-	}
-	return true, pb.Algorithm(a), nil
+	return true, inlineLimit{pb.Algorithm(a), pb.CalendarUnit(u)}, nil
 }
 
 func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -336,7 +362,7 @@ func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, std
 	c.grpcFlags()
 	var lf limitFlags
 	lf.register(c.fs)
-	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window)")
+	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window or --calendar)")
 	hits := new(int64)
 	if op != pb.Op_RELEASE {
 		c.fs.Int64Var(hits, "hits", 1, opUsage[op][1])
@@ -555,21 +581,22 @@ func cmdReset(args []string, getenv func(string) string, stdout, stderr io.Write
 	if len(pos) != 1 {
 		return c.usageError("want one KEY, got %d arguments", len(pos))
 	}
-	inline, algo, err := lf.inline()
+	inline, sel, err := lf.inline()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
 	req := &pb.ResetRequest{Key: pos[0], AllWindows: *all}
 	switch {
-	case *all && (lf.policy != "" || lf.window != 0 || lf.algorithm != ""):
-		return c.usageError("--all-windows clears every limit of the key: give no --policy, --window or --algorithm")
+	case *all && (lf.policy != "" || lf.windowed() || lf.algorithm != ""):
+		return c.usageError("--all-windows clears every limit of the key: give no --policy, --window, --calendar or --algorithm")
 	case *all:
 	case !inline:
 		req.Policy = lf.policy
-	case lf.window == 0:
-		return c.usageError("give --policy NAME, --window D [--algorithm A], or --all-windows")
+	case !lf.windowed():
+		return c.usageError("give --policy NAME, --window D [--algorithm A], --calendar UNIT [--time-zone Z], or --all-windows")
 	default:
-		req.WindowMs, req.Algorithm = lf.window.Milliseconds(), algo
+		req.WindowMs, req.Algorithm = lf.window.Milliseconds(), sel.algo
+		req.Calendar, req.TimeZone = sel.cal, lf.timeZone
 	}
 
 	resp, err := call(c, pb.RateLimiterClient.Reset, req)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -117,13 +118,19 @@ func printInspect(w io.Writer, in httpapi.Inspect) {
 		fmt.Fprintf(w, "lease: %d hits lent to %s, for %s more\n", l.Hits, l.Holder, time.Duration(l.ExpiresInMS)*time.Millisecond)
 	}
 	for _, v := range in.Limits {
-		fmt.Fprintf(w, "%s, window %s: count %d, empty in %s", v.Algorithm, time.Duration(v.WindowMS)*time.Millisecond, v.Count,
+		window := "window " + (time.Duration(v.WindowMS) * time.Millisecond).String()
+		if v.Calendar != "" {
+			window = "calendar " + v.Calendar + " in " + cmp.Or(v.TimeZone, "UTC")
+		}
+		fmt.Fprintf(w, "%s, %s: count %d, empty in %s", v.Algorithm, window, v.Count,
 			time.Duration(v.ResetAfterMS)*time.Millisecond)
 		if v.NextAllowMS != nil {
 			fmt.Fprintf(w, ", next allowed in %s", time.Duration(*v.NextAllowMS)*time.Millisecond)
 		}
 		fmt.Fprintln(w)
 		switch {
+		case v.Counter != nil && v.Calendar != "":
+			fmt.Fprintf(w, "  period from %s: %d\n", time.UnixMilli(v.Counter.WindowStartMS).UTC().Format(time.RFC3339), v.Counter.Current)
 		case v.Counter != nil:
 			fmt.Fprintf(w, "  window from %s: %d; the window before: %d\n",
 				time.UnixMilli(v.Counter.WindowStartMS).Format(time.TimeOnly), v.Counter.Current, v.Counter.Previous)

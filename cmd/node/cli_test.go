@@ -176,6 +176,11 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"reset", "k"},
 		{"reset", "--all-windows", "--policy", "p", "k"},
 		{"reset", "--all-windows", "--window", "1m", "k"},
+		{"reset", "--all-windows", "--calendar", "day", "k"},
+		{"check", "--limit", "3", "--calendar", "fortnight", "k"},
+		{"check", "--limit", "3", "--calendar", "day", "--window", "1h", "k"},
+		{"check", "--limit", "3", "--window", "1h", "--time-zone", "Europe/Paris", "k"},
+		{"check", "--policy", "p", "--calendar", "day", "k"},
 		{"healthcheck", "extra"},
 	} {
 		code, _, errOut := cli(t, args...)
@@ -251,4 +256,33 @@ func TestCLIHealthcheck(t *testing.T) {
 	stopped = true
 	code, _, _ = cli(t, "healthcheck", "--addr", n.HTTPAddr(), "--timeout", "1s")
 	assert.Equal(t, exitError, code, "a stopped node is not healthy")
+}
+
+// check, inspect and reset of a calendar quota: --calendar and
+// --time-zone select it; a zone the node does not know is its error,
+// naming the field.
+func TestCLICalendar(t *testing.T) {
+	c := testcluster.New(t, 1, nil)
+	addr := c.Node(0).GRPCAddr()
+	month := []string{"--addr", addr, "--limit", "2", "--calendar", "month", "--time-zone", "Europe/Paris", "tenant:1"}
+	for range 2 {
+		code, out, errOut := cli(t, append([]string{"check"}, month...)...)
+		require.Equal(t, exitOK, code, errOut)
+		assert.Contains(t, out, "allowed")
+	}
+	code, out, _ := cli(t, append([]string{"check"}, month...)...)
+	assert.Equal(t, exitDenied, code, out)
+
+	code, out, errOut := cli(t, "inspect", "--addr", addr, "tenant:1")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "SLIDING_WINDOW_COUNTER, calendar MONTH in Europe/Paris: count 2")
+	assert.Contains(t, out, "period from ")
+
+	code, out, errOut = cli(t, "reset", "--addr", addr, "--calendar", "month", "--time-zone", "Europe/Paris", "tenant:1")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "cleared 1 state(s)")
+
+	code, _, errOut = cli(t, "check", "--addr", addr, "--limit", "2", "--calendar", "month", "--time-zone", "Mars/Olympus_Mons", "tenant:1")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "time_zone")
 }

@@ -15,6 +15,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+	// The time zone database, in the binary (~450 KB): calendar limits
+	// name IANA zones, and a FROM scratch image has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"go.opentelemetry.io/otel"
 

@@ -557,7 +557,9 @@ function limitView(l) {
   const algo = l.algorithm === 'SLIDING_WINDOW_LOG' ? 'sliding window log' : 'sliding window counter';
   const rows = [];
   const row = (k, v) => rows.push(el('dt', {}, k), el('dd', {}, v));
-  if (l.counter) {
+  if (l.counter && l.calendar) {
+    row('this period', `${fmtCount(l.counter.current)} (began ${fmtMs(Date.now() + state.skew - l.counter.window_start_ms)} ago)`);
+  } else if (l.counter) {
     row('previous window', fmtCount(l.counter.previous));
     row('current window', `${fmtCount(l.counter.current)} (began ${fmtMs(Date.now() + state.skew - l.counter.window_start_ms)} ago)`);
   }
@@ -568,7 +570,7 @@ function limitView(l) {
   }
   return el('div', { class: 'limit' },
     el('div', { class: 'limit-head' },
-      el('span', { class: 'algo' }, `${algo} · ${fmtWindow(l.window_ms)}`),
+      el('span', { class: 'algo' }, `${algo} · ${fmtLimitWindow(l)}`),
       el('span', { class: 'count' }, fmtCount(l.count)),
       el('span', { class: 'muted' }, ' counted now')),
     el('dl', { class: 'facts' }, ...rows));
@@ -586,7 +588,7 @@ function leasesText(leases) {
 function reservationsText(rs) {
   if (!rs.length) return 'none';
   const total = rs.reduce((n, r) => n + r.hits, 0);
-  const shown = rs.slice(0, 5).map((r) => `${fmtCount(r.hits)}${r.hold ? ' held' : ''} (${fmtWindow(r.window_ms)} window, ${fmtMs(r.expires_in_ms)} left)`);
+  const shown = rs.slice(0, 5).map((r) => `${fmtCount(r.hits)}${r.hold ? ' held' : ''} (${fmtLimitWindow(r)} window, ${fmtMs(r.expires_in_ms)} left)`);
   const more = rs.length > 5 ? `; ${rs.length - 5} more` : '';
   return `${rs.length} open, ${fmtCount(total)} hits: ${shown.join('; ')}${more}`;
 }
@@ -628,6 +630,13 @@ function fmtMs(ms) {
 
 // fmtWindow writes a duration as Go does (1m, 1h30m, 10s), as the policies
 // file and the CLI do.
+// fmtLimitWindow names a limit's window: its length, or a calendar
+// quota's period ("calendar month in Europe/Paris").
+function fmtLimitWindow(l) {
+  if (l.calendar) return `calendar ${String(l.calendar).toLowerCase()} in ${l.time_zone || 'UTC'}`;
+  return fmtWindow(l.window_ms);
+}
+
 function fmtWindow(ms) {
   ms = num(ms);
   if (ms % 1000) return ms + 'ms';

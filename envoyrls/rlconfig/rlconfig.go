@@ -51,10 +51,14 @@ type Rule struct {
 	QuotaMode       bool     `json:"quota_mode"`
 	// ChargeOverLimit: hits are charged even past the limit, as debt
 	// (charge_over_limit, our extension: the rule's, else its domain's).
-	ChargeOverLimit bool   `json:"charge_over_limit,omitempty"`
-	DetailedMetric  bool   `json:"detailed_metric"`
-	File            string `json:"file"`
-	Line            int    `json:"line"`
+	ChargeOverLimit bool `json:"charge_over_limit,omitempty"`
+	// Calendar: unit is a calendar unit in TimeZone (calendar: true and
+	// time_zone, our extension); window_ms is then 0.
+	Calendar       bool   `json:"calendar,omitempty"`
+	TimeZone       string `json:"time_zone,omitempty"`
+	DetailedMetric bool   `json:"detailed_metric"`
+	File           string `json:"file"`
+	Line           int    `json:"line"`
 }
 
 // WriteText writes v as upstream's /rlconfig does, one line per rule, in
@@ -63,7 +67,8 @@ type Rule struct {
 //	messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
 //
 // and after upstream's fields, always in this order, peerlimit's own:
-// quota_mode, unit_multiplier, algorithm, and unlimited. Comment lines
+// quota_mode, unit_multiplier, algorithm, and unlimited, and for a
+// calendar rule its zone (", calendar: Europe/Paris"). Comment lines
 // (#) first say where the rules come from, their digest and when they
 // were put in force.
 func (v *View) WriteText(w io.Writer) error {
@@ -75,8 +80,12 @@ func (v *View) WriteText(w io.Writer) error {
 		return err
 	}
 	for _, r := range v.Rules {
-		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t\n",
-			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited)
+		calendar := ""
+		if r.Calendar {
+			calendar = ", calendar: " + r.TimeZone
+		}
+		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t%s\n",
+			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited, calendar)
 		if err != nil {
 			return err
 		}

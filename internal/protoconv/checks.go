@@ -29,7 +29,51 @@ func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
 		return limiter.Request{}, errPolicyForwarded
 	}
 	r := limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), algo, in.Hits)
+	if r.Calendar, err = CalendarFromProto(in.GetCalendar(), in.GetTimeZone()); err != nil {
+		return limiter.Request{}, err
+	}
 	return r, SetOp(&r, in)
+}
+
+// CalendarFromProto converts a public request's calendar and time_zone;
+// an unknown unit or zone, or a zone without a unit, is refused naming
+// the field (limiter.NewCalendar).
+func CalendarFromProto(u pb.CalendarUnit, zone string) (limiter.Calendar, error) {
+	if u == pb.CalendarUnit_CALENDAR_NONE && zone == "" {
+		return 0, nil // the hot path: a sliding window
+	}
+	return limiter.NewCalendar(calendarUnit(u), zone)
+}
+
+// calendarUnit is u as the limiter's unit, an unknown value kept unknown.
+func calendarUnit(u pb.CalendarUnit) limiter.CalendarUnit {
+	if u < 0 || u > 255 {
+		return 255
+	}
+	return limiter.CalendarUnit(u)
+}
+
+// CalendarToProto is c as the wire carries it: its unit and its zone's
+// name ("" for UTC, the default, and for no calendar).
+func CalendarToProto(c limiter.Calendar) (pb.CalendarUnit, string) {
+	if c == 0 {
+		return 0, ""
+	}
+	zone := c.Zone()
+	if zone == "UTC" {
+		zone = ""
+	}
+	return pb.CalendarUnit(c.Unit()), zone
+}
+
+// calendarFromMember is the calendar another member sent: never refused
+// here, so that the store refuses a unit or zone this node does not know
+// naming the field (limiter.CalendarOf).
+func calendarFromMember(u pb.CalendarUnit, zone string) limiter.Calendar {
+	if u == pb.CalendarUnit_CALENDAR_NONE && zone == "" {
+		return 0
+	}
+	return limiter.CalendarOf(calendarUnit(u), zone)
 }
 
 // SetOp sets r's op, reservation and TTL from in, refusing an op the API
@@ -62,6 +106,7 @@ func FromForwarded(in *pb.CheckRequest) (limiter.Request, error) {
 		a = 255
 	}
 	r := limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), limiter.Algorithm(a), in.Hits)
+	r.Calendar = calendarFromMember(in.GetCalendar(), in.GetTimeZone())
 	if op := in.GetOp(); op != pb.Op_CHECK || in.GetReservation() != "" || in.GetTtlMs() != 0 {
 		// An unknown op too is the store's to refuse, naming the field.
 		_ = r.SetOp(limiter.Op(min(max(op, 0), 255)), in.GetReservation(), in.GetTtlMs(), true) // a member always sends hits
@@ -246,6 +291,9 @@ func (s RequestSlab) Put(i int, r limiter.Request) *pb.CheckRequest {
 	m := &w.req
 	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = r.Key, r.Limit, r.Window.Milliseconds(), pb.Algorithm(r.Algorithm), &w.hits
 	m.Op, m.Reservation, m.TtlMs = pb.Op(r.Op), r.Reservation, r.TTL.Milliseconds()
+	if r.Calendar != 0 {
+		m.Calendar, m.TimeZone = CalendarToProto(r.Calendar)
+	}
 	return m
 }
 

@@ -17,6 +17,7 @@ func ToProtoReservations(rs []limiter.OpenReservation) []*pb.ReservationView {
 	for i, r := range rs {
 		out[i] = &pb.ReservationView{Algorithm: pb.Algorithm(r.Algorithm), WindowMs: r.Window.Milliseconds(), Hits: r.Hits,
 			Hold: r.Hold, AgeMs: r.Age.Milliseconds(), ExpiresInMs: r.ExpiresIn.Milliseconds()}
+		out[i].Calendar, out[i].TimeZone = CalendarToProto(r.Calendar)
 	}
 	return out
 }
@@ -29,7 +30,8 @@ func FromProtoReservations(rs []*pb.ReservationView) []limiter.OpenReservation {
 	for i, r := range rs {
 		out[i] = limiter.OpenReservation{Algorithm: limiter.Algorithm(min(max(r.GetAlgorithm(), 0), 255)),
 			Window: limiter.WindowFromMS(r.GetWindowMs()), Hits: r.GetHits(), Hold: r.GetHold(),
-			Age: limiter.WindowFromMS(r.GetAgeMs()), ExpiresIn: limiter.WindowFromMS(r.GetExpiresInMs())}
+			Age: limiter.WindowFromMS(r.GetAgeMs()), ExpiresIn: limiter.WindowFromMS(r.GetExpiresInMs()),
+			Calendar: calendarFromMember(r.GetCalendar(), r.GetTimeZone())}
 	}
 	return out
 }
@@ -58,6 +60,7 @@ func ToProtoViews(views []limiter.KeyView) []*pb.KeyView {
 	for i, v := range views {
 		pv := &pb.KeyView{Algorithm: pb.Algorithm(v.Algorithm), WindowMs: v.Window.Milliseconds(), Count: v.Count,
 			ResetAfterMs: v.ResetAfter.Milliseconds(), NextAllowMs: v.NextAllow.Milliseconds()}
+		pv.Calendar, pv.TimeZone = CalendarToProto(v.Calendar)
 		if v.Algorithm == limiter.SlidingWindowCounter {
 			pv.WindowStartUnixMs, pv.Previous, pv.Current = v.WindowStart.UnixMilli(), v.Previous, v.Current
 		}
@@ -76,7 +79,8 @@ func FromProtoViews(views []*pb.KeyView) []limiter.KeyView {
 	for i, pv := range views {
 		v := limiter.KeyView{Algorithm: limiter.Algorithm(pv.GetAlgorithm()), Window: time.Duration(pv.GetWindowMs()) * time.Millisecond,
 			Count: pv.GetCount(), ResetAfter: time.Duration(pv.GetResetAfterMs()) * time.Millisecond,
-			NextAllow: time.Duration(pv.GetNextAllowMs()) * time.Millisecond, Previous: pv.GetPrevious(), Current: pv.GetCurrent()}
+			NextAllow: time.Duration(pv.GetNextAllowMs()) * time.Millisecond, Previous: pv.GetPrevious(), Current: pv.GetCurrent(),
+			Calendar: calendarFromMember(pv.GetCalendar(), pv.GetTimeZone())}
 		if v.Algorithm == limiter.SlidingWindowCounter {
 			v.WindowStart = time.UnixMilli(pv.GetWindowStartUnixMs())
 		}

@@ -110,7 +110,12 @@ func FuzzCodecMatchesProtobufGo(f *testing.F) {
 			Samples: []*pb.Sample{{TimeUnixMs: 1, LocalAllowed: 2.5, ForwardP99Ms: new(0.7)}}},
 		&pb.InspectResponse{Key: "k", Owner: "n2", Limits: []*pb.KeyView{{WindowMs: 1000, Count: 3, EntriesUnixMs: []int64{1, 2}}}},
 		&pb.SettleRequest{Origin: "n1", Uses: []*pb.LeaseUse{{Id: 7, Used: 2, OffsetsMs: []int64{3, 40}}}},
-		&pb.LeaseResponse{Id: 7, Hits: 50, DurationMs: 250, Result: &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{Allowed: true}}}}} {
+		&pb.LeaseResponse{Id: 7, Hits: 50, DurationMs: 250, Result: &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{Allowed: true}}}},
+		// Calendar limits: a check, a key's state, a view.
+		&pb.CheckBatchRequest{Checks: []*pb.CheckRequest{{Key: "tenant:7", Limit: 100000, Calendar: pb.CalendarUnit_MONTH, TimeZone: "Europe/Paris"}}},
+		&pb.HandoffRequest{Origin: "n1", States: []*pb.KeyState{{Key: "k", Calendar: pb.CalendarUnit_WEEK, TimeZone: "Asia/Tokyo", WindowId: 1_750_000_000_000, Curr: 7}}},
+		&pb.InspectResponse{Key: "k", Limits: []*pb.KeyView{{Calendar: pb.CalendarUnit_DAY, TimeZone: "America/New_York", Current: 3}},
+			Reservations: []*pb.ReservationView{{Calendar: pb.CalendarUnit_YEAR, Hits: 2}}}} {
 		data, err := proto.Marshal(m)
 		require.NoError(f, err)
 		f.Add(data)

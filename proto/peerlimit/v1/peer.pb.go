@@ -322,8 +322,15 @@ type KeyState struct {
 	Curr     int64 `protobuf:"varint,6,opt,name=curr,proto3" json:"curr,omitempty"`
 	// Sliding window log: the held hits' times as offsets in ms from
 	// log_base_ms, oldest first.
-	LogBaseMs     int64    `protobuf:"varint,7,opt,name=log_base_ms,json=logBaseMs,proto3" json:"log_base_ms,omitempty"`
-	LogOffsetsMs  []uint32 `protobuf:"varint,8,rep,packed,name=log_offsets_ms,json=logOffsetsMs,proto3" json:"log_offsets_ms,omitempty"`
+	LogBaseMs    int64    `protobuf:"varint,7,opt,name=log_base_ms,json=logBaseMs,proto3" json:"log_base_ms,omitempty"`
+	LogOffsetsMs []uint32 `protobuf:"varint,8,rep,packed,name=log_offsets_ms,json=logOffsetsMs,proto3" json:"log_offsets_ms,omitempty"`
+	// A calendar limit (window_ms 0): its unit and zone, part of the key's
+	// identity. window_id is then its period's start (Unix ms), curr its
+	// count, prev 0. The counts of one period are summed; otherwise the
+	// later period's is kept, and a period over by the receiver's clock
+	// adds nothing: a skew S moves a boundary by at most S.
+	Calendar      CalendarUnit `protobuf:"varint,9,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone      string       `protobuf:"bytes,10,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -412,6 +419,20 @@ func (x *KeyState) GetLogOffsetsMs() []uint32 {
 		return x.LogOffsetsMs
 	}
 	return nil
+}
+
+func (x *KeyState) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *KeyState) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 type HandoffResponse struct {
@@ -566,6 +587,8 @@ type PeerResetRequest struct {
 	WindowMs      int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
 	Algorithm     Algorithm              `protobuf:"varint,4,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	AllWindows    bool                   `protobuf:"varint,5,opt,name=all_windows,json=allWindows,proto3" json:"all_windows,omitempty"`
+	Calendar      CalendarUnit           `protobuf:"varint,6,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone      string                 `protobuf:"bytes,7,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +656,20 @@ func (x *PeerResetRequest) GetAllWindows() bool {
 		return x.AllWindows
 	}
 	return false
+}
+
+func (x *PeerResetRequest) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *PeerResetRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 type PeerResetResponse struct {
@@ -1457,7 +1494,7 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"X\n" +
 	"\x0eHandoffRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
-	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\"\xfb\x01\n" +
+	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\"\xd0\x02\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
@@ -1466,7 +1503,10 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x04prev\x18\x05 \x01(\x03R\x04prev\x12\x12\n" +
 	"\x04curr\x18\x06 \x01(\x03R\x04curr\x12\x1e\n" +
 	"\vlog_base_ms\x18\a \x01(\x03R\tlogBaseMs\x12$\n" +
-	"\x0elog_offsets_ms\x18\b \x03(\rR\flogOffsetsMs\"E\n" +
+	"\x0elog_offsets_ms\x18\b \x03(\rR\flogOffsetsMs\x126\n" +
+	"\bcalendar\x18\t \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\n" +
+	" \x01(\tR\btimeZone\"E\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"L\n" +
@@ -1475,14 +1515,16 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x03(\rR\n" +
 	"partitions\"\x15\n" +
-	"\x13HandoffDoneResponse\"\xb1\x01\n" +
+	"\x13HandoffDoneResponse\"\x86\x02\n" +
 	"\x10PeerResetRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x125\n" +
 	"\talgorithm\x18\x04 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1f\n" +
 	"\vall_windows\x18\x05 \x01(\bR\n" +
-	"allWindows\"-\n" +
+	"allWindows\x126\n" +
+	"\bcalendar\x18\x06 \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\a \x01(\tR\btimeZone\"-\n" +
 	"\x11PeerResetResponse\x12\x18\n" +
 	"\acleared\x18\x01 \x01(\rR\acleared\"p\n" +
 	"\x10ReplicateRequest\x12\x16\n" +
@@ -1597,8 +1639,9 @@ var file_peerlimit_v1_peer_proto_goTypes = []any{
 	(*CheckRequest)(nil),        // 21: peerlimit.v1.CheckRequest
 	(*CheckResult)(nil),         // 22: peerlimit.v1.CheckResult
 	(Algorithm)(0),              // 23: peerlimit.v1.Algorithm
-	(*HotKey)(nil),              // 24: peerlimit.v1.HotKey
-	(*InspectResponse)(nil),     // 25: peerlimit.v1.InspectResponse
+	(CalendarUnit)(0),           // 24: peerlimit.v1.CalendarUnit
+	(*HotKey)(nil),              // 25: peerlimit.v1.HotKey
+	(*InspectResponse)(nil),     // 26: peerlimit.v1.InspectResponse
 }
 var file_peerlimit_v1_peer_proto_depIdxs = []int32{
 	21, // 0: peerlimit.v1.ForwardRequest.checks:type_name -> peerlimit.v1.CheckRequest
@@ -1606,41 +1649,43 @@ var file_peerlimit_v1_peer_proto_depIdxs = []int32{
 	22, // 2: peerlimit.v1.ForwardResponse.results:type_name -> peerlimit.v1.CheckResult
 	4,  // 3: peerlimit.v1.HandoffRequest.states:type_name -> peerlimit.v1.KeyState
 	23, // 4: peerlimit.v1.KeyState.algorithm:type_name -> peerlimit.v1.Algorithm
-	23, // 5: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	4,  // 6: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
-	14, // 7: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
-	24, // 8: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
-	24, // 9: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
-	21, // 10: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
-	22, // 11: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
-	19, // 12: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
-	0,  // 13: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
-	0,  // 14: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
-	3,  // 15: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
-	6,  // 16: peerlimit.v1.Peer.HandoffDone:input_type -> peerlimit.v1.HandoffDoneRequest
-	8,  // 17: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
-	10, // 18: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
-	0,  // 19: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
-	12, // 20: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
-	15, // 21: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
-	16, // 22: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
-	18, // 23: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
-	2,  // 24: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
-	2,  // 25: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
-	5,  // 26: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
-	7,  // 27: peerlimit.v1.Peer.HandoffDone:output_type -> peerlimit.v1.HandoffDoneResponse
-	9,  // 28: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
-	11, // 29: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
-	2,  // 30: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
-	13, // 31: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
-	25, // 32: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
-	17, // 33: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
-	20, // 34: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	24, // 5: peerlimit.v1.KeyState.calendar:type_name -> peerlimit.v1.CalendarUnit
+	23, // 6: peerlimit.v1.PeerResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	24, // 7: peerlimit.v1.PeerResetRequest.calendar:type_name -> peerlimit.v1.CalendarUnit
+	4,  // 8: peerlimit.v1.ReplicateRequest.states:type_name -> peerlimit.v1.KeyState
+	14, // 9: peerlimit.v1.ReportResponse.samples:type_name -> peerlimit.v1.Sample
+	25, // 10: peerlimit.v1.ReportResponse.checks:type_name -> peerlimit.v1.HotKey
+	25, // 11: peerlimit.v1.ReportResponse.denials:type_name -> peerlimit.v1.HotKey
+	21, // 12: peerlimit.v1.LeaseRequest.check:type_name -> peerlimit.v1.CheckRequest
+	22, // 13: peerlimit.v1.LeaseResponse.result:type_name -> peerlimit.v1.CheckResult
+	19, // 14: peerlimit.v1.SettleRequest.uses:type_name -> peerlimit.v1.LeaseUse
+	0,  // 15: peerlimit.v1.Peer.Forward:input_type -> peerlimit.v1.ForwardRequest
+	0,  // 16: peerlimit.v1.Peer.ForwardStream:input_type -> peerlimit.v1.ForwardRequest
+	3,  // 17: peerlimit.v1.Peer.Handoff:input_type -> peerlimit.v1.HandoffRequest
+	6,  // 18: peerlimit.v1.Peer.HandoffDone:input_type -> peerlimit.v1.HandoffDoneRequest
+	8,  // 19: peerlimit.v1.Peer.Reset:input_type -> peerlimit.v1.PeerResetRequest
+	10, // 20: peerlimit.v1.Peer.Replicate:input_type -> peerlimit.v1.ReplicateRequest
+	0,  // 21: peerlimit.v1.Peer.Relay:input_type -> peerlimit.v1.ForwardRequest
+	12, // 22: peerlimit.v1.Peer.Report:input_type -> peerlimit.v1.ReportRequest
+	15, // 23: peerlimit.v1.Peer.Inspect:input_type -> peerlimit.v1.PeerInspectRequest
+	16, // 24: peerlimit.v1.Peer.Lease:input_type -> peerlimit.v1.LeaseRequest
+	18, // 25: peerlimit.v1.Peer.Settle:input_type -> peerlimit.v1.SettleRequest
+	2,  // 26: peerlimit.v1.Peer.Forward:output_type -> peerlimit.v1.ForwardResponse
+	2,  // 27: peerlimit.v1.Peer.ForwardStream:output_type -> peerlimit.v1.ForwardResponse
+	5,  // 28: peerlimit.v1.Peer.Handoff:output_type -> peerlimit.v1.HandoffResponse
+	7,  // 29: peerlimit.v1.Peer.HandoffDone:output_type -> peerlimit.v1.HandoffDoneResponse
+	9,  // 30: peerlimit.v1.Peer.Reset:output_type -> peerlimit.v1.PeerResetResponse
+	11, // 31: peerlimit.v1.Peer.Replicate:output_type -> peerlimit.v1.ReplicateResponse
+	2,  // 32: peerlimit.v1.Peer.Relay:output_type -> peerlimit.v1.ForwardResponse
+	13, // 33: peerlimit.v1.Peer.Report:output_type -> peerlimit.v1.ReportResponse
+	26, // 34: peerlimit.v1.Peer.Inspect:output_type -> peerlimit.v1.InspectResponse
+	17, // 35: peerlimit.v1.Peer.Lease:output_type -> peerlimit.v1.LeaseResponse
+	20, // 36: peerlimit.v1.Peer.Settle:output_type -> peerlimit.v1.SettleResponse
+	26, // [26:37] is the sub-list for method output_type
+	15, // [15:26] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peer_proto_init() }

@@ -75,6 +75,72 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{0}
 }
 
+// The calendar period a calendar-aligned limit counts in, in its
+// time_zone: the count starts again from 0 at each boundary (a quota, not
+// a rate; docs/limiter.md, "Calendar windows").
+type CalendarUnit int32
+
+const (
+	// Not calendar-aligned: a sliding window of window_ms.
+	CalendarUnit_CALENDAR_NONE CalendarUnit = 0
+	CalendarUnit_MINUTE        CalendarUnit = 1
+	CalendarUnit_HOUR          CalendarUnit = 2
+	CalendarUnit_DAY           CalendarUnit = 3
+	// The ISO 8601 week, from Monday 00:00.
+	CalendarUnit_WEEK  CalendarUnit = 4
+	CalendarUnit_MONTH CalendarUnit = 5
+	CalendarUnit_YEAR  CalendarUnit = 6
+)
+
+// Enum value maps for CalendarUnit.
+var (
+	CalendarUnit_name = map[int32]string{
+		0: "CALENDAR_NONE",
+		1: "MINUTE",
+		2: "HOUR",
+		3: "DAY",
+		4: "WEEK",
+		5: "MONTH",
+		6: "YEAR",
+	}
+	CalendarUnit_value = map[string]int32{
+		"CALENDAR_NONE": 0,
+		"MINUTE":        1,
+		"HOUR":          2,
+		"DAY":           3,
+		"WEEK":          4,
+		"MONTH":         5,
+		"YEAR":          6,
+	}
+)
+
+func (x CalendarUnit) Enum() *CalendarUnit {
+	p := new(CalendarUnit)
+	*p = x
+	return p
+}
+
+func (x CalendarUnit) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CalendarUnit) Descriptor() protoreflect.EnumDescriptor {
+	return file_peerlimit_v1_peerlimit_proto_enumTypes[1].Descriptor()
+}
+
+func (CalendarUnit) Type() protoreflect.EnumType {
+	return &file_peerlimit_v1_peerlimit_proto_enumTypes[1]
+}
+
+func (x CalendarUnit) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CalendarUnit.Descriptor instead.
+func (CalendarUnit) EnumDescriptor() ([]byte, []int) {
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{1}
+}
+
 // What a request does to its key's state. hits means what each says.
 type Op int32
 
@@ -136,11 +202,11 @@ func (x Op) String() string {
 }
 
 func (Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_peerlimit_v1_peerlimit_proto_enumTypes[1].Descriptor()
+	return file_peerlimit_v1_peerlimit_proto_enumTypes[2].Descriptor()
 }
 
 func (Op) Type() protoreflect.EnumType {
-	return &file_peerlimit_v1_peerlimit_proto_enumTypes[1]
+	return &file_peerlimit_v1_peerlimit_proto_enumTypes[2]
 }
 
 func (x Op) Number() protoreflect.EnumNumber {
@@ -149,7 +215,7 @@ func (x Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Op.Descriptor instead.
 func (Op) EnumDescriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{1}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{2}
 }
 
 // What closing a reservation found.
@@ -199,11 +265,11 @@ func (x Settled) String() string {
 }
 
 func (Settled) Descriptor() protoreflect.EnumDescriptor {
-	return file_peerlimit_v1_peerlimit_proto_enumTypes[2].Descriptor()
+	return file_peerlimit_v1_peerlimit_proto_enumTypes[3].Descriptor()
 }
 
 func (Settled) Type() protoreflect.EnumType {
-	return &file_peerlimit_v1_peerlimit_proto_enumTypes[2]
+	return &file_peerlimit_v1_peerlimit_proto_enumTypes[3]
 }
 
 func (x Settled) Number() protoreflect.EnumNumber {
@@ -212,18 +278,19 @@ func (x Settled) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Settled.Descriptor instead.
 func (Settled) EnumDescriptor() ([]byte, []int) {
-	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{2}
+	return file_peerlimit_v1_peerlimit_proto_rawDescGZIP(), []int{3}
 }
 
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What is limited, e.g. "user:42:/search". 1 to 1024 bytes of UTF-8 by
-	// default. The same key with another window_ms or algorithm is an
-	// independent limit.
+	// default. The same key with another window_ms, calendar, time_zone or
+	// algorithm is an independent limit.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// Hits allowed per window; positive.
+	// Hits allowed per window (per calendar period); positive.
 	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	// The rolling window in milliseconds; positive.
+	// The rolling window in milliseconds; positive. Absent (0) with
+	// calendar, whose period is the window.
 	WindowMs  int64     `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
 	Algorithm Algorithm `protobuf:"varint,4,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// How many hits this request consumes, 0 ≤ hits ≤ limit. Absent means 1;
@@ -247,7 +314,17 @@ type CheckRequest struct {
 	// How long a reservation RESERVE or HOLD opens lasts unsettled, in
 	// milliseconds; 0 is the node's --reservation-ttl (1 minute by
 	// default), at most its --max-reservation-ttl (1 hour).
-	TtlMs         int64 `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs int64 `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Calendar-aligned instead of sliding: limit hits per calendar period,
+	// the count starting again from 0 at each boundary, which retry, reset
+	// and refill times measure to. window_ms must then be absent and
+	// algorithm SLIDING_WINDOW_COUNTER (a log would hold every hit of the
+	// period): INVALID_ARGUMENT naming the field otherwise.
+	Calendar CalendarUnit `protobuf:"varint,10,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	// The IANA time zone of calendar, e.g. "Europe/Paris"; absent: UTC.
+	// Only with calendar. An unknown zone is INVALID_ARGUMENT naming
+	// time_zone.
+	TimeZone      string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +420,20 @@ func (x *CheckRequest) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *CheckRequest) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *CheckRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -1087,9 +1178,13 @@ type ResetRequest struct {
 	Algorithm Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=peerlimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// ...or a named policy instead of them.
 	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
-	// Every window and algorithm of the key at once; window_ms, algorithm
-	// and policy must then be unset.
-	AllWindows    bool `protobuf:"varint,5,opt,name=all_windows,json=allWindows,proto3" json:"all_windows,omitempty"`
+	// Every window and algorithm of the key at once; window_ms, algorithm,
+	// calendar and policy must then be unset.
+	AllWindows bool `protobuf:"varint,5,opt,name=all_windows,json=allWindows,proto3" json:"all_windows,omitempty"`
+	// A calendar limit's unit and zone, as in a check, instead of
+	// window_ms.
+	Calendar      CalendarUnit `protobuf:"varint,6,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone      string       `protobuf:"bytes,7,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1157,6 +1252,20 @@ func (x *ResetRequest) GetAllWindows() bool {
 		return x.AllWindows
 	}
 	return false
+}
+
+func (x *ResetRequest) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *ResetRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 type ResetResponse struct {
@@ -1632,8 +1741,11 @@ type ReservationView struct {
 	// A HOLD (an all-or-nothing batch's): its expiry releases it.
 	Hold bool `protobuf:"varint,4,opt,name=hold,proto3" json:"hold,omitempty"`
 	// Since its hits were counted, and until it expires; durations.
-	AgeMs         int64 `protobuf:"varint,5,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
-	ExpiresInMs   int64 `protobuf:"varint,6,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	AgeMs       int64 `protobuf:"varint,5,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	ExpiresInMs int64 `protobuf:"varint,6,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	// A calendar limit's unit and zone; window_ms is then 0.
+	Calendar      CalendarUnit `protobuf:"varint,7,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone      string       `protobuf:"bytes,8,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1708,6 +1820,20 @@ func (x *ReservationView) GetExpiresInMs() int64 {
 		return x.ExpiresInMs
 	}
 	return 0
+}
+
+func (x *ReservationView) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *ReservationView) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 type LeaseView struct {
@@ -1789,7 +1915,11 @@ type KeyView struct {
 	EntriesUnixMs []int64 `protobuf:"varint,8,rep,packed,name=entries_unix_ms,json=entriesUnixMs,proto3" json:"entries_unix_ms,omitempty"`
 	// Until hits more would be allowed under limit; 0: now. Only when the
 	// response's limit is set.
-	NextAllowMs   int64 `protobuf:"varint,9,opt,name=next_allow_ms,json=nextAllowMs,proto3" json:"next_allow_ms,omitempty"`
+	NextAllowMs int64 `protobuf:"varint,9,opt,name=next_allow_ms,json=nextAllowMs,proto3" json:"next_allow_ms,omitempty"`
+	// A calendar limit's unit and zone; window_ms is then 0,
+	// window_start_unix_ms its period's start and current its count.
+	Calendar      CalendarUnit `protobuf:"varint,10,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone      string       `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1887,11 +2017,25 @@ func (x *KeyView) GetNextAllowMs() int64 {
 	return 0
 }
 
+func (x *KeyView) GetCalendar() CalendarUnit {
+	if x != nil {
+		return x.Calendar
+	}
+	return CalendarUnit_CALENDAR_NONE
+}
+
+func (x *KeyView) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
 var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\x9f\x02\n" +
+	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\xf4\x02\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
@@ -1901,7 +2045,10 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x06policy\x18\x06 \x01(\tR\x06policy\x12 \n" +
 	"\x02op\x18\a \x01(\x0e2\x10.peerlimit.v1.OpR\x02op\x12 \n" +
 	"\vreservation\x18\b \x01(\tR\vreservation\x12\x15\n" +
-	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMsB\a\n" +
+	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x126\n" +
+	"\bcalendar\x18\n" +
+	" \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZoneB\a\n" +
 	"\x05_hits\"\xcf\x03\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
@@ -1955,14 +2102,16 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x0econfig_differs\x18\x06 \x03(\tR\rconfigDiffers\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x02\n" +
 	"\fResetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x16\n" +
 	"\x06policy\x18\x04 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vall_windows\x18\x05 \x01(\bR\n" +
-	"allWindows\"\xd8\x01\n" +
+	"allWindows\x126\n" +
+	"\bcalendar\x18\x06 \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\a \x01(\tR\btimeZone\"\xd8\x01\n" +
 	"\rResetResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\aexisted\x18\x02 \x01(\bR\aexisted\x12\x18\n" +
@@ -1998,18 +2147,20 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12-\n" +
 	"\x06limits\x18\a \x03(\v2\x15.peerlimit.v1.KeyViewR\x06limits\x12/\n" +
 	"\x06leases\x18\b \x03(\v2\x17.peerlimit.v1.LeaseViewR\x06leases\x12A\n" +
-	"\freservations\x18\t \x03(\v2\x1d.peerlimit.v1.ReservationViewR\freservations\"\xc8\x01\n" +
+	"\freservations\x18\t \x03(\v2\x1d.peerlimit.v1.ReservationViewR\freservations\"\x9d\x02\n" +
 	"\x0fReservationView\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x12\n" +
 	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x12\n" +
 	"\x04hold\x18\x04 \x01(\bR\x04hold\x12\x15\n" +
 	"\x06age_ms\x18\x05 \x01(\x03R\x05ageMs\x12\"\n" +
-	"\rexpires_in_ms\x18\x06 \x01(\x03R\vexpiresInMs\"[\n" +
+	"\rexpires_in_ms\x18\x06 \x01(\x03R\vexpiresInMs\x126\n" +
+	"\bcalendar\x18\a \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\b \x01(\tR\btimeZone\"[\n" +
 	"\tLeaseView\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x03R\x04hits\x12\"\n" +
-	"\rexpires_in_ms\x18\x03 \x01(\x03R\vexpiresInMs\"\xcc\x02\n" +
+	"\rexpires_in_ms\x18\x03 \x01(\x03R\vexpiresInMs\"\xa1\x03\n" +
 	"\aKeyView\x125\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x17.peerlimit.v1.AlgorithmR\talgorithm\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x12\x14\n" +
@@ -2019,10 +2170,22 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\bprevious\x18\x06 \x01(\x03R\bprevious\x12\x18\n" +
 	"\acurrent\x18\a \x01(\x03R\acurrent\x12&\n" +
 	"\x0fentries_unix_ms\x18\b \x03(\x03R\rentriesUnixMs\x12\"\n" +
-	"\rnext_allow_ms\x18\t \x01(\x03R\vnextAllowMs*?\n" +
+	"\rnext_allow_ms\x18\t \x01(\x03R\vnextAllowMs\x126\n" +
+	"\bcalendar\x18\n" +
+	" \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZone*?\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x01*W\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x01*_\n" +
+	"\fCalendarUnit\x12\x11\n" +
+	"\rCALENDAR_NONE\x10\x00\x12\n" +
+	"\n" +
+	"\x06MINUTE\x10\x01\x12\b\n" +
+	"\x04HOUR\x10\x02\x12\a\n" +
+	"\x03DAY\x10\x03\x12\b\n" +
+	"\x04WEEK\x10\x04\x12\t\n" +
+	"\x05MONTH\x10\x05\x12\b\n" +
+	"\x04YEAR\x10\x06*W\n" +
 	"\x02Op\x12\t\n" +
 	"\x05CHECK\x10\x00\x12\n" +
 	"\n" +
@@ -2062,75 +2225,80 @@ func file_peerlimit_v1_peerlimit_proto_rawDescGZIP() []byte {
 	return file_peerlimit_v1_peerlimit_proto_rawDescData
 }
 
-var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_peerlimit_v1_peerlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_peerlimit_v1_peerlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_peerlimit_v1_peerlimit_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: peerlimit.v1.Algorithm
-	(Op)(0),                     // 1: peerlimit.v1.Op
-	(Settled)(0),                // 2: peerlimit.v1.Settled
-	(*CheckRequest)(nil),        // 3: peerlimit.v1.CheckRequest
-	(*CheckResponse)(nil),       // 4: peerlimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 5: peerlimit.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),  // 6: peerlimit.v1.CheckBatchResponse
-	(*CheckStreamRequest)(nil),  // 7: peerlimit.v1.CheckStreamRequest
-	(*CheckStreamResponse)(nil), // 8: peerlimit.v1.CheckStreamResponse
-	(*CheckResult)(nil),         // 9: peerlimit.v1.CheckResult
-	(*Error)(nil),               // 10: peerlimit.v1.Error
-	(*MembersRequest)(nil),      // 11: peerlimit.v1.MembersRequest
-	(*MembersResponse)(nil),     // 12: peerlimit.v1.MembersResponse
-	(*Member)(nil),              // 13: peerlimit.v1.Member
-	(*ResetRequest)(nil),        // 14: peerlimit.v1.ResetRequest
-	(*ResetResponse)(nil),       // 15: peerlimit.v1.ResetResponse
-	(*TopRequest)(nil),          // 16: peerlimit.v1.TopRequest
-	(*TopResponse)(nil),         // 17: peerlimit.v1.TopResponse
-	(*HotKey)(nil),              // 18: peerlimit.v1.HotKey
-	(*InspectRequest)(nil),      // 19: peerlimit.v1.InspectRequest
-	(*InspectResponse)(nil),     // 20: peerlimit.v1.InspectResponse
-	(*ReservationView)(nil),     // 21: peerlimit.v1.ReservationView
-	(*LeaseView)(nil),           // 22: peerlimit.v1.LeaseView
-	(*KeyView)(nil),             // 23: peerlimit.v1.KeyView
-	nil,                         // 24: peerlimit.v1.Member.ConfigEntry
+	(CalendarUnit)(0),           // 1: peerlimit.v1.CalendarUnit
+	(Op)(0),                     // 2: peerlimit.v1.Op
+	(Settled)(0),                // 3: peerlimit.v1.Settled
+	(*CheckRequest)(nil),        // 4: peerlimit.v1.CheckRequest
+	(*CheckResponse)(nil),       // 5: peerlimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 6: peerlimit.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),  // 7: peerlimit.v1.CheckBatchResponse
+	(*CheckStreamRequest)(nil),  // 8: peerlimit.v1.CheckStreamRequest
+	(*CheckStreamResponse)(nil), // 9: peerlimit.v1.CheckStreamResponse
+	(*CheckResult)(nil),         // 10: peerlimit.v1.CheckResult
+	(*Error)(nil),               // 11: peerlimit.v1.Error
+	(*MembersRequest)(nil),      // 12: peerlimit.v1.MembersRequest
+	(*MembersResponse)(nil),     // 13: peerlimit.v1.MembersResponse
+	(*Member)(nil),              // 14: peerlimit.v1.Member
+	(*ResetRequest)(nil),        // 15: peerlimit.v1.ResetRequest
+	(*ResetResponse)(nil),       // 16: peerlimit.v1.ResetResponse
+	(*TopRequest)(nil),          // 17: peerlimit.v1.TopRequest
+	(*TopResponse)(nil),         // 18: peerlimit.v1.TopResponse
+	(*HotKey)(nil),              // 19: peerlimit.v1.HotKey
+	(*InspectRequest)(nil),      // 20: peerlimit.v1.InspectRequest
+	(*InspectResponse)(nil),     // 21: peerlimit.v1.InspectResponse
+	(*ReservationView)(nil),     // 22: peerlimit.v1.ReservationView
+	(*LeaseView)(nil),           // 23: peerlimit.v1.LeaseView
+	(*KeyView)(nil),             // 24: peerlimit.v1.KeyView
+	nil,                         // 25: peerlimit.v1.Member.ConfigEntry
 }
 var file_peerlimit_v1_peerlimit_proto_depIdxs = []int32{
 	0,  // 0: peerlimit.v1.CheckRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	1,  // 1: peerlimit.v1.CheckRequest.op:type_name -> peerlimit.v1.Op
-	2,  // 2: peerlimit.v1.CheckResponse.settled:type_name -> peerlimit.v1.Settled
-	3,  // 3: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	9,  // 4: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
-	3,  // 5: peerlimit.v1.CheckStreamRequest.checks:type_name -> peerlimit.v1.CheckRequest
-	9,  // 6: peerlimit.v1.CheckStreamResponse.results:type_name -> peerlimit.v1.CheckResult
-	10, // 7: peerlimit.v1.CheckStreamResponse.error:type_name -> peerlimit.v1.Error
-	4,  // 8: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
-	10, // 9: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
-	13, // 10: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
-	24, // 11: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
-	0,  // 12: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
-	18, // 13: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
-	18, // 14: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
-	23, // 15: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
-	22, // 16: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
-	21, // 17: peerlimit.v1.InspectResponse.reservations:type_name -> peerlimit.v1.ReservationView
-	0,  // 18: peerlimit.v1.ReservationView.algorithm:type_name -> peerlimit.v1.Algorithm
-	0,  // 19: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
-	3,  // 20: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
-	5,  // 21: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
-	7,  // 22: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
-	11, // 23: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
-	14, // 24: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
-	16, // 25: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
-	19, // 26: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
-	4,  // 27: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
-	6,  // 28: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
-	8,  // 29: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
-	12, // 30: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
-	15, // 31: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
-	17, // 32: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
-	20, // 33: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 1: peerlimit.v1.CheckRequest.op:type_name -> peerlimit.v1.Op
+	1,  // 2: peerlimit.v1.CheckRequest.calendar:type_name -> peerlimit.v1.CalendarUnit
+	3,  // 3: peerlimit.v1.CheckResponse.settled:type_name -> peerlimit.v1.Settled
+	4,  // 4: peerlimit.v1.CheckBatchRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	10, // 5: peerlimit.v1.CheckBatchResponse.results:type_name -> peerlimit.v1.CheckResult
+	4,  // 6: peerlimit.v1.CheckStreamRequest.checks:type_name -> peerlimit.v1.CheckRequest
+	10, // 7: peerlimit.v1.CheckStreamResponse.results:type_name -> peerlimit.v1.CheckResult
+	11, // 8: peerlimit.v1.CheckStreamResponse.error:type_name -> peerlimit.v1.Error
+	5,  // 9: peerlimit.v1.CheckResult.response:type_name -> peerlimit.v1.CheckResponse
+	11, // 10: peerlimit.v1.CheckResult.error:type_name -> peerlimit.v1.Error
+	14, // 11: peerlimit.v1.MembersResponse.members:type_name -> peerlimit.v1.Member
+	25, // 12: peerlimit.v1.Member.config:type_name -> peerlimit.v1.Member.ConfigEntry
+	0,  // 13: peerlimit.v1.ResetRequest.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 14: peerlimit.v1.ResetRequest.calendar:type_name -> peerlimit.v1.CalendarUnit
+	19, // 15: peerlimit.v1.TopResponse.checks:type_name -> peerlimit.v1.HotKey
+	19, // 16: peerlimit.v1.TopResponse.denials:type_name -> peerlimit.v1.HotKey
+	24, // 17: peerlimit.v1.InspectResponse.limits:type_name -> peerlimit.v1.KeyView
+	23, // 18: peerlimit.v1.InspectResponse.leases:type_name -> peerlimit.v1.LeaseView
+	22, // 19: peerlimit.v1.InspectResponse.reservations:type_name -> peerlimit.v1.ReservationView
+	0,  // 20: peerlimit.v1.ReservationView.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 21: peerlimit.v1.ReservationView.calendar:type_name -> peerlimit.v1.CalendarUnit
+	0,  // 22: peerlimit.v1.KeyView.algorithm:type_name -> peerlimit.v1.Algorithm
+	1,  // 23: peerlimit.v1.KeyView.calendar:type_name -> peerlimit.v1.CalendarUnit
+	4,  // 24: peerlimit.v1.RateLimiter.Check:input_type -> peerlimit.v1.CheckRequest
+	6,  // 25: peerlimit.v1.RateLimiter.CheckBatch:input_type -> peerlimit.v1.CheckBatchRequest
+	8,  // 26: peerlimit.v1.RateLimiter.CheckStream:input_type -> peerlimit.v1.CheckStreamRequest
+	12, // 27: peerlimit.v1.RateLimiter.Members:input_type -> peerlimit.v1.MembersRequest
+	15, // 28: peerlimit.v1.RateLimiter.Reset:input_type -> peerlimit.v1.ResetRequest
+	17, // 29: peerlimit.v1.RateLimiter.Top:input_type -> peerlimit.v1.TopRequest
+	20, // 30: peerlimit.v1.RateLimiter.Inspect:input_type -> peerlimit.v1.InspectRequest
+	5,  // 31: peerlimit.v1.RateLimiter.Check:output_type -> peerlimit.v1.CheckResponse
+	7,  // 32: peerlimit.v1.RateLimiter.CheckBatch:output_type -> peerlimit.v1.CheckBatchResponse
+	9,  // 33: peerlimit.v1.RateLimiter.CheckStream:output_type -> peerlimit.v1.CheckStreamResponse
+	13, // 34: peerlimit.v1.RateLimiter.Members:output_type -> peerlimit.v1.MembersResponse
+	16, // 35: peerlimit.v1.RateLimiter.Reset:output_type -> peerlimit.v1.ResetResponse
+	18, // 36: peerlimit.v1.RateLimiter.Top:output_type -> peerlimit.v1.TopResponse
+	21, // 37: peerlimit.v1.RateLimiter.Inspect:output_type -> peerlimit.v1.InspectResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_peerlimit_v1_peerlimit_proto_init() }
@@ -2149,7 +2317,7 @@ func file_peerlimit_v1_peerlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerlimit_v1_peerlimit_proto_rawDesc), len(file_peerlimit_v1_peerlimit_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

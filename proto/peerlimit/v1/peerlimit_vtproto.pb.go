@@ -48,6 +48,18 @@ func (m *CheckRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.TimeZone) > 0 {
+		i -= len(m.TimeZone)
+		copy(dAtA[i:], m.TimeZone)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.TimeZone)))
+		i--
+		dAtA[i] = 0x5a
+	}
+	if m.Calendar != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Calendar))
+		i--
+		dAtA[i] = 0x50
+	}
 	if m.TtlMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TtlMs))
 		i--
@@ -798,6 +810,18 @@ func (m *ResetRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.TimeZone) > 0 {
+		i -= len(m.TimeZone)
+		copy(dAtA[i:], m.TimeZone)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.TimeZone)))
+		i--
+		dAtA[i] = 0x3a
+	}
+	if m.Calendar != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Calendar))
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.AllWindows {
 		i--
 		if m.AllWindows {
@@ -1257,6 +1281,18 @@ func (m *ReservationView) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.TimeZone) > 0 {
+		i -= len(m.TimeZone)
+		copy(dAtA[i:], m.TimeZone)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.TimeZone)))
+		i--
+		dAtA[i] = 0x42
+	}
+	if m.Calendar != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Calendar))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.ExpiresInMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ExpiresInMs))
 		i--
@@ -1375,6 +1411,18 @@ func (m *KeyView) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.TimeZone) > 0 {
+		i -= len(m.TimeZone)
+		copy(dAtA[i:], m.TimeZone)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.TimeZone)))
+		i--
+		dAtA[i] = 0x5a
+	}
+	if m.Calendar != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Calendar))
+		i--
+		dAtA[i] = 0x50
+	}
 	if m.NextAllowMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.NextAllowMs))
 		i--
@@ -1474,6 +1522,13 @@ func (m *CheckRequest) SizeVT() (n int) {
 	}
 	if m.TtlMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.TtlMs))
+	}
+	if m.Calendar != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Calendar))
+	}
+	l = len(m.TimeZone)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1775,6 +1830,13 @@ func (m *ResetRequest) SizeVT() (n int) {
 	if m.AllWindows {
 		n += 2
 	}
+	if m.Calendar != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Calendar))
+	}
+	l = len(m.TimeZone)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1969,6 +2031,13 @@ func (m *ReservationView) SizeVT() (n int) {
 	if m.ExpiresInMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ExpiresInMs))
 	}
+	if m.Calendar != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Calendar))
+	}
+	l = len(m.TimeZone)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2029,6 +2098,13 @@ func (m *KeyView) SizeVT() (n int) {
 	}
 	if m.NextAllowMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.NextAllowMs))
+	}
+	if m.Calendar != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Calendar))
+	}
+	l = len(m.TimeZone)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2274,6 +2350,57 @@ func (m *CheckRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Calendar", wireType)
+			}
+			m.Calendar = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Calendar |= CalendarUnit(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TimeZone", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TimeZone = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4094,6 +4221,57 @@ func (m *ResetRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.AllWindows = bool(v != 0)
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Calendar", wireType)
+			}
+			m.Calendar = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Calendar |= CalendarUnit(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TimeZone", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TimeZone = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5266,6 +5444,57 @@ func (m *ReservationView) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Calendar", wireType)
+			}
+			m.Calendar = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Calendar |= CalendarUnit(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TimeZone", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TimeZone = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -5666,6 +5895,57 @@ func (m *KeyView) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Calendar", wireType)
+			}
+			m.Calendar = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Calendar |= CalendarUnit(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TimeZone", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TimeZone = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
