@@ -292,7 +292,7 @@ func (c *agreement) settle(target Member, v verdict) {
 	delete(c.doubted, target.ID)
 	delete(c.members, target.ID)
 	unconfirmed := !v.majority()
-	c.failed[target.ID] = failure{addr: d.m.GossipAddr, grpc: d.m.GRPCAddr, since: d.since, unconfirmed: unconfirmed}
+	c.failed[target.ID] = failure{addr: d.m.GossipAddr, grpc: d.m.GRPCAddr, boot: d.m.Boot, restored: d.m.Restored, since: d.since, unconfirmed: unconfirmed}
 	if unconfirmed {
 		c.log.Warn("member gone, unconfirmed: too few members answered for a majority; this side may be cut off, its answers are marked degraded until the member returns or a majority confirms",
 			"member", target.ID, "answered", v.answered, "cluster", v.cluster)

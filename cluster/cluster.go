@@ -6,6 +6,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -51,6 +53,13 @@ type Member struct {
 	// none; nil: it advertises none (a version before digests, or a
 	// member not alive). Shared between copies: read only.
 	Config map[string]string
+	// Boot names the member's process, a random id it draws at start:
+	// a member back under the same id but another boot restarted.
+	// Empty: a version that does not say.
+	Boot string
+	// Restored: at that boot the member restored its counts from its
+	// disk (Config.Restored).
+	Restored bool
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -64,6 +73,9 @@ type meta struct {
 	// Config is never nil here, so that it is always sent ("cfg":{} for
 	// none): a member that sends no "cfg" predates digests (Member.Config).
 	Config map[string]string `json:"cfg"`
+	// Boot and Restored are Member's.
+	Boot     string `json:"boot,omitempty"`
+	Restored bool   `json:"restored,omitempty"`
 }
 
 // Cluster is this node's membership. Its methods are safe for concurrent
@@ -103,6 +115,8 @@ type Cluster struct {
 
 type failure struct {
 	addr, grpc  string
+	boot        string
+	restored    bool
 	since       time.Time
 	unconfirmed bool // taken out on this member's evidence alone
 	asking      bool // a round about it is out
@@ -134,7 +148,7 @@ func Start(cfg Config) (*Cluster, error) {
 	// An unspecified gRPC host is only known once memberlist has chosen
 	// its address, after Create; nobody knows this member before it
 	// joins, below, so the corrected metadata is what others see.
-	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests)}
+	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests), Boot: newBoot(), Restored: cfg.Restored}
 	if c.meta.Config == nil {
 		c.meta.Config = map[string]string{}
 	}
@@ -278,7 +292,8 @@ func (c *Cluster) View() []Member {
 	}
 	for id, f := range c.failed {
 		if !seen[id] {
-			out = append(out, Member{ID: id, GossipAddr: f.addr, GRPCAddr: f.grpc, State: StateFailed, Since: f.since, Unconfirmed: f.unconfirmed})
+			out = append(out, Member{ID: id, GossipAddr: f.addr, GRPCAddr: f.grpc, State: StateFailed, Since: f.since, Unconfirmed: f.unconfirmed,
+				Boot: f.boot, Restored: f.restored})
 			seen[id] = true
 		}
 	}
@@ -298,6 +313,14 @@ func (c *Cluster) setMeta(edit func(*meta)) {
 	c.metaMu.Unlock()
 }
 
+// newBoot draws this process's boot id: 64 random bits, which no two
+// starts share.
+func newBoot() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
 func parseMeta(b []byte) meta {
 	var md meta
 	_ = json.Unmarshal(b, &md) // a member with garbage metadata has no gRPC address
@@ -309,7 +332,7 @@ func aliveMember(n *memberlist.Node) Member { return aliveMemberOf(n, parseMeta(
 
 // aliveMemberOf is aliveMember with n's metadata already parsed.
 func aliveMemberOf(n *memberlist.Node, md meta) Member {
-	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config}
+	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config, Boot: md.Boot, Restored: md.Restored}
 }
 
 func (c *Cluster) kickChange() {

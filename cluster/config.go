@@ -89,6 +89,10 @@ type Config struct {
 	// MaxConfigSources, names and digests short (validateConfigDigests):
 	// they share memberlist's 512-byte metadata with the gRPC address.
 	ConfigDigests map[string]string
+	// Restored says, in this member's metadata, that it restored its
+	// counts from its disk at this start (Member.Restored): its heirs
+	// then know it holds what they promoted from its replicas.
+	Restored bool
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the membership after every change: every member

@@ -64,7 +64,7 @@ func TestConfigDigestsReachTheOthers(t *testing.T) {
 }
 
 // The worst case fits memberlist's metadata: the longest gRPC address,
-// leaving, and every source at its longest.
+// leaving, a boot and restored, and every source at its longest.
 func TestConfigDigestsWorstCaseFitsTheMetadata(t *testing.T) {
 	d := map[string]string{}
 	for i := range MaxConfigSources {
@@ -72,12 +72,13 @@ func TestConfigDigestsWorstCaseFitsTheMetadata(t *testing.T) {
 	}
 	require.NoError(t, validateConfigDigests(d))
 	grpc := strings.Repeat("h", maxGRPCAddrLen-len(":65535")) + ":65535"
-	b, err := json.Marshal(meta{GRPC: grpc, Leaving: true, Config: d})
+	boot := newBoot()
+	b, err := json.Marshal(meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true})
 	require.NoError(t, err)
 	assert.LessOrEqual(t, len(b), memberlist.MetaMaxSize, "%s", b)
 	t.Logf("worst case: %d of %d bytes", len(b), memberlist.MetaMaxSize)
 
-	c := &Cluster{meta: meta{GRPC: grpc, Leaving: true, Config: d}}
+	c := &Cluster{meta: meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true}}
 	assert.Equal(t, b, (&delegate{c}).NodeMeta(memberlist.MetaMaxSize), "sent whole")
 }
 

@@ -124,6 +124,20 @@ func (s *Store) TakeChanged(out []KeyState, i int, now time.Time) []KeyState {
 	return out
 }
 
+// TakeAllChanged is TakeChanged of every partition, into out (by
+// partition; reused, its slices emptied first, and made if too short):
+// what a node's round takes once for its backups and its disk alike.
+func (s *Store) TakeAllChanged(out [][]KeyState, now time.Time) [][]KeyState {
+	if len(out) < len(s.shards) {
+		out = make([][]KeyState, len(s.shards))
+	}
+	for i := range s.shards {
+		clear(out[i])
+		out[i] = s.TakeChanged(out[i][:0], i, now)
+	}
+	return out
+}
+
 // ClearChanged forgets which keys of partition i changed: the caller has
 // just taken a whole copy of it (SnapshotPartition).
 func (s *Store) ClearChanged(i int) {

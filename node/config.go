@@ -17,6 +17,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peerrpc"
+	"github.com/peerlimit/peerlimit/persist"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -85,6 +86,13 @@ type Config struct {
 	// Replication keeps each partition's counts on its heir too, so that
 	// they survive the owner's crash (package replica).
 	Replication replica.Config
+	// Persist keeps this node's counts, and the replicas it holds, on its
+	// disk (package persist), restored at start: a restart of the whole
+	// cluster forgets nothing. Off while Persist.Dir is empty.
+	Persist persist.Config
+	// ClusterName names the cluster, in the data directory's manifest: a
+	// node refuses a directory of another cluster. Optional.
+	ClusterName string
 	// MaxRecvMsgBytes caps a gRPC request. Default 4 MiB.
 	MaxRecvMsgBytes int
 	// SweepInterval is how often expired keys are freed. Decisions never
@@ -138,6 +146,7 @@ func DefaultConfig() Config {
 		Peers:           peerrpc.DefaultConfig(),
 		HandoffInterval: 5 * time.Second,
 		Limiter:         limiter.DefaultConfig(),
+		Persist:         persist.DefaultConfig(),
 		Replication:     replica.DefaultConfig(),
 		ShareFor:        5 * time.Minute,
 		MaxRecvMsgBytes: 4 << 20,
@@ -194,7 +203,7 @@ func (c Config) Validate() error {
 	}{
 		{"Ring", c.Ring.Validate()}, {"Route", c.Route.Validate()}, {"HTTP", c.HTTP.Validate()}, {"Lease", c.Lease.Validate()},
 		{"Peers", c.Peers.Validate()}, {"Limiter", c.limiterErr()}, {"Replication", c.Replication.Validate()},
-		{"Tracing", c.Tracing.Validate()}, {"Security", c.Security.Validate()},
+		{"Tracing", c.Tracing.Validate()}, {"Security", c.Security.Validate()}, {"Persist", c.persistErr()},
 	} {
 		if nested.err != nil {
 			errs = append(errs, field.In(nested.name, nested.err))
@@ -206,6 +215,14 @@ func (c Config) Validate() error {
 
 // limiterErr validates Limiter for Partitions, once Partitions itself is
 // valid (its error is reported on its own).
+// persistErr validates Persist when it is on.
+func (c Config) persistErr() error {
+	if c.Persist.Dir == "" {
+		return nil
+	}
+	return c.Persist.Validate()
+}
+
 func (c Config) limiterErr() error {
 	if c.Partitions < 1 {
 		return nil

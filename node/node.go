@@ -33,6 +33,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
+	"github.com/peerlimit/peerlimit/persist"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -54,7 +55,9 @@ type Node struct {
 	own     *ownership.Tracker
 	members *cluster.Cluster
 	repl    replication
-	leases  *lease.Book // nil with leases off
+	leases  *lease.Book  // nil with leases off
+	disk    *persist.Log // the data directory; nil without one
+	changes *changes     // each round's changes, to the backups and the disk
 	sec     *security.Credentials
 	health  *health.Server
 	metrics *nodeMetrics
@@ -129,7 +132,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.members.Leave(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if left := n.handoff.Run(ctx); left > 0 {
+		if left := n.handoff.Run(ctx); left > 0 && n.disk == nil {
 			errs = append(errs, fmt.Errorf("%d keys could not be handed off", left))
 		}
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
@@ -144,8 +147,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		// Decisions made by calls that were in flight during the handoff.
 		if left := n.handoff.Run(ctx); left > 0 {
-			errs = append(errs, fmt.Errorf("%d keys could not be handed off after draining", left))
+			errs = append(errs, n.keptOnDisk(left))
 		}
+		// The disk's last word comes after the last handoff and the last
+		// call served: whatever this node still holds, it keeps there.
+		errs = append(errs, n.closeDisk())
 		n.stopErr = errors.Join(append(errs, n.halt(), n.stopTracing(ctx))...)
 		n.log.Info("stopped")
 	})
@@ -185,8 +191,36 @@ func (n *Node) Kill() {
 		n.httpSrv.Close()
 		n.stopErr = n.halt()
 		_ = n.stopTracing(expired()) // as a crash: the spans not yet exported are lost
+		if n.disk != nil {
+			n.disk.Abandon() // as a crash: what was written stays, nothing more
+		}
 		n.log.Info("killed")
 	})
+}
+
+// keptOnDisk says what becomes of left keys a leaving node could not hand
+// off: with a data directory they stay there, for its next start (every
+// member may be stopping: a whole cluster stopped at once), which is no
+// error; without one they are lost, which is.
+func (n *Node) keptOnDisk(left int) error {
+	if n.disk == nil {
+		return fmt.Errorf("%d keys could not be handed off after draining", left)
+	}
+	n.log.Warn("keys could not be handed off; they stay in the data directory for this node's next start", "keys", left)
+	return nil
+}
+
+// closeDisk writes what changed since the last round to the data
+// directory, syncs and closes it; nothing without one.
+func (n *Node) closeDisk() error {
+	if n.disk == nil {
+		return nil
+	}
+	n.changes.flush()
+	if err := n.disk.Close(); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	return nil
 }
 
 // stopLoops stops the periodic loops (sweeper, handoff, replication,

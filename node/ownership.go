@@ -4,6 +4,7 @@ import (
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/route"
 )
 
@@ -30,7 +31,7 @@ func (n *Node) membershipChanged(view []cluster.Member) {
 
 // ownershipMember is m as ownership reads it.
 func ownershipMember(m cluster.Member) ownership.Member {
-	om := ownership.Member{ID: m.ID, Addr: m.GRPCAddr, Since: m.Since, Unconfirmed: m.Unconfirmed}
+	om := ownership.Member{ID: m.ID, Addr: m.GRPCAddr, Since: m.Since, Unconfirmed: m.Unconfirmed, Boot: m.Boot, Restored: m.Restored}
 	switch m.State {
 	case cluster.StateUnreachable:
 		om.State = ownership.Unreachable
@@ -52,7 +53,11 @@ func (e ownershipEffects) Connect(members []peer.Route) { e.n.peers.Update(membe
 // (replica.Failover.Reconcile), and counts the change.
 func (e ownershipEffects) RingChanged(c ownership.RingChanged) {
 	if e.n.repl.failover != nil {
-		e.n.repl.failover.Reconcile(c.Old, c.New, c.Failed)
+		members := make(map[string]replica.Member, len(c.Members))
+		for _, m := range c.Members {
+			members[m.ID] = replica.Member{Failed: m.State == ownership.Failed, Boot: m.Boot, Restored: m.Restored}
+		}
+		e.n.repl.failover.Reconcile(c.Old, c.New, members)
 	}
 	e.n.metrics.ringChanges.Inc()
 }

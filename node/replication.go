@@ -9,6 +9,7 @@ import (
 // replicator that sends this node's own partitions' changes to their
 // backups. Both nil when Config.Replication.Factor is 0.
 type replication struct {
+	store    *replica.Store // the replicas others send; the failover's
 	failover *replica.Failover
 	sender   *replica.Replicator
 	metrics  *replica.Metrics

@@ -30,6 +30,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
+	"github.com/peerlimit/peerlimit/persist"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/route"
@@ -46,6 +47,8 @@ import (
 type starter struct {
 	*Node
 	undo []func() // Start's cleanups, run in reverse if a later step fails
+	// restored is what the data directory held, until it is merged.
+	restored persist.Restored
 }
 
 // Start builds a node from cfg, binds its listeners, joins the cluster
@@ -67,6 +70,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	}()
 	for _, step := range []func() error{
 		n.initStore,       // the limiter state, policies and Envoy rules checked against its caps
+		n.openDisk,        // the data directory: what it held merged into the store, before anything serves
 		n.initMetrics,     // the registry's node-wide collectors
 		n.initConsole,     // the sampler of the console's charts
 		n.initSecurity,    // TLS material, tokens, cluster secrets
@@ -94,7 +98,7 @@ func Start(cfg Config) (_ *Node, err error) {
 // request.
 func (n *starter) initStore() (err error) {
 	lc := n.cfg.Limiter
-	lc.TrackChanges = n.cfg.Replication.Factor > 0 // what the replicator sends
+	lc.TrackChanges = n.cfg.Replication.Factor > 0 || n.cfg.Persist.Dir != "" // what the replicator sends, and the disk keeps
 	if n.store, err = limiter.New(lc, n.cfg.Partitions); err != nil {
 		return err
 	}
@@ -301,7 +305,7 @@ func (n *starter) joinCluster() (err error) {
 	n.members, err = cluster.Start(cluster.Config{
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.GossipKeys(), Profile: n.cfg.GossipProfile,
-		ConfigDigests: n.configs.Digests(), Logger: n.log, OnChange: n.membershipChanged,
+		ConfigDigests: n.configs.Digests(), Restored: len(n.restored.Files) > 0, Logger: n.log, OnChange: n.membershipChanged,
 	})
 	if err != nil {
 		return err
@@ -342,9 +346,15 @@ func (n *starter) startServing() {
 	if n.leases != nil {
 		n.loops.Every(n.leases.Duration()/4, func() { n.leases.Tend(context.Background(), n.cfg.Now()) })
 	}
-	if n.repl.sender != nil {
-		n.loops.Every(n.cfg.Replication.Interval, func() { n.repl.sender.Round(context.Background()) })
+	n.changes = &changes{store: n.store, repl: n.repl.sender, disk: n.disk, now: n.cfg.Now}
+	if n.repl.sender != nil || n.disk != nil {
+		n.loops.Every(n.cfg.Replication.Interval, n.changes.round)
+	}
+	if n.repl.failover != nil {
 		n.loops.Every(n.cfg.SweepInterval, func() { n.repl.failover.Sweep(n.cfg.Now()) })
+	}
+	if n.disk != nil {
+		n.loops.Go(n.disk.Serve)
 	}
 }
 
@@ -370,14 +380,20 @@ func (n *starter) initOwnership() (err error) {
 // route.Service, which decides from them.
 func (n *starter) initReplicas() (err error) {
 	if n.cfg.Replication.Factor == 0 {
+		n.restoreReplicas(nil)
 		return nil
 	}
 	if n.repl.metrics, err = replica.NewMetrics(n.reg); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	n.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: n.cfg.ID, Store: n.store,
-		Replicas: replica.NewStore(n.cfg.Partitions, n.cfg.Replication.MaxKeys, n.cfg.Limiter.MaxLogLimit, n.repl.metrics),
-		Ring:     n.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
+	var journal replica.Journal // nil unless persisting: a nil *persist.Log in the interface would not be nil
+	if n.disk != nil {
+		journal = n.disk
+	}
+	n.repl.store = replica.NewStore(n.cfg.Partitions, n.cfg.Replication.MaxKeys, n.cfg.Limiter.MaxLogLimit, n.repl.metrics, journal)
+	n.restoreReplicas(n.repl.store)
+	n.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: n.cfg.ID, Store: n.store, Replicas: n.repl.store,
+		Ring: n.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
 	return err
 }
 

@@ -46,6 +46,12 @@ type Member struct {
 	// node's evidence alone: it may be alive on the other side of a
 	// partition, deciding its keys, so this node's answers are contested.
 	Unconfirmed bool
+	// Boot names the member's process: it changes when it restarts.
+	// Empty: a version that does not say.
+	Boot string
+	// Restored: at that boot the member restored its counts from its
+	// disk (--data-dir).
+	Restored bool
 }
 
 // Event is what the Machine steps on: Membership, Joined, Leaving,
@@ -97,12 +103,23 @@ type Action interface{ isAction() }
 type Connect struct{ Members []peer.Route }
 
 // RingChanged: the ring moved from Old to New. The driver reconciles the
-// replicas this node keeps (a partition whose owner Failed may be
+// replicas this node keeps (a partition whose owner failed may be
 // promoted: replica.Failover.Reconcile), and counts and logs the change.
 type RingChanged struct {
 	Old, New *ring.Ring
-	// Failed are the members gossip declared dead (not those that left).
-	Failed map[string]bool
+	// Members is the membership the change follows.
+	Members []Member
+}
+
+// Failed returns the members gossip declared dead (not those that left).
+func (c RingChanged) Failed() map[string]bool {
+	out := map[string]bool{}
+	for _, m := range c.Members {
+		if m.State == Failed {
+			out[m.ID] = true
+		}
+	}
+	return out
 }
 
 // HandOff: wake the handoff sender. State this node holds may belong to

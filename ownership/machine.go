@@ -181,7 +181,7 @@ func (m *Machine) moveTo(old, next *ring.Ring) Action {
 	m.ring, m.view = next, nil
 	m.waits.expect(m.cfg.Self, next, m.gained(old, next), added(old, next), m.leavers(old, next), m.now, m.cfg.MaxWait)
 	m.refreshWithout(next, len(old.Members()) == 1 || m.without != nil)
-	return RingChanged{Old: old, New: next, Failed: m.failed()}
+	return RingChanged{Old: old, New: next, Members: slices.Clone(m.members)}
 }
 
 // gained returns the partitions this node owns in next and did not in old.
@@ -214,17 +214,6 @@ func (m *Machine) leavers(old, next *ring.Ring) []string {
 		in := slices.ContainsFunc(next.Members(), func(n ring.Member) bool { return n.ID == o.ID })
 		if !in && m.state(o.ID) == Left {
 			out = append(out, o.ID)
-		}
-	}
-	return out
-}
-
-// failed returns the members gossip declared dead.
-func (m *Machine) failed() map[string]bool {
-	out := map[string]bool{}
-	for _, mb := range m.members {
-		if mb.State == Failed {
-			out[mb.ID] = true
 		}
 	}
 	return out

@@ -188,7 +188,7 @@ func (s *script) action(a ownership.Action) string {
 		return "connect " + strings.Join(ids, " ")
 	case ownership.RingChanged:
 		var failed []string
-		for id := range a.Failed {
+		for id := range a.Failed() {
 			failed = append(failed, id)
 		}
 		slices.Sort(failed)

@@ -295,6 +295,24 @@ func (l *Log) Close() error {
 	return err
 }
 
+// Abandon closes the files and releases the directory without syncing
+// anything more, as a process killed now would: what was written stays
+// (the page cache), nothing else. For a node that is killed, in tests
+// and chaos runs.
+func (l *Log) Abandon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if l.seg != nil {
+		_ = l.seg.Close()
+		l.seg = nil
+	}
+	_ = l.lock.Close()
+	l.closed = true
+}
+
 // startSegment makes segment seq the one appended to, and the data
 // directory's entry for it durable.
 func (l *Log) startSegment(seq uint64) error {

@@ -42,7 +42,7 @@ func BenchmarkMemoryPerReplica(b *testing.B) {
 					}
 					states[i] = ks
 				}
-				s := replica.NewStore(partition.DefaultCount, 1<<22, 10_000, nil)
+				s := replica.NewStore(partition.DefaultCount, 1<<22, 10_000, nil, nil)
 				s.Apply("owner", peer.Replication{States: states})
 				states = nil // what stays is the store's: key strings, logs, its maps
 				after := heapInUse()

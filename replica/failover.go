@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,37 +43,42 @@ type Failover struct {
 	metrics  *Metrics
 
 	mu sync.Mutex
-	// promoted holds, by the member that replicated them, the replicas
-	// merged into this node's state while that member was alive but
-	// unreachable, as merged (limiter.Store.MergeAdded, as are those of
-	// presumedDead). If it hands its state off later (it was leaving, or
-	// comes back), that state includes them: they are subtracted first
-	// (Supersede), or dropped before this node hands the owner its state
-	// (ReturnPromoted).
-	promoted map[string][]limiter.KeyState
-	// presumedDead holds, by the member that replicated them, the
-	// replicas merged when gossip declared that member dead. It may have
-	// left gracefully after all: a member that gets the leave before the
-	// leaver's "leaving" metadata takes it for a failure (seen in
-	// TestGracefulLeaveHandsCountsToHeirs, about one run in ten), and the
-	// leaver then hands off the very keys whose replicas were promoted.
-	// Supersede subtracts them then, as for promoted; unlike those, they
-	// are never dropped before handing state to the member (a member that
-	// died and restarts holds none of them). Kept until the member is in
-	// the ring again or for presumedDeadFor, whichever comes first.
-	presumedDead map[string]*presumption
+	// books holds, by the member that replicated them, the replicas
+	// merged into this node's state (as merged: limiter.Store.MergeAdded),
+	// so that none counts twice when that member turns out to hold them
+	// too: it hands the same keys off (it was leaving, or the link
+	// healed), and Supersede subtracts them first; or this node hands it
+	// its partitions back, and ReturnPromoted drops them first, if it
+	// holds them (book.holds).
+	books map[string]*book
+	// members are the members as the last Reconcile gave them: each
+	// one's boot, for the books of what is promoted from it.
+	members map[string]Member
 }
 
-// presumption is what was promoted from a member presumed dead, and when.
-type presumption struct {
-	at     time.Time
+// Member is what a ring change says of a member.
+type Member struct {
+	// Failed: gossip declared it dead (not one that left).
+	Failed bool
+	// Boot names its process: it changes when the member restarts.
+	Boot string
+	// Restored: at that boot it restored its state from its disk
+	// (--data-dir), so it holds what it had counted before it restarted.
+	Restored bool
+}
+
+// book is what was promoted from one member.
+type book struct {
+	// boot is the member's boot when its replicas were promoted: if it
+	// comes back under the same boot it never stopped (a partition
+	// healed), and holds what it had counted.
+	boot string
+	// holds: the member holds what was promoted from it (it was only
+	// unreachable, or is back and still holds it): dropped before this
+	// node hands it its partitions. False while it is declared dead.
+	holds  bool
 	states []limiter.KeyState
 }
-
-// presumedDeadFor is how long a handoff from a member presumed dead is
-// taken to supersede what was promoted from it: far longer than a
-// leaving node takes to hand off (its shutdown timeout is seconds).
-const presumedDeadFor = time.Minute
 
 // FailoverDeps is what a Failover works with.
 type FailoverDeps struct {
@@ -106,7 +112,7 @@ func NewFailover(d FailoverDeps) (*Failover, error) {
 		log = slog.Default()
 	}
 	return &Failover{self: d.Self, store: d.Store, replicas: d.Replicas, ring: d.Ring, now: d.Now, log: log, metrics: d.Metrics,
-		promoted: map[string][]limiter.KeyState{}, presumedDead: map[string]*presumption{}}, nil
+		books: map[string]*book{}, members: map[string]Member{}}, nil
 }
 
 // Apply keeps a replication owner origin sent this node, as the backup
@@ -114,13 +120,16 @@ func NewFailover(d FailoverDeps) (*Failover, error) {
 func (f *Failover) Apply(origin string, r peer.Replication) int { return f.replicas.Apply(origin, r) }
 
 // Sweep drops the replicas that count nothing any more at now, and the
-// books of members presumed dead for longer than presumedDeadFor; it
-// returns how many replicas it dropped.
+// promoted states the books keep that count nothing any more either (a
+// book lasts as long as what it holds counts: a month's quota, a month);
+// it returns how many replicas it dropped.
 func (f *Failover) Sweep(now time.Time) int {
+	ms := now.UnixMilli()
 	f.mu.Lock()
-	for id, p := range f.presumedDead {
-		if now.Sub(p.at) >= presumedDeadFor {
-			delete(f.presumedDead, id)
+	for id, b := range f.books {
+		b.states = slices.DeleteFunc(b.states, func(ks limiter.KeyState) bool { return expiry(ks) <= ms })
+		if len(b.states) == 0 {
+			delete(f.books, id)
 		}
 	}
 	f.mu.Unlock()
@@ -170,17 +179,13 @@ func (f *Failover) promote(p int, why reason) {
 	// wrong window, erasing its own hits when the owner's clock runs ahead.
 	added, errs := f.store.MergeAdded(now, states)
 	merged := len(states) - len(errs)
-	switch why {
-	case ownerUnreachable:
-		f.promoted[origin] = append(f.promoted[origin], added...)
-	case ownerFailed:
-		p := f.presumedDead[origin]
-		if p == nil {
-			p = &presumption{}
-			f.presumedDead[origin] = p
-		}
-		p.at, p.states = now, append(p.states, added...)
+	b := f.books[origin]
+	if boot := f.members[origin].Boot; b == nil || b.boot != boot {
+		b = &book{boot: boot}
+		f.books[origin] = b
 	}
+	b.holds = why == ownerUnreachable
+	b.states = append(b.states, added...)
 	f.metrics.Promoted(merged)
 	f.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why.String(), "from", origin)
 	if len(errs) > 0 {
@@ -203,9 +208,8 @@ func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dropSupersededReplicas(origin, states)
-	promoted := f.promoted[origin]
-	dead := f.presumedDead[origin]
-	if len(promoted) == 0 && dead == nil {
+	b := f.books[origin]
+	if b == nil {
 		return
 	}
 	incoming := make(map[stateKey]bool, len(states))
@@ -213,12 +217,7 @@ func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 		incoming[stateKeyOf(ks)] = true
 	}
 	var gone []limiter.KeyState
-	if len(promoted) > 0 {
-		gone, f.promoted[origin] = split(promoted, incoming, gone)
-	}
-	if dead != nil {
-		gone, dead.states = split(dead.states, incoming, gone)
-	}
+	gone, b.states = split(b.states, incoming, gone)
 	f.store.Forget(f.now(), gone)
 }
 
@@ -253,12 +252,17 @@ func (f *Failover) dropSupersededReplicas(origin string, states []limiter.KeySta
 
 // ReturnPromoted is called before this node hands owner the state it
 // holds of owner's partitions: it drops what it merged from owner's own
-// replica, which owner still holds and would otherwise count twice, and
-// returns it, for Unreturn if the handoff cannot reach owner after all.
+// replica if owner still holds it (book.holds), which would otherwise
+// count twice, and returns it, for Unreturn if the handoff cannot reach
+// owner after all. What was promoted from an owner that restarted with
+// nothing stays, and goes to it with the rest.
 func (f *Failover) ReturnPromoted(owner string) []limiter.KeyState {
 	f.mu.Lock()
-	promoted := f.promoted[owner]
-	delete(f.promoted, owner)
+	var promoted []limiter.KeyState
+	if b := f.books[owner]; b != nil && b.holds {
+		promoted = b.states
+		delete(f.books, owner)
+	}
 	f.mu.Unlock()
 	if len(promoted) > 0 {
 		f.store.Forget(f.now(), promoted)
@@ -276,23 +280,27 @@ func (f *Failover) Unreturn(owner string, promoted []limiter.KeyState) {
 	}
 	added, _ := f.store.MergeAdded(f.now(), promoted)
 	f.mu.Lock()
-	f.promoted[owner] = append(f.promoted[owner], added...)
+	b := f.books[owner]
+	if b == nil {
+		b = &book{boot: f.members[owner].Boot}
+		f.books[owner] = b
+	}
+	b.holds, b.states = true, append(b.states, added...)
 	f.mu.Unlock()
 }
 
-// Reconcile follows a ring change from old to cur; failed are the members
-// gossip declared dead (not those that left). A partition whose owner
-// failed has its replica merged into this node's state (its heir's, or
-// handed there); one whose owner left gracefully (it hands its state off
-// itself), or whose backup is no longer this node, has its replica
-// dropped. What was promoted from a failed member is forgotten from the
-// books: it will hand nothing off.
-func (f *Failover) Reconcile(old, cur *ring.Ring, failed map[string]bool) {
+// Reconcile follows a ring change from old to cur; members says what
+// the change says of each member (Failed: gossip declared it dead, not
+// one that left). A partition whose owner failed has its replica merged
+// into this node's state (its heir's, or handed there); one whose owner
+// left gracefully (it hands its state off itself), or whose backup is no
+// longer this node, has its replica dropped. The books follow the
+// members (settleBooks).
+func (f *Failover) Reconcile(old, cur *ring.Ring, members map[string]Member) {
 	if old == nil {
 		return
 	}
-	f.forgetFailed(failed)
-	f.forgetReturned(cur)
+	f.settleBooks(cur, members)
 	for p := range cur.PartitionCount() {
 		if !f.replicas.Holds(p) {
 			continue
@@ -301,7 +309,7 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, failed map[string]bool) {
 		origin := f.replicas.Origin(p)
 		backup, _ := cur.Backup(p)
 		switch {
-		case origin == prev && failed[prev] && owner != prev:
+		case origin == prev && members[prev].Failed && owner != prev:
 			f.promote(p, ownerFailed)
 		case origin == owner && backup.ID == f.self:
 			// Already from the new owner, whose ring changed first: keep.
@@ -311,23 +319,39 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, failed map[string]bool) {
 	}
 }
 
-// forgetReturned drops the books of members presumed dead that are in the
-// ring again: whatever such a member hands off now, it decided since.
-func (f *Failover) forgetReturned(cur *ring.Ring) {
+// settleBooks follows the members in the books. A member declared dead
+// holds nothing this node would hand it; one in the ring holds what was
+// promoted from it if it never stopped (the same boot: it was only cut
+// off) or restarted from its disk (Restored), and the book waits for
+// ReturnPromoted; one that restarted with nothing holds none of it, and
+// the book goes: what was promoted is this node's to hand it, with the
+// rest of its partitions.
+func (f *Failover) settleBooks(cur *ring.Ring, members map[string]Member) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, m := range cur.Members() {
-		delete(f.presumedDead, m.ID)
+	f.members = members
+	for id, b := range f.books {
+		if members[id].Failed {
+			b.holds = false
+		}
 	}
-}
-
-// forgetFailed drops the books of promotions from members that failed.
-func (f *Failover) forgetFailed(failed map[string]bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for id := range f.promoted {
-		if failed[id] {
-			delete(f.promoted, id)
+	for _, m := range cur.Members() {
+		b := f.books[m.ID]
+		if b == nil {
+			continue
+		}
+		switch now := members[m.ID]; {
+		case now.Boot == "":
+			// It names no boot (a version before boots): back from the
+			// dead, it restarted with nothing, as a restart was then;
+			// only unreachable, it still holds what it had.
+			if !b.holds {
+				delete(f.books, m.ID)
+			}
+		case now.Boot == b.boot || now.Restored:
+			b.holds = true
+		default:
+			delete(f.books, m.ID)
 		}
 	}
 }

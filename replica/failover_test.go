@@ -17,6 +17,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
 	"github.com/peerlimit/peerlimit/peer"
+	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/ring"
 )
 
@@ -115,7 +116,7 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 
 				old := c.Ring()
 				c.ring.Store(testring.New(t, "n2", "n3"))
-				heir.failover.Reconcile(old, c.Ring(), map[string]bool{"n1": tc.failed})
+				heir.failover.Reconcile(old, c.Ring(), map[string]replica.Member{"n1": {Failed: tc.failed}})
 				assert.Zero(t, heir.replicas.Len(), "promoted or dropped, never kept")
 				assert.Equal(t, tc.wantHeld, held(t, c, heir, req))
 			})
@@ -134,7 +135,7 @@ func TestALeaveTakenForAFailureCountsOnce(t *testing.T) {
 
 		old, without := c.Ring(), testring.New(t, "n2", "n3")
 		c.ring.Store(without)
-		heir.failover.Reconcile(old, without, map[string]bool{"n1": true}) // a leave, misread
+		heir.failover.Reconcile(old, without, map[string]replica.Member{"n1": {Failed: true}}) // a leave, misread
 		require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
 
 		require.Zero(t, leaverSender(t, c, owner, without).Run(context.Background()))
@@ -152,7 +153,7 @@ func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 
 		all, without := c.Ring(), testring.New(t, "n2", "n3")
 		c.ring.Store(without)
-		heir.failover.Reconcile(all, without, map[string]bool{"n1": true}) // it did die
+		heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true}}) // it did die
 		require.EqualValues(t, 3, held(t, c, heir, req))
 		owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
 
@@ -225,5 +226,69 @@ func TestAHandoffThatCannotReachTheOwnerKeepsThePromotion(t *testing.T) {
 
 		assert.Positive(t, heir.handoff(t, c).Run(context.Background()), "the owner is out of reach")
 		assert.EqualValues(t, 4, held(t, c, heir, req), "still the owner's 3 and this one")
+	})
+}
+
+// What becomes of what an heir promoted when the member it promoted from
+// is back in the ring, by what the member holds then: its boot says
+// whether it restarted, Restored whether it came back from its disk.
+// Holding the promoted hits, it must not be handed them again; holding
+// nothing, it must be, or they are lost.
+func TestAReturningMemberGetsBackWhatItDoesNotHold(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		back      replica.Member
+		ownerKeep bool  // the owner still holds its 3 hits when it is back
+		wantOwner int64 // what the owner holds after the heir's handoff
+	}{
+		{"healed, same boot", replica.Member{Boot: "b1"}, true, 3},
+		{"restarted from its disk", replica.Member{Boot: "b2", Restored: true}, true, 3},
+		{"restarted with nothing", replica.Member{Boot: "b2"}, false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, owner, heir, req := replicatedKey(t)
+				all, without := c.Ring(), testring.New(t, "n2", "n3")
+				heir.failover.Reconcile(all, all, map[string]replica.Member{"n1": {Boot: "b1"}})
+				c.ring.Store(without)
+				heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: "b1"}})
+				require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
+				if !tc.ownerKeep {
+					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+				}
+
+				c.ring.Store(all)
+				heir.failover.Reconcile(without, all, map[string]replica.Member{"n1": tc.back})
+				require.Zero(t, heir.handoff(t, c).Run(context.Background()), "the heir hands the key back")
+				assert.Equal(t, tc.wantOwner, held(t, c, owner, req), "once: never twice, never none")
+				assert.Zero(t, held(t, c, heir, req))
+			})
+		})
+	}
+}
+
+// A promotion's book lasts as long as what it holds counts: a member back
+// from its disk a while later (hours, for a day's quota) still finds its
+// hits taken back rather than handed to it twice; once they count nothing
+// any more, the book is gone.
+func TestAPromotionsBookLastsAsLongAsItsHits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		owner, heir := c.members["n1"], c.members["n2"]
+		req := limiter.Request{Key: c.keyWith(t, "n1", "n2", "k"), Limit: 100, Window: 24 * time.Hour, Algorithm: limiter.SlidingWindowLog, Hits: 1}
+		require.Equal(t, 3, admit(t, owner, req, 3))
+		require.Zero(t, owner.sender.Round(context.Background()))
+		all, without := c.Ring(), testring.New(t, "n2", "n3")
+		heir.failover.Reconcile(all, all, map[string]replica.Member{"n1": {Boot: "b1"}})
+		c.ring.Store(without)
+		heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: "b1"}})
+		require.EqualValues(t, 3, held(t, c, heir, req))
+
+		c.clk.Advance(2 * time.Hour)
+		heir.failover.Sweep(c.clk.Now())
+		c.ring.Store(all)
+		heir.failover.Reconcile(without, all, map[string]replica.Member{"n1": {Boot: "b2", Restored: true}})
+		require.Zero(t, heir.handoff(t, c).Run(context.Background()))
+		assert.EqualValues(t, 3, held(t, c, owner, req), "two hours later, still once")
 	})
 }

@@ -86,7 +86,7 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	m := &member{id: id, store: store, reg: prometheus.NewRegistry()}
 	rm, err := replica.NewMetrics(m.reg)
 	require.NoError(t, err)
-	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm)
+	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm, nil)
 	peers := c.net.Join(id)
 	m.peers = peers
 	m.logs = testlog.NewCapture()
@@ -235,7 +235,7 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := replica.NewMetrics(reg)
 	require.NoError(t, err)
-	s := replica.NewStore(1, 2, 3, m)
+	s := replica.NewStore(1, 2, 3, m, nil)
 	state := func(key string, log ...int64) limiter.KeyState {
 		return limiter.KeyState{Key: key, Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: log}
 	}
@@ -265,7 +265,7 @@ func TestStoreKeepsTheLastStateOfEachKey(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := replica.NewMetrics(reg)
 	require.NoError(t, err)
-	s := replica.NewStore(1, 1<<20, 100, m)
+	s := replica.NewStore(1, 1<<20, 100, m, nil)
 	keys := []string{"a", "b", "c"}
 	maxHeld := 0.0
 	for round := int64(1); round <= 1000; round++ {

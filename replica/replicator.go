@@ -82,11 +82,20 @@ type batch struct {
 // Round sends each backup what changed since the previous round in the
 // partitions this node owns, or their whole state where the backup is
 // new or missed a round, and returns how many states it could not
-// deliver (they go whole in the next round).
+// deliver (they go whole in the next round). It takes the changes from
+// the store's journal itself; a node that also persists them takes them
+// once and calls RoundWith.
 func (r *Replicator) Round(ctx context.Context) (failed int) {
+	return r.RoundWith(ctx, r.d.Store.TakeAllChanged(nil, r.d.Now()))
+}
+
+// RoundWith is Round with the changes already taken: changed is, by
+// partition, what the store's journal gave since the previous round
+// (limiter.Store.TakeAllChanged, just before).
+func (r *Replicator) RoundWith(ctx context.Context, changed [][]limiter.KeyState) (failed int) {
 	since := r.last
 	r.last = r.d.Now()
-	for _, b := range r.collect() {
+	for _, b := range r.collect(changed) {
 		failed += r.deliver(ctx, b, since)
 		r.keep(b)
 	}
@@ -122,17 +131,16 @@ func (r *Replicator) keep(b *batch) {
 
 // collect takes, for every partition this node owns, what its backup
 // needs: the changes since the last round, or the whole partition. The
-// record of changes is cleared before a whole copy is taken, so a change
-// made meanwhile is sent again rather than lost.
-func (r *Replicator) collect() map[string]*batch {
+// changes were taken before a whole copy is, so a change made meanwhile
+// is sent again rather than lost.
+func (r *Replicator) collect(changed [][]limiter.KeyState) map[string]*batch {
 	rg := r.d.Ring()
 	now := r.d.Now()
 	out := map[string]*batch{}
 	for p := range r.synced {
 		backup, ok := rg.Backup(p)
 		if !ok || rg.PartitionOwner(p).ID != r.d.Self {
-			r.synced[p] = ""
-			r.d.Store.ClearChanged(p) // not ours to replicate; handoff moves it
+			r.synced[p] = "" // not ours to replicate; handoff moves it
 			continue
 		}
 		b := out[backup.ID]
@@ -144,15 +152,14 @@ func (r *Replicator) collect() map[string]*batch {
 			out[backup.ID] = b
 		}
 		if r.synced[p] != backup.ID {
-			r.d.Store.ClearChanged(p)
 			b.Whole = append(b.Whole, p)
 			b.States = append(b.States, r.d.Store.SnapshotPartition(p, now)...)
 			b.parts = append(b.parts, p)
 			r.synced[p] = backup.ID
 			continue
 		}
-		n := len(b.States)
-		if b.States = r.d.Store.TakeChanged(b.States, p, now); len(b.States) > n {
+		if len(changed[p]) > 0 {
+			b.States = append(b.States, changed[p]...)
 			b.parts = append(b.parts, p)
 		}
 	}

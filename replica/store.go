@@ -2,6 +2,7 @@ package replica
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type Store struct {
 	share   int // states each partition holds at most, after compaction
 	maxLog  int
 	metrics *Metrics
+	journal Journal
 
 	mu    sync.Mutex
 	parts []part
@@ -63,12 +65,33 @@ func stateKeyOf(ks limiter.KeyState) stateKey {
 	return stateKey{ks.Key, ks.Window, ks.Algorithm, ks.Calendar}
 }
 
+// Journal is told of every change to a Store's replicas that a restart
+// must replay, in the order made: what persistence writes (persist.Log).
+// Its methods are called under the Store's lock, one at a time, and must
+// not call the Store.
+type Journal interface {
+	// Replicated: the Store applied r from origin (Apply).
+	Replicated(origin string, r peer.Replication)
+	// Dropped: the Store dropped the replicas of partitions (Take, Drop).
+	Dropped(partitions []int)
+}
+
+// noJournal tells nobody.
+type noJournal struct{}
+
+func (noJournal) Replicated(string, peer.Replication) {}
+func (noJournal) Dropped([]int)                       {}
+
 // NewStore returns an empty Store of partitions partitions that holds at
 // most maxKeys states, split evenly over the partitions as the limiter's
 // MaxKeys is, each log trimmed to its newest maxLog entries (the store's
-// MaxLogLimit: no log needs more to decide).
-func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
-	return &Store{share: (maxKeys + partitions - 1) / partitions, maxLog: int(maxLog), metrics: m,
+// MaxLogLimit: no log needs more to decide). j is told of its changes
+// (nil: nobody).
+func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics, j Journal) *Store {
+	if j == nil {
+		j = noJournal{}
+	}
+	return &Store{share: (maxKeys + partitions - 1) / partitions, maxLog: int(maxLog), metrics: m, journal: j,
 		parts: make([]part, partitions)}
 }
 
@@ -80,6 +103,7 @@ func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics) *Store {
 func (s *Store) Apply(origin string, r peer.Replication) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.journal.Replicated(origin, r)
 	for _, p := range r.Whole {
 		if p >= 0 && p < len(s.parts) {
 			s.drop(p)
@@ -206,6 +230,9 @@ func (s *Store) Take(p int) ([]limiter.KeyState, string) {
 	defer s.mu.Unlock()
 	s.compactFor(p)
 	out := s.parts[p].states
+	if len(out) > 0 {
+		s.journal.Dropped([]int{p})
+	}
 	s.drop(p)
 	s.metrics.held(s.held, 0)
 	return out, s.parts[p].origin
@@ -218,9 +245,32 @@ func (s *Store) Drop(p int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.compactFor(p)
+	if len(s.parts[p].states) > 0 {
+		s.journal.Dropped([]int{p})
+	}
 	n := s.drop(p)
 	s.metrics.held(s.held, 0)
 	return n
+}
+
+// Export yields a copy of every partition's replicas, compacted, with the
+// member that sent them, one partition at a time and outside the lock:
+// what a snapshot of the node's state writes. A partition changed while
+// it is exported is the journal's to replay.
+func (s *Store) Export(yield func(origin string, partition int, states []limiter.KeyState) error) error {
+	for p := range s.parts {
+		s.mu.Lock()
+		s.compactFor(p)
+		states, origin := slices.Clone(s.parts[p].states), s.parts[p].origin
+		s.mu.Unlock()
+		if len(states) == 0 {
+			continue
+		}
+		if err := yield(origin, p, states); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Len returns how many states the store holds, one per key.

@@ -521,7 +521,7 @@ func newReplicated(t *testing.T, ids ...string) *replicated {
 		log := slog.New(m.logs)
 		ringOf := func() *ring.Ring { return rg }
 		fo, err := replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Ring: ringOf, Now: c.clock.Now, Logger: log,
-			Replicas: replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, nil)})
+			Replicas: replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, nil, nil)})
 		require.NoError(t, err)
 		m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clock.Now,
 			Cluster: route.FixedCluster(rg), Peers: m.peers, Failover: fo, Logger: log})

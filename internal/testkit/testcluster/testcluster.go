@@ -76,6 +76,26 @@ func (c *Cluster) Restart(i int) *node.Node {
 	return n
 }
 
+// RestartAll starts a new process of every stopped node, the first
+// alone and the others joined through it, as a whole cluster starts
+// again after it was stopped or killed at once; it waits for
+// convergence.
+func (c *Cluster) RestartAll() {
+	c.t.Helper()
+	c.mu.Lock()
+	var stopped []int
+	for i, live := range c.live {
+		if !live {
+			stopped = append(stopped, i)
+		}
+	}
+	c.mu.Unlock()
+	for _, i := range stopped {
+		c.Restart(i)
+	}
+	c.WaitConverged()
+}
+
 func (c *Cluster) start(id string) *node.Node {
 	c.t.Helper()
 	c.mu.Lock()
@@ -136,6 +156,33 @@ func (c *Cluster) Leave(i int) {
 	if err := n.Shutdown(ctx); err != nil {
 		c.t.Errorf("testcluster: graceful leave of %s: %v", n.ID(), err)
 	}
+}
+
+// StopAll stops every live node gracefully and at once, as SIGTERM to
+// all of them would (a node-pool upgrade, docker compose down), and
+// returns their errors: each leaves while the others do, so that a leave
+// that finds nobody left to tell is to be expected.
+func (c *Cluster) StopAll() []error {
+	c.mu.Lock()
+	var live []int
+	for i, l := range c.live {
+		if l {
+			live = append(live, i)
+		}
+	}
+	c.mu.Unlock()
+	errs := make([]error, len(live))
+	var wg sync.WaitGroup
+	for j, i := range live {
+		wg.Go(func() {
+			n := c.markStopped(i)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs[j] = n.Shutdown(ctx)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // Kill stops node i at once, as a crash would.

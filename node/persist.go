@@ -1,0 +1,133 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/persist"
+	"github.com/peerlimit/peerlimit/replica"
+)
+
+// The node's side of package persist: the data directory opened and
+// read back before anything serves, each round's changes written, a
+// snapshot's source, the last round at a graceful stop.
+
+// openDisk opens the data directory (Config.Persist) and merges the
+// states it held into the empty store; the replicas' changes wait for the
+// replica store (initReplicas). Without a data directory it says, once,
+// that counts die with the cluster.
+func (n *starter) openDisk() error {
+	if n.cfg.Persist.Dir == "" {
+		n.log.Info("no --data-dir: counts are kept in memory only (and on the heirs, with replication); a restart of the whole cluster forgets them")
+		return nil
+	}
+	m, err := persist.NewMetrics(n.reg)
+	if err != nil {
+		return err
+	}
+	log, restored, err := persist.Open(n.cfg.Persist, persist.Identity{Cluster: n.cfg.ClusterName, Node: n.cfg.ID},
+		persist.Deps{Source: diskSource{n.Node}, Logger: n.log, Metrics: m})
+	if err != nil {
+		return err
+	}
+	n.onUndo(log.Abandon)
+	n.disk, n.restored = log, restored
+	merged, errs := n.store.Merge(n.cfg.Now(), restored.Own)
+	attrs := []any{"dir", n.cfg.Persist.Dir, "files", len(restored.Files), "keys", merged, "replica_changes", len(restored.Replicas),
+		"took", restored.Took.Round(time.Millisecond)}
+	if len(errs) > 0 {
+		attrs = append(attrs, "refused", len(errs), "first", errs[0])
+	}
+	if len(restored.Dropped) > 0 {
+		attrs = append(attrs, "files_read_in_part", len(restored.Dropped))
+	}
+	n.log.Info("restored counts from the data directory", attrs...)
+	return nil
+}
+
+// restoreReplicas replays the replicas' changes the data directory held
+// into the replica store; without replication they are dropped.
+func (n *starter) restoreReplicas(rs *replica.Store) {
+	ops := n.restored.Replicas
+	n.restored.Replicas = nil
+	if rs == nil {
+		if len(ops) > 0 {
+			n.log.Info("replication is off: the replicas the data directory held are not restored", "changes", len(ops))
+		}
+		return
+	}
+	for _, op := range ops {
+		if op.Drop {
+			for _, p := range op.Whole {
+				if p >= 0 && p < n.cfg.Partitions {
+					rs.Drop(p)
+				}
+			}
+			continue
+		}
+		rs.Apply(op.Origin, op.Replication)
+	}
+}
+
+// diskSource is what a snapshot writes: the store's states and the
+// replicas (persist.Source).
+type diskSource struct{ n *Node }
+
+func (s diskSource) OwnStates(yield func([]limiter.KeyState) error) error {
+	now := s.n.cfg.Now()
+	for p := range s.n.store.Partitions() {
+		if err := yield(s.n.store.SnapshotPartition(p, now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s diskSource) Replicas(yield func(origin string, partition int, states []limiter.KeyState) error) error {
+	if s.n.repl.store == nil {
+		return nil
+	}
+	return s.n.repl.store.Export(yield)
+}
+
+// changes takes what changed in the store once a round
+// (limiter.Store.TakeAllChanged) and gives it to the backups and the
+// disk alike. round runs on one loop; flush once, at a graceful stop,
+// after the loops have stopped.
+type changes struct {
+	store *limiter.Store
+	repl  *replica.Replicator // nil: replication off
+	disk  *persist.Log        // nil: persistence off
+	now   func() time.Time
+	bufs  [][]limiter.KeyState
+	flat  []limiter.KeyState
+}
+
+// round replicates and persists what changed since the last.
+func (c *changes) round() {
+	c.bufs = c.store.TakeAllChanged(c.bufs, c.now())
+	if c.repl != nil {
+		c.repl.RoundWith(context.Background(), c.bufs)
+	}
+	c.persist()
+}
+
+// flush persists what changed since the last round: a leaving node's
+// last word to its disk, after its last handoff.
+func (c *changes) flush() {
+	c.bufs = c.store.TakeAllChanged(c.bufs, c.now())
+	c.persist()
+}
+
+func (c *changes) persist() {
+	if c.disk == nil {
+		return
+	}
+	clear(c.flat)
+	c.flat = c.flat[:0]
+	for _, states := range c.bufs {
+		c.flat = append(c.flat, states...)
+	}
+	c.disk.Own(c.flat)
+}
