@@ -129,7 +129,7 @@ func TestASnapshotReplacesTheSegmentsBeforeIt(t *testing.T) {
 	require.NoError(t, l.Snapshot())
 	after := counter("k0", 50)
 	src.set(after)
-	l.Own([]limiter.KeyState{after})
+	l.Own([]limiter.KeyState{after, {Key: "k1", Window: time.Minute}}) // k1 reset: its tombstone
 
 	names, _ := fs.List()
 	segs, snaps := 0, 0
@@ -142,8 +142,9 @@ func TestASnapshotReplacesTheSegmentsBeforeIt(t *testing.T) {
 
 	_, r := open(t, fs.Kill(), newSource(), me)
 	got := byKey(r)
-	assert.Len(t, got, 100)
+	assert.Len(t, got, 99)
 	assert.Equal(t, int64(50), got["k0"], "the append after the snapshot replaces its state")
+	assert.NotContains(t, got, "k1", "a tombstone after the snapshot hides its state")
 	assert.Equal(t, int64(100), got["k99"])
 	require.Len(t, r.Replicas, 1)
 	assert.Equal(t, "n3", r.Replicas[0].Origin)
