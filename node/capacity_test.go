@@ -290,7 +290,9 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 	// from files (peerlimit_config_info, its reload timestamp) exist.
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("login: {algorithm: SLIDING_WINDOW_LOG, limit: 3, window: 1h}\n"), 0o600))
-	n := testcluster.New(t, 1, func(c *node.Config) { c.PoliciesFile = path }).Node(0)
+	// With a data directory, so that persistence's metrics exist.
+	dir := t.TempDir()
+	n := testcluster.New(t, 1, func(c *node.Config) { c.PoliciesFile, c.Persist.Dir = path, dir }).Node(0)
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
