@@ -180,9 +180,34 @@ func Start(cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
-	var mlc *memberlist.Config
-	if c.cfg.Profile == ProfileLocal {
-		mlc = memberlist.DefaultLocalConfig()
+	mlc := profileConfig(c.cfg.Profile)
+	mlc.Name = c.cfg.ID
+	mlc.Logger = nil
+	mlc.LogOutput = &logBridge{log: c.log}
+	mlc.Events = &events{c}
+	mlc.Delegate = &delegate{c}
+	if len(c.cfg.SecretKey) > 0 {
+		mlc.SecretKey = c.cfg.SecretKey
+	}
+	if len(c.cfg.Keys) > 0 {
+		var err error
+		if mlc.Keyring, err = memberlist.NewKeyring(c.cfg.Keys[1:], c.cfg.Keys[0]); err != nil {
+			return nil, fmt.Errorf("cluster: Keys: %w", err)
+		}
+		c.keyring = mlc.Keyring
+	}
+	if c.cfg.Network != nil { // in memory: no address to bind
+		t := c.cfg.Network.transport(c.cfg.ID)
+		mlc.Transport, mlc.BindAddr, mlc.BindPort, mlc.AdvertisePort = t, t.ip.String(), t.port, t.port
+		return mlc, nil
+	}
+	return mlc, c.bind(mlc)
+}
+
+// profileConfig is memberlist's configuration for a timing profile.
+func profileConfig(p Profile) *memberlist.Config {
+	if p == ProfileLocal {
+		mlc := memberlist.DefaultLocalConfig()
 		mlc.ProbeInterval = 200 * time.Millisecond
 		mlc.ProbeTimeout = 100 * time.Millisecond
 		mlc.GossipInterval = 50 * time.Millisecond
@@ -191,46 +216,37 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		mlc.PushPullInterval = 2 * time.Second
 		mlc.GossipToTheDeadTime = 5 * time.Second
 		mlc.DeadNodeReclaimTime = time.Second
-	} else {
-		mlc = memberlist.DefaultLANConfig()
-		mlc.ProbeInterval = 500 * time.Millisecond
-		mlc.ProbeTimeout = 250 * time.Millisecond
-		mlc.GossipInterval = 100 * time.Millisecond
-		mlc.TCPTimeout = 2 * time.Second
-		mlc.PushPullInterval = 15 * time.Second
-		mlc.DeadNodeReclaimTime = 10 * time.Second
+		return mlc
 	}
-	mlc.Name = c.cfg.ID
-	mlc.Logger = nil
-	mlc.LogOutput = &logBridge{log: c.log}
+	mlc := memberlist.DefaultLANConfig()
+	mlc.ProbeInterval = 500 * time.Millisecond
+	mlc.ProbeTimeout = 250 * time.Millisecond
+	mlc.GossipInterval = 100 * time.Millisecond
+	mlc.TCPTimeout = 2 * time.Second
+	mlc.PushPullInterval = 15 * time.Second
+	mlc.DeadNodeReclaimTime = 10 * time.Second
+	return mlc
+}
+
+// bind sets mlc's addresses from BindAddr and AdvertiseAddr. A node bound
+// to one address also sends from it (boundTransport); a wildcard bind
+// leaves the choice to memberlist and the kernel.
+func (c *Cluster) bind(mlc *memberlist.Config) error {
 	host, port, err := splitHostPort(c.cfg.BindAddr)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: BindAddr: %w", err)
+		return fmt.Errorf("cluster: BindAddr: %w", err)
 	}
 	mlc.BindAddr, mlc.BindPort = host, port
 	mlc.AdvertisePort = port
 	if c.cfg.AdvertiseAddr != "" {
 		if mlc.AdvertiseAddr, mlc.AdvertisePort, err = splitHostPort(c.cfg.AdvertiseAddr); err != nil {
-			return nil, fmt.Errorf("cluster: AdvertiseAddr: %w", err)
+			return fmt.Errorf("cluster: AdvertiseAddr: %w", err)
 		}
 	}
-	if len(c.cfg.SecretKey) > 0 {
-		mlc.SecretKey = c.cfg.SecretKey
-	}
-	if len(c.cfg.Keys) > 0 {
-		if mlc.Keyring, err = memberlist.NewKeyring(c.cfg.Keys[1:], c.cfg.Keys[0]); err != nil {
-			return nil, fmt.Errorf("cluster: Keys: %w", err)
-		}
-		c.keyring = mlc.Keyring
-	}
-	mlc.Events = &events{c}
-	mlc.Delegate = &delegate{c}
-	// A node bound to one address also sends from it (boundTransport).
-	// A wildcard bind leaves the choice to memberlist and the kernel.
 	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		t, bound, err := newBoundTransport(host, port, mlc.LogOutput)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		mlc.Transport = t
 		if mlc.BindPort == 0 {
@@ -240,7 +256,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 			}
 		}
 	}
-	return mlc, nil
+	return nil
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -93,6 +93,9 @@ type Config struct {
 	// counts from its disk at this start (Member.Restored): its heirs
 	// then know it holds what they promoted from its replicas.
 	Restored bool
+	// Network, if set, carries the gossip in memory instead of over UDP
+	// and TCP (BindAddr and AdvertiseAddr unused): the simulation's.
+	Network *MemNetwork
 	// Logger receives membership events and memberlist's own logs.
 	Logger *slog.Logger
 	// OnChange receives the membership after every change: every member
@@ -165,7 +168,7 @@ func (c Config) Validate() error {
 	if c.ID == "" {
 		errs = append(errs, errors.New("ID must not be empty"))
 	}
-	if c.BindAddr == "" {
+	if c.BindAddr == "" && c.Network == nil {
 		errs = append(errs, errors.New("BindAddr must be set"))
 	}
 	if c.GRPCAddr == "" {

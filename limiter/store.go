@@ -682,3 +682,8 @@ func (s *Store) Stats() Stats {
 // deciding it: a node checks requests before forwarding them, so a bad one
 // is refused where it arrived.
 func (s *Store) Validate(r Request) error { return s.cfg.validateOp(&r) }
+
+// ValidateRequest is Store.Validate for a store of this Config: what a
+// request must be to be served, before any store exists (the node loads
+// its policies against it before it builds its store).
+func (c Config) ValidateRequest(r Request) error { return c.validateOp(&r) }

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -15,9 +14,15 @@ import (
 type chores struct {
 	store    *limiter.Store
 	capacity *capacityReport // written by sweep only
-	sampler  *console.Sampler
+	sampler  sampler
 	now      func() time.Time
 	log      *slog.Logger
+}
+
+// sampler is what samples the node's metrics for the console
+// (console.Sampler).
+type sampler interface {
+	Sample(now time.Time) error
 }
 
 // sweep frees expired keys and reports the store's capacity; the node

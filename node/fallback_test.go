@@ -218,7 +218,7 @@ func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
 
 	// Handoff while b is unreachable: the state cannot go, so it is put
 	// back; nothing admitted is forgotten.
-	left := e.a.handoff.Run(context.Background())
+	left := e.a.core.HandOff(context.Background())
 	assert.Positive(t, left, "keys left behind")
 	assert.GreaterOrEqual(t, fbMetric(t, e.a, `peerlimit_handoffs_total{result="failed"}`), 1.0)
 	assert.Equal(t, 1, e.a.Store().PartitionLen(e.a.Store().PartitionOf(e.bKey)), "a's store still holds b's key")

@@ -146,17 +146,9 @@ func (r *capacityReport) report(st limiter.Stats) {
 		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
-// nodeMetrics are the node's own: ring changes, members. The
-// configurations' are package configs'.
-type nodeMetrics struct {
-	ringChanges prometheus.Counter
-}
-
-func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
-	m := &nodeMetrics{
-		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "peerlimit", Name: "ring_changes_total",
-			Help: "Times this node's ring was rebuilt because membership changed."}),
-	}
+// registerMembers exposes the members this node sees. Ring changes are
+// the Core's; the configurations', package configs'.
+func registerMembers(reg prometheus.Registerer, n *Node) error {
 	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "members",
 		Help: "Live members in this node's view, itself included."}, func() float64 {
 		if n.members == nil {
@@ -164,10 +156,5 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) (*nodeMetrics, error) {
 		}
 		return float64(len(n.members.Members()))
 	})
-	for _, c := range []prometheus.Collector{m.ringChanges, members} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return reg.Register(members)
 }

@@ -25,15 +25,10 @@ import (
 	"github.com/peerlimit/peerlimit/cluster"
 	"github.com/peerlimit/peerlimit/configs"
 	"github.com/peerlimit/peerlimit/console"
-	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
-	"github.com/peerlimit/peerlimit/internal/loop"
-	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
-	"github.com/peerlimit/peerlimit/persist"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/ring"
 	"github.com/peerlimit/peerlimit/route"
@@ -43,24 +38,17 @@ import (
 
 // Node is a running peerlimit node. Its methods are safe for concurrent use.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	store   *limiter.Store
-	svc     *route.Service
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	// core is the node without its faces: the store and its disk,
+	// ownership, the request path, replicas, handoff, leases, their loops.
+	core    *Core
+	svc     *route.Service // core's
 	peers   *peerrpc.Peers
-	handoff *handoff.Sender
-	// own decides who decides each key, as this node sees it: the ring,
-	// the partitions that wait for their state, the share (ownership.go).
-	own     *ownership.Tracker
 	members *cluster.Cluster
-	repl    replication
-	leases  *lease.Book  // nil with leases off
-	disk    *persist.Log // the data directory; nil without one
-	changes *changes     // each round's changes, to the backups and the disk
 	sec     *security.Credentials
 	health  *health.Server
-	metrics *nodeMetrics
 	// configs are the policies and the Envoy rules the node serves, and
 	// what reloads them.
 	configs *configs.Set
@@ -76,10 +64,7 @@ type Node struct {
 	grpcLn  net.Listener
 	httpLn  net.Listener
 
-	capacity capacityReport // written by the sweeper only
-
 	serving atomic.Bool
-	loops   *loop.Group    // the periodic work: sweeping, handing off, replicating, leases, sampling
 	wg      sync.WaitGroup // the servers
 
 	stopOnce sync.Once
@@ -99,15 +84,15 @@ func (n *Node) GossipAddr() string { return n.members.GossipAddr() }
 func (n *Node) ID() string { return n.cfg.ID }
 
 // Store exposes the node's limiter state, for tests and embedding.
-func (n *Node) Store() *limiter.Store { return n.store }
+func (n *Node) Store() *limiter.Store { return n.core.store }
 
 // Ring returns the node's current view of ownership.
-func (n *Node) Ring() *ring.Ring { return n.own.View().Ring() }
+func (n *Node) Ring() *ring.Ring { return n.core.Ring() }
 
 // HandoffsWaiting returns how many partitions this node has come to own
 // whose state other members have not yet said they handed over: their
 // answers are marked degraded meanwhile.
-func (n *Node) HandoffsWaiting() int { return n.own.View().Waiting() }
+func (n *Node) HandoffsWaiting() int { return n.core.Waiting() }
 
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
@@ -128,13 +113,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// racing the final one could be cut short by halt and put its
 		// state back into a store about to vanish.
 		n.stopLoops()
-		n.own.Leaving() // a ring without this node
+		n.core.Leaving() // a ring without this node
 		if err := n.members.Leave(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if left := n.handoff.Run(ctx); left > 0 && n.disk == nil {
-			errs = append(errs, fmt.Errorf("%d keys could not be handed off", left))
-		}
+		n.core.HandOff(ctx) // what is left goes in the last round, below
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 			n.httpSrv.Close()
@@ -142,16 +125,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if err := n.stopGRPC(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if n.leases != nil { // no call can admit from them any more
-			n.leases.SettleWithOwners(ctx, n.cfg.Now(), true)
-		}
+		n.core.SettleLeases(ctx) // no call can admit from them any more
 		// Decisions made by calls that were in flight during the handoff.
-		if left := n.handoff.Run(ctx); left > 0 {
-			errs = append(errs, n.keptOnDisk(left))
+		if left := n.core.HandOff(ctx); left > 0 {
+			errs = append(errs, n.core.KeptOnDisk(left))
 		}
 		// The disk's last word comes after the last handoff and the last
 		// call served: whatever this node still holds, it keeps there.
-		errs = append(errs, n.closeDisk())
+		errs = append(errs, n.core.CloseDisk())
 		n.stopErr = errors.Join(append(errs, n.halt(), n.stopTracing(ctx))...)
 		n.log.Info("stopped")
 	})
@@ -191,50 +172,23 @@ func (n *Node) Kill() {
 		n.httpSrv.Close()
 		n.stopErr = n.halt()
 		_ = n.stopTracing(expired()) // as a crash: the spans not yet exported are lost
-		if n.disk != nil {
-			n.disk.Abandon() // as a crash: what was written stays, nothing more
-		}
+		n.core.Halt(true)            // as a crash: what was written to the disk stays, nothing more
 		n.log.Info("killed")
 	})
-}
-
-// keptOnDisk says what becomes of left keys a leaving node could not hand
-// off: with a data directory they stay there, for its next start (every
-// member may be stopping: a whole cluster stopped at once), which is no
-// error; without one they are lost, which is.
-func (n *Node) keptOnDisk(left int) error {
-	if n.disk == nil {
-		return fmt.Errorf("%d keys could not be handed off after draining", left)
-	}
-	n.log.Warn("keys could not be handed off; they stay in the data directory for this node's next start", "keys", left)
-	return nil
-}
-
-// closeDisk writes what changed since the last round to the data
-// directory, syncs and closes it; nothing without one.
-func (n *Node) closeDisk() error {
-	if n.disk == nil {
-		return nil
-	}
-	n.changes.flush()
-	if err := n.disk.Close(); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	return nil
 }
 
 // stopLoops stops the periodic loops (sweeper, handoff, replication,
 // sampler, leases) and what keeps the configurations current (the
 // files' watcher, the control plane's subscription), and waits for them.
 func (n *Node) stopLoops() {
-	n.loops.Stop()
+	n.core.StopLoops()
 	n.configs.Shutdown() // no reload while leaving
 }
 
 // halt stops gossip, peer connections and every goroutine of the node.
 func (n *Node) halt() error {
 	err := n.members.Shutdown()
-	n.own.Stop()
+	n.core.Halt(false)
 	n.peers.Close()
 	n.grpcSrv.Stop()
 	n.wg.Wait()

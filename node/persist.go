@@ -17,24 +17,23 @@ import (
 // states it held into the empty store; the replicas' changes wait for the
 // replica store (initReplicas). Without a data directory it says, once,
 // that counts die with the cluster.
-func (n *starter) openDisk() error {
-	if n.cfg.Persist.Dir == "" {
-		n.log.Info("no --data-dir: counts are kept in memory only (and on the heirs, with replication); a restart of the whole cluster forgets them")
+func (c *Core) openDisk(d CoreDeps) error {
+	if c.cfg.Persist.Dir == "" {
+		c.log.Info("no --data-dir: counts are kept in memory only (and on the heirs, with replication); a restart of the whole cluster forgets them")
 		return nil
 	}
-	m, err := persist.NewMetrics(n.reg)
+	m, err := persist.NewMetrics(d.Registerer)
 	if err != nil {
 		return err
 	}
-	log, restored, err := persist.Open(n.cfg.Persist, persist.Identity{Cluster: n.cfg.ClusterName, Node: n.cfg.ID},
-		persist.Deps{Source: diskSource{n.Node}, Logger: n.log, Metrics: m})
+	log, restored, err := persist.Open(c.cfg.Persist, persist.Identity{Cluster: c.cfg.ClusterName, Node: c.cfg.ID},
+		persist.Deps{FS: d.FS, Source: diskSource{c}, Logger: c.log, Metrics: m})
 	if err != nil {
 		return err
 	}
-	n.onUndo(log.Abandon)
-	n.disk, n.restored = log, restored
-	merged, errs := n.store.Merge(n.cfg.Now(), restored.Own)
-	attrs := []any{"dir", n.cfg.Persist.Dir, "files", len(restored.Files), "keys", merged, "replica_changes", len(restored.Replicas),
+	c.disk, c.restored = log, restored
+	merged, errs := c.store.Merge(c.cfg.Now(), restored.Own)
+	attrs := []any{"dir", c.cfg.Persist.Dir, "files", len(restored.Files), "keys", merged, "replica_changes", len(restored.Replicas),
 		"took", restored.Took.Round(time.Millisecond)}
 	if len(errs) > 0 {
 		attrs = append(attrs, "refused", len(errs), "first", errs[0])
@@ -42,25 +41,25 @@ func (n *starter) openDisk() error {
 	if len(restored.Dropped) > 0 {
 		attrs = append(attrs, "files_read_in_part", len(restored.Dropped))
 	}
-	n.log.Info("restored counts from the data directory", attrs...)
+	c.log.Info("restored counts from the data directory", attrs...)
 	return nil
 }
 
 // restoreReplicas replays the replicas' changes the data directory held
 // into the replica store; without replication they are dropped.
-func (n *starter) restoreReplicas(rs *replica.Store) {
-	ops := n.restored.Replicas
-	n.restored.Replicas = nil
+func (c *Core) restoreReplicas(rs *replica.Store) {
+	ops := c.restored.Replicas
+	c.restored.Replicas = nil
 	if rs == nil {
 		if len(ops) > 0 {
-			n.log.Info("replication is off: the replicas the data directory held are not restored", "changes", len(ops))
+			c.log.Info("replication is off: the replicas the data directory held are not restored", "changes", len(ops))
 		}
 		return
 	}
 	for _, op := range ops {
 		if op.Drop {
 			for _, p := range op.Whole {
-				if p >= 0 && p < n.cfg.Partitions {
+				if p >= 0 && p < c.cfg.Partitions {
 					rs.Drop(p)
 				}
 			}
@@ -72,7 +71,7 @@ func (n *starter) restoreReplicas(rs *replica.Store) {
 
 // diskSource is what a snapshot writes: the store's states and the
 // replicas (persist.Source).
-type diskSource struct{ n *Node }
+type diskSource struct{ n *Core }
 
 func (s diskSource) OwnStates(yield func([]limiter.KeyState) error) error {
 	now := s.n.cfg.Now()

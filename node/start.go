@@ -21,18 +21,11 @@ import (
 	"github.com/peerlimit/peerlimit/configs"
 	"github.com/peerlimit/peerlimit/console"
 	"github.com/peerlimit/peerlimit/envoyrls"
-	"github.com/peerlimit/peerlimit/handoff"
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
-	"github.com/peerlimit/peerlimit/internal/loop"
 	"github.com/peerlimit/peerlimit/internal/wire"
-	"github.com/peerlimit/peerlimit/lease"
-	"github.com/peerlimit/peerlimit/limiter"
-	"github.com/peerlimit/peerlimit/ownership"
 	"github.com/peerlimit/peerlimit/peerrpc"
-	"github.com/peerlimit/peerlimit/persist"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
-	"github.com/peerlimit/peerlimit/replica"
 	"github.com/peerlimit/peerlimit/route"
 	"github.com/peerlimit/peerlimit/rpc"
 	"github.com/peerlimit/peerlimit/security"
@@ -47,8 +40,6 @@ import (
 type starter struct {
 	*Node
 	undo []func() // Start's cleanups, run in reverse if a later step fails
-	// restored is what the data directory held, until it is merged.
-	restored persist.Restored
 }
 
 // Start builds a node from cfg, binds its listeners, joins the cluster
@@ -59,8 +50,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &starter{Node: &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), reg: prometheus.NewRegistry(), health: health.NewServer(),
-		loops: loop.New()}}
+	n := &starter{Node: &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), reg: prometheus.NewRegistry(), health: health.NewServer()}}
 	defer func() {
 		if err != nil {
 			for i := len(n.undo) - 1; i >= 0; i-- {
@@ -69,19 +59,18 @@ func Start(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	for _, step := range []func() error{
-		n.initStore,       // the limiter state, policies and Envoy rules checked against its caps
-		n.openDisk,        // the data directory: what it held merged into the store, before anything serves
-		n.initMetrics,     // the registry's node-wide collectors
-		n.initConsole,     // the sampler of the console's charts
-		n.initSecurity,    // TLS material, tokens, cluster secrets
-		n.initListeners,   // bound now, so that the ring and peers know this node's address
-		n.initTracing,     // the span exporter, before anything records spans
-		n.initRequestPath, // ownership, peers, route.Service, handoff
-		n.initGRPC,        // the public, peer, Envoy, health and reflection services
-		n.initHTTP,        // the JSON API, metrics, probes
-		n.serve,           // before joining: the moment others see this node they call it
-		n.joinCluster,     // gossip; membership changes move ownership from here on
-		n.startConfigs,    // files reloaded as they change (WatchConfig), the control plane subscribed to, digests advertised
+		n.initMetrics,   // the registry's node-wide collectors
+		n.initConsole,   // the sampler of the console's charts
+		n.initSecurity,  // TLS material, tokens, cluster secrets
+		n.initListeners, // bound now, so that the ring and peers know this node's address
+		n.initTracing,   // the span exporter, before anything records spans
+		n.initConfigs,   // policies and Envoy rules, checked against the store's caps
+		n.initCore,      // the peers, and the Core: the store restored from its disk, ownership, route.Service, handoff, replicas
+		n.initGRPC,      // the public, peer, Envoy, health and reflection services
+		n.initHTTP,      // the JSON API, metrics, probes
+		n.serve,         // before joining: the moment others see this node they call it
+		n.joinCluster,   // gossip; membership changes move ownership from here on
+		n.startConfigs,  // files reloaded as they change (WatchConfig), the control plane subscribed to, digests advertised
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -92,25 +81,47 @@ func Start(cfg Config) (_ *Node, err error) {
 	return n.Node, nil
 }
 
-// initStore creates the store, and loads the policy file and the Envoy
-// rate limit configuration, each checked against the store's caps so that
-// a limit no request could use is refused now rather than on every
-// request.
-func (n *starter) initStore() (err error) {
-	lc := n.cfg.Limiter
-	lc.TrackChanges = n.cfg.Replication.Factor > 0 || n.cfg.Persist.Dir != "" // what the replicator sends, and the disk keeps
-	if n.store, err = limiter.New(lc, n.cfg.Partitions); err != nil {
+// initCore makes the connections to the peers and the Core over them:
+// the store, restored from its data directory, and the request path.
+func (n *starter) initCore() (err error) {
+	routeMetrics, err := route.NewMetrics(n.reg)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	dial := n.sec.PeerDialOptions()
+	if d := dialFrom(n.grpcLn.Addr()); d != nil {
+		dial = append(dial, grpc.WithContextDialer(d))
+	}
+	if n.peers, err = peerrpc.NewPeers(n.cfg.Peers, n.cfg.ID, routeMetrics, append(dial, n.cfg.PeerDialOptions...)...); err != nil {
 		return err
 	}
-	n.capacity = capacityReport{log: n.log, cfg: n.store.Config()}
-	n.configs, err = configs.New(n.cfg.Config, configs.Deps{Self: n.cfg.ID, Check: n.store.Validate, Now: n.cfg.Now, Logger: n.log,
+	n.onUndo(n.peers.Close)
+	deps := CoreDeps{Addr: n.GRPCAddr(), Peers: n.peers, Connections: n.peers, Registerer: n.reg,
+		RouteMetrics: routeMetrics, Samples: n.sampler, Tracer: n.traces.Tracer(routeTracer)}
+	if r := n.configs.PolicyRegistry(); r != nil { // a nil *Registry in the interface would not be nil
+		deps.Policies = r
+	}
+	n.core, err = NewCore(n.cfg, deps)
+	if err != nil {
+		return err
+	}
+	n.onUndo(func() { n.core.Halt(true) })
+	n.svc = n.core.svc
+	return nil
+}
+
+// initConfigs loads the policy file and the Envoy rate limit
+// configuration, each checked against the store's caps so that a limit
+// no request could use is refused now rather than on every request.
+func (n *starter) initConfigs() (err error) {
+	n.configs, err = configs.New(n.cfg.Config, configs.Deps{Self: n.cfg.ID, Check: n.cfg.Limiter.ValidateRequest, Now: n.cfg.Now, Logger: n.log,
 		Registerer: n.reg, Health: n.health, Serving: n.serving.Load})
 	return err
 }
 
 func (n *starter) initMetrics() (err error) {
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newStoreCollector(n.store))
-	if n.metrics, err = newNodeMetrics(n.reg, n.Node); err != nil {
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err = registerMembers(n.reg, n.Node); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
@@ -131,60 +142,6 @@ func (n *starter) initListeners() (err error) {
 		return fmt.Errorf("http listen on %s: %w", n.cfg.HTTPAddr, err)
 	}
 	n.onUndo(func() { n.httpLn.Close() })
-	return nil
-}
-
-// initRequestPath builds what a check goes through: the ring (this node
-// alone until gossip says otherwise), the connections to peers, the
-// route.Service, and the handoff that moves state to its owners.
-func (n *starter) initRequestPath() error {
-	routeMetrics, err := route.NewMetrics(n.reg)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	dial := n.sec.PeerDialOptions()
-	if d := dialFrom(n.grpcLn.Addr()); d != nil {
-		dial = append(dial, grpc.WithContextDialer(d))
-	}
-	if n.peers, err = peerrpc.NewPeers(n.cfg.Peers, n.cfg.ID, routeMetrics, append(dial, n.cfg.PeerDialOptions...)...); err != nil {
-		return err
-	}
-	n.onUndo(n.peers.Close)
-	handoffMetrics, err := handoff.NewMetrics(n.reg)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	if err := n.initReplicas(); err != nil {
-		return err
-	}
-	if err := n.initOwnership(); err != nil {
-		return err
-	}
-	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
-	deps := route.Deps{NodeID: n.cfg.ID, Store: n.store, Now: n.cfg.Now, Cluster: n.own, Peers: n.peers,
-		Samples: n.sampler, Metrics: routeMetrics, HandoffMetrics: handoffMetrics, Logger: n.log, Tracer: n.traces.Tracer(routeTracer)}
-	if n.repl.failover != nil {
-		deps.Failover, replicas = n.repl.failover, n.repl.failover
-	}
-	if r := n.configs.PolicyRegistry(); r != nil { // a nil *Registry in the interface would not be nil
-		deps.Policies = r
-	}
-	if err := n.initLeases(&deps); err != nil {
-		return err
-	}
-	if n.svc, err = route.NewService(n.cfg.Route, deps); err != nil {
-		return err
-	}
-	if err := n.initReplicator(); err != nil {
-		return err
-	}
-	if n.handoff, err = handoff.New(handoff.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers, Ring: n.Ring,
-		Leaving: func() bool { return n.own.View().Leaving() }, Now: n.cfg.Now, Logger: n.log, Metrics: handoffMetrics, Replicas: replicas}); err != nil {
-		return err
-	}
-	if err := registerCapacity(n.reg, n.cfg, n.svc, n.leases); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
 	return nil
 }
 
@@ -224,8 +181,8 @@ func (n *starter) initGRPC() error {
 	api.MembersFunc, api.Drain, api.Console = n.membersProto, n.drain, n.consoleView()
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
 	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
-	if err := n.configs.RegisterEnvoyRLS(n.grpcSrv, envoyrls.ServerDeps{Checker: n.svc, Validate: n.store.Validate,
-		MaxKeyBytes: n.store.Config().MaxKeyBytes, Logger: n.log,
+	if err := n.configs.RegisterEnvoyRLS(n.grpcSrv, envoyrls.ServerDeps{Checker: n.svc, Validate: n.core.store.Validate,
+		MaxKeyBytes: n.core.store.Config().MaxKeyBytes, Logger: n.log,
 		Tracer: n.traces.Tracer(envoyRLSTracer), Propagator: tracing.Propagator()}); err != nil {
 		return err
 	}
@@ -305,7 +262,7 @@ func (n *starter) joinCluster() (err error) {
 	n.members, err = cluster.Start(cluster.Config{
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.GossipKeys(), Profile: n.cfg.GossipProfile,
-		ConfigDigests: n.configs.Digests(), Restored: len(n.restored.Files) > 0, Logger: n.log, OnChange: n.membershipChanged,
+		ConfigDigests: n.configs.Digests(), Restored: n.core.Restored(), Logger: n.log, OnChange: n.membershipChanged,
 	})
 	if err != nil {
 		return err
@@ -324,103 +281,21 @@ func (n *starter) joinCluster() (err error) {
 	// first delivery (a node restarted after a crash would otherwise
 	// decide every key it receives from zero for that moment).
 	n.membershipChanged(n.members.View())
-	n.own.Joined()
+	n.core.Joined()
 	return nil
 }
 
-// startServing turns health to SERVING and starts the loops, each in
-// the package whose work it is: the sweeper and the rest of the node's
-// chores, the handoff sender, replication, the budget leases'
-// settlement.
+// startServing turns health to SERVING and starts the Core's loops.
 func (n *starter) startServing() {
 	n.serving.Store(true)
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(pb.RateLimiter_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.configs.UpdateHealth() // the Envoy service's, from its rules
-	chores := &chores{store: n.store, capacity: &n.capacity, sampler: n.sampler, now: n.cfg.Now, log: n.log}
-	chores.sample()
-	n.loops.Every(sampleInterval, chores.sample)
-	n.loops.Every(n.cfg.SweepInterval, chores.sweep)
-	n.loops.Every(time.Second, chores.expireReservations)
-	n.loops.Go(func(stop <-chan struct{}) { n.handoff.Serve(stop, n.cfg.HandoffInterval) })
-	if n.leases != nil {
-		n.loops.Every(n.leases.Duration()/4, func() { n.leases.Tend(context.Background(), n.cfg.Now()) })
-	}
-	n.changes = &changes{store: n.store, repl: n.repl.sender, disk: n.disk, now: n.cfg.Now}
-	if n.repl.sender != nil || n.disk != nil {
-		n.loops.Every(n.cfg.Replication.Interval, n.changes.round)
-	}
-	if n.repl.failover != nil {
-		n.loops.Every(n.cfg.SweepInterval, func() { n.repl.failover.Sweep(n.cfg.Now()) })
-	}
-	if n.disk != nil {
-		n.loops.Go(n.disk.Serve)
-	}
+	n.core.Start(n.sampler)
 }
 
 // onUndo registers what undoes a step, should a later one fail.
 func (n *starter) onUndo(f func()) { n.undo = append(n.undo, f) }
-
-// initOwnership creates the tracker of who decides each key: this node
-// alone until the join delivers the members. After the peers and the
-// replicas, which its effects use.
-func (n *starter) initOwnership() (err error) {
-	n.own, err = ownership.NewTracker(ownership.Config{
-		Self: n.cfg.ID, Addr: n.GRPCAddr(), Ring: n.cfg.Ring, Partitions: n.cfg.Partitions,
-		ShareFor: n.cfg.ShareFor, MaxWait: 2 * n.cfg.HandoffInterval, Holdings: n.store,
-	}, ownership.TrackerDeps{Effects: ownershipEffects{n.Node}, Logger: n.log})
-	if err != nil {
-		return err
-	}
-	n.onUndo(n.own.Stop)
-	return nil
-}
-
-// initReplicas creates the replica store and its failover. Before the
-// route.Service, which decides from them.
-func (n *starter) initReplicas() (err error) {
-	if n.cfg.Replication.Factor == 0 {
-		n.restoreReplicas(nil)
-		return nil
-	}
-	if n.repl.metrics, err = replica.NewMetrics(n.reg); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	var journal replica.Journal // nil unless persisting: a nil *persist.Log in the interface would not be nil
-	if n.disk != nil {
-		journal = n.disk
-	}
-	n.repl.store = replica.NewStore(n.cfg.Partitions, n.cfg.Replication.MaxKeys, n.cfg.Limiter.MaxLogLimit, n.repl.metrics, journal)
-	n.restoreReplicas(n.repl.store)
-	n.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: n.cfg.ID, Store: n.store, Replicas: n.repl.store,
-		Ring: n.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
-	return err
-}
-
-// initReplicator creates what sends this node's changes to its backups.
-// After the peers.
-func (n *starter) initReplicator() (err error) {
-	if n.cfg.Replication.Factor == 0 {
-		return nil
-	}
-	n.repl.sender, err = replica.NewReplicator(replica.Deps{Self: n.cfg.ID, Store: n.store, Peers: n.peers,
-		Ring: n.Ring, Now: n.cfg.Now, Logger: n.log, Metrics: n.repl.metrics})
-	return err
-}
-
-// initLeases creates the budget leases' book and gives it to the request
-// path; none with Config.Lease.Duration 0.
-func (n *starter) initLeases(deps *route.Deps) error {
-	m, err := lease.NewMetrics(n.reg)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	if n.leases, err = lease.New(n.cfg.Lease, lease.Deps{Store: n.store, Peers: n.peers, Metrics: m, Logger: n.log}); err != nil {
-		return err
-	}
-	deps.Leases = n.leases
-	return nil
-}
 
 func (n *starter) initConsole() (err error) {
 	n.sampler, err = console.NewSampler(n.reg, console.DefaultKeep)
@@ -429,7 +304,7 @@ func (n *starter) initConsole() (err error) {
 
 // consoleView is the node's console API over its request path and peers.
 func (n *starter) consoleView() consoleAPI {
-	return consoleAPI{n.svc.Queries, console.NewCluster(n.cfg.ID, n.own, n.peers, n.svc.Peer, n.cfg.Now)}
+	return consoleAPI{n.svc.Queries, console.NewCluster(n.cfg.ID, n.core.own, n.peers, n.svc.Peer, n.cfg.Now)}
 }
 
 // initTracing builds the span exporter of Config.Tracing (a provider that
