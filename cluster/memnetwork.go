@@ -23,6 +23,7 @@ type MemNetwork struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*memTransport
+	ips    map[string]net.IP // by member id: a member back after a restart keeps its address
 	next   int
 }
 
@@ -40,20 +41,25 @@ func NewMemNetwork(links Links) *MemNetwork {
 	if links == nil {
 		links = openLinks{}
 	}
-	return &MemNetwork{links: links, byAddr: map[string]*memTransport{}}
+	return &MemNetwork{links: links, byAddr: map[string]*memTransport{}, ips: map[string]net.IP{}}
 }
 
 type openLinks struct{}
 
 func (openLinks) Gossip(string, string) (bool, time.Duration) { return true, 0 }
 
-// transport returns a new member's end of the network, at an address of
-// its own (10.0.x.y:7946; a member back after a restart gets a new one).
+// transport returns a member's end of the network, at an address of its
+// own (10.0.x.y:7946), the one it had before if it restarts, as a process
+// restarted in place, or a pod on its old address, comes back.
 func (n *MemNetwork) transport(id string) *memTransport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.next++
-	ip := net.IPv4(10, 0, byte(n.next>>8), byte(n.next))
+	ip := n.ips[id]
+	if ip == nil {
+		n.next++
+		ip = net.IPv4(10, 0, byte(n.next>>8), byte(n.next))
+		n.ips[id] = ip
+	}
 	t := &memTransport{net: n, id: id, ip: ip, port: 7946,
 		packets: make(chan *memberlist.Packet, 1024), streams: make(chan net.Conn, 64), done: make(chan struct{})}
 	n.byAddr[t.addr()] = t

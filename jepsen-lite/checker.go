@@ -20,7 +20,7 @@ type History struct {
 	Ops      []Op              `json:"ops"`
 	Views    []View            `json:"views"`
 	Events   []Event           `json:"events"`
-	Up       map[string][]span `json:"up"`
+	Up       map[string][]Span `json:"up"`
 	// ClockRate is the scenario's Scenario.ClockRate.
 	ClockRate float64 `json:"clock_rate,omitempty"`
 }

@@ -24,7 +24,7 @@ func history(ops []Op, events ...Event) History {
 			{Name: "counter", Algorithm: pb.Algorithm_SLIDING_WINDOW_COUNTER, Limit: 3, Window: time.Second},
 		},
 		Ops: ops, Events: all,
-		Up: map[string][]span{"n1": {{From: 0}}, "n2": {{From: 0}}, "n3": {{From: 0}}},
+		Up: map[string][]Span{"n1": {{From: 0}}, "n2": {{From: 0}}, "n3": {{From: 0}}},
 	}
 }
 
@@ -153,7 +153,7 @@ func TestAvailabilityCountsOnlyNodesThatWereUp(t *testing.T) {
 		{Key: 0, Node: "n2", Invoke: 100 * ms, Complete: 300 * ms, Outcome: Allowed, Owner: "n1", Degraded: true},
 		{Key: 0, Node: "n3", Invoke: 3 * time.Second, Complete: 4 * time.Second, Outcome: Timeout},
 	})
-	h.Up["n3"] = []span{{From: 0, To: 2 * time.Second}} // paused at 2 s
+	h.Up["n3"] = []Span{{From: 0, To: 2 * time.Second}} // paused at 2 s
 	r := Analyze(h)
 	assert.Equal(t, Availability{Ops: 3, Answered: 2, Fast: 1, Degraded: 1, Timeouts: 1}, r.All)
 	assert.Equal(t, Availability{Ops: 2, Answered: 2, Fast: 1, Degraded: 1}, r.Healthy)

@@ -101,11 +101,12 @@ type Env struct {
 
 	mu   sync.Mutex
 	cut  map[[2]string]bool // node ids whose link is cut
-	up   map[string][]span  // when each node was answering
+	up   map[string][]Span  // when each node was answering
 	seen map[string]bool    // answering after the last step
 }
 
-type span struct{ From, To time.Duration } // To 0: still up
+// Span is a stretch of the run when a node was answering; To 0: still up.
+type Span struct{ From, To time.Duration }
 
 func (e *Env) now() time.Duration { return time.Since(e.start) }
 
@@ -200,7 +201,7 @@ func (e *Env) track(begin, end time.Duration, obs []string) {
 	for _, id := range obs {
 		now[id] = true
 		if !e.seen[id] {
-			e.up[id] = append(e.up[id], span{From: end})
+			e.up[id] = append(e.up[id], Span{From: end})
 		}
 	}
 	for id := range e.seen {
@@ -231,7 +232,16 @@ func (e *Env) observable() []string {
 func (e *Env) expectation(obs []string) (map[string][]string, map[string]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	side := map[string]int{}
+	return Expectation(obs, func(a, b string) bool { return e.cut[pair(a, b)] })
+}
+
+// Expectation returns, for the observable nodes obs, each one's side of
+// the network (the nodes it reaches, through others or directly, over
+// links cut does not cut) and the alive set its view must converge to:
+// its side's nodes, sorted. A member cut from one other but reached
+// through a third (a bridge) stays on the one side: agreement keeps it.
+func Expectation(obs []string, cut func(a, b string) bool) (expect map[string][]string, side map[string]int) {
+	side = map[string]int{}
 	for _, id := range obs {
 		side[id] = -1
 	}
@@ -246,7 +256,7 @@ func (e *Env) expectation(obs []string) (map[string][]string, map[string]int) {
 			x := queue[0]
 			queue = queue[1:]
 			for _, y := range obs {
-				if side[y] < 0 && !e.cut[pair(x, y)] {
+				if side[y] < 0 && !cut(x, y) {
 					side[y] = n
 					queue = append(queue, y)
 				}
@@ -254,7 +264,7 @@ func (e *Env) expectation(obs []string) (map[string][]string, map[string]int) {
 		}
 		n++
 	}
-	expect := map[string][]string{}
+	expect = map[string][]string{}
 	for _, x := range obs {
 		for _, y := range obs {
 			if side[y] == side[x] {
@@ -324,7 +334,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	defer clients.Close()
 
 	env := &Env{b: b, clients: clients, log: log, ids: b.Nodes(),
-		cut: map[[2]string]bool{}, up: map[string][]span{}, seen: map[string]bool{}}
+		cut: map[[2]string]bool{}, up: map[string][]Span{}, seen: map[string]bool{}}
 	if err := startCluster(ctx, env, sc.Nodes); err != nil {
 		return nil, err
 	}

@@ -44,8 +44,10 @@ type Faults struct {
 	// call's request is lost (the member never acts) or its reply is (the
 	// member acted, the caller never hears).
 	DropRequests, DropReplies float64
-	// Delay holds every call this long before the member acts on it.
-	Delay time.Duration
+	// Delay holds every call this long before the member acts on it;
+	// Jitter adds a uniform [-Jitter, +Jitter] to each call's (never
+	// below zero).
+	Delay, Jitter time.Duration
 }
 
 // Network connects members. Its methods are safe for concurrent use.
@@ -209,6 +211,34 @@ type fate struct {
 	replyLost bool
 }
 
+// delayOf draws a call's delay over a link with faults f. Requires n.mu
+// held.
+func (n *Network) delayOf(f Faults) time.Duration {
+	if f.Jitter <= 0 {
+		return f.Delay
+	}
+	return max(f.Delay+time.Duration(n.rng.Int64N(int64(2*f.Jitter)+1))-f.Jitter, 0)
+}
+
+// Gossip decides the fate of a gossip packet or connection from one
+// member to another by the same faults as the calls
+// (cluster.MemNetwork's Links): lost over a cut link, with the requests'
+// drop probability, or to or from a paused member (it neither reads nor
+// sends: a simulation pauses no goroutine, so its gossip is what stops);
+// else delivered after the link's delay.
+func (n *Network) Gossip(from, to string) (deliver bool, delay time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.paused[from] != nil || n.paused[to] != nil {
+		return false, 0
+	}
+	f := n.faults[link{from, to}]
+	if f.Cut || n.rng.Float64() < f.DropRequests {
+		return false, 0
+	}
+	return true, n.delayOf(f)
+}
+
 func (n *Network) fate(from, to string) fate {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -221,7 +251,11 @@ func (n *Network) fate(from, to string) fate {
 	if f.Cut || n.rng.Float64() < f.DropRequests {
 		return fate{lost: true}
 	}
-	out := fate{h: m.handler(), wait: n.paused[to], delay: f.Delay, replyLost: n.rng.Float64() < f.DropReplies}
+	wait := n.paused[to]
+	if wait == nil {
+		wait = n.paused[from] // a paused member sends nothing either, until it resumes
+	}
+	out := fate{h: m.handler(), wait: wait, delay: n.delayOf(f), replyLost: n.rng.Float64() < f.DropReplies}
 	if out.later = out.wait != nil || out.delay > 0; out.later {
 		n.late.Add(1) // under mu, so that Close, once it holds mu, waits for it
 	}
