@@ -76,6 +76,11 @@ type memTransport struct {
 	streams chan net.Conn
 	done    chan struct{}
 	once    sync.Once
+	// connMu orders a connection's arrival with the shutdown, which
+	// closes what arrived unread: net.Pipe's writes wait for a reader,
+	// and a member gone must not leave its dialers waiting.
+	connMu sync.Mutex
+	closed bool
 }
 
 var _ memberlist.NodeAwareTransport = (*memTransport)(nil)
@@ -143,15 +148,28 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	}
 	time.Sleep(delay)
 	local, remote := net.Pipe()
-	select {
-	case dest.streams <- remote:
+	if dest.accept(remote) {
 		return local, nil
-	case <-dest.done:
-	default:
 	}
 	local.Close()
 	remote.Close()
 	return nil, fmt.Errorf("dial %s: %w", a.Addr, errors.New("connection refused"))
+}
+
+// accept queues a connection for memberlist to read, unless the
+// transport is shut down or its queue is full.
+func (t *memTransport) accept(c net.Conn) bool {
+	t.connMu.Lock()
+	defer t.connMu.Unlock()
+	if t.closed {
+		return false
+	}
+	select {
+	case t.streams <- c:
+		return true
+	default:
+		return false
+	}
 }
 
 // StreamCh implements memberlist.Transport.
@@ -175,6 +193,17 @@ func (t *memTransport) Shutdown() error {
 		t.net.mu.Lock()
 		delete(t.net.byAddr, t.addr())
 		t.net.mu.Unlock()
+		t.connMu.Lock()
+		t.closed = true
+		t.connMu.Unlock()
+		for {
+			select {
+			case c := <-t.streams: // nobody will read it: its dialer's writes fail
+				c.Close()
+			default:
+				return
+			}
+		}
 	})
 	return nil
 }

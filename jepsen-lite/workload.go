@@ -45,6 +45,9 @@ type Op struct {
 	Owner    string        `json:"owner,omitempty"` // the node that decided
 	Degraded bool          `json:"degraded,omitempty"`
 	Err      string        `json:"err,omitempty"`
+	// Via is how the node that received it answered (peer.Via), where
+	// the harness can tell: the simulation's.
+	Via string `json:"via,omitempty"`
 }
 
 // Latency is the time the client waited.

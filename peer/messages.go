@@ -15,6 +15,28 @@ type Result struct {
 	// policy's, or an heir's from the owner's replica.
 	Degraded bool
 	Err      error
+	// Via says how the node that received the request answered it: for
+	// tests, the simulation and logs; not sent between members.
+	Via Via
+}
+
+// Via is the way a request was answered, as the node that received it
+// took it (route's chain).
+type Via uint8
+
+// The ways, in the order route's chain tries them.
+const (
+	ViaNone     Via = iota // not said (a member's answer to a forward)
+	ViaHere                // this node owns the key and decided it
+	ViaLease               // admitted from a budget lease this node holds
+	ViaForward             // its owner decided it
+	ViaRelay               // another member took it to the owner, or decided it as its heir
+	ViaHeir                // this node decided it from the owner's replica
+	ViaFallback            // the fallback policy answered
+)
+
+func (v Via) String() string {
+	return [...]string{"", "here", "lease", "forward", "relay", "heir", "fallback"}[min(int(v), 6)]
 }
 
 // ResetRequest selects the state a reset clears: one limit of a key (its

@@ -37,7 +37,7 @@ type chain struct{ *core }
 func (c chain) toOwner(ctx context.Context, owner peer.Route, req limiter.Request) routed {
 	lease := c.lease(owner, req) // 1
 	if lease.admitted {
-		return routed{peer.Result{Decision: lease.d, Owner: owner.ID}, routeLeased}
+		return routed{peer.Result{Decision: lease.d, Owner: owner.ID, Via: peer.ViaLease}, routeLeased}
 	}
 	res, cause := c.forward(ctx, owner, req, lease) // 2
 	if cause == nil {
@@ -110,6 +110,7 @@ func (c chain) forward(ctx context.Context, owner peer.Route, req limiter.Reques
 	}
 	c.metrics.forwarded(forwardOK, 1)
 	c.ownerRefused(ctx, owner, res, id)
+	res.Via = peer.ViaForward
 	return routed{res, routeForwarded}, nil
 }
 
@@ -136,6 +137,7 @@ func (c chain) rescue(ctx context.Context, owner peer.Route, reqs []limiter.Requ
 		if !answered[i] {
 			if res, ok := c.asHeir(now, reqs[i]); ok {
 				out[i], answered[i] = res, true
+				out[i].Via = peer.ViaHeir
 			}
 		}
 	}
@@ -161,6 +163,7 @@ func (c chain) relayed(ctx context.Context, owner peer.Route, reqs []limiter.Req
 		for j, i := range vidx {
 			if results != nil && results[j].Err == nil {
 				out[i], answered[i] = results[j], true
+				out[i].Via = peer.ViaRelay
 			}
 		}
 	}
@@ -241,6 +244,7 @@ func (c chain) byPolicy(ctx context.Context, owner peer.Route, req limiter.Reque
 		res = c.decide(c.deps.Now(), req)
 	}
 	res.Degraded = res.Err == nil
+	res.Via = peer.ViaFallback
 	return routed{res, routeFallback}
 }
 
@@ -282,6 +286,7 @@ func (c chain) forwardBatch(ctx context.Context, owner peer.Route, reqs []limite
 			r = c.unreachable(ctx, owner, reqs[i], results[j].Err)
 		default:
 			r = routed{results[j], routeForwarded}
+			r.Via = peer.ViaForward
 			c.ownerRefused(ctx, owner, r.Result, id)
 			ok++
 		}

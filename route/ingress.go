@@ -43,6 +43,7 @@ func (in *Ingress) Check(ctx context.Context, req limiter.Request) peer.Result {
 	res := routed{route: routeLocal}
 	if local {
 		res.Result = in.decide(in.deps.Now(), req) // the store validates
+		res.Via = peer.ViaHere
 	} else {
 		res = in.chain.toOwner(ctx, owner, req)
 	}
@@ -99,6 +100,7 @@ func (in *Ingress) decideOwn(ctx context.Context, reqs []limiter.Request, out []
 		}
 		if local {
 			out[i] = in.decide(now, r) // the store validates
+			out[i].Via = peer.ViaHere
 			in.metrics.check(r.Algorithm, routeLocal, out[i])
 			continue
 		}
@@ -109,7 +111,7 @@ func (in *Ingress) decideOwn(ctx context.Context, reqs []limiter.Request, out []
 		}
 		if r.Op == limiter.OpCheck {
 			if d, ok := in.deps.Leases.Admit(now, r); ok {
-				out[i] = peer.Result{Decision: d, Owner: owner.ID}
+				out[i] = peer.Result{Decision: d, Owner: owner.ID, Via: peer.ViaLease}
 				in.metrics.check(r.Algorithm, routeLeased, out[i])
 				continue
 			}

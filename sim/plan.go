@@ -126,14 +126,15 @@ func drawClocks(r *rand.Rand, members []string) map[string]faultclock.Config {
 // the next begins and all by duration.
 func drawSteps(r *rand.Rand, nodes int, duration time.Duration) []Step {
 	members := ids(nodes)
+	ever := slices.Clone(members) // a join takes a name none ever had
 	var out []Step
 	at := time.Duration(2+r.IntN(3)) * time.Second
 	for n := 1 + r.IntN(3); n > 0 && at < duration-4*time.Second; n-- {
 		long := time.Duration(2+r.IntN(6)) * time.Second
-		steps := drawFault(r, members, at, long)
+		steps := drawFault(r, members, newID(ever), at, long)
 		out = append(out, steps...)
 		if k := steps[0].Kind; k == Join {
-			members = append(members, steps[0].Nodes[0])
+			members, ever = append(members, steps[0].Nodes[0]), append(ever, steps[0].Nodes[0])
 		} else if k == Leave {
 			members = slices.DeleteFunc(members, func(id string) bool { return id == steps[0].Nodes[0] })
 		}
@@ -143,8 +144,8 @@ func drawSteps(r *rand.Rand, nodes int, duration time.Duration) []Step {
 }
 
 // drawFault draws one fault of members starting at at, lasting about
-// long, and its end.
-func drawFault(r *rand.Rand, members []string, at, long time.Duration) []Step {
+// long, and its end; a member that joins is called fresh.
+func drawFault(r *rand.Rand, members []string, fresh string, at, long time.Duration) []Step {
 	pick := func() string { return members[r.IntN(len(members))] }
 	two := func() (string, string) {
 		i := r.IntN(len(members))
@@ -166,7 +167,7 @@ func drawFault(r *rand.Rand, members []string, at, long time.Duration) []Step {
 		return []Step{{At: at, Kind: Partition, Groups: split(r, members)}, {At: end, Kind: Heal}}
 	case 4:
 		if len(members) < 3 {
-			return drawFault(r, members, at, long)
+			return drawFault(r, members, fresh, at, long)
 		}
 		a, b := two()
 		return []Step{{At: at, Kind: Bridge, Nodes: []string{a, b}}, {At: end, Kind: Heal}}
@@ -178,10 +179,10 @@ func drawFault(r *rand.Rand, members []string, at, long time.Duration) []Step {
 		return []Step{{At: at, Kind: Latency, Nodes: []string{a, b}, Delay: time.Duration(5+r.IntN(60)) * time.Millisecond,
 			Jitter: time.Duration(r.IntN(30)) * time.Millisecond, OneWay: r.IntN(3) == 0}, {At: end, Kind: Heal}}
 	case 8:
-		return []Step{{At: at, Kind: Join, Nodes: []string{fmt.Sprint("n", len(members)+1+r.IntN(3))}}}
+		return []Step{{At: at, Kind: Join, Nodes: []string{fresh}}}
 	case 9:
 		if len(members) < 3 {
-			return drawFault(r, members, at, long)
+			return drawFault(r, members, fresh, at, long)
 		}
 		return []Step{{At: at, Kind: Leave, Nodes: []string{pick()}}}
 	case 10:
@@ -191,6 +192,19 @@ func drawFault(r *rand.Rand, members []string, at, long time.Duration) []Step {
 	default:
 		return []Step{{At: at, Kind: FullKill}}
 	}
+}
+
+// newID names a member not among members, nor ever among them: the
+// next number past the highest.
+func newID(members []string) string {
+	n := 0
+	for _, id := range members {
+		var k int
+		if _, err := fmt.Sscanf(id, "n%d", &k); err == nil {
+			n = max(n, k)
+		}
+	}
+	return fmt.Sprint("n", n+1)
 }
 
 // split cuts members into two groups, neither empty.

@@ -111,7 +111,7 @@ func dumpViolations(t *testing.T, v sim.Verdict) {
 		t.Logf("%s", vi)
 		for _, op := range h.Ops {
 			if op.Key == k && op.Outcome == "allowed" && op.Invoke >= vi.From-100*time.Millisecond && op.Invoke < vi.From+h.Keys[k].Window+100*time.Millisecond {
-				t.Logf("  %s–%s at %s, decided by %s, degraded %v (worker %d)", op.Invoke, op.Complete, op.Node, op.Owner, op.Degraded, op.Worker)
+				t.Logf("  %s–%s at %s via %s, decided by %s, degraded %v (worker %d)", op.Invoke, op.Complete, op.Node, op.Via, op.Owner, op.Degraded, op.Worker)
 			}
 		}
 	}

@@ -135,6 +135,8 @@ func (wl *workload) batch(ctx context.Context, worker int, m *member, keys []int
 	var results []peer.Result
 	var err error
 	switch {
+	case !wl.w.awaitResumed(cctx, m.id):
+		err = cctx.Err()
 	case all:
 		results, err = m.core.Service().CheckAll(cctx, reqs)
 	case len(reqs) == 1:
@@ -146,9 +148,12 @@ func (wl *workload) batch(ctx context.Context, worker int, m *member, keys []int
 	complete := wl.w.now()
 	for i, k := range keys {
 		op := jepsenlite.Op{Worker: worker, Key: k, Node: m.id, Invoke: invoke, Complete: complete}
-		if err == nil {
+		switch {
+		case err == nil:
 			outcome(&op, results[i])
-		} else {
+		case errors.Is(err, context.DeadlineExceeded):
+			op.Outcome, op.Err = jepsenlite.Timeout, err.Error()
+		default:
 			op.Outcome, op.Err = jepsenlite.Failed, err.Error()
 		}
 		wl.record(op)
@@ -159,7 +164,7 @@ func (wl *workload) batch(ctx context.Context, worker int, m *member, keys []int
 func outcome(op *jepsenlite.Op, res peer.Result) {
 	switch {
 	case res.Err == nil:
-		op.Outcome, op.Owner, op.Degraded = jepsenlite.Denied, res.Owner, res.Degraded
+		op.Outcome, op.Owner, op.Degraded, op.Via = jepsenlite.Denied, res.Owner, res.Degraded, res.Via.String()
 		if res.Decision.Allowed {
 			op.Outcome = jepsenlite.Allowed
 		}
@@ -179,7 +184,10 @@ func (wl *workload) reserve(ctx context.Context, worker int, m *member, k int, r
 	req.Op = limiter.OpReserve
 	invoke := wl.w.now()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientTimeout)
-	res := m.core.Service().Check(cctx, req)
+	res := peer.Result{Err: context.DeadlineExceeded}
+	if wl.w.awaitResumed(cctx, m.id) {
+		res = m.core.Service().Check(cctx, req)
+	}
 	cancel()
 	op := jepsenlite.Op{Worker: worker, Key: k, Node: m.id, Invoke: invoke, Complete: wl.w.now()}
 	outcome(&op, res)
@@ -210,7 +218,10 @@ func (wl *workload) settle(k int, token string, cost int64, seed uint64) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-		res := m.core.Service().Check(ctx, req)
+		res := peer.Result{Err: context.DeadlineExceeded}
+		if wl.w.awaitResumed(ctx, m.id) {
+			res = m.core.Service().Check(ctx, req)
+		}
 		cancel()
 		if res.Err == nil {
 			return

@@ -39,6 +39,7 @@ type World struct {
 	disks   map[string]*crashfs.FS // kept across restarts
 	cut     map[[2]string]bool     // both ways, for the expectation
 	paused  map[string]bool
+	resumed map[string]chan struct{} // closed when a paused member resumes
 	up      map[string][]jepsenlite.Span
 	events  []jepsenlite.Event
 	views   []jepsenlite.View
@@ -57,7 +58,7 @@ func newWorld(p Plan, logOut io.Writer, level slog.Level) *World {
 	return &World{plan: p, start: time.Now(), net: net, gossip: cluster.NewMemNetwork(net),
 		log:     slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 		members: map[string]*member{}, disks: map[string]*crashfs.FS{}, cut: map[[2]string]bool{},
-		paused: map[string]bool{}, up: map[string][]jepsenlite.Span{}}
+		paused: map[string]bool{}, resumed: map[string]chan struct{}{}, up: map[string][]jepsenlite.Span{}}
 }
 
 func (w *World) now() time.Duration { return time.Since(w.start) }
@@ -197,8 +198,32 @@ func (w *World) pause(id string, on bool) {
 		w.net.Resume(id)
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.paused[id] = on
+	if ch := w.resumed[id]; on && ch == nil {
+		w.resumed[id] = make(chan struct{})
+	} else if !on && ch != nil {
+		close(ch)
+		delete(w.resumed, id)
+	}
+}
+
+// awaitResumed holds a client's call to a paused member until it resumes
+// or ctx ends (false): a stopped process answers nobody, its clients
+// included.
+func (w *World) awaitResumed(ctx context.Context, id string) bool {
+	w.mu.Lock()
+	ch := w.resumed[id]
 	w.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // cutLink cuts a link both ways, as a partition or a bridge does.
