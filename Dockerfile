@@ -2,7 +2,7 @@
 # (CGO_ENABLED=0) on the host and copies it in, so building needs no image
 # pull and no network. The image holds the binary and nothing else: no
 # shell, no /etc/passwd, no CA certificates, no /tmp (none is needed: the
-# node writes no files and speaks plain gRPC/HTTP).
+# node speaks plain gRPC/HTTP, and writes only to its --data-dir).
 FROM scratch
 LABEL org.opencontainers.image.title=peerlimit-node
 COPY bin/peerlimit-node /peerlimit-node
@@ -12,6 +12,13 @@ COPY bin/peerlimit-node /peerlimit-node
 # "Replace Envoy Gateway's rate limit service"). A directory COPY keeps
 # the symlink a symlink.
 COPY deploy/image/rootfs/ /
+# The data directory's mount point (--data-dir /data), empty and the
+# node's user's: a volume mounted there is writable by the node (Docker
+# gives a new named volume the ownership of the directory it covers; on
+# Kubernetes the pod's fsGroup does), and the root filesystem can stay
+# read-only. An empty directory from the context, as there is no RUN in a
+# scratch image (and the legacy builder has no COPY --chmod).
+COPY --chown=65532:65532 deploy/image/data/ /data/
 # Numeric, because there is no /etc/passwd to look a name up in.
 USER 65532:65532
 # HTTP API, gRPC API (clients and node-to-node), gossip (TCP and UDP);

@@ -23,6 +23,14 @@ type Backend interface {
 	Pause(ctx context.Context, id string) error  // frozen: sockets open, no answers
 	Resume(ctx context.Context, id string) error // unfrozen, state intact
 	Leave(ctx context.Context, id string) error  // SIGTERM: leave, hand off, exit
+	// KillAll kill -9s every node of ids as nearly at once as the
+	// backend can: every signal is sent before any exit is awaited.
+	KillAll(ctx context.Context, ids []string) error
+	// StopAll sends SIGTERM to every node of ids at once, as a whole
+	// cluster stopped together (an upgrade, a host shut down), and waits
+	// for each to leave, hand off what it can and exit; one still running
+	// past its grace period is killed, and the error says so.
+	StopAll(ctx context.Context, ids []string) error
 	// Partition cuts every link between nodes of different groups.
 	Partition(ctx context.Context, groups [][]string) error
 	// Cut cuts the link between two nodes only.

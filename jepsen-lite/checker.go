@@ -135,10 +135,15 @@ type Result struct {
 	// windows, where its bound is exact. CounterSliding: rolling windows,
 	// where the counter's approximation allows up to 2× per decider.
 	Log, CounterFixed, CounterSliding Admission
+	// Calendar: the calendar keys' periods (a day in its zone), where
+	// the bound is exact: the limit per period per decider.
+	Calendar Admission
 	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
 	MaxWorst float64 `json:"max_worst,omitempty"`
 	// MaxDegraded is its Scenario.MaxDegraded; 0: none.
 	MaxDegraded float64 `json:"max_degraded,omitempty"`
+	// Defect is its Scenario.Defect: a known defect, not fixed yet.
+	Defect string `json:"defect,omitempty"`
 	// Series is admitted requests over time relative to the limits'
 	// rate, per algorithm, in Bucket steps: the chart.
 	Bucket                   time.Duration `json:"bucket_ns"`
@@ -149,7 +154,7 @@ type Result struct {
 
 // Violations lists every violation of every algorithm.
 func (r *Result) Violations() []Violation {
-	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations)
+	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations, r.Calendar.Violations)
 }
 
 // OverPromise says how the run broke its scenario's MaxWorst, or "".
@@ -163,6 +168,8 @@ func (r *Result) OverPromise() string {
 		return fmt.Sprintf("log worst %.2f× > the promised %.2f×", r.Log.Worst, r.MaxWorst)
 	case r.CounterFixed.Worst > r.MaxWorst && r.History.ClockRate == 0: // not the owners' windows otherwise
 		return fmt.Sprintf("counter fixed worst %.2f× > the promised %.2f×", r.CounterFixed.Worst, r.MaxWorst)
+	case r.Calendar.Worst > r.MaxWorst:
+		return fmt.Sprintf("calendar worst %.2f× > the promised %.2f×", r.Calendar.Worst, r.MaxWorst)
 	}
 	return ""
 }
@@ -197,10 +204,15 @@ const Settle = 2 * time.Second
 // rolling windows) is a violation unless at least one of its admissions
 // was marked degraded: over-admitting is allowed only out loud.
 //
+// Calendar keys are checked per period (a day in the key's zone, from
+// the harness's wall clock, the one the nodes decide by on this host):
+// the admissions certainly decided inside it, at most limit × deciders,
+// where the deciders are the most of any phase the period overlaps.
+//
 // Excess counts, with the same certainty, admissions an exact limiter
 // would have refused: for the log, those an exact sliding log replaying
-// the admitted checks refuses; for the counter, those beyond the limit in
-// one of its fixed windows.
+// the admitted checks refuses; for the counter and the calendar keys,
+// those beyond the limit in one of their fixed windows or periods.
 func Analyze(h History) *Result {
 	r := &Result{Scenario: h.Scenario, About: h.About, Duration: h.End, History: h, Bucket: 250 * time.Millisecond}
 	r.Events = convergence(h)
@@ -224,6 +236,10 @@ func Analyze(h History) *Result {
 	for k, ks := range h.Keys {
 		ops := byKey[k]
 		sort.Slice(ops, func(i, j int) bool { return ops[i].Invoke < ops[j].Invoke })
+		if ks.IsCalendar() {
+			r.calendar(&r.Calendar, h.Start, ks, ops)
+			continue
+		}
 		// A node whose clock runs fast has windows that much shorter in
 		// real time (Scenario.ClockRate).
 		ks.Window = time.Duration(float64(ks.Window) / (1 + max(h.ClockRate, 0)))
@@ -245,6 +261,12 @@ func convergence(h History) []EventResult {
 	out := make([]EventResult, len(h.Events))
 	for i, ev := range h.Events {
 		out[i] = EventResult{Event: ev, Converged: -1}
+		if i > 0 && len(ev.Expect) == 0 {
+			// Nobody answers (every node killed or stopped): there is no
+			// view to wait for, and no node to decide.
+			out[i].Converged = ev.End
+			continue
+		}
 		until := h.End
 		if i+1 < len(h.Events) {
 			until = h.Events[i+1].Begin
@@ -334,7 +356,9 @@ func fallbackDeciders(ops []Op) int {
 }
 
 // check charges one window and records the worst and any violation.
-func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op, factor int) {
+// lost is how many of its admissions a kill may have lost from the
+// deciders' counts (Step.Loses): the bounds are that much higher.
+func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op, factor, lost int) {
 	a.Windows++
 	d, calm := r.bound(from, to)
 	if fb := fallbackDeciders(in); fb > 0 {
@@ -351,10 +375,10 @@ func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op
 		a.WorstCalm = ratio
 	}
 	switch one := int(ks.Limit) * factor; {
-	case len(in) > one*d:
-		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one * d, Deciders: d})
-	case len(in) > one && !anyDegraded(in):
-		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one, Deciders: 1, Silent: true})
+	case len(in) > one*d+lost:
+		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one*d + lost, Deciders: d})
+	case len(in) > one+lost && !anyDegraded(in):
+		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one + lost, Deciders: 1, Silent: true})
 	}
 }
 
@@ -377,7 +401,7 @@ func (r *Result) sliding(a *Admission, ks KeySpec, ops []Op, factor int) {
 				in = append(in, op)
 			}
 		}
-		r.check(a, ks, from, from+ks.Window, in, factor)
+		r.check(a, ks, from, from+ks.Window, in, factor, 0)
 	}
 }
 
@@ -406,7 +430,7 @@ func (r *Result) fixed(a *Admission, start time.Time, ks KeySpec, ops []Op, cloc
 	slices.Sort(wins)
 	for _, k := range wins {
 		from := time.Duration(k*w-base) * time.Millisecond
-		r.check(a, ks, from, from+ks.Window, byWin[k], factor)
+		r.check(a, ks, from, from+ks.Window, byWin[k], factor, 0)
 		if n := len(byWin[k]); n > int(ks.Limit) {
 			a.Excess += n - int(ks.Limit)
 			if _, calm := r.bound(from, from+ks.Window); calm {
@@ -485,6 +509,9 @@ func (r *Result) series(h History) {
 	cnt, lg := make([]float64, n), make([]float64, n)
 	var capC, capL float64
 	for _, ks := range h.Keys {
+		if ks.IsCalendar() { // a day's budget has no rate to chart against
+			continue
+		}
 		if ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
 			capL += float64(ks.Limit)
 		} else {
@@ -492,7 +519,7 @@ func (r *Result) series(h History) {
 		}
 	}
 	for _, op := range h.Ops {
-		if op.Outcome != Allowed {
+		if op.Outcome != Allowed || h.Keys[op.Key].IsCalendar() {
 			continue
 		}
 		mid := (op.Invoke + op.Complete) / 2

@@ -332,19 +332,45 @@ const stopGrace = 40 * time.Second
 // not by the end of the run; a node still running when the grace period
 // ends, killed, did not leave, and the step fails.
 func (b *dockerBackend) Leave(ctx context.Context, id string) error {
+	return b.StopAll(ctx, []string{id})
+}
+
+// StopAll stops the nodes' containers with one docker stop, which sends
+// each its SIGTERM at once (the CLI stops its containers in parallel),
+// and waits as Leave does.
+func (b *dockerBackend) StopAll(ctx context.Context, ids []string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopGrace+10*time.Second)
 	defer cancel()
-	if _, err := docker(ctx, "stop", "-t", strconv.Itoa(int(stopGrace.Seconds())), b.container(id)); err != nil {
+	args := []string{"stop", "-t", strconv.Itoa(int(stopGrace.Seconds()))}
+	if _, err := docker(ctx, append(args, b.containers(ids)...)...); err != nil {
 		return err
 	}
-	code, err := docker(ctx, "inspect", "-f", "{{.State.ExitCode}}", b.container(id))
-	if err != nil {
-		return err
+	var errs []error
+	for _, id := range ids {
+		code, err := docker(ctx, "inspect", "-f", "{{.State.ExitCode}}", b.container(id))
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case code == "137":
+			errs = append(errs, fmt.Errorf("%s did not exit within %s of SIGTERM: docker killed it", id, stopGrace))
+		}
 	}
-	if code == "137" {
-		return fmt.Errorf("%s did not exit within %s of SIGTERM: docker killed it", id, stopGrace)
+	return errors.Join(errs...)
+}
+
+// KillAll kills the nodes' containers with one docker kill, which the
+// CLI sends to them all in parallel.
+func (b *dockerBackend) KillAll(ctx context.Context, ids []string) error {
+	_, err := docker(ctx, append([]string{"kill"}, b.containers(ids)...)...)
+	return err
+}
+
+func (b *dockerBackend) containers(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = b.container(id)
 	}
-	return nil
+	return out
 }
 
 // Partition isolates every node outside the largest group.

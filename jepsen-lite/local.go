@@ -79,6 +79,12 @@ func (b *localBackend) Leave(_ context.Context, id string) error {
 	return b.procs.Leave(id, 15*time.Second)
 }
 
+func (b *localBackend) KillAll(_ context.Context, ids []string) error { return b.procs.KillAll(ids) }
+
+func (b *localBackend) StopAll(_ context.Context, ids []string) error {
+	return b.procs.LeaveAll(ids, 15*time.Second)
+}
+
 func (b *localBackend) Partition(_ context.Context, groups [][]string) error {
 	if b.fw == nil {
 		return ErrUnsupported

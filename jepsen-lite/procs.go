@@ -42,9 +42,15 @@ const (
 // Procs runs peerlimit node processes from one binary. Every process it
 // starts, it stops: Close kills whatever is still running, and each child
 // also dies with the harness (Pdeathsig) if the harness is killed first.
+//
+// Each node keeps its counts in a data directory of its own (--data-dir),
+// dir/data/ID, kept across its restarts and made empty by NewProcs: a
+// node restarted by a scenario restores what it wrote, a new scenario's
+// cluster starts from nothing.
 type Procs struct {
 	bin  string
 	dir  string   // one log file per node, appended across restarts
+	data string   // the nodes' data directories, one each
 	args []string // extra node flags, the same for every node
 	// nodeArgs are flags one node gets after args, by id.
 	nodeArgs map[string][]string
@@ -56,6 +62,7 @@ type Procs struct {
 }
 
 type proc struct {
+	id    string
 	cmd   *exec.Cmd
 	state ProcState
 	done  chan struct{} // closed when the process has exited and been reaped
@@ -71,7 +78,13 @@ func NewProcs(bin, dir string, args []string) (*Procs, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
-	return &Procs{bin: bin, dir: dir, args: args, timeout: 15 * time.Second,
+	// An earlier run's, in the same output directory: its counts are not
+	// this cluster's.
+	data := filepath.Join(dir, "data")
+	if err := os.RemoveAll(data); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return &Procs{bin: bin, dir: dir, data: data, args: args, timeout: 15 * time.Second,
 		specs: map[string]NodeSpec{}, procs: map[string]*proc{}}, nil
 }
 
@@ -142,6 +155,10 @@ func (p *Procs) start(ctx context.Context, id string, seeds []string) error {
 	}
 	p.mu.Unlock()
 
+	dataDir := filepath.Join(p.data, id)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil { // the node wants it to exist
+		return fmt.Errorf("data dir of %s: %w", id, err)
+	}
 	logf, err := os.OpenFile(filepath.Join(p.dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -152,6 +169,8 @@ func (p *Procs) start(ctx context.Context, id string, seeds []string) error {
 		"--http-addr", s.HTTPAddr(),
 		"--gossip-addr", s.GossipAddr(),
 		"--log-format", "json",
+		"--data-dir", dataDir,
+		"--cluster-name", "jepsen",
 	}, p.args...)
 	args = append(args, p.nodeArgs[id]...)
 	if len(seeds) > 0 {
@@ -167,7 +186,7 @@ func (p *Procs) start(ctx context.Context, id string, seeds []string) error {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	pr := &proc{cmd: cmd, state: Running, done: make(chan struct{}), log: logf}
+	pr := &proc{id: id, cmd: cmd, state: Running, done: make(chan struct{}), log: logf}
 	go func() { // owned by the process: ends when it exits
 		_ = cmd.Wait()
 		logf.Close()
@@ -199,14 +218,24 @@ func tail(path string, n int) string {
 }
 
 // Kill sends SIGKILL and waits until the process is gone.
-func (p *Procs) Kill(id string) error { return p.stopWith(id, syscall.SIGKILL, p.timeout) }
+func (p *Procs) Kill(id string) error { return p.stopWith([]string{id}, syscall.SIGKILL, p.timeout) }
+
+// KillAll sends SIGKILL to every node of ids, then waits until they are
+// all gone: the kills are microseconds apart.
+func (p *Procs) KillAll(ids []string) error { return p.stopWith(ids, syscall.SIGKILL, p.timeout) }
 
 // Leave sends SIGTERM (graceful leave with handoff) and waits for the
 // process to exit; past timeout it is killed.
 func (p *Procs) Leave(id string, timeout time.Duration) error {
-	err := p.stopWith(id, syscall.SIGTERM, timeout)
+	return p.LeaveAll([]string{id}, timeout)
+}
+
+// LeaveAll sends SIGTERM to every node of ids, then waits for them all
+// to exit; past timeout, those still running are killed.
+func (p *Procs) LeaveAll(ids []string, timeout time.Duration) error {
+	err := p.stopWith(ids, syscall.SIGTERM, timeout)
 	if err != nil {
-		_ = p.Kill(id)
+		_ = p.KillAll(ids)
 	}
 	return err
 }
@@ -243,30 +272,46 @@ func (p *Procs) Close() {
 	}
 }
 
-func (p *Procs) stopWith(id string, sig syscall.Signal, timeout time.Duration) error {
+// stopWith sends sig to every running node of ids, then waits until
+// each has exited, all within one timeout.
+func (p *Procs) stopWith(ids []string, sig syscall.Signal, timeout time.Duration) error {
+	var errs []error
+	var waiting []*proc
 	p.mu.Lock()
-	pr := p.procs[id]
+	for _, id := range ids {
+		pr := p.procs[id]
+		if pr == nil {
+			continue
+		}
+		select {
+		case <-pr.done:
+			continue
+		default:
+		}
+		if err := pr.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("signal %s to %s: %w", sig, id, err))
+			continue
+		}
+		if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+			_ = pr.cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot act on SIGTERM
+		}
+		waiting = append(waiting, pr)
+	}
 	p.mu.Unlock()
-	if pr == nil {
-		return nil
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, pr := range waiting {
+		select {
+		case <-pr.done:
+		case <-ctx.Done():
+			select {
+			case <-pr.done: // both ready: it did exit
+			default:
+				errs = append(errs, fmt.Errorf("%s did not exit within %s of %s", pr.id, timeout, sig))
+			}
+		}
 	}
-	select {
-	case <-pr.done:
-		return nil
-	default:
-	}
-	if err := pr.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal %s to %s: %w", sig, id, err)
-	}
-	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
-		_ = pr.cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot act on SIGTERM
-	}
-	select {
-	case <-pr.done:
-		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("%s did not exit within %s of %s", id, timeout, sig)
-	}
+	return errors.Join(errs...)
 }
 
 func (p *Procs) signal(id string, sig syscall.Signal) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,10 +54,26 @@ type Scenario struct {
 	// Limit/Window, instead of the profile's: hot keys.
 	Load float64
 	// MaxWorst, if set, is what the scenario promises beyond the
-	// deciders' bound: no log window and no fixed counter window admits
-	// more than MaxWorst × the limit, whatever the fault. (peerlimit's
-	// replicas, relays and the share policy hold faults to that.)
+	// deciders' bound: no log window, no fixed counter window and no
+	// calendar period admits more than MaxWorst × the limit, whatever the
+	// fault. (peerlimit's replicas, relays, the share policy and the data
+	// directory hold faults to that.)
 	MaxWorst float64
+	// DayKeys, if set, adds that many calendar-day keys to the workload
+	// (counters per day, one in each of calendarZones in turn), offered
+	// at the same rate per key as the others, each with the limit that
+	// rate reaches in one of DaySpends (in turn for each round of zones;
+	// times the profile's Scale). A budget spent out before the nemesis
+	// strikes must stay spent after it; one still being spent then and
+	// spent out before the run ends shows, as admissions over the day's
+	// limit, the counts the fault lost.
+	DayKeys   int
+	DaySpends []time.Duration
+	// Defect, if set, names a defect of the node that this scenario finds
+	// and that is not fixed yet (docs/chaos.md, "Found and not fixed"):
+	// the test command skips the scenario, saying so and why; make chaos
+	// runs it, and fails until the defect is fixed.
+	Defect string
 }
 
 // Step is one nemesis action.
@@ -73,6 +90,12 @@ type Step struct {
 	// Fault is true while the step leaves the cluster faulted (a node
 	// down or paused, links cut), for the chart.
 	Fault bool
+	// Loses, for a step that kills nodes with their data directories, is
+	// how long before the kill what they admitted may be lost: what a
+	// killed node had not yet written. The checker lets a calendar period
+	// hold the admissions that may have been decided then on top of its
+	// bound, unmarked (Result.lost).
+	Loses time.Duration
 }
 
 // Event is a step as it happened.
@@ -82,6 +105,7 @@ type Event struct {
 	End    time.Duration `json:"end_ns"`
 	Steady int           `json:"steady"`
 	Fault  bool          `json:"fault"`
+	Loses  time.Duration `json:"loses_ns,omitempty"`
 	Err    string        `json:"err,omitempty"`
 	// Expect is each observable node's expected alive set once converged.
 	Expect map[string][]string `json:"expect"`
@@ -123,6 +147,27 @@ func (e *Env) Start(ctx context.Context, id string) error {
 		return err
 	}
 	return e.clients.Add(id, e.b.GRPCAddr(id))
+}
+
+// KillAll kill -9s every given node as nearly at once as the backend
+// can (a power cut to the whole cluster).
+func (e *Env) KillAll(ctx context.Context, ids ...string) error { return e.b.KillAll(ctx, ids) }
+
+// StopAll stops every given node gracefully at once (SIGTERM to all: a
+// whole cluster shut down), and waits until they have exited. The
+// clients keep sending to them: they have nowhere else to go.
+func (e *Env) StopAll(ctx context.Context, ids ...string) error { return e.b.StopAll(ctx, ids) }
+
+// StartAll starts (or restarts) every given node at once, as a cluster's
+// machines come back together, and makes each a target of the workload.
+func (e *Env) StartAll(ctx context.Context, ids ...string) error {
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { errs[i] = e.Start(ctx, id) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Pause freezes a node.
@@ -342,7 +387,7 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 
 	h, stepErr := runWorkload(ctx, env, cfg, sc)
 	res = Analyze(h)
-	res.MaxWorst, res.MaxDegraded = sc.MaxWorst, sc.MaxDegraded
+	res.MaxWorst, res.MaxDegraded, res.Defect = sc.MaxWorst, sc.MaxDegraded, sc.Defect
 	if stepErr != nil {
 		res.Errors = append(res.Errors, stepErr.Error())
 	}
@@ -364,27 +409,43 @@ func startCluster(ctx context.Context, env *Env, n int) error {
 }
 
 // workloadKeys are the scenario's keys: KeysPerAlgorithm for each
-// algorithm, all with the profile's limit and window.
-func workloadKeys(scenario string, p Profile) []KeySpec {
-	keys := make([]KeySpec, 0, 2*p.KeysPerAlgorithm)
+// algorithm, all with the profile's limit and window, and the scenario's
+// calendar-day keys (Scenario.DayKeys). load is the offered rate per key
+// as a multiple of the profile's Limit/Window.
+func workloadKeys(sc Scenario, p Profile, load float64) []KeySpec {
+	keys := make([]KeySpec, 0, 2*p.KeysPerAlgorithm+sc.DayKeys)
 	for _, alg := range []pb.Algorithm{pb.Algorithm_SLIDING_WINDOW_COUNTER, pb.Algorithm_SLIDING_WINDOW_LOG} {
 		for i := range p.KeysPerAlgorithm {
-			keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:%s:%d", scenario, algName(alg), i), Algorithm: alg, Limit: p.Limit, Window: p.Window})
+			keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:%s:%d", sc.Name, algName(alg), i), Algorithm: alg, Limit: p.Limit, Window: p.Window})
 		}
+	}
+	// Each key is offered the same rate; a day's limit is what that rate
+	// reaches in the key's spend of the run's time.
+	perKey := load * float64(p.Limit) / p.Window.Seconds()
+	for i := range sc.DayKeys {
+		zone := calendarZones[i%len(calendarZones)]
+		spend := sc.DaySpends[i/len(calendarZones)%len(sc.DaySpends)]
+		keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:day:%d", sc.Name, i), Algorithm: pb.Algorithm_SLIDING_WINDOW_COUNTER,
+			Limit: int64(math.Ceil(perKey * spend.Seconds() * p.Scale)), Calendar: pb.CalendarUnit_DAY, TimeZone: zone})
 	}
 	return keys
 }
+
+// calendarZones are the zones of the calendar keys, in turn: UTC, one an
+// hour off it with daylight saving, and the farthest ahead (UTC+14), so
+// that a day is counted in its own zone, not the nodes' nor UTC's.
+var calendarZones = []string{"UTC", "Europe/Paris", "Pacific/Kiritimati"}
 
 // runWorkload runs the workload and the monitor for the scenario's
 // duration while the nemesis applies its steps, and returns what
 // happened. The error is the steps' that failed or never ran.
 func runWorkload(ctx context.Context, env *Env, cfg Config, sc Scenario) (History, error) {
 	p := cfg.Profile
-	keys := workloadKeys(sc.Name, p)
 	load := p.Load
 	if sc.Load > 0 {
 		load = sc.Load
 	}
+	keys := workloadKeys(sc, p, load)
 	wl := Workload{Keys: keys, Workers: p.Workers, Timeout: p.ClientTimeout,
 		Rate: load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
 
@@ -444,7 +505,7 @@ func runSteps(runCtx context.Context, env *Env, steps []Step, scale float64, eve
 // applyStep does one step and records it with the membership views
 // expected after it.
 func applyStep(runCtx context.Context, env *Env, st Step) (Event, error) {
-	ev := Event{Name: st.Name, Begin: env.now(), Steady: st.Steady, Fault: st.Fault}
+	ev := Event{Name: st.Name, Begin: env.now(), Steady: st.Steady, Fault: st.Fault, Loses: st.Loses}
 	err := st.Do(runCtx, env)
 	if err != nil {
 		ev.Err = err.Error()

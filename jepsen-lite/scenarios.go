@@ -45,7 +45,7 @@ func NodeArgs() []string {
 // Scenarios lists every scenario, in the order they run. Offsets are for
 // Scale 1.
 func Scenarios() []Scenario {
-	return slices.Concat(faultScenarios(), hotScenarios(), reserveScenarios())
+	return slices.Concat(faultScenarios(), hotScenarios(), reserveScenarios(), restartScenarios())
 }
 
 // faultScenarios are the faults, against the profile's load.
@@ -219,3 +219,54 @@ func hotScenarios() []Scenario {
 		},
 	}
 }
+
+// restartScenarios stop the whole cluster and start it again: every node
+// keeps its counts in its data directory (--data-dir), and restores them
+// before it serves. Calendar-day keys are in the workload: a day's budget
+// is what a restart must not give back. Three of them (one per zone) are
+// spent out 6 s into the run, before the fault, and must stay spent;
+// three are still being spent then, and spent out after the restart.
+func restartScenarios() []Scenario {
+	all := func(e *Env) []string { return []string{e.ID(0), e.ID(1), e.ID(2)} }
+	days := []time.Duration{6 * time.Second, 18 * time.Second}
+	return []Scenario{
+		{
+			Name: "full-restart", About: "kill -9 every node at once, and start them all again 3 s later from their data directories; calendar-day keys (UTC, Paris, Kiritimati) beside the sliding ones",
+			// 1.1×: the issue's promise with the defaults (#36). What a
+			// kill loses is what its owner admitted in its last round,
+			// not yet written (--replication-interval, 20 ms; each round
+			// goes to the page cache), or in the round being written:
+			// the checker lets a day hold those admissions over its
+			// limit (Step.Loses), about one per key at the profile's 25
+			// checks/s, and no more.
+			Nodes: 3, Duration: 30 * time.Second, MaxWorst: 1.1, DayKeys: 6, DaySpends: days, Defect: defectAlone,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "kill -9 n1 n2 n3", Steady: 1, Fault: true, Loses: 2 * replicationRound,
+					Do: func(ctx context.Context, e *Env) error { return e.KillAll(ctx, all(e)...) }},
+				{At: 13 * time.Second, Name: "restart n1 n2 n3", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.StartAll(ctx, all(e)...) }},
+			},
+		},
+		{
+			Name: "full-stop", About: "SIGTERM to every node at once (each leaves, hands off what it can, writes the rest to its data directory), and start them all again 3 s later; calendar-day keys beside the sliding ones",
+			// A graceful stop loses nothing: exactly the limit.
+			Nodes: 3, Duration: 30 * time.Second, MaxWorst: 1.0, DayKeys: 6, DaySpends: days, Defect: defectAlone + "; " + defectLeavers,
+			Steps: []Step{
+				{At: 10 * time.Second, Name: "stop n1 n2 n3 (SIGTERM)", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.StopAll(ctx, all(e)...) }},
+				{At: 13 * time.Second, Name: "start n1 n2 n3", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.StartAll(ctx, all(e)...) }},
+			},
+		},
+	}
+}
+
+// The defects the restart scenarios find (docs/chaos.md, "Found and not
+// fixed").
+const (
+	defectAlone = "a node that starts with no seed reachable serves every key as its only member, from its own store " +
+		"(zero for the others' keys), unmarked, until it joins: a day spent out before the restart admits again"
+	defectLeavers = "nodes that all leave at once forward to one another and decide from state they have handed off " +
+		"(degraded): a spent day admits again during the stop"
+)
+
+// replicationRound is the nodes' --replication-interval (its default):
+// how often a node writes what changed to its data directory.
+const replicationRound = 20 * time.Millisecond

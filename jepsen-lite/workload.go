@@ -56,12 +56,25 @@ func (o Op) Latency() time.Duration { return o.Complete - o.Invoke }
 // Answered reports whether the node gave a decision.
 func (o Op) Answered() bool { return o.Outcome == Allowed || o.Outcome == Denied }
 
-// KeySpec is one rate-limited key of the workload.
+// KeySpec is one rate-limited key of the workload: Limit per sliding
+// Window, or, with Calendar set, Limit per calendar period in TimeZone
+// (a counter; Window 0).
 type KeySpec struct {
-	Name      string        `json:"name"`
-	Algorithm pb.Algorithm  `json:"algorithm"`
-	Limit     int64         `json:"limit"`
-	Window    time.Duration `json:"window"`
+	Name      string          `json:"name"`
+	Algorithm pb.Algorithm    `json:"algorithm"`
+	Limit     int64           `json:"limit"`
+	Window    time.Duration   `json:"window"`
+	Calendar  pb.CalendarUnit `json:"calendar,omitempty"`
+	TimeZone  string          `json:"time_zone,omitempty"`
+}
+
+// IsCalendar reports whether the key counts per calendar period.
+func (k KeySpec) IsCalendar() bool { return k.Calendar != pb.CalendarUnit_CALENDAR_NONE }
+
+// request is a check of one hit of the key.
+func (k KeySpec) request() *pb.CheckRequest {
+	return &pb.CheckRequest{Key: k.Name, Limit: k.Limit, WindowMs: k.Window.Milliseconds(), Algorithm: k.Algorithm,
+		Calendar: k.Calendar, TimeZone: k.TimeZone}
 }
 
 // Workload is the clients' side: Workers closed-loop clients, each pacing
@@ -207,7 +220,7 @@ func (w Workload) do(ctx context.Context, cl pb.RateLimiterClient, start time.Ti
 	ks := w.Keys[k]
 	op := Op{Worker: worker, Key: k, Node: node, Invoke: time.Since(start)}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.Timeout)
-	resp, err := cl.Check(cctx, &pb.CheckRequest{Key: ks.Name, Limit: ks.Limit, WindowMs: ks.Window.Milliseconds(), Algorithm: ks.Algorithm})
+	resp, err := cl.Check(cctx, ks.request())
 	cancel()
 	op.Complete = time.Since(start)
 	switch {

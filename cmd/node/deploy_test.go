@@ -30,11 +30,13 @@ import (
 
 const repoRoot = "../.."
 
-// dockerfile is what the image promises: who runs, what runs, the health check.
+// dockerfile is what the image promises: who runs, what runs, the health
+// check, and the directories it makes its user's (COPY --chown), by path.
 type dockerfile struct {
 	uid         int64
 	entrypoint  []string
 	healthcheck []string
+	owned       map[string]int64
 }
 
 func readDockerfile(t *testing.T) dockerfile {
@@ -42,7 +44,7 @@ func readDockerfile(t *testing.T) dockerfile {
 	f, err := os.Open(filepath.Join(repoRoot, "Dockerfile"))
 	require.NoError(t, err)
 	defer f.Close()
-	var d dockerfile
+	d := dockerfile{owned: map[string]int64{}}
 	var lines []string
 	sc := bufio.NewScanner(f)
 	for cont := ""; sc.Scan(); {
@@ -65,6 +67,11 @@ func readDockerfile(t *testing.T) dockerfile {
 			uid, _, _ := strings.Cut(strings.TrimPrefix(l, "USER "), ":")
 			d.uid, err = strconv.ParseInt(uid, 10, 64)
 			require.NoError(t, err, "USER must be numeric: a scratch image has no /etc/passwd")
+		case strings.HasPrefix(l, "COPY --chown="):
+			f := strings.Fields(strings.TrimPrefix(l, "COPY --chown="))
+			uid, _, _ := strings.Cut(f[0], ":")
+			d.owned[strings.TrimSuffix(f[len(f)-1], "/")], err = strconv.ParseInt(uid, 10, 64)
+			require.NoError(t, err, "COPY --chown with a numeric user: %s", l)
 		case strings.HasPrefix(l, "ENTRYPOINT "):
 			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(l, "ENTRYPOINT ")), &d.entrypoint), "exec form")
 		case strings.HasPrefix(l, "HEALTHCHECK "):
@@ -132,9 +139,20 @@ type (
 		} `yaml:"ports"`
 	}
 	k8sWorkload struct { // StatefulSet or Deployment
-		ServiceName string `yaml:"serviceName"`
-		Replicas    int    `yaml:"replicas"`
-		Selector    struct {
+		ServiceName          string `yaml:"serviceName"`
+		Replicas             int    `yaml:"replicas"`
+		VolumeClaimTemplates []struct {
+			Metadata struct {
+				Name string `yaml:"name"`
+			} `yaml:"metadata"`
+			Spec struct {
+				AccessModes []string `yaml:"accessModes"`
+				Resources   struct {
+					Requests map[string]string `yaml:"requests"`
+				} `yaml:"resources"`
+			} `yaml:"spec"`
+		} `yaml:"volumeClaimTemplates"`
+		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
 		Template struct {
@@ -315,6 +333,7 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	assert.Equal(t, "peerlimit-0", o.node.ID, "the pod name is the node id")
 	checkClusterSecretVolume(t, pod, c, o.node.Security.ClusterSecretFile)
+	checkDataVolume(t, workload, c, o.node.Persist.Dir)
 	assert.Equal(t, "10.42.0.7:7946", o.node.AdvertiseAddr, "the pod IP is advertised")
 	if assert.NotNil(t, pod.EnableServiceLinks) {
 		assert.False(t, *pod.EnableServiceLinks, "service links would inject PEERLIMIT_*_PORT variables")
@@ -353,7 +372,7 @@ func TestKubernetesManifests(t *testing.T) {
 		assert.Equal(t, d.uid, *pod.SecurityContext.RunAsUser, "the image's USER")
 	}
 	sc := c.SecurityContext
-	assert.True(t, sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "readOnlyRootFilesystem: the node writes no files")
+	assert.True(t, sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "readOnlyRootFilesystem: the node writes only to its data volume")
 	assert.True(t, sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation)
 	assert.Contains(t, sc.Capabilities.Drop, "ALL")
 	assert.NotEmpty(t, c.Resources.Requests["cpu"])
@@ -421,6 +440,38 @@ func checkClusterSecretVolume(t *testing.T, pod k8sPodSpec, c k8sContainer, file
 		"the header says how to create the Secret")
 }
 
+// checkDataVolume requires the pod's data directory to be the mount of a
+// claim of the StatefulSet's own (a volumeClaimTemplate: one per pod,
+// which is a node's directory's rule), writable by the pod's user through
+// fsGroup, with the image's directory under it owned by the image's user.
+func checkDataVolume(t *testing.T, w k8sWorkload, c k8sContainer, dir string) {
+	t.Helper()
+	require.NotEmpty(t, dir, "counts survive a restart of the whole cluster: PEERLIMIT_DATA_DIR")
+	var claim string
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == dir {
+			assert.False(t, m.ReadOnly, "the data volume is written")
+			claim = m.Name
+		}
+	}
+	require.NotEmpty(t, claim, "the data directory %s is a volume mount", dir)
+	var found bool
+	for _, v := range w.VolumeClaimTemplates {
+		if v.Metadata.Name == claim {
+			found = true
+			assert.Equal(t, []string{"ReadWriteOnce"}, v.Spec.AccessModes, "one pod's claim")
+			assert.NotEmpty(t, v.Spec.Resources.Requests["storage"])
+		}
+	}
+	assert.True(t, found, "the data volume %q is a volumeClaimTemplate: a claim per pod", claim)
+	pod := w.Template.Spec
+	if assert.NotNil(t, pod.SecurityContext.FSGroup, "the claim's root is made writable for the pod's group") {
+		assert.Equal(t, *pod.SecurityContext.RunAsGroup, *pod.SecurityContext.FSGroup)
+	}
+	d := readDockerfile(t)
+	assert.Equal(t, d.uid, d.owned[dir], "the image's %s is its user's, for a runtime that mounts over it as it is", dir)
+}
+
 func subset(sel, labels map[string]string) bool {
 	if len(sel) == 0 {
 		return false
@@ -448,10 +499,34 @@ type composeFile struct {
 		Environment     map[string]string `yaml:"environment"`
 		StopGracePeriod string            `yaml:"stop_grace_period"`
 		Ports           []string          `yaml:"ports"`
+		Volumes         []string          `yaml:"volumes"`
 		Networks        map[string]struct {
 			Aliases []string `yaml:"aliases"`
 		} `yaml:"networks"`
 	} `yaml:"services"`
+	Volumes map[string]any `yaml:"volumes"`
+}
+
+// checkComposeDataVolume requires a named service's data directory to be
+// a named volume of the file's, mounted by no other service (a node's
+// directory is its own), at a directory of the image owned by its user:
+// Docker gives a new named volume the ownership of what it covers.
+func checkComposeDataVolume(t *testing.T, cf composeFile, name, dir string, volumes map[string]string) {
+	t.Helper()
+	require.NotEmpty(t, dir, "%s: counts survive a restart of the cluster: --data-dir", name)
+	var vol string
+	for _, v := range cf.Services[name].Volumes {
+		if src, dst, ok := strings.Cut(v, ":"); ok && strings.TrimSuffix(dst, ":rw") == dir {
+			vol = src
+		}
+	}
+	require.NotEmpty(t, vol, "%s: %s is a volume", name, dir)
+	_, declared := cf.Volumes[vol]
+	assert.True(t, declared, "%s: %s is a named volume of the file", name, vol)
+	assert.Empty(t, volumes[vol], "%s: volume %s is already %s's", name, vol, volumes[vol])
+	volumes[vol] = name
+	d := readDockerfile(t)
+	assert.Equal(t, d.uid, d.owned[dir], "the image's %s is its user's", dir)
 }
 
 // composeValue is v as docker-compose interpolates it with none of its
@@ -469,6 +544,7 @@ func TestComposeFile(t *testing.T) {
 	require.NoError(t, yaml.Unmarshal(b, &cf))
 	require.Subset(t, slices.Collect(maps.Keys(cf.Services)), []string{"n1", "n2", "n3"})
 	ids := map[string]bool{}
+	volumes := map[string]string{} // named volume → the service that mounts it
 	for name, s := range cf.Services {
 		assert.Contains(t, s.Image, "peerlimit:dev", name)
 		o, err := parseFlags(s.Command, func(k string) string { return composeValue(s.Environment[k]) }, io.Discard)
@@ -481,6 +557,7 @@ func TestComposeFile(t *testing.T) {
 		if len(s.Command) > 0 {
 			assert.False(t, ids[o.node.ID], "%s: id %s is unique", name, o.node.ID)
 			ids[o.node.ID] = true
+			checkComposeDataVolume(t, cf, name, o.node.Persist.Dir, volumes)
 		}
 		grace, err := time.ParseDuration(s.StopGracePeriod)
 		require.NoError(t, err, "%s: stop_grace_period", name)
