@@ -17,7 +17,7 @@ func dayHistory(start time.Time, zone string, ops []Op, events ...Event) History
 		Scenario: "synthetic", Start: start, End: time.Hour, Nodes: []string{"n1", "n2", "n3"},
 		Keys: []KeySpec{{Name: "day", Algorithm: pb.Algorithm_SLIDING_WINDOW_COUNTER, Limit: 3, Calendar: pb.CalendarUnit_DAY, TimeZone: zone}},
 		Ops:  ops, Events: append([]Event{{Name: "start", Steady: 1, Expect: map[string][]string{}}}, events...),
-		Up: map[string][]span{"n1": {{From: 0}}, "n2": {{From: 0}}, "n3": {{From: 0}}},
+		Up: map[string][]Span{"n1": {{From: 0}}, "n2": {{From: 0}}, "n3": {{From: 0}}},
 	}
 }
 
