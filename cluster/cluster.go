@@ -148,7 +148,10 @@ func Start(cfg Config) (*Cluster, error) {
 	// An unspecified gRPC host is only known once memberlist has chosen
 	// its address, after Create; nobody knows this member before it
 	// joins, below, so the corrected metadata is what others see.
-	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests), Boot: newBoot(), Restored: cfg.Restored}
+	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests), Boot: cfg.Boot, Restored: cfg.Restored}
+	if c.meta.Boot == "" {
+		c.meta.Boot = NewBoot()
+	}
 	if c.meta.Config == nil {
 		c.meta.Config = map[string]string{}
 	}
@@ -329,9 +332,9 @@ func (c *Cluster) setMeta(edit func(*meta)) {
 	c.metaMu.Unlock()
 }
 
-// newBoot draws this process's boot id: 64 random bits, which no two
+// NewBoot draws a process's boot id: 64 random bits, which no two
 // starts share.
-func newBoot() string {
+func NewBoot() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
 	return hex.EncodeToString(b[:])

@@ -93,6 +93,10 @@ type Config struct {
 	// counts from its disk at this start (Member.Restored): its heirs
 	// then know it holds what they promoted from its replicas.
 	Restored bool
+	// Boot names this process in the metadata (Member.Boot). Empty: one
+	// drawn at Start (NewBoot). The node draws it earlier, for its
+	// replicas to say too (replica.Deps.Boot).
+	Boot string
 	// Network, if set, carries the gossip in memory instead of over UDP
 	// and TCP (BindAddr and AdvertiseAddr unused): the simulation's.
 	Network *MemNetwork

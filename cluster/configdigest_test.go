@@ -72,7 +72,7 @@ func TestConfigDigestsWorstCaseFitsTheMetadata(t *testing.T) {
 	}
 	require.NoError(t, validateConfigDigests(d))
 	grpc := strings.Repeat("h", maxGRPCAddrLen-len(":65535")) + ":65535"
-	boot := newBoot()
+	boot := NewBoot()
 	b, err := json.Marshal(meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true})
 	require.NoError(t, err)
 	assert.LessOrEqual(t, len(b), memberlist.MetaMaxSize, "%s", b)

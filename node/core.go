@@ -49,6 +49,8 @@ type Core struct {
 	rings   prometheus.Counter
 	// restored is what the data directory held, until it is merged.
 	restored persist.Restored
+	// boot names this process (cluster.Member.Boot).
+	boot string
 }
 
 // CoreDeps is what a Core works with.
@@ -101,7 +103,7 @@ func NewCore(cfg Config, d CoreDeps) (_ *Core, err error) {
 	if d.Connections == nil {
 		d.Connections = noConnections{}
 	}
-	c := &Core{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), peers: d.Peers, conns: d.Connections, loops: loop.New()}
+	c := &Core{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), peers: d.Peers, conns: d.Connections, loops: loop.New(), boot: cluster.NewBoot()}
 	defer func() {
 		if err != nil && c.disk != nil {
 			c.disk.Abandon()
@@ -150,7 +152,7 @@ func (c *Core) initReplicas(d CoreDeps) (err error) {
 	}
 	c.repl.store = replica.NewStore(c.cfg.Partitions, c.cfg.Replication.MaxKeys, c.cfg.Limiter.MaxLogLimit, c.repl.metrics, journal)
 	c.restoreReplicas(c.repl.store)
-	c.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: c.cfg.ID, Store: c.store, Replicas: c.repl.store,
+	c.repl.failover, err = replica.NewFailover(replica.FailoverDeps{Self: c.cfg.ID, Boot: c.boot, Store: c.store, Replicas: c.repl.store,
 		Ring: c.Ring, Now: c.cfg.Now, Logger: c.log, Metrics: c.repl.metrics})
 	return err
 }
@@ -191,7 +193,7 @@ func (c *Core) initRequestPath(d CoreDeps) (err error) {
 		return err
 	}
 	if c.cfg.Replication.Factor > 0 {
-		if c.repl.sender, err = replica.NewReplicator(replica.Deps{Self: c.cfg.ID, Store: c.store, Peers: c.peers,
+		if c.repl.sender, err = replica.NewReplicator(replica.Deps{Self: c.cfg.ID, Boot: c.boot, Store: c.store, Peers: c.peers,
 			Ring: c.Ring, Now: c.cfg.Now, Logger: c.log, Metrics: c.repl.metrics}); err != nil {
 			return err
 		}
@@ -249,7 +251,20 @@ func (c *Core) Membership(view []cluster.Member) {
 
 // Joined says the join has found the members and Membership has
 // delivered them: until then every key waits, or is decided degraded.
-func (c *Core) Joined() { c.own.Joined() }
+// The replicas restored from the disk whose owners are not among them
+// are promoted first (replica.Failover.TakeOverAbsent): a node up before
+// the others after a restart of the whole cluster decides their keys
+// from their counts, not from nothing.
+func (c *Core) Joined() {
+	if c.repl.failover != nil {
+		c.repl.failover.TakeOverAbsent(c.Ring())
+	}
+	c.own.Joined()
+}
+
+// Boot names this process: the membership's metadata says it
+// (cluster.Config.Boot), and so do its replications.
+func (c *Core) Boot() string { return c.boot }
 
 // Start starts the loops, each in the package whose work it is: the
 // node's chores, the handoff sender, the rounds of changes to the backups

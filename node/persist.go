@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
+	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/persist"
 	"github.com/peerlimit/peerlimit/replica"
 )
@@ -67,6 +68,7 @@ func (c *Core) restoreReplicas(rs *replica.Store) {
 		}
 		rs.Apply(op.Origin, op.Replication)
 	}
+	rs.Stale() // the owners send them whole again: the disk may lack their last changes
 }
 
 // diskSource is what a snapshot writes: the store's states and the
@@ -83,7 +85,7 @@ func (s diskSource) OwnStates(yield func([]limiter.KeyState) error) error {
 	return nil
 }
 
-func (s diskSource) Replicas(yield func(origin string, partition int, states []limiter.KeyState) error) error {
+func (s diskSource) Replicas(yield func(origin string, r peer.Replication) error) error {
 	if s.n.repl.store == nil {
 		return nil
 	}

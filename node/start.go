@@ -262,7 +262,7 @@ func (n *starter) joinCluster() (err error) {
 	n.members, err = cluster.Start(cluster.Config{
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.GossipKeys(), Profile: n.cfg.GossipProfile,
-		ConfigDigests: n.configs.Digests(), Restored: n.core.Restored(), Logger: n.log, OnChange: n.membershipChanged,
+		ConfigDigests: n.configs.Digests(), Restored: n.core.Restored(), Boot: n.core.Boot(), Logger: n.log, OnChange: n.membershipChanged,
 	})
 	if err != nil {
 		return err

@@ -58,6 +58,23 @@ type Replication struct {
 	// States are the keys' current states; an empty one (no counts, no
 	// log) says the key is gone.
 	States []limiter.KeyState
+	// Boot is the sender's (cluster.Member.Boot): the process the
+	// replica is of. Empty: a sender that does not say.
+	Boot string
+}
+
+// Replicated is a backup's answer to a Replication.
+type Replicated struct {
+	// Kept is how many states it kept (the rest: over its replica cap).
+	Kept int
+	// Unsynced lists the partitions of the call's states of which the
+	// backup holds no whole copy from the sender (it restarted, restored
+	// them from its disk, or dropped them): the sender sends them whole
+	// in its next round.
+	Unsynced []int
+	// Boot is the backup's (cluster.Member.Boot): when it changes, the
+	// backup restarted, and every partition goes whole again.
+	Boot string
 }
 
 // LeaseGrant is what an owner lends: Hits of one limit, usable for

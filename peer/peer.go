@@ -57,8 +57,8 @@ type Peers interface {
 	HandoffDone(ctx context.Context, to Route, partitions []int) error
 	// Replicate gives to, the backup of the partitions r's states belong
 	// to, the owner's current state of those keys, to keep apart from its
-	// own (package replica), and returns how many it kept.
-	Replicate(ctx context.Context, to Route, r Replication) (kept int, err error)
+	// own (package replica), and returns what it kept.
+	Replicate(ctx context.Context, to Route, r Replication) (Replicated, error)
 	// Relay asks via to get reqs, whose owner this node cannot reach,
 	// decided by their owner, or by the owner's heir; one result per
 	// request, in order. A request via could not get decided has a
@@ -105,7 +105,7 @@ type Handler interface {
 	HandleHandoffDone(ctx context.Context, origin string, partitions []int)
 	// HandleReplicate keeps states, replicated by their owner origin,
 	// apart from this node's own; ErrNoReplicas if this node keeps none.
-	HandleReplicate(ctx context.Context, origin string, r Replication) (kept int, err error)
+	HandleReplicate(ctx context.Context, origin string, r Replication) (Replicated, error)
 	// HandleRelay gets checks origin could not take to their owner
 	// decided by the owner, as this node's ring says, or here from the
 	// owner's replica if this node is its heir; never relayed further. A

@@ -102,13 +102,13 @@ func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int
 }
 
 // Replicate gives to, the backup of the partitions r's states belong to,
-// their owner's current state, and returns how many it kept.
-func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {
+// their owner's current state, and returns what it kept.
+func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (peer.Replicated, error) {
 	req := protoconv.ToProtoReplicate(p.self, r)
 	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.ReplicateResponse, error) {
 		return c.Replicate(ctx, req)
 	}, "replicate %d keys to %s", len(r.States), to.ID)
-	return int(resp.GetKept()), err
+	return protoconv.FromProtoReplicated(resp), err
 }
 
 // Relay asks via to take reqs, whose owner this node cannot reach, to

@@ -89,11 +89,11 @@ func (s *Server) HandoffDone(ctx context.Context, in *pb.HandoffDoneRequest) (*p
 // node's replicas of them, apart from its own; FAILED_PRECONDITION if it
 // keeps none.
 func (s *Server) Replicate(ctx context.Context, in *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
-	kept, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReplicate(in))
+	done, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReplicate(in))
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
-	return &pb.ReplicateResponse{Kept: uint32(kept)}, nil
+	return protoconv.ToProtoReplicated(done), nil
 }
 
 // Reset implements pb.PeerServer: drop this node's state for the key, here,

@@ -53,8 +53,9 @@ type Source interface {
 	// OwnStates yields the node's own states, a partition at a time.
 	OwnStates(yield func([]limiter.KeyState) error) error
 	// Replicas yields the replicas the node keeps, a partition at a
-	// time, with the member that sent them.
-	Replicas(yield func(origin string, partition int, states []limiter.KeyState) error) error
+	// time (r.Whole names it, r.Boot the sender's boot), with the member
+	// that sent them.
+	Replicas(yield func(origin string, r peer.Replication) error) error
 }
 
 // Deps is what a Log works with.

@@ -58,11 +58,11 @@ func (s *source) OwnStates(yield func([]limiter.KeyState) error) error {
 	return yield(states)
 }
 
-func (s *source) Replicas(yield func(origin string, p int, states []limiter.KeyState) error) error {
+func (s *source) Replicas(yield func(origin string, r peer.Replication) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for p, states := range s.replicas {
-		if err := yield(s.origin[p], p, states); err != nil {
+		if err := yield(s.origin[p], peer.Replication{Whole: []int{p}, States: states}); err != nil {
 			return err
 		}
 	}

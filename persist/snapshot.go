@@ -113,9 +113,9 @@ func (l *Log) writeStates(w *recordWriter) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = l.src.Replicas(func(origin string, p int, states []limiter.KeyState) error {
-		w.message(kindReplica, protoconv.ToProtoReplicate(origin, peer.Replication{Whole: []int{p}, States: states}))
-		keys += len(states)
+	err = l.src.Replicas(func(origin string, r peer.Replication) error {
+		w.message(kindReplica, protoconv.ToProtoReplicate(origin, r))
+		keys += len(r.States)
 		return w.err
 	})
 	return keys, err

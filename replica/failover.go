@@ -35,6 +35,7 @@ import (
 // calls it from its ring rebuild, which is serialised.
 type Failover struct {
 	self     string
+	boot     string
 	store    *limiter.Store
 	replicas *Store
 	ring     func() *ring.Ring
@@ -84,6 +85,9 @@ type book struct {
 type FailoverDeps struct {
 	// Self is this node's id. Required.
 	Self string
+	// Boot names this node's process (cluster.Member.Boot): its answers
+	// to replications say it, so that an owner knows when it restarted.
+	Boot string
 	// Store is the node's own state, into which replicas are promoted.
 	// Required.
 	Store *limiter.Store
@@ -111,13 +115,17 @@ func NewFailover(d FailoverDeps) (*Failover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Failover{self: d.Self, store: d.Store, replicas: d.Replicas, ring: d.Ring, now: d.Now, log: log, metrics: d.Metrics,
+	return &Failover{self: d.Self, boot: d.Boot, store: d.Store, replicas: d.Replicas, ring: d.Ring, now: d.Now, log: log, metrics: d.Metrics,
 		books: map[string]*book{}, members: map[string]Member{}}, nil
 }
 
 // Apply keeps a replication owner origin sent this node, as the backup
 // of r's partitions (Store.Apply), and returns how many states it kept.
-func (f *Failover) Apply(origin string, r peer.Replication) int { return f.replicas.Apply(origin, r) }
+func (f *Failover) Apply(origin string, r peer.Replication) peer.Replicated {
+	done := f.replicas.Apply(origin, r)
+	done.Boot = f.boot
+	return done
+}
 
 // Sweep drops the replicas that count nothing any more at now, and the
 // promoted states the books keep that count nothing any more either (a
@@ -146,9 +154,15 @@ const (
 	// ownerUnreachable: this node could not reach the owner, which may be
 	// alive, and hand the same keys off later.
 	ownerUnreachable
+	// ownerAbsent: this node restored the replica from its disk, and the
+	// owner is not in the ring it serves by: not back yet from a restart
+	// of the whole cluster, or gone.
+	ownerAbsent
 )
 
-func (r reason) String() string { return [...]string{"owner failed", "owner unreachable"}[r] }
+func (r reason) String() string {
+	return [...]string{"owner failed", "owner unreachable", "owner absent since this node restarted"}[r]
+}
 
 // Promote merges the replica this node holds of key's partition into its
 // own store, if it holds one from the partition's owner: the request path
@@ -158,8 +172,29 @@ func (r reason) String() string { return [...]string{"owner failed", "owner unre
 func (f *Failover) Promote(key string) {
 	r := f.ring()
 	p := r.Partition(key)
-	if f.replicas.Holds(p) && f.replicas.Origin(p) == r.PartitionOwner(p).ID {
+	if f.replicas.Holds(p) && f.replicas.Origin(p).ID == r.PartitionOwner(p).ID {
 		f.promote(p, ownerUnreachable)
+	}
+}
+
+// TakeOverAbsent promotes the replicas this node restored from its disk
+// whose owner is not in cur, the ring it is about to serve by: the node
+// calls it once, when its join has found the members, before it decides
+// a key. Without it a node up before the others after a restart of the
+// whole cluster would decide their keys from nothing while it holds
+// their counts. What it promotes, handoff moves to the partitions'
+// owners in cur; an owner that comes back holds it again if it never
+// stopped (the replica's boot) or restored from its own disk, and the
+// books take it back before this node hands it its partitions.
+func (f *Failover) TakeOverAbsent(cur *ring.Ring) {
+	in := map[string]bool{}
+	for _, m := range cur.Members() {
+		in[m.ID] = true
+	}
+	for p := range cur.PartitionCount() {
+		if f.replicas.Holds(p) && !in[f.replicas.Origin(p).ID] {
+			f.promote(p, ownerAbsent)
+		}
 	}
 }
 
@@ -179,18 +214,28 @@ func (f *Failover) promote(p int, why reason) {
 	// wrong window, erasing its own hits when the owner's clock runs ahead.
 	added, errs := f.store.MergeAdded(now, states)
 	merged := len(states) - len(errs)
-	b := f.books[origin]
-	if boot := f.members[origin].Boot; b == nil || b.boot != boot {
+	b := f.books[origin.ID]
+	if boot := f.bootOf(origin); b == nil || b.boot != boot {
 		b = &book{boot: boot}
-		f.books[origin] = b
+		f.books[origin.ID] = b
 	}
 	b.holds = why == ownerUnreachable
 	b.states = append(b.states, added...)
 	f.metrics.Promoted(merged)
-	f.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why.String(), "from", origin)
+	f.log.Info("took over a partition's replica", "partition", p, "keys", merged, "why", why.String(), "from", origin.ID)
 	if len(errs) > 0 {
 		f.log.Warn("refused replicated keys on takeover", "partition", p, "refused", len(errs), "first", errs[0])
 	}
+}
+
+// bootOf is the boot origin's replica is of: the one it was sent
+// under, or, from a sender that does not say, the one the last ring
+// change gave. Requires f.mu held.
+func (f *Failover) bootOf(origin Origin) string {
+	if origin.Boot != "" {
+		return origin.Boot
+	}
+	return f.members[origin.ID].Boot
 }
 
 // Supersede is called with a handoff's states from origin before they
@@ -244,7 +289,7 @@ func (f *Failover) dropSupersededReplicas(origin string, states []limiter.KeySta
 			continue
 		}
 		done[p] = true
-		if f.replicas.Holds(p) && f.replicas.Origin(p) == origin {
+		if f.replicas.Holds(p) && f.replicas.Origin(p).ID == origin {
 			f.replicas.Drop(p)
 		}
 	}
@@ -294,8 +339,10 @@ func (f *Failover) Unreturn(owner string, promoted []limiter.KeyState) {
 // one that left). A partition whose owner failed has its replica merged
 // into this node's state (its heir's, or handed there); one whose owner
 // left gracefully (it hands its state off itself), or whose backup is no
-// longer this node, has its replica dropped. The books follow the
-// members (settleBooks).
+// longer this node, has its replica dropped. A replica from a member
+// the membership has not seen since this node started was restored from
+// its disk, and is promoted: its owner is not back (TakeOverAbsent). The
+// books follow the members (settleBooks).
 func (f *Failover) Reconcile(old, cur *ring.Ring, members map[string]Member) {
 	if old == nil {
 		return
@@ -306,9 +353,12 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, members map[string]Member) {
 			continue
 		}
 		prev, owner := old.PartitionOwner(p).ID, cur.PartitionOwner(p).ID
-		origin := f.replicas.Origin(p)
+		origin := f.replicas.Origin(p).ID
 		backup, _ := cur.Backup(p)
+		_, seen := members[origin]
 		switch {
+		case !seen:
+			f.promote(p, ownerAbsent)
 		case origin == prev && members[prev].Failed && owner != prev:
 			f.promote(p, ownerFailed)
 		case origin == owner && backup.ID == f.self:

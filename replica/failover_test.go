@@ -237,21 +237,24 @@ func TestAHandoffThatCannotReachTheOwnerKeepsThePromotion(t *testing.T) {
 func TestAReturningMemberGetsBackWhatItDoesNotHold(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		back      replica.Member
-		ownerKeep bool  // the owner still holds its 3 hits when it is back
-		wantOwner int64 // what the owner holds after the heir's handoff
+		back      replica.Member // its boot: empty, the one it replicated under
+		ownerKeep bool           // the owner still holds its 3 hits when it is back
+		wantOwner int64          // what the owner holds after the heir's handoff
 	}{
-		{"healed, same boot", replica.Member{Boot: "b1"}, true, 3},
+		{"healed, same boot", replica.Member{}, true, 3},
 		{"restarted from its disk", replica.Member{Boot: "b2", Restored: true}, true, 3},
 		{"restarted with nothing", replica.Member{Boot: "b2"}, false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c, owner, heir, req := replicatedKey(t)
+				if tc.back.Boot == "" {
+					tc.back.Boot = owner.boot
+				}
 				all, without := c.Ring(), testring.New(t, "n2", "n3")
-				heir.failover.Reconcile(all, all, map[string]replica.Member{"n1": {Boot: "b1"}})
+				heir.failover.Reconcile(all, all, map[string]replica.Member{"n1": {Boot: owner.boot}})
 				c.ring.Store(without)
-				heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: "b1"}})
+				heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: owner.boot}})
 				require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
 				if !tc.ownerKeep {
 					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
@@ -291,4 +294,45 @@ func TestAPromotionsBookLastsAsLongAsItsHits(t *testing.T) {
 		require.Zero(t, heir.handoff(t, c).Run(context.Background()))
 		assert.EqualValues(t, 3, held(t, c, owner, req), "two hours later, still once")
 	})
+}
+
+// A node back from its disk before a member whose replicas it restored
+// (a restart of the whole cluster, one node at a time) promotes them
+// (TakeOverAbsent): it decides the member's keys from their counts, not
+// from nothing. When the member is back, what was promoted goes to it
+// only if it does not hold it already: once, never twice, never none.
+func TestReplicasOfAMemberNotBackArePromoted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		back      replica.Member // its boot: empty, the one it replicated under
+		ownerKeep bool
+	}{
+		{"it never stopped", replica.Member{}, true},
+		{"restarted from its disk", replica.Member{Boot: "b2", Restored: true}, true},
+		{"restarted with nothing", replica.Member{Boot: "b2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, owner, heir, req := replicatedKey(t)
+				if tc.back.Boot == "" {
+					tc.back.Boot = owner.boot
+				}
+				all, without := c.Ring(), testring.New(t, "n2", "n3")
+				c.ring.Store(without)
+				heir.failover.TakeOverAbsent(without)
+				require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
+				heir.failover.Reconcile(without, without, map[string]replica.Member{"n2": {}, "n3": {}})
+				require.EqualValues(t, 3, held(t, c, heir, req), "n1 not seen: kept")
+				if !tc.ownerKeep {
+					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+				}
+
+				c.ring.Store(all)
+				heir.failover.Reconcile(without, all, map[string]replica.Member{"n1": tc.back, "n2": {}, "n3": {}})
+				require.Zero(t, heir.handoff(t, c).Run(context.Background()), "the heir hands the key back")
+				assert.EqualValues(t, 3, held(t, c, owner, req), "once: never twice, never none")
+				assert.Zero(t, held(t, c, heir, req))
+			})
+		})
+	}
 }

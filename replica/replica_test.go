@@ -37,6 +37,7 @@ const t0 = 1_700_000_000_000 // ms; whole seconds
 // in-memory network.
 type member struct {
 	id       string
+	boot     string
 	svc      *route.Service
 	store    *limiter.Store
 	replicas *replica.Store
@@ -54,6 +55,7 @@ type cluster struct {
 	ring    atomic.Pointer[ring.Ring]
 	clk     *fakeclock.Clock
 	members map[string]*member
+	boots   int // processes started
 }
 
 func (c *cluster) Ring() *ring.Ring { return c.ring.Load() }
@@ -91,14 +93,17 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	m.peers = peers
 	m.logs = testlog.NewCapture()
 	log := slog.New(m.logs)
-	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Store: store, Replicas: m.replicas, Ring: c.Ring,
+	c.boots++
+	boot := fmt.Sprint(id, "#", c.boots) // a process of its own at every start
+	m.boot = boot
+	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Boot: boot, Store: store, Replicas: m.replicas, Ring: c.Ring,
 		Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
 	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clk.Now, Cluster: route.RingCluster(c.Ring),
 		Peers: peers, Failover: m.failover, Logger: log})
 	require.NoError(t, err)
 	peers.Serve(m.svc.Peer)
-	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Store: store, Peers: peers,
+	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Boot: boot, Store: store, Peers: peers,
 		Ring: c.Ring, Now: c.clk.Now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
 	return m
@@ -181,8 +186,8 @@ func replicated(t *testing.T, c *cluster, req limiter.Request) int64 {
 	t.Helper()
 	b := c.members[c.heirOf(req.Key)]
 	p := b.store.PartitionOf(req.Key)
-	states, _ := b.replicas.Take(p)
-	defer b.replicas.Apply("test", peer.Replication{States: states})
+	states, from := b.replicas.Take(p)
+	defer b.replicas.Apply(from.ID, peer.Replication{Whole: []int{p}, States: states, Boot: from.Boot}) // put back as it was
 	for _, ks := range states {
 		if ks.Key == req.Key && ks.Algorithm == req.Algorithm {
 			return int64(len(ks.Log))
@@ -243,7 +248,7 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	assert.Equal(t, 2, s.Len())
 	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"))
 	got, origin := s.Take(0)
-	assert.Equal(t, "n1", origin)
+	assert.Equal(t, "n1", origin.ID)
 	require.Len(t, got, 2)
 	assert.Equal(t, []string{"b", "c"}, []string{got[0].Key, got[1].Key}, "a was replicated longest ago")
 	assert.Equal(t, []int64{t0 + 1, t0 + 2, t0 + 3}, got[0].Log, "trimmed to the newest MaxLogLimit")
@@ -273,7 +278,7 @@ func TestStoreKeepsTheLastStateOfEachKey(t *testing.T) {
 		for _, k := range keys {
 			r.States = append(r.States, limiter.KeyState{Key: k, Window: time.Minute, WindowID: t0 / 60_000, Curr: round})
 		}
-		require.Equal(t, len(keys), s.Apply("n1", r))
+		require.Equal(t, len(keys), s.Apply("n1", r).Kept)
 		maxHeld = max(maxHeld, metrictest.Value(t, reg, "peerlimit_replica_keys"))
 	}
 	assert.LessOrEqual(t, maxHeld, float64(2*len(keys)+64), "compacted as it grows")
@@ -285,6 +290,85 @@ func TestStoreKeepsTheLastStateOfEachKey(t *testing.T) {
 		assert.Equal(t, k, got[i].Key)
 		assert.EqualValues(t, 1000, got[i].Curr, "%s: its last state", k)
 	}
+}
+
+// A backup says which partitions it holds no whole copy of: changes to
+// a partition it never had whole, restored from its disk (Stale), or
+// taken (promoted); a whole copy, and the changes after it, are synced.
+func TestStoreSaysWhichPartitionsItHoldsNoWholeCopyOf(t *testing.T) {
+	s := replica.NewStore(4, 100, 100, nil, nil)
+	state := func(key string, curr int64) limiter.KeyState {
+		return limiter.KeyState{Key: key, Window: time.Minute, WindowID: t0 / 60_000, Curr: curr}
+	}
+	k := "a"
+	p := partition.Of(k, 4)
+	changes := peer.Replication{States: []limiter.KeyState{state(k, 1)}, Boot: "b1"}
+
+	assert.Equal(t, []int{p}, s.Apply("n1", changes).Unsynced, "changes alone")
+	assert.Equal(t, []int{p}, s.Apply("n1", changes).Unsynced, "still no whole copy")
+	assert.Empty(t, s.Apply("n1", peer.Replication{Whole: []int{p}, States: []limiter.KeyState{state(k, 2)}, Boot: "b1"}).Unsynced)
+	assert.Empty(t, s.Apply("n1", changes).Unsynced, "changes after a whole copy")
+	assert.Equal(t, []int{p}, s.Apply("n2", changes).Unsynced, "another sender's changes")
+
+	s.Apply("n1", peer.Replication{Whole: []int{p}, States: []limiter.KeyState{state(k, 3)}, Boot: "b1"})
+	s.Stale()
+	assert.Equal(t, []int{p}, s.Apply("n1", changes).Unsynced, "restored from a disk")
+	assert.Equal(t, replica.Origin{ID: "n1", Boot: "b1"}, s.Origin(p))
+
+	s.Apply("n1", peer.Replication{Whole: []int{p}, Boot: "b1"})
+	s.Apply("n1", changes)
+	_, from := s.Take(p)
+	assert.Equal(t, replica.Origin{ID: "n1", Boot: "b1"}, from, "taken with the boot it is of")
+	assert.Equal(t, []int{p}, s.Apply("n1", changes).Unsynced, "taken")
+}
+
+// sameOwnerAndPartition returns another key of key's partition.
+func sameOwnerAndPartition(t *testing.T, c *cluster, key string) string {
+	t.Helper()
+	for i := range 100_000 {
+		if k := fmt.Sprint("s:", i); c.Ring().Partition(k) == c.Ring().Partition(key) {
+			return k
+		}
+	}
+	t.Fatalf("no key in %s's partition", key)
+	return ""
+}
+
+// A backup that lost what it held gets it whole again at the owner's
+// next round, not only the changes that follow: one that restarted says
+// so by its boot (every partition it backs goes whole), one that
+// promoted a partition, by naming it when its changes come (that one).
+func TestABackupWithoutAWholeCopyGetsItAtTheNextRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, "n1", "n2", "n3")
+		owner := c.members["n1"]
+		a := logReq(c.key(t, "n1", "a"), 10)
+		b := logReq(c.keyWith(t, "n1", c.heirOf(a.Key), "b"), 10)
+		admit(t, owner, a, 2)
+		admit(t, owner, b, 3)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		id := c.heirOf(a.Key)
+
+		c.members[id] = c.start(t, id) // restarted, empty
+		admit(t, owner, a, 1)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.Zero(t, replicated(t, c, b), "b did not change, and the backup has nothing of it")
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 3, replicated(t, c, a), "sent whole, the round after the backup's new boot")
+		assert.EqualValues(t, 3, replicated(t, c, b), "every partition it backs")
+
+		p := partition.Of(a.Key, partition.DefaultCount)
+		a2 := logReq(sameOwnerAndPartition(t, c, a.Key), 10)
+		admit(t, owner, a2, 2)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		c.members[id].replicas.Take(p) // promoted: gone from the replicas
+		admit(t, owner, a, 1)
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 4, replicated(t, c, a), "a key's state goes whole when it changes")
+		assert.Zero(t, replicated(t, c, a2), "its partition's other keys do not")
+		require.Zero(t, owner.sender.Round(context.Background()))
+		assert.EqualValues(t, 2, replicated(t, c, a2), "until the partition goes whole, the round after the backup named it")
+	})
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -16,6 +16,10 @@ import (
 type Deps struct {
 	// Self is this node's id. Required.
 	Self string
+	// Boot names this node's process (cluster.Member.Boot): every
+	// replication says it, so that a heir that promotes a replica can
+	// tell later whether this node restarted since. Empty: not said.
+	Boot string
 	// Store is the node's own state (with Config.TrackChanges). Required.
 	Store *limiter.Store
 	// Peers carries the calls. Required.
@@ -49,6 +53,8 @@ type Replicator struct {
 	// spares are sent batches' states, emptied, for the next round to
 	// fill: a round sends about as many as the last.
 	spares [][]limiter.KeyState
+	// boots are the backups' boots, by id, as their last answers said.
+	boots map[string]string
 }
 
 // maxSpare bounds the states a round keeps for the next: a whole
@@ -69,7 +75,8 @@ func NewReplicator(d Deps) (*Replicator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Replicator{d: d, log: log, synced: make([]string, d.Store.Partitions()), last: d.Now()}, nil
+	return &Replicator{d: d, log: log, synced: make([]string, d.Store.Partitions()), last: d.Now(),
+		boots: map[string]string{}}, nil
 }
 
 // batch is what one round sends one backup.
@@ -168,7 +175,25 @@ func (r *Replicator) collect(changed [][]limiter.KeyState) map[string]*batch {
 			delete(out, id)
 		}
 	}
+	r.forgetBoots(rg)
 	return out
+}
+
+// forgetBoots drops the boots of members no longer in rg: one that comes
+// back is sent its partitions whole, as a new backup is.
+func (r *Replicator) forgetBoots(rg *ring.Ring) {
+	if len(r.boots) <= len(rg.Members()) {
+		return
+	}
+	in := map[string]bool{}
+	for _, m := range rg.Members() {
+		in[m.ID] = true
+	}
+	for id := range r.boots {
+		if !in[id] {
+			delete(r.boots, id)
+		}
+	}
 }
 
 // send delivers b in chunks under limiter.ChunkBytes; the partitions sent whole
@@ -179,11 +204,34 @@ func (r *Replicator) send(ctx context.Context, b *batch) error {
 	for first := true; first || len(states) > 0; first = false {
 		n := limiter.ChunkLen(states)
 		rid := peer.NewRequestID()
-		if _, err := r.d.Peers.Replicate(peer.WithRequestID(ctx, rid), to,
-			peer.Replication{Whole: whole, States: states[:n]}); err != nil {
+		done, err := r.d.Peers.Replicate(peer.WithRequestID(ctx, rid), to,
+			peer.Replication{Whole: whole, States: states[:n], Boot: r.d.Boot})
+		if err != nil {
 			return err
 		}
+		r.resync(to.ID, done)
 		states, whole = states[n:], nil
 	}
 	return nil
+}
+
+// resync sends whole, next round, what backup's answer says it lacks:
+// every partition it backs if it restarted (a boot of its own since its
+// last answer), and the partitions it said it holds no whole copy of
+// (it restored them from its disk, or promoted them): the changes alone
+// would leave it a part of their state.
+func (r *Replicator) resync(backup string, done peer.Replicated) {
+	if was, ok := r.boots[backup]; ok && was != done.Boot {
+		for p, id := range r.synced {
+			if id == backup {
+				r.synced[p] = ""
+			}
+		}
+	}
+	r.boots[backup] = done.Boot
+	for _, p := range done.Unsynced {
+		if p >= 0 && p < len(r.synced) { // the backup's word: checked
+			r.synced[p] = ""
+		}
+	}
 }

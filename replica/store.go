@@ -46,7 +46,20 @@ type Store struct {
 type part struct {
 	states []limiter.KeyState // in the order received: a key's last is its copy
 	live   int                // len(states) after the last compaction
-	origin string             // the member that last replicated the partition
+	origin Origin             // the member that last replicated the partition
+	// synced: the states hold a whole copy of the partition from origin
+	// (it was sent whole, and every change since), not part of one: the
+	// backup restarted, restored them from its disk, or dropped them.
+	synced bool
+}
+
+// Origin is the member a partition's replicas came from.
+type Origin struct {
+	// ID is the member's.
+	ID string
+	// Boot is its process's when it sent them (peer.Replication.Boot):
+	// a member back under another boot has restarted.
+	Boot string
 }
 
 // compactSlack is what a partition's list may grow by past twice what
@@ -95,32 +108,40 @@ func NewStore(partitions, maxKeys int, maxLog int64, m *Metrics, j Journal) *Sto
 		parts: make([]part, partitions)}
 }
 
-// Apply implements route.Replicas: it drops what it held of r.Whole, then
-// keeps each state as its key's copy; an empty state (a tombstone) drops
-// the copy. It returns how many states it kept, tombstones aside. A
-// partition over its share of MaxKeys keeps its most recently replicated
-// keys; the others are refused and counted when it is compacted.
-func (s *Store) Apply(origin string, r peer.Replication) int {
+// Apply keeps r, a replication from origin, as the backup of its
+// partitions: the partitions in r.Whole start afresh, and each state is
+// its key's newest copy. It returns how many states it kept, and the
+// partitions of r's states it holds no whole copy of from origin (this
+// node restarted, restored them from its disk, dropped them, or last had
+// them from another member): origin sends those whole next round.
+func (s *Store) Apply(origin string, r peer.Replication) peer.Replicated {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.journal.Replicated(origin, r)
+	from := Origin{ID: origin, Boot: r.Boot}
 	for _, p := range r.Whole {
 		if p >= 0 && p < len(s.parts) {
 			s.drop(p)
-			s.parts[p].origin = origin
+			s.parts[p].origin, s.parts[p].synced = from, true
 		}
 	}
-	kept, refused := 0, 0
+	var out peer.Replicated
+	refused := 0
 	for _, ks := range r.States {
-		pt := &s.parts[partition.Of(ks.Key, len(s.parts))]
-		pt.origin = origin
+		p := partition.Of(ks.Key, len(s.parts))
+		pt := &s.parts[p]
+		if !pt.synced || pt.origin.ID != origin {
+			out.Unsynced = appendOnce(out.Unsynced, p)
+			pt.synced = false
+		}
+		pt.origin = from
 		if over := len(ks.Log) - s.maxLog; over > 0 {
 			ks.Log = ks.Log[over:]
 		}
 		pt.states = append(pt.states, ks)
 		s.held++
 		if !empty(ks) {
-			kept++
+			out.Kept++
 		}
 		if len(pt.states) > 2*pt.live+compactSlack {
 			_, r := s.compact(pt, noExpiry)
@@ -128,7 +149,29 @@ func (s *Store) Apply(origin string, r peer.Replication) int {
 		}
 	}
 	s.metrics.held(s.held, refused)
-	return kept
+	return out
+}
+
+// appendOnce appends p to ps unless ps holds it: a call's states come
+// partition by partition, so the check is mostly against the last.
+func appendOnce(ps []int, p int) []int {
+	if slices.Contains(ps, p) {
+		return ps
+	}
+	return append(ps, p)
+}
+
+// Stale marks every partition's replicas as no whole copy: what a
+// restart restored from the disk misses what its owners sent after the
+// last write that reached it. They stay, for a heir to promote if their
+// owner does not come back, and each owner's next round, told so
+// (peer.Replicated.Unsynced), sends its partitions whole again.
+func (s *Store) Stale() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.parts {
+		s.parts[p].synced = false
+	}
 }
 
 // noExpiry compacts without dropping expired states: Apply has no clock.
@@ -189,7 +232,7 @@ func (s *Store) drop(p int) int {
 	pt := &s.parts[p]
 	n := len(pt.states)
 	s.held -= n
-	pt.states, pt.live = nil, 0
+	pt.states, pt.live, pt.synced = nil, 0, false
 	return n
 }
 
@@ -199,8 +242,8 @@ func empty(ks limiter.KeyState) bool {
 }
 
 // Origin returns the member that last replicated partition p to this
-// node ("" if none did).
-func (s *Store) Origin(p int) string {
+// node (zero if none did).
+func (s *Store) Origin(p int) Origin {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.parts[p].origin
@@ -225,7 +268,7 @@ func (s *Store) compactFor(p int) {
 // Take removes and returns the replicas of partition p, and the member
 // that sent them: its owner failed, or cannot be reached, and this node,
 // its heir, merges them into its own state.
-func (s *Store) Take(p int) ([]limiter.KeyState, string) {
+func (s *Store) Take(p int) ([]limiter.KeyState, Origin) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.compactFor(p)
@@ -253,11 +296,12 @@ func (s *Store) Drop(p int) int {
 	return n
 }
 
-// Export yields a copy of every partition's replicas, compacted, with the
-// member that sent them, one partition at a time and outside the lock:
-// what a snapshot of the node's state writes. A partition changed while
-// it is exported is the journal's to replay.
-func (s *Store) Export(yield func(origin string, partition int, states []limiter.KeyState) error) error {
+// Export yields a copy of every partition's replicas, compacted, as the
+// whole replication of that partition from the member that sent them,
+// one partition at a time and outside the lock: what a snapshot of the
+// node's state writes. A partition changed while it is exported is the
+// journal's to replay.
+func (s *Store) Export(yield func(origin string, r peer.Replication) error) error {
 	for p := range s.parts {
 		s.mu.Lock()
 		s.compactFor(p)
@@ -266,7 +310,7 @@ func (s *Store) Export(yield func(origin string, partition int, states []limiter
 		if len(states) == 0 {
 			continue
 		}
-		if err := yield(origin, p, states); err != nil {
+		if err := yield(origin.ID, peer.Replication{Whole: []int{p}, States: states, Boot: origin.Boot}); err != nil {
 			return err
 		}
 	}

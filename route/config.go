@@ -245,8 +245,9 @@ func RoutesOf(ms []ring.Member) []peer.Route {
 type Failover interface {
 	handoff.Replicas
 	// Apply keeps the states owner origin replicated to this node, apart
-	// from Store, and returns how many it kept.
-	Apply(origin string, r peer.Replication) (kept int)
+	// from Store, and says what it kept, and which partitions it holds
+	// no whole copy of from origin.
+	Apply(origin string, r peer.Replication) peer.Replicated
 	// Promote merges the replica this node holds of key's partition, if
 	// its owner sent it, into Store.
 	Promote(key string)
@@ -264,20 +265,20 @@ type (
 	noSamples struct{}
 )
 
-func (a alone) Owner(string) peer.Route                     { return a.self }
-func (alone) Heir(string) (peer.Route, bool)                { return peer.Route{}, false }
-func (a alone) Members() []peer.Route                       { return []peer.Route{a.self} }
-func (alone) Share() (live, known int)                      { return 1, 1 }
-func (alone) Contested(string) bool                         { return false }
-func (alone) Settling(string) <-chan struct{}               { return nil }
-func (alone) HandoffDone(string, []int)                     {}
-func (noReplicas) Apply(string, peer.Replication) int       { return 0 }
-func (noReplicas) Promote(string)                           {}
-func (noReplicas) Supersede(string, []limiter.KeyState)     {}
-func (noReplicas) ReturnPromoted(string) []limiter.KeyState { return nil }
-func (noReplicas) Unreturn(string, []limiter.KeyState)      {}
-func (noPolicies) Lookup(string) (policy.Policy, bool)      { return policy.Policy{}, false }
-func (noSamples) Since(time.Time) []peer.Sample             { return nil }
+func (a alone) Owner(string) peer.Route                           { return a.self }
+func (alone) Heir(string) (peer.Route, bool)                      { return peer.Route{}, false }
+func (a alone) Members() []peer.Route                             { return []peer.Route{a.self} }
+func (alone) Share() (live, known int)                            { return 1, 1 }
+func (alone) Contested(string) bool                               { return false }
+func (alone) Settling(string) <-chan struct{}                     { return nil }
+func (alone) HandoffDone(string, []int)                           {}
+func (noReplicas) Apply(string, peer.Replication) peer.Replicated { return peer.Replicated{} }
+func (noReplicas) Promote(string)                                 {}
+func (noReplicas) Supersede(string, []limiter.KeyState)           {}
+func (noReplicas) ReturnPromoted(string) []limiter.KeyState       { return nil }
+func (noReplicas) Unreturn(string, []limiter.KeyState)            {}
+func (noPolicies) Lookup(string) (policy.Policy, bool)            { return policy.Policy{}, false }
+func (noSamples) Since(time.Time) []peer.Sample                   { return nil }
 
 // Samples is the source of a node's sampled rates (console.Sampler). Safe
 // for concurrent use.

@@ -119,9 +119,9 @@ func (s *Handler) HandleHandoffDone(_ context.Context, origin string, partitions
 
 // HandleReplicate implements peer.Handler: keep the owner's states apart,
 // in Deps.Failover, never in the store that decides.
-func (s *Handler) HandleReplicate(_ context.Context, origin string, r peer.Replication) (int, error) {
+func (s *Handler) HandleReplicate(_ context.Context, origin string, r peer.Replication) (peer.Replicated, error) {
 	if !s.heirs {
-		return 0, peer.ErrNoReplicas
+		return peer.Replicated{}, peer.ErrNoReplicas
 	}
 	return s.deps.Failover.Apply(origin, r), nil
 }

@@ -98,7 +98,7 @@ func (w *World) startMember(id string) error {
 	}
 	peers.Serve(core.Service().Peer)
 	c, err := cluster.Start(cluster.Config{ID: id, GRPCAddr: id + ":9090", Network: w.gossip, Join: seeds,
-		Profile: cluster.ProfileLocal, Restored: core.Restored(), Logger: w.log.With("node", id), OnChange: core.Membership})
+		Profile: cluster.ProfileLocal, Restored: core.Restored(), Boot: core.Boot(), Logger: w.log.With("node", id), OnChange: core.Membership})
 	if err != nil {
 		core.Halt(true)
 		return fmt.Errorf("join %s: %w", id, err)

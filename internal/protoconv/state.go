@@ -77,7 +77,7 @@ func FromProtoKeyStates(states []*pb.KeyState) []limiter.KeyState {
 
 // ToProtoReplicate converts a replication round's call from origin.
 func ToProtoReplicate(origin string, r peer.Replication) *pb.ReplicateRequest {
-	out := &pb.ReplicateRequest{Origin: origin, States: ToProtoKeyStates(r.States), Whole: make([]uint32, len(r.Whole))}
+	out := &pb.ReplicateRequest{Origin: origin, States: ToProtoKeyStates(r.States), Whole: make([]uint32, len(r.Whole)), Boot: r.Boot}
 	for i, w := range r.Whole {
 		out.Whole[i] = uint32(w)
 	}
@@ -86,9 +86,28 @@ func ToProtoReplicate(origin string, r peer.Replication) *pb.ReplicateRequest {
 
 // FromProtoReplicate converts a received replication.
 func FromProtoReplicate(in *pb.ReplicateRequest) peer.Replication {
-	r := peer.Replication{States: FromProtoKeyStates(in.GetStates()), Whole: make([]int, len(in.GetWhole()))}
+	r := peer.Replication{States: FromProtoKeyStates(in.GetStates()), Whole: make([]int, len(in.GetWhole())), Boot: in.GetBoot()}
 	for i, w := range in.GetWhole() {
 		r.Whole[i] = int(w)
+	}
+	return r
+}
+
+// ToProtoReplicated converts a backup's answer.
+func ToProtoReplicated(r peer.Replicated) *pb.ReplicateResponse {
+	out := &pb.ReplicateResponse{Kept: uint32(r.Kept), Unsynced: make([]uint32, len(r.Unsynced)), Boot: r.Boot}
+	for i, p := range r.Unsynced {
+		out.Unsynced[i] = uint32(p)
+	}
+	return out
+}
+
+// FromProtoReplicated converts a backup's answer. Its partitions are
+// the backup's word: the sender checks them against its own count.
+func FromProtoReplicated(in *pb.ReplicateResponse) peer.Replicated {
+	r := peer.Replicated{Kept: int(in.GetKept()), Unsynced: make([]int, len(in.GetUnsynced())), Boot: in.GetBoot()}
+	for i, p := range in.GetUnsynced() {
+		r.Unsynced[i] = int(p)
 	}
 	return r
 }

@@ -395,9 +395,9 @@ func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int
 }
 
 // Replicate implements peer.Peers.
-func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (int, error) {
+func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (peer.Replicated, error) {
 	type answer struct {
-		kept int
+		kept peer.Replicated
 		err  error
 	}
 	id := peer.RequestIDForCall(ctx)

@@ -96,9 +96,9 @@ func (r *Recorder) Done() []int {
 }
 
 // HandleReplicate implements peer.Handler.
-func (r *Recorder) HandleReplicate(ctx context.Context, origin string, _ peer.Replication) (int, error) {
+func (r *Recorder) HandleReplicate(ctx context.Context, origin string, _ peer.Replication) (peer.Replicated, error) {
 	r.note(ctx, "Replicate", origin)
-	return 0, peer.ErrNoReplicas
+	return peer.Replicated{}, peer.ErrNoReplicas
 }
 
 // HandleRelay implements peer.Handler.

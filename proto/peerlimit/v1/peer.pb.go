@@ -724,7 +724,12 @@ type ReplicateRequest struct {
 	// Partitions whose whole state this request starts: the backup drops
 	// what it held of them before applying states (a new backup, or one
 	// that missed changes).
-	Whole         []uint32 `protobuf:"varint,3,rep,packed,name=whole,proto3" json:"whole,omitempty"`
+	Whole []uint32 `protobuf:"varint,3,rep,packed,name=whole,proto3" json:"whole,omitempty"`
+	// The sender's boot (its process: cluster.Member.Boot). A heir that
+	// promotes the replica keeps it in its books, so that it can tell an
+	// owner back under the same boot (it never stopped, and holds what it
+	// had) from one that restarted.
+	Boot          string `protobuf:"bytes,4,opt,name=boot,proto3" json:"boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -780,10 +785,25 @@ func (x *ReplicateRequest) GetWhole() []uint32 {
 	return nil
 }
 
+func (x *ReplicateRequest) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
+}
+
 type ReplicateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many states the backup kept (the rest: over its replica cap).
-	Kept          uint32 `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	Kept uint32 `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	// Partitions of this request's states of which the backup holds no
+	// whole copy from the caller (it restarted, restored them from its
+	// disk, or dropped them): the caller sends them whole next round.
+	Unsynced []uint32 `protobuf:"varint,2,rep,packed,name=unsynced,proto3" json:"unsynced,omitempty"`
+	// The backup's boot: the caller sends every partition whole again
+	// when it changes (the backup restarted, and holds none of them, or
+	// what its disk kept).
+	Boot          string `protobuf:"bytes,3,opt,name=boot,proto3" json:"boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -823,6 +843,20 @@ func (x *ReplicateResponse) GetKept() uint32 {
 		return x.Kept
 	}
 	return 0
+}
+
+func (x *ReplicateResponse) GetUnsynced() []uint32 {
+	if x != nil {
+		return x.Unsynced
+	}
+	return nil
+}
+
+func (x *ReplicateResponse) GetBoot() string {
+	if x != nil {
+		return x.Boot
+	}
+	return ""
 }
 
 type ReportRequest struct {
@@ -1526,13 +1560,16 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\bcalendar\x18\x06 \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
 	"\ttime_zone\x18\a \x01(\tR\btimeZone\"-\n" +
 	"\x11PeerResetResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\rR\acleared\"p\n" +
+	"\acleared\x18\x01 \x01(\rR\acleared\"\x84\x01\n" +
 	"\x10ReplicateRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12\x14\n" +
-	"\x05whole\x18\x03 \x03(\rR\x05whole\"'\n" +
+	"\x05whole\x18\x03 \x03(\rR\x05whole\x12\x12\n" +
+	"\x04boot\x18\x04 \x01(\tR\x04boot\"W\n" +
 	"\x11ReplicateResponse\x12\x12\n" +
-	"\x04kept\x18\x01 \x01(\rR\x04kept\"]\n" +
+	"\x04kept\x18\x01 \x01(\rR\x04kept\x12\x1a\n" +
+	"\bunsynced\x18\x02 \x03(\rR\bunsynced\x12\x12\n" +
+	"\x04boot\x18\x03 \x01(\tR\x04boot\"]\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\"\n" +
 	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\x10\n" +
