@@ -41,7 +41,8 @@ import (
 // batching=off sets every node's Peers.BatchLimit to 1: each forwarded check
 // is its own Forward RPC. batching=on keeps the defaults: forwarded checks
 // go in batches on one ForwardStream per pair of nodes, those of unary
-// Checks and of CheckBatch calls alike.
+// Checks and of CheckBatch calls alike. persist=on is batching=on with a
+// data directory per node (docs/benchmarks.md, "Persistence").
 //
 // Run: go test ./node -run '^$' -bench Cluster -benchtime 3s -count 3
 func BenchmarkCluster(b *testing.B) {
@@ -49,6 +50,7 @@ func BenchmarkCluster(b *testing.B) {
 		{name: "one-node", nodes: 1, batching: true},
 		{name: "batching=on", nodes: 3, batching: true},
 		{name: "batching=off", nodes: 3, batching: false},
+		{name: "persist=on", nodes: 3, batching: true, persist: true},
 	}
 	b.Run("single", func(b *testing.B) {
 		for _, s := range setups {
@@ -82,6 +84,10 @@ type clusterSetup struct {
 	name     string
 	nodes    int
 	batching bool
+	// persist gives every node a data directory (--data-dir) in the
+	// test's temporary directory: what persistence adds to a check is
+	// batching=on's ns/op against this one's, in the same run.
+	persist bool
 }
 
 // clusterEnv is a running cluster and one client connection per node.
@@ -107,6 +113,9 @@ func startClusterEnv(b *testing.B, s clusterSetup) *clusterEnv {
 		cfg.Logger = slog.New(env.warns)
 		if !s.batching {
 			cfg.Peers.BatchLimit = 1
+		}
+		if s.persist {
+			cfg.Persist.Dir, cfg.ClusterName = b.TempDir(), "bench"
 		}
 		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithChainUnaryInterceptor(env.countForwards),
 			grpc.WithChainStreamInterceptor(env.countStreamForwards))

@@ -94,7 +94,7 @@ func (HandoffDone) isEvent() {}
 func (Tick) isEvent()        {}
 
 // Action is what a Step asks the driver to carry out, in order: Connect,
-// RingChanged, HandOff, Contested, GaveUp, WakeAt.
+// RingChanged, HandOff, Contested, Isolated, GaveUp, WakeAt.
 type Action interface{ isAction() }
 
 // Connect: keep connections to exactly these members (this node among
@@ -131,6 +131,11 @@ type HandOff struct{}
 // longer contested).
 type Contested struct{ Gone []string }
 
+// Isolated: this node, back from its disk and expecting company
+// (Config.Rejoining), joined alone (On), or has another member in its
+// ring at last (not On). While it is, every answer is contested.
+type Isolated struct{ On bool }
+
 // GaveUp: partitions stopped waiting for members that never said they
 // handed them over (Config.MaxWait): they are decided undegraded from now.
 type GaveUp struct{ Partitions int }
@@ -142,5 +147,6 @@ func (Connect) isAction()     {}
 func (RingChanged) isAction() {}
 func (HandOff) isAction()     {}
 func (Contested) isAction()   {}
+func (Isolated) isAction()    {}
 func (GaveUp) isAction()      {}
 func (WakeAt) isAction()      {}

@@ -45,6 +45,13 @@ type Config struct {
 	// Holdings is read by the views, never by Step: whether this node
 	// holds state of a partition that waits (View.Owner). Nil: nothing.
 	Holdings Holdings
+	// Rejoining: this node restored counts from its disk, and has seeds
+	// to join: the cluster it was part of holds counts too. If its join
+	// finds nobody (a restart of the whole cluster: the others are not
+	// back yet), it decides every key from what it holds alone, and its
+	// answers are contested (marked degraded) until another member is in
+	// its ring.
+	Rejoining bool
 }
 
 // Validate reports what is missing or unusable.
@@ -78,10 +85,13 @@ type Machine struct {
 	without *ring.Ring // see View.without
 	waits   waits
 	gone    []string // out of the ring unconfirmed, sorted
-	live    int
-	known   int
-	wake    time.Time // the last WakeAt asked
-	view    *View     // the current view; nil when a Step changed it
+	// isolated: back from its disk, joined alone (Config.Rejoining), and
+	// no other member in its ring since.
+	isolated bool
+	live     int
+	known    int
+	wake     time.Time // the last WakeAt asked
+	view     *View     // the current view; nil when a Step changed it
 }
 
 // New returns a Machine in which this node is alone, not yet joined.
@@ -109,6 +119,9 @@ func (m *Machine) Step(ev Event) []Action {
 		out = m.follow()
 	case Joined:
 		m.set(&m.joined, true)
+		if m.cfg.Rejoining && len(m.ring.Members()) == 1 {
+			out = m.isolate(true)
+		}
 	case Leaving:
 		m.set(&m.leaving, true)
 		out = m.follow()
@@ -128,7 +141,7 @@ func (m *Machine) View() *View {
 	if m.view == nil {
 		m.view = &View{self: m.cfg.Self, ring: m.ring, without: m.without,
 			waiting: m.waits.partitions(m.cfg.Partitions), nwaiting: m.waits.count(),
-			contested: len(m.gone) > 0, joined: m.joined, leaving: m.leaving,
+			contested: len(m.gone) > 0 || m.isolated, joined: m.joined, leaving: m.leaving,
 			live: m.live, known: m.known, holds: m.cfg.Holdings}
 	}
 	return m.view
@@ -155,7 +168,18 @@ func (m *Machine) follow() []Action {
 	if a, changed := m.recontest(); changed {
 		out = append(out, a)
 	}
+	if m.isolated && len(members) > 1 {
+		out = append(out, m.isolate(false)...)
+	}
 	return append(out, HandOff{})
+}
+
+// isolate notes whether this node, back from its disk, is alone in its
+// ring when it expected company (Config.Rejoining): its answers rest on
+// its counts alone, without the others'.
+func (m *Machine) isolate(on bool) []Action {
+	m.set(&m.isolated, on)
+	return []Action{Isolated{On: on}}
 }
 
 // ringMembers returns the members that own partitions: those in the ring

@@ -156,6 +156,12 @@ func (t *Tracker) carryOut(a Action) {
 		} else {
 			t.log.Info("no member out of the ring on this node's evidence alone any more; answers no longer marked degraded")
 		}
+	case Isolated:
+		if a.On {
+			t.log.Warn("back from the data directory and alone: no seed answered; every answer is marked degraded until another member is in the ring (the others hold counts this node lacks)")
+		} else {
+			t.log.Info("another member is in the ring; answers no longer marked degraded for being alone")
+		}
 	case GaveUp:
 		t.log.Warn("gave up waiting for members to say they handed over partitions; answering them undegraded", "partitions", a.Partitions)
 	case WakeAt:

@@ -116,6 +116,8 @@ func (s *script) init(d *datadriven.TestData) (string, error) {
 			cfg.MaxWait, err = time.ParseDuration(a.Vals[0])
 		case "share-for":
 			cfg.ShareFor, err = time.ParseDuration(a.Vals[0])
+		case "rejoining":
+			cfg.Rejoining = true
 		default:
 			err = fmt.Errorf("unknown init argument %q", a.Key)
 		}
@@ -200,6 +202,8 @@ func (s *script) action(a ownership.Action) string {
 			return "uncontested"
 		}
 		return "contested gone=[" + strings.Join(a.Gone, " ") + "]"
+	case ownership.Isolated:
+		return fmt.Sprintf("isolated %v", a.On)
 	case ownership.GaveUp:
 		return fmt.Sprintf("gave-up partitions=%d", a.Partitions)
 	case ownership.WakeAt:

@@ -38,6 +38,7 @@ type World struct {
 	members map[string]*member
 	disks   map[string]*crashfs.FS // kept across restarts
 	cut     map[[2]string]bool     // both ways, for the expectation
+	addrs   map[string]string      // every member started, by id: its gossip address
 	paused  map[string]bool
 	resumed map[string]chan struct{} // closed when a paused member resumes
 	up      map[string][]jepsenlite.Span
@@ -58,7 +59,8 @@ func newWorld(p Plan, logOut io.Writer, level slog.Level) *World {
 	return &World{plan: p, start: time.Now(), net: net, gossip: cluster.NewMemNetwork(net),
 		log:     slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 		members: map[string]*member{}, disks: map[string]*crashfs.FS{}, cut: map[[2]string]bool{},
-		paused: map[string]bool{}, resumed: map[string]chan struct{}{}, up: map[string][]jepsenlite.Span{}}
+		paused: map[string]bool{}, resumed: map[string]chan struct{}{}, up: map[string][]jepsenlite.Span{},
+		addrs: map[string]string{}}
 }
 
 func (w *World) now() time.Duration { return time.Since(w.start) }
@@ -85,12 +87,19 @@ func (w *World) startMember(id string) error {
 		fs = crashfs.New()
 		w.disks[id] = fs
 	}
+	// The seeds are every member this world started, up or not, as a
+	// deployment's list of peers is: after a restart of the whole
+	// cluster the first one back finds none of them up.
 	var seeds []string
-	for _, m := range w.members {
-		seeds = append(seeds, m.cluster.GossipAddr())
+	for other, addr := range w.addrs {
+		if other != id {
+			seeds = append(seeds, addr)
+		}
 	}
+	slices.Sort(seeds)
 	w.mu.Unlock()
 	cfg := w.config(id)
+	cfg.Join = seeds
 	peers := w.net.Join(id)
 	core, err := node.NewCore(cfg, node.CoreDeps{Addr: id + ":9090", Peers: peers, FS: fs})
 	if err != nil {
@@ -108,6 +117,7 @@ func (w *World) startMember(id string) error {
 	core.Start(nil)
 	w.mu.Lock()
 	w.members[id] = &member{id: id, core: core, cluster: c}
+	w.addrs[id] = c.GossipAddr()
 	w.up[id] = append(w.up[id], jepsenlite.Span{From: w.now()})
 	w.mu.Unlock()
 	return nil
