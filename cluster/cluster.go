@@ -106,6 +106,7 @@ type Cluster struct {
 	agreement *agreement
 
 	kick     chan struct{} // capacity 1: coalesces change notifications
+	sync     chan chan struct{} // Sync's requests: deliver now, then close
 	stop     chan struct{}
 	ctx      context.Context // canceled by Shutdown: ends seed lookups
 	cancel   context.CancelFunc
@@ -137,6 +138,7 @@ func Start(cfg Config) (*Cluster, error) {
 		left:    map[string]Member{},
 		doubted: map[string]*doubt{},
 		kick:    make(chan struct{}, 1),
+		sync:    make(chan chan struct{}),
 		stop:    make(chan struct{}),
 	}
 	c.agreement = newAgreement(c)
@@ -361,7 +363,9 @@ func (c *Cluster) kickChange() {
 	}
 }
 
-// notify delivers membership snapshots to OnChange, one at a time.
+// notify delivers membership snapshots to OnChange, one at a time, each
+// taken when it is delivered: a later delivery never carries an older
+// view.
 func (c *Cluster) notify() {
 	defer c.wg.Done()
 	for {
@@ -369,10 +373,33 @@ func (c *Cluster) notify() {
 		case <-c.stop:
 			return
 		case <-c.kick:
-			if c.cfg.OnChange != nil {
-				c.cfg.OnChange(c.View())
-			}
+			c.deliver()
+		case done := <-c.sync:
+			c.deliver()
+			close(done)
 		}
+	}
+}
+
+func (c *Cluster) deliver() {
+	if c.cfg.OnChange != nil {
+		c.cfg.OnChange(c.View())
+	}
+}
+
+// Sync delivers the current view to Config.OnChange and returns once it
+// has, or when the membership stops. A caller that needs the membership
+// applied before it goes on (a node about to serve after its join) calls
+// this, never OnChange with a View of its own: that view, taken before a
+// change the notifier delivers meanwhile, could be applied after it, and
+// stay the last (a ring short of a member until the next change, which
+// may never come).
+func (c *Cluster) Sync() {
+	done := make(chan struct{})
+	select {
+	case c.sync <- done:
+		<-done
+	case <-c.stop:
 	}
 }
 

@@ -192,3 +192,56 @@ func TestConfigValidate(t *testing.T) {
 	assert.ErrorContains(t, err, "BindAddr")
 	_ = fmt.Sprint()
 }
+
+// Sync delivers the current view through the notifier, never beside it:
+// views are applied one at a time, each taken when delivered, so a
+// caller's view (taken before a change the notifier delivers meanwhile)
+// can never be applied after the newer one and stay the last. (The node
+// called OnChange with a view of its own after its join; under load that
+// view, a member short, came after the notifier's, and one ring stayed a
+// member short: jepsen-lite full-stop, not converged.)
+func TestSyncDeliversThroughTheNotifier(t *testing.T) {
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+		last           []string
+		release        = make(chan struct{})
+	)
+	onChange := func(ms []Member) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release // a slow consumer: every delivery waits here until released
+		var ids []string
+		for _, m := range ms {
+			if m.State == StateAlive {
+				ids = append(ids, m.ID)
+			}
+		}
+		mu.Lock()
+		inFlight--
+		last = ids
+		mu.Unlock()
+	}
+	a, err := Start(Config{ID: "node-1", BindAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:9100", Profile: ProfileLocal,
+		OnChange: onChange, Logger: slog.New(slog.NewTextHandler(testlog.New(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown() })
+	start(t, "node-2", "127.0.0.1:0", a.GossipAddr())
+	eventually(t, 5*time.Second, func() bool { return len(a.Members()) == 2 }, "node-2 joined")
+
+	synced := make(chan struct{})
+	go func() { a.Sync(); close(synced) }()
+	select {
+	case <-synced:
+		t.Fatal("Sync returned while the notifier's delivery was still under way")
+	case <-time.After(100 * time.Millisecond): // it waits on the notifier, which waits on release
+	}
+	close(release)
+	<-synced
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, most, "one delivery at a time")
+	assert.Equal(t, []string{"node-1", "node-2"}, last, "the last delivered is the current view")
+}

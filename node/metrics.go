@@ -151,10 +151,10 @@ func (r *capacityReport) report(st limiter.Stats) {
 func registerMembers(reg prometheus.Registerer, n *Node) error {
 	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "peerlimit", Name: "members",
 		Help: "Live members in this node's view, itself included."}, func() float64 {
-		if n.members == nil {
-			return 0
+		if c := n.joined.Load(); c != nil {
+			return float64(len(c.Members()))
 		}
-		return float64(len(n.members.Members()))
+		return 0
 	})
 	return reg.Register(members)
 }

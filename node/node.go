@@ -47,8 +47,12 @@ type Node struct {
 	svc     *route.Service // core's
 	peers   *peerrpc.Peers
 	members *cluster.Cluster
-	sec     *security.Credentials
-	health  *health.Server
+	// joined is members, for what the servers read: they serve before
+	// the join has made it (start.go), so they read it atomically and
+	// find nil until then.
+	joined atomic.Pointer[cluster.Cluster]
+	sec    *security.Credentials
+	health *health.Server
 	// configs are the policies and the Envoy rules the node serves, and
 	// what reloads them.
 	configs *configs.Set
@@ -201,7 +205,7 @@ func (n *Node) memberInfo() httpapi.Members {
 	parts := r.Partitions()
 	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
 	own := n.configs.Digests()
-	for _, m := range n.members.View() {
+	for _, m := range n.view() {
 		out.Members = append(out.Members, httpapi.MemberInfo{
 			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
 			Partitions: parts[m.ID], Share: float64(parts[m.ID]) / float64(r.PartitionCount()),
@@ -209,6 +213,15 @@ func (n *Node) memberInfo() httpapi.Members {
 		})
 	}
 	return out
+}
+
+// view is the membership's view of every member, for the servers: none
+// before the join (the ring's owners are this node then).
+func (n *Node) view() []cluster.Member {
+	if c := n.joined.Load(); c != nil {
+		return c.View()
+	}
+	return nil
 }
 
 // membersProto answers the Members call: the view and the ring, with each
@@ -227,7 +240,7 @@ func (n *Node) membersProto() *pb.MembersResponse {
 		add(&pb.Member{Id: m.ID, GrpcAddr: m.Addr, State: string(cluster.StateAlive)})
 	}
 	own := n.configs.Digests()
-	for _, m := range n.members.View() {
+	for _, m := range n.view() {
 		if i, ok := index[m.ID]; ok {
 			out.Members[i].GossipAddr, out.Members[i].State = m.GossipAddr, string(m.State)
 		} else {

@@ -275,12 +275,13 @@ func (n *starter) joinCluster() (err error) {
 		_ = n.members.Leave(ctx)
 		_ = n.members.Shutdown()
 	})
+	n.joined.Store(n.members)
 	n.configs.Joined(n.members) // a reload while joining found no cluster to tell
 	// The join is done: route by the members it found before serving,
 	// rather than as the lone owner of every key until the notifier's
 	// first delivery (a node restarted after a crash would otherwise
 	// decide every key it receives from zero for that moment).
-	n.membershipChanged(n.members.View())
+	n.members.Sync()
 	n.core.Joined()
 	return nil
 }

@@ -112,7 +112,7 @@ func (w *World) startMember(id string) error {
 		core.Halt(true)
 		return fmt.Errorf("join %s: %w", id, err)
 	}
-	core.Membership(c.View())
+	c.Sync() // the join's members, through the notifier: never after a newer view
 	core.Joined()
 	core.Start(nil)
 	w.mu.Lock()
