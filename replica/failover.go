@@ -348,6 +348,7 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, members map[string]Member) {
 		return
 	}
 	f.settleBooks(cur, members)
+	leaving := !inRing(cur, f.self)
 	for p := range cur.PartitionCount() {
 		if !f.replicas.Holds(p) {
 			continue
@@ -355,18 +356,38 @@ func (f *Failover) Reconcile(old, cur *ring.Ring, members map[string]Member) {
 		prev, owner := old.PartitionOwner(p).ID, cur.PartitionOwner(p).ID
 		origin := f.replicas.Origin(p).ID
 		backup, _ := cur.Backup(p)
-		_, seen := members[origin]
+		m, seen := members[origin]
 		switch {
 		case !seen:
 			f.promote(p, ownerAbsent)
-		case origin == prev && members[prev].Failed && owner != prev:
+		case origin == prev && m.Failed && owner != prev:
 			f.promote(p, ownerFailed)
+		case leaving:
+			// This node is going: what it holds goes to its disk, and a
+			// replica there is the counts of an owner that may not come
+			// back before it does (a stop of the whole cluster).
+		case origin == prev && owner == f.self:
+			// Its owner left, handing its state to this node: the
+			// handoff drops the replica when it comes (Supersede). One
+			// that never comes (every member leaving at once, the
+			// owner's keys kept on its own disk) leaves the replica for
+			// a restart to promote, should this node be back first.
 		case origin == owner && backup.ID == f.self:
 			// Already from the new owner, whose ring changed first: keep.
 		case owner != prev || backup.ID != f.self:
 			f.replicas.Drop(p)
 		}
 	}
+}
+
+// inRing reports whether member id owns partitions in r.
+func inRing(r *ring.Ring, id string) bool {
+	for _, m := range r.Members() {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // settleBooks follows the members in the books. A member declared dead

@@ -112,16 +112,47 @@ func TestReconcilePromotesOnlyAFailedOwnersReplica(t *testing.T) {
 	}{{"failed", true, 3}, {"left", false, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c, _, heir, req := replicatedKey(t)
+				c, owner, heir, req := replicatedKey(t)
 
-				old := c.Ring()
-				c.ring.Store(testring.New(t, "n2", "n3"))
-				heir.failover.Reconcile(old, c.Ring(), map[string]replica.Member{"n1": {Failed: tc.failed}})
-				assert.Zero(t, heir.replicas.Len(), "promoted or dropped, never kept")
+				old, without := c.Ring(), testring.New(t, "n2", "n3")
+				c.ring.Store(without)
+				heir.failover.Reconcile(old, without, map[string]replica.Member{"n1": {Failed: tc.failed}})
 				assert.Equal(t, tc.wantHeld, held(t, c, heir, req))
+				if tc.failed {
+					assert.Zero(t, heir.replicas.Len(), "promoted")
+					return
+				}
+				// A leaver hands its state to the heir itself: the replica
+				// is kept until that handoff comes, and dropped by it (it
+				// is the leaver's counts, should the handoff never come).
+				assert.Equal(t, 1, heir.replicas.Len(), "kept for the handoff")
+				require.Zero(t, leaverSender(t, c, owner, without).Run(context.Background()))
+				assert.Zero(t, heir.replicas.Len(), "dropped by the handoff")
+				assert.EqualValues(t, 3, held(t, c, heir, req), "the handoff's, once")
 			})
 		})
 	}
+}
+
+// When every member leaves at once (a stop of the whole cluster) the
+// owner cannot hand its keys off (its heir is leaving too) and keeps
+// them on its disk; the heir keeps its replica on its own, the leaver's
+// counts, which it promotes should it be back before the owner
+// (TakeOverAbsent), and gives back to an owner back from its disk.
+func TestAStopOfEveryMemberKeepsTheReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, owner, heir, req := replicatedKey(t)
+		all, withoutOwner, alone3 := c.Ring(), testring.New(t, "n2", "n3"), testring.New(t, "n3")
+		members := map[string]replica.Member{"n1": {Boot: owner.boot}, "n2": {}, "n3": {}}
+
+		c.ring.Store(withoutOwner)
+		heir.failover.Reconcile(all, withoutOwner, members) // n1 left
+		heir.failover.Reconcile(withoutOwner, alone3, members) // n2 leaves too: its ring without itself
+		assert.Equal(t, 1, heir.replicas.Len(), "kept through both leaves")
+
+		heir.failover.TakeOverAbsent(testring.New(t, "n2")) // back first, alone
+		assert.EqualValues(t, 3, held(t, c, heir, req), "decided from the owner's counts, not from nothing")
+	})
 }
 
 // A member that gets a leave before the leaver's "leaving" metadata takes
