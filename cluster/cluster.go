@@ -105,7 +105,7 @@ type Cluster struct {
 
 	agreement *agreement
 
-	kick     chan struct{} // capacity 1: coalesces change notifications
+	kick     chan struct{}      // capacity 1: coalesces change notifications
 	sync     chan chan struct{} // Sync's requests: deliver now, then close
 	stop     chan struct{}
 	ctx      context.Context // canceled by Shutdown: ends seed lookups

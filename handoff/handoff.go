@@ -204,7 +204,7 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 	if len(states) == 0 && len(returned) > 0 {
 		// Nothing but the promotion to give back: whether owner is there
 		// to hold its own decides whether it is dropped.
-		if _, _, err := s.d.Peers.Handoff(ctx, to, nil); err != nil {
+		if _, _, err := s.d.Peers.Handoff(ctx, to, peer.Handoff{Sent: s.d.Now()}); err != nil {
 			s.d.Replicas.Unreturn(owner.ID, returned)
 		}
 		return 0
@@ -214,7 +214,9 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 		chunk := states[sent : sent+limiter.ChunkLen(states[sent:])]
 		// The receiver logs what it refuses under the same request_id.
 		rid := peer.NewRequestID()
-		m, rejected, err := s.d.Peers.Handoff(peer.WithRequestID(ctx, rid), to, chunk)
+		// Stamped after the snapshot: no hit in it is later than Sent,
+		// which the receiver rebases by (limiter.Rebase).
+		m, rejected, err := s.d.Peers.Handoff(peer.WithRequestID(ctx, rid), to, peer.Handoff{Sent: s.d.Now(), States: chunk})
 		if err != nil {
 			// The state never left: try again on the next round. If
 			// nothing reached owner, it may be dead: what was promoted

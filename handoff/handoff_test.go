@@ -41,6 +41,8 @@ type node struct {
 	reg     *prometheus.Registry
 	logs    *testlog.Capture
 	leaving atomic.Bool
+	// offset is how far the node's clock is off the pair's (p.now).
+	offset time.Duration
 }
 
 // pair is two members, a and b, on an in-memory network, and the ring
@@ -87,7 +89,7 @@ func (p *pair) start(t *testing.T, id string) *node {
 	n.metrics, err = handoff.NewMetrics(n.reg)
 	require.NoError(t, err)
 	peers := p.net.Join(id)
-	clock := func() time.Time { return p.now }
+	clock := func() time.Time { return p.now.Add(n.offset) }
 	n.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: n.store, Now: clock,
 		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), HandoffMetrics: n.metrics})
 	require.NoError(t, err)
@@ -247,7 +249,7 @@ func TestRefusedStatesAreReported(t *testing.T) {
 	_, err := p.a.store.Check(p.now, limiter.Request{Key: key, Limit: 10, Window: time.Hour, Hits: 1})
 	require.NoError(t, err)
 	refused := limiter.KeyState{Key: key, Window: 0, Algorithm: limiter.SlidingWindowCounter}
-	merged, rejected := p.b.svc.Peer.HandleHandoff(peer.WithRequestID(bg, "h-1"), "a", []limiter.KeyState{refused})
+	merged, rejected := p.b.svc.Peer.HandleHandoff(peer.WithRequestID(bg, "h-1"), "a", peer.Handoff{States: []limiter.KeyState{refused}})
 	assert.Zero(t, merged)
 	require.Len(t, rejected, 1)
 	got := p.b.logs.Find("refused handed-off keys")

@@ -57,7 +57,9 @@ func NewReceiver(d ReceiverDeps) (*Receiver, error) {
 // Receive merges states origin handed this node into its store, and
 // returns how many it merged and why it refused the others (invalid, or
 // no room with the store's OverflowReject). A refusal is logged here under the
-// call's request id, which the sender logs too.
+// call's request id, which the sender logs too. The states are on this
+// node's clock already: the node's peer.Handler rebased them from
+// origin's as they arrived (limiter.Rebase).
 func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string) {
 	if r.replicas != nil {
 		r.replicas.Supersede(origin, states)

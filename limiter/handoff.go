@@ -10,10 +10,13 @@ import (
 
 // KeyState is the portable state of one key, moved between nodes when a
 // partition changes owner and replicated to its backup. It carries absolute
-// times (window ids, log timestamps) on its sender's clock; the receiver
-// places them on its own (Merge says how, and what a skew between the two
-// clocks costs: never a hit lost from a sender ahead, at most the hits of
-// the skew's span from one behind).
+// times (window ids, log timestamps) on its sender's clock. The call that
+// carries it carries that clock's reading too, and the receiver rebases it
+// onto its own clock as it arrives (Rebase: the skew cancels, a transit is
+// left, towards later) before Merge places it. From a sender that sends
+// no reading (an older version), Merge places it as it is, and says what
+// a skew then costs: never a hit lost from a sender ahead, at most the
+// hits of the skew's span from one behind.
 type KeyState struct {
 	Key       string
 	Window    time.Duration // 0 for a calendar limit
@@ -166,10 +169,12 @@ func subtractSorted(a, b []int64) []int64 {
 // sides may have served the key (a partition, a handoff in flight), and
 // every hit either side admitted still counts.
 //
-// A state's times are on its sender's clock. Merge places them on this
-// node's: nothing is ever put in a window, or at a time, this node's clock
-// has not reached (mergeCounter and mergeLog state the rules, and what a
-// skew costs).
+// A state's times should be on this node's clock (Rebase, on arrival);
+// what is left off it (a transit; the skew of a sender that sends no clock
+// reading; a sender's clock stepped back) Merge places on this node's:
+// nothing is ever put in a window, or at a time, this node's clock has
+// not reached (mergeCounter and mergeLog state the rules, and what a skew
+// costs).
 //
 // Invalid states are skipped with an error each; a state that does not fit
 // (OverflowReject at capacity) is skipped too. Merge returns how many it
@@ -277,8 +282,10 @@ func (ks KeyState) Expiry() int64 {
 // nothing. Requires sh.mu held.
 //
 // ks's window id is on its sender's clock, ahead of ours by a skew S
-// (S < 0: behind). The key's current window here is the later of now's
-// and its own (a key never moves back):
+// (S < 0: behind). Rebased on arrival (Rebase), it is on ours but for the
+// call's transit, by which its hits are late, as from a sender ahead by
+// that much: over-denial only. The key's current window here is the
+// later of now's and its own (a key never moves back):
 //   - An id up to the current window keeps its counts in their slots, and
 //     the later of the two states' windows wins. From a sender ahead, our
 //     window is S less advanced than its, so each hit counts up to S
@@ -286,8 +293,9 @@ func (ks KeyState) Expiry() int64 {
 //     From a sender behind, a merge within |S| after our window began
 //     rolls its counts on a window early: up to max(Prev, Curr)·|S|/W is
 //     lost (so up to L·|S|/W extra admissions), all of it if |S| ≥ W.
-//     That is kept: without the sender's clock, such a state looks exactly
-//     like an older one from an exact clock, which must be rolled.
+//     Merge cannot tell such a state from an older one from an exact
+//     clock, which must be rolled: the rebase on arrival is what moves it
+//     to the window its hits were in here.
 //   - A later id (the sender, ahead, has crossed a boundary we have not)
 //     is folded into the current window: Prev and Curr both count as hits
 //     of this window. Nothing the sender still counts is lost, and the key
@@ -331,14 +339,15 @@ func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (Key
 // sh.mu held.
 //
 // The entries are on the sender's clock, ahead of ours by a skew S (S < 0:
-// behind). From a sender ahead, an entry later than now is taken as now
-// (a later one would freeze the key until our clock reached it), the
-// others stay S late: each hit counts up to S longer, over-denial only.
+// behind; rebased on arrival, S is the call's transit). From a sender
+// ahead, an entry later than now is taken as now (a later one would
+// freeze the key until our clock reached it), the others stay S late:
+// each hit counts up to S longer, over-denial only.
 // From a sender behind, every entry lands |S| early: the hits it admitted
 // in the first |S| of its window are dropped here at once, and the others
 // leave |S| early, so up to the sender's hits of any |S| span (up to L,
-// all of them if |S| ≥ W) may be admitted again. That is kept: shifting
-// entries later needs the sender's clock, which a KeyState does not carry.
+// all of them if |S| ≥ W) may be admitted again: the rebase on arrival,
+// with the sender's clock reading, is what shifts them later.
 func (s *Store) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
 	in := placeLog(ks.Log, now, k.window)
 	cur, ok := sh.logs[k]

@@ -13,8 +13,9 @@ import (
 )
 
 // States carry window ids and log times on their sender's clock; these
-// tests merge and forget them on a receiver whose clock differs by a skew
-// S (sender minus receiver).
+// tests merge and forget them, not rebased (a sender that sends no clock
+// reading: an older version), on a receiver whose clock differs by a skew
+// S (sender minus receiver). rebase_test.go has the rebased case.
 
 // estimate returns how many hits s counts for ks's key at now.
 func estimate(t *testing.T, s *Store, now time.Time, ks KeyState) int64 {

@@ -303,8 +303,8 @@ func TestHardenedCluster(t *testing.T) {
 		route := peer.Route{ID: target.ID(), Addr: target.GRPCAddr()}
 		_, _, err := intruder.Forward(context.Background(), route, limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-		_, _, err = intruder.Handoff(context.Background(), route, []limiter.KeyState{{Key: key, Window: time.Minute,
-			WindowID: time.Now().UnixMilli() / 60_000, Curr: 50}})
+		_, _, err = intruder.Handoff(context.Background(), route, peer.Handoff{Sent: time.Now(), States: []limiter.KeyState{{Key: key, Window: time.Minute,
+			WindowID: time.Now().UnixMilli() / 60_000, Curr: 50}}})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 
 		assert.Zero(t, peekCount(t, target, key, time.Minute), "no refused call changed the owner's state")
@@ -405,7 +405,7 @@ func TestClusterSecretKeepsStrangersOut(t *testing.T) {
 		t.Cleanup(p.Close)
 		return p
 	}
-	state := []limiter.KeyState{{Key: key, Window: time.Minute, WindowID: time.Now().UnixMilli() / 60_000, Curr: 50}}
+	state := peer.Handoff{Sent: time.Now(), States: []limiter.KeyState{{Key: key, Window: time.Minute, WindowID: time.Now().UnixMilli() / 60_000, Curr: 50}}}
 	req := limiter.Request{Key: key, Limit: 100, Window: time.Minute, Hits: 1}
 	for _, s := range []struct {
 		name, id, secret string

@@ -49,8 +49,24 @@ type ResetRequest struct {
 	AllWindows bool
 }
 
+// Handoff is what a member hands another in one call: the states of
+// keys whose partitions the receiver owns.
+type Handoff struct {
+	// Sent is the sender's clock when it made the call, after it took
+	// States, whose times are on that clock: the receiver moves them onto
+	// its own by its clock at arrival minus Sent (limiter.Rebase) before
+	// anything else sees them. Zero: a sender from before the stamp (a
+	// rolling upgrade), whose states are taken as they are.
+	Sent   time.Time
+	States []limiter.KeyState
+}
+
 // Replication is what an owner sends its backup in one call.
 type Replication struct {
+	// Sent is the owner's clock when it made the call, as Handoff.Sent:
+	// the backup rebases States onto its own clock on arrival, and keeps
+	// (and journals) them so, with Sent zero.
+	Sent time.Time
 	// Whole lists the partitions whose whole state starts with this call:
 	// the backup first drops what it held of them (it is new, or it
 	// missed changes).

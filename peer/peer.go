@@ -51,7 +51,7 @@ type Peers interface {
 	Reset(ctx context.Context, to Route, r ResetRequest) (int, error)
 	// Handoff gives to key states to merge into its own and returns how
 	// many it merged and why it refused the others.
-	Handoff(ctx context.Context, to Route, states []limiter.KeyState) (merged int, rejected []string, err error)
+	Handoff(ctx context.Context, to Route, h Handoff) (merged int, rejected []string, err error)
 	// HandoffDone tells to that this node holds nothing of partitions
 	// (which its ring gives to) that it has not handed over.
 	HandoffDone(ctx context.Context, to Route, partitions []int) error
@@ -98,13 +98,18 @@ type Handler interface {
 	// and returns how many states that still counted something it
 	// dropped; an r this node cannot serve is refused naming the field.
 	HandleReset(ctx context.Context, origin string, r ResetRequest) (int, error)
-	// HandleHandoff merges states into this node's.
-	HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string)
+	// HandleHandoff merges h's states into this node's, moved first onto
+	// this node's clock (Handoff.Sent). h is the Handler's own: a
+	// transport passes states no one else holds (decoded, or copied), and
+	// the Handler may change them in place.
+	HandleHandoff(ctx context.Context, origin string, h Handoff) (merged int, rejected []string)
 	// HandleHandoffDone notes that origin holds nothing of partitions it
 	// has not handed this node.
 	HandleHandoffDone(ctx context.Context, origin string, partitions []int)
-	// HandleReplicate keeps states, replicated by their owner origin,
-	// apart from this node's own; ErrNoReplicas if this node keeps none.
+	// HandleReplicate keeps r's states, replicated by their owner origin,
+	// apart from this node's own, moved first onto this node's clock
+	// (Replication.Sent); ErrNoReplicas if this node keeps none. r is the
+	// Handler's own, as HandleHandoff's h is.
 	HandleReplicate(ctx context.Context, origin string, r Replication) (Replicated, error)
 	// HandleRelay gets checks origin could not take to their owner
 	// decided by the owner, as this node's ring says, or here from the

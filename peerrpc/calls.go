@@ -79,12 +79,12 @@ func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequ
 
 // Handoff sends key states to their new owner and returns how many it
 // merged and why it refused the others.
-func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.KeyState) (int, []string, error) {
-	req := &pb.HandoffRequest{Origin: p.self, States: protoconv.ToProtoKeyStates(states)}
+func (p *Peers) Handoff(ctx context.Context, to peer.Route, h peer.Handoff) (int, []string, error) {
+	req := protoconv.ToProtoHandoff(p.self, h)
 	// A partition's state is bigger than a check: four timeouts.
 	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.HandoffResponse, error) {
 		return c.Handoff(ctx, req)
-	}, "hand off %d keys to %s", len(states), to.ID)
+	}, "hand off %d keys to %s", len(h.States), to.ID)
 	return int(resp.GetMerged()), resp.GetRejected(), err
 }
 

@@ -68,10 +68,23 @@ func (s *Server) Relay(ctx context.Context, in *pb.ForwardRequest) (*pb.ForwardR
 	return &pb.ForwardResponse{Results: results}, nil
 }
 
-// Handoff implements pb.PeerServer: merge the states into the store.
+// Handoff implements pb.PeerServer: merge the states into the store
+// (the Handler rebases them onto this node's clock first).
 func (s *Server) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.HandoffResponse, error) {
-	merged, rejected := s.h.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoKeyStates(in.GetStates()))
+	if err := checkSent(in.GetSentUnixMs()); err != nil {
+		return nil, err
+	}
+	merged, rejected := s.h.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoHandoff(in))
 	return &pb.HandoffResponse{Merged: uint32(merged), Rejected: rejected}, nil
+}
+
+// checkSent refuses a sent stamp no clock of a member reads (negative:
+// before 1970), naming the field; 0 is a sender without one.
+func checkSent(ms int64) error {
+	if ms < 0 {
+		return grpcapi.Status(&limiter.ArgumentError{Field: "sent_unix_ms", Reason: fmt.Sprintf("%d is before 1970: the sender's clock is wrong", ms)}).Err()
+	}
+	return nil
 }
 
 // HandoffDone implements pb.PeerServer: note that the caller holds
@@ -89,6 +102,9 @@ func (s *Server) HandoffDone(ctx context.Context, in *pb.HandoffDoneRequest) (*p
 // node's replicas of them, apart from its own; FAILED_PRECONDITION if it
 // keeps none.
 func (s *Server) Replicate(ctx context.Context, in *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	if err := checkSent(in.GetSentUnixMs()); err != nil {
+		return nil, err
+	}
 	done, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReplicate(in))
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()

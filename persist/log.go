@@ -160,8 +160,12 @@ func (l *Log) Own(states []limiter.KeyState) {
 }
 
 // Replicated appends a replication origin made to this node, as the
-// replica store applied it.
+// replica store applied it: its states already on this node's clock (the
+// node rebased them from origin's as they arrived, route.Handler), so it
+// is written with no sent stamp, and a restore applies it as it is,
+// never rebasing it a second time.
 func (l *Log) Replicated(origin string, r peer.Replication) {
+	r.Sent = time.Time{}
 	l.append(kindReplica, protoconv.ToProtoReplicate(origin, r))
 }
 

@@ -114,6 +114,21 @@ func TestALogRestoresWhatItWasGiven(t *testing.T) {
 	assert.Empty(t, r.Dropped)
 }
 
+// A replication is journaled as the replica store applied it, already on
+// this node's clock (the node rebased it on arrival): with no sent stamp,
+// so that a restore applies it as it is and never rebases it again.
+func TestAReplicationIsWrittenWithoutItsStamp(t *testing.T) {
+	fs := crashfs.New()
+	l, _ := open(t, fs, newSource(), me)
+	l.Replicated("n2", peer.Replication{Sent: time.UnixMilli(1_700_000_000_000), States: []limiter.KeyState{counter("r", 7)}})
+	require.NoError(t, l.Close())
+
+	_, r := open(t, fs, newSource(), me)
+	require.Len(t, r.Replicas, 1)
+	assert.True(t, r.Replicas[0].Sent.IsZero(), "no stamp: %v", r.Replicas[0].Sent)
+	assert.Equal(t, []limiter.KeyState{counter("r", 7)}, r.Replicas[0].States, "the states as written")
+}
+
 // A snapshot holds every state; the segments before it are deleted, and
 // what was appended after it is replayed over it.
 func TestASnapshotReplacesTheSegmentsBeforeIt(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 // The kinds of record.
 const (
 	kindOwn     byte = 'O' // states of the node's own store, as they are now (ReplicateRequest.states)
-	kindReplica byte = 'R' // a replication another member made here (ReplicateRequest, as received)
+	kindReplica byte = 'R' // a replication another member made here (ReplicateRequest, rebased onto this node's clock on arrival; sent_unix_ms 0)
 	kindDrop    byte = 'D' // replica partitions dropped (ReplicateRequest.whole)
 	kindEnd     byte = 'E' // the end of a snapshot: it is whole
 )

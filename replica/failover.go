@@ -121,6 +121,9 @@ func NewFailover(d FailoverDeps) (*Failover, error) {
 
 // Apply keeps a replication owner origin sent this node, as the backup
 // of r's partitions (Store.Apply), and returns how many states it kept.
+// r's states are on this node's clock already (the node's peer.Handler
+// rebased them as they arrived): so the store keeps them, its journal
+// writes them, and a promotion merges them.
 func (f *Failover) Apply(origin string, r peer.Replication) peer.Replicated {
 	done := f.replicas.Apply(origin, r)
 	done.Boot = f.boot

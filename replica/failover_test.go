@@ -146,7 +146,7 @@ func TestAStopOfEveryMemberKeepsTheReplicas(t *testing.T) {
 		members := map[string]replica.Member{"n1": {Boot: owner.boot}, "n2": {}, "n3": {}}
 
 		c.ring.Store(withoutOwner)
-		heir.failover.Reconcile(all, withoutOwner, members) // n1 left
+		heir.failover.Reconcile(all, withoutOwner, members)    // n1 left
 		heir.failover.Reconcile(withoutOwner, alone3, members) // n2 leaves too: its ring without itself
 		assert.Equal(t, 1, heir.replicas.Len(), "kept through both leaves")
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -46,7 +48,36 @@ type member struct {
 	peers    *memnet.Peers
 	logs     *testlog.Capture
 	reg      *prometheus.Registry
+	// offset is how far the member's clock is off the cluster's, clk.
+	offset time.Duration
+	clk    *fakeclock.Clock
+	// journal is told what its replica store applies, as persistence is.
+	journal *journal
 }
+
+// journal records the replications a replica store applied.
+type journal struct {
+	mu      sync.Mutex
+	applied []peer.Replication
+}
+
+func (j *journal) Replicated(_ string, r peer.Replication) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.applied = append(j.applied, r)
+}
+
+func (j *journal) Dropped([]int) {}
+
+// replications returns what the store applied, in order.
+func (j *journal) replications() []peer.Replication {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.applied)
+}
+
+// now is the member's clock: the cluster's, off by its offset.
+func (m *member) now() time.Time { return m.clk.Now().Add(m.offset) }
 
 // cluster is members sharing one ring, which a test may change (as
 // gossip would), and one clock: route.Cluster for all of them.
@@ -85,10 +116,10 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	lc.TrackChanges = true
 	store, err := limiter.New(lc, partition.DefaultCount)
 	require.NoError(t, err)
-	m := &member{id: id, store: store, reg: prometheus.NewRegistry()}
+	m := &member{id: id, store: store, reg: prometheus.NewRegistry(), clk: c.clk, journal: &journal{}}
 	rm, err := replica.NewMetrics(m.reg)
 	require.NoError(t, err)
-	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm, nil)
+	m.replicas = replica.NewStore(partition.DefaultCount, 1000, lc.MaxLogLimit, rm, m.journal)
 	peers := c.net.Join(id)
 	m.peers = peers
 	m.logs = testlog.NewCapture()
@@ -97,14 +128,14 @@ func (c *cluster) start(t *testing.T, id string) *member {
 	boot := fmt.Sprint(id, "#", c.boots) // a process of its own at every start
 	m.boot = boot
 	m.failover, err = replica.NewFailover(replica.FailoverDeps{Self: id, Boot: boot, Store: store, Replicas: m.replicas, Ring: c.Ring,
-		Now: c.clk.Now, Logger: log, Metrics: rm})
+		Now: m.now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
-	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: c.clk.Now, Cluster: route.RingCluster(c.Ring),
+	m.svc, err = route.NewService(route.DefaultConfig(), route.Deps{NodeID: id, Store: store, Now: m.now, Cluster: route.RingCluster(c.Ring),
 		Peers: peers, Failover: m.failover, Logger: log})
 	require.NoError(t, err)
 	peers.Serve(m.svc.Peer)
 	m.sender, err = replica.NewReplicator(replica.Deps{Self: id, Boot: boot, Store: store, Peers: peers,
-		Ring: c.Ring, Now: c.clk.Now, Logger: log, Metrics: rm})
+		Ring: c.Ring, Now: m.now, Logger: log, Metrics: rm})
 	require.NoError(t, err)
 	return m
 }

@@ -204,8 +204,10 @@ func (r *Replicator) send(ctx context.Context, b *batch) error {
 	for first := true; first || len(states) > 0; first = false {
 		n := limiter.ChunkLen(states)
 		rid := peer.NewRequestID()
+		// Stamped after the states were taken: none is later than Sent,
+		// which the backup rebases them by (limiter.Rebase).
 		done, err := r.d.Peers.Replicate(peer.WithRequestID(ctx, rid), to,
-			peer.Replication{Whole: whole, States: states[:n], Boot: r.d.Boot})
+			peer.Replication{Sent: r.d.Now(), Whole: whole, States: states[:n], Boot: r.d.Boot})
 		if err != nil {
 			return err
 		}

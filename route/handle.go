@@ -105,10 +105,11 @@ func (s *Handler) refusedForward(ctx context.Context, origin, key string, err er
 		append([]any{"origin", logging.Clip(origin), "key", logging.Clip(key), "field", peer.FieldOf(err), "err", err}, peer.LogAttrs(ctx, "")...)...)
 }
 
-// HandleHandoff implements peer.Handler: the handoff receiver merges the
-// states into the store.
-func (s *Handler) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
-	return s.handoffs.Receive(ctx, origin, states)
+// HandleHandoff implements peer.Handler: the states, rebased onto this
+// node's clock, go to the handoff receiver, which merges them into the
+// store.
+func (s *Handler) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string) {
+	return s.handoffs.Receive(ctx, origin, s.rebase(h.Sent, h.States))
 }
 
 // HandleHandoffDone implements peer.Handler: Deps.Cluster notes that
@@ -123,7 +124,25 @@ func (s *Handler) HandleReplicate(_ context.Context, origin string, r peer.Repli
 	if !s.heirs {
 		return peer.Replicated{}, peer.ErrNoReplicas
 	}
+	// Kept on this node's clock: the replica store, its journal (a
+	// restart applies the records as they are: Sent zero), the sweep
+	// and a promotion all read them so.
+	r.States, r.Sent = s.rebase(r.Sent, r.States), time.Time{}
 	return s.deps.Failover.Apply(origin, r), nil
+}
+
+// rebase moves states that arrived in a call their sender stamped sent
+// (its clock, the states' times' clock) onto this node's clock, in place,
+// once, here at the edge: everything downstream (a merge, the replicas,
+// their journal, a promotion) then reads them on one clock, the skew
+// between the two cancelled (limiter.Rebase). A zero sent is a sender
+// from before the stamp: its states are taken as they are, and Merge
+// bounds what a skew costs them.
+func (s *Handler) rebase(sent time.Time, states []limiter.KeyState) []limiter.KeyState {
+	if !sent.IsZero() {
+		limiter.Rebase(states, sent, s.deps.Now())
+	}
+	return states
 }
 
 // HandleRelay implements Handler: each check goes to its owner as this

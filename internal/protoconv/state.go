@@ -77,7 +77,8 @@ func FromProtoKeyStates(states []*pb.KeyState) []limiter.KeyState {
 
 // ToProtoReplicate converts a replication round's call from origin.
 func ToProtoReplicate(origin string, r peer.Replication) *pb.ReplicateRequest {
-	out := &pb.ReplicateRequest{Origin: origin, States: ToProtoKeyStates(r.States), Whole: make([]uint32, len(r.Whole)), Boot: r.Boot}
+	out := &pb.ReplicateRequest{Origin: origin, States: ToProtoKeyStates(r.States), Whole: make([]uint32, len(r.Whole)),
+		Boot: r.Boot, SentUnixMs: SentToProto(r.Sent)}
 	for i, w := range r.Whole {
 		out.Whole[i] = uint32(w)
 	}
@@ -86,7 +87,8 @@ func ToProtoReplicate(origin string, r peer.Replication) *pb.ReplicateRequest {
 
 // FromProtoReplicate converts a received replication.
 func FromProtoReplicate(in *pb.ReplicateRequest) peer.Replication {
-	r := peer.Replication{States: FromProtoKeyStates(in.GetStates()), Whole: make([]int, len(in.GetWhole())), Boot: in.GetBoot()}
+	r := peer.Replication{Sent: SentFromProto(in.GetSentUnixMs()), States: FromProtoKeyStates(in.GetStates()),
+		Whole: make([]int, len(in.GetWhole())), Boot: in.GetBoot()}
 	for i, w := range in.GetWhole() {
 		r.Whole[i] = int(w)
 	}
@@ -110,6 +112,36 @@ func FromProtoReplicated(in *pb.ReplicateResponse) peer.Replicated {
 		r.Unsynced[i] = int(p)
 	}
 	return r
+}
+
+// ToProtoHandoff converts a handoff's call from origin.
+func ToProtoHandoff(origin string, h peer.Handoff) *pb.HandoffRequest {
+	return &pb.HandoffRequest{Origin: origin, States: ToProtoKeyStates(h.States), SentUnixMs: SentToProto(h.Sent)}
+}
+
+// FromProtoHandoff converts a received handoff.
+func FromProtoHandoff(in *pb.HandoffRequest) peer.Handoff {
+	return peer.Handoff{Sent: SentFromProto(in.GetSentUnixMs()), States: FromProtoKeyStates(in.GetStates())}
+}
+
+// SentToProto converts a call's sent stamp (HandoffRequest.sent_unix_ms,
+// ReplicateRequest.sent_unix_ms): the zero time, no stamp, is 0 (as is a
+// clock reading the epoch's very millisecond, which no node's does).
+func SentToProto(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// SentFromProto converts a received sent stamp: 0, a sender from before
+// the stamp, is the zero time (no rebase). The server refuses a negative
+// one before converting it.
+func SentFromProto(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // maxLeaseOffset bounds a settled hit's offset from its lease's asking:

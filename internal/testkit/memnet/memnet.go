@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -373,13 +374,16 @@ func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (
 }
 
 // Handoff implements peer.Peers.
-func (p *Peers) Handoff(ctx context.Context, to peer.Route, states []limiter.KeyState) (int, []string, error) {
+// The states are copied, as the wire would: the receiver rebases them in
+// place, and the sender forgets the ones it sent.
+func (p *Peers) Handoff(ctx context.Context, to peer.Route, ho peer.Handoff) (int, []string, error) {
 	type answer struct {
 		merged   int
 		rejected []string
 	}
+	ho.States = copyStates(ho.States)
 	a, err := call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) answer {
-		m, r := h.HandleHandoff(ctx, p.self, states)
+		m, r := h.HandleHandoff(ctx, p.self, ho)
 		return answer{m, r}
 	})
 	return a.merged, a.rejected, err
@@ -394,12 +398,13 @@ func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int
 	return err
 }
 
-// Replicate implements peer.Peers.
+// Replicate implements peer.Peers. The states are copied, as Handoff's.
 func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (peer.Replicated, error) {
 	type answer struct {
 		kept peer.Replicated
 		err  error
 	}
+	r.States, r.Whole = copyStates(r.States), slices.Clone(r.Whole)
 	id := peer.RequestIDForCall(ctx)
 	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) answer {
 		n, err := h.HandleReplicate(ctx, p.self, r)
@@ -409,6 +414,18 @@ func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication
 		err = &peer.CallError{ID: id, Err: fmt.Errorf("replicate on %s: %w", to.ID, a.err)}
 	}
 	return a.kept, err
+}
+
+// copyStates returns a copy of states no one else holds, logs and all.
+func copyStates(states []limiter.KeyState) []limiter.KeyState {
+	if states == nil {
+		return nil
+	}
+	out := slices.Clone(states)
+	for i := range out {
+		out[i].Log = slices.Clone(out[i].Log)
+	}
+	return out
 }
 
 // Relay implements peer.Peers.

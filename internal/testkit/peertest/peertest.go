@@ -28,7 +28,8 @@ type Recorder struct {
 
 	mu    sync.Mutex
 	calls []Call
-	done  []int // the last HandoffDone's partitions
+	done  []int       // the last HandoffDone's partitions
+	sent  []time.Time // the stamps of the Handoff and Replicate calls, in order
 }
 
 // Call is one call a Recorder acted on.
@@ -75,9 +76,24 @@ func (r *Recorder) HandleReset(ctx context.Context, origin string, q peer.ResetR
 }
 
 // HandleHandoff implements peer.Handler.
-func (r *Recorder) HandleHandoff(ctx context.Context, origin string, states []limiter.KeyState) (int, []string) {
+func (r *Recorder) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string) {
 	r.note(ctx, "Handoff", origin)
-	return len(states), nil
+	r.stamped(h.Sent)
+	return len(h.States), nil
+}
+
+func (r *Recorder) stamped(sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, sent)
+}
+
+// Sent returns the stamps of the Handoff and Replicate calls acted on,
+// in order.
+func (r *Recorder) Sent() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.sent...)
 }
 
 // HandleHandoffDone implements peer.Handler.
@@ -96,8 +112,9 @@ func (r *Recorder) Done() []int {
 }
 
 // HandleReplicate implements peer.Handler.
-func (r *Recorder) HandleReplicate(ctx context.Context, origin string, _ peer.Replication) (peer.Replicated, error) {
+func (r *Recorder) HandleReplicate(ctx context.Context, origin string, rp peer.Replication) (peer.Replicated, error) {
 	r.note(ctx, "Replicate", origin)
+	r.stamped(rp.Sent)
 	return peer.Replicated{}, peer.ErrNoReplicas
 }
 
@@ -147,6 +164,7 @@ func Conformance(t *testing.T, newTransport func(t *testing.T) Transport) {
 	t.Run("every call reaches the handler", func(t *testing.T) { everyCall(t, newTransport(t)) })
 	t.Run("a refusal is the member's error", func(t *testing.T) { refusals(t, newTransport(t)) })
 	t.Run("an absent member is a call error", func(t *testing.T) { absent(t, newTransport(t)) })
+	t.Run("a state-carrying call's stamp arrives", func(t *testing.T) { stamps(t, newTransport(t)) })
 }
 
 var req = limiter.Request{Key: "k", Limit: 5, Window: time.Second, Algorithm: limiter.SlidingWindowLog, Hits: 1}
@@ -168,7 +186,7 @@ func everyCall(t *testing.T, tr Transport) {
 	cleared, err := a.Reset(ctx, to, peer.ResetRequest{Key: "k", Window: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, 1, cleared)
-	merged, _, err := a.Handoff(ctx, to, []limiter.KeyState{{Key: "k", Window: time.Second, WindowID: 1, Curr: 1}})
+	merged, _, err := a.Handoff(ctx, to, peer.Handoff{States: []limiter.KeyState{{Key: "k", Window: time.Second, WindowID: 1, Curr: 1}}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, merged)
 	require.NoError(t, a.HandoffDone(ctx, to, []int{3, 7}))
@@ -208,6 +226,28 @@ func refusals(t *testing.T, tr Transport) {
 	_, err = a.Replicate(context.Background(), to, peer.Replication{})
 	require.True(t, peer.IsCallError(err), "%v", err)
 	assert.Equal(t, peer.FailedPrecondition, peer.CodeOf(err))
+}
+
+// stamps: the sender's clock reading that a Handoff and a Replicate carry
+// (the receiver rebases their states by it) arrives to the millisecond,
+// the wire's unit; no stamp (an older sender) arrives as none.
+func stamps(t *testing.T, tr Transport) {
+	b := &Recorder{ID: "b"}
+	to := tr.Serve(t, "b", b)
+	a := tr.Caller(t, "a")
+	sent := time.UnixMilli(1_700_000_123_456)
+	states := []limiter.KeyState{{Key: "k", Window: time.Second, WindowID: 1, Curr: 1}}
+	_, _, err := a.Handoff(context.Background(), to, peer.Handoff{Sent: sent, States: states})
+	require.NoError(t, err)
+	_, _, err = a.Handoff(context.Background(), to, peer.Handoff{States: states})
+	require.NoError(t, err)
+	_, err = a.Replicate(context.Background(), to, peer.Replication{Sent: sent.Add(time.Millisecond), States: states})
+	require.Equal(t, peer.FailedPrecondition, peer.CodeOf(err), "%v", err)
+	got := b.Sent()
+	require.Len(t, got, 3)
+	assert.True(t, got[0].Equal(sent), "handoff: %v", got[0])
+	assert.True(t, got[1].IsZero(), "no stamp: %v", got[1])
+	assert.True(t, got[2].Equal(sent.Add(time.Millisecond)), "replicate: %v", got[2])
 }
 
 // absent: a member nothing answers for fails the call, as a *CallError

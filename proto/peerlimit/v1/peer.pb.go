@@ -250,9 +250,17 @@ func (x *ForwardResponse) GetSeq() uint64 {
 }
 
 type HandoffRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	States        []*KeyState            `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	States []*KeyState            `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	// The sender's clock (Unix ms) when it made this call, after it took
+	// the states. The receiver moves every state by δ = its own clock at
+	// arrival − sent_unix_ms before anything else sees them
+	// (limiter.Rebase): the states are then on its clock, skew cancelled,
+	// late by the transit only. 0: a sender from before this field (a
+	// rolling upgrade), whose states are taken as they are (KeyState says
+	// what a skew then costs). Negative: refused, INVALID_ARGUMENT.
+	SentUnixMs    int64 `protobuf:"varint,3,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -301,15 +309,35 @@ func (x *HandoffRequest) GetStates() []*KeyState {
 	return nil
 }
 
+func (x *HandoffRequest) GetSentUnixMs() int64 {
+	if x != nil {
+		return x.SentUnixMs
+	}
+	return 0
+}
+
 // KeyState is one key's state. Its times (window_id, log entries) are
-// absolute, on the sender's clock, and no sender clock travels with them.
-// The receiver places them on its own (limiter.Store.Merge): a window_id
-// later than its current window is folded into it (prev and curr both
-// counted as current hits: nothing lost; over-denial ≤ prev·S/W for a skew
-// S < W, gone within 2W); log entries later than its now are taken as now.
-// From a sender behind by |S|, up to max(prev, curr)·|S|/W of a counter
-// and a log's entries of any |S| span may be admitted again (all if
-// |S| ≥ W): keep clock skew well under the shortest window.
+// absolute, on the clock of the node that sent it, which stamps the call
+// that carries it with that clock's now (HandoffRequest.sent_unix_ms,
+// ReplicateRequest.sent_unix_ms). The receiver rebases every state onto
+// its own clock by δ = its now at arrival − the stamp (limiter.Rebase):
+// a log's entries move by δ; a counter's prev and curr, spread over the
+// sender's windows [(k−1)W, kW) and [kW, min((k+1)W, sent)], move by δ
+// and are shared out over the receiver's windows in proportion to the
+// overlap (the counter's own model: hits uniform within a window;
+// nearest rounding, the total kept), of which the latest two are kept. A
+// hit at real time x, stamped x + e_s by the sender, lands at
+// x + e_r + transit: skew cancels, and the error is the transit, towards
+// later (over-denial only). A calendar quota's window_id is a civil
+// period's start, not moved: a skew S moves its boundary by at most S.
+//
+// From a sender that sends no stamp (0), the states are placed as they
+// are (limiter.Store.Merge): a window_id later than the receiver's
+// current window is folded into it (nothing lost; over-denial ≤ prev·S/W
+// for a skew S < W, gone within 2W); log entries later than its now are
+// taken as now; from a sender behind by |S|, up to max(prev, curr)·|S|/W
+// of a counter and a log's entries of any |S| span may be admitted again
+// (all if |S| ≥ W).
 type KeyState struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -729,7 +757,13 @@ type ReplicateRequest struct {
 	// promotes the replica keeps it in its books, so that it can tell an
 	// owner back under the same boot (it never stopped, and holds what it
 	// had) from one that restarted.
-	Boot          string `protobuf:"bytes,4,opt,name=boot,proto3" json:"boot,omitempty"`
+	Boot string `protobuf:"bytes,4,opt,name=boot,proto3" json:"boot,omitempty"`
+	// The sender's clock (Unix ms) when it made this call, after it took
+	// the states: the backup rebases them onto its own clock on arrival,
+	// before it keeps them (HandoffRequest.sent_unix_ms says how; 0: an
+	// older sender, states kept as they are). A data directory's records
+	// of replicas (package persist) hold them as rebased, with 0 here.
+	SentUnixMs    int64 `protobuf:"varint,5,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -790,6 +824,13 @@ func (x *ReplicateRequest) GetBoot() string {
 		return x.Boot
 	}
 	return ""
+}
+
+func (x *ReplicateRequest) GetSentUnixMs() int64 {
+	if x != nil {
+		return x.SentUnixMs
+	}
+	return 0
 }
 
 type ReplicateResponse struct {
@@ -1525,10 +1566,12 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\"X\n" +
 	"\x0fForwardResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.peerlimit.v1.CheckResultR\aresults\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"X\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"z\n" +
 	"\x0eHandoffRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
-	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\"\xd0\x02\n" +
+	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12 \n" +
+	"\fsent_unix_ms\x18\x03 \x01(\x03R\n" +
+	"sentUnixMs\"\xd0\x02\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
@@ -1560,12 +1603,14 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\bcalendar\x18\x06 \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
 	"\ttime_zone\x18\a \x01(\tR\btimeZone\"-\n" +
 	"\x11PeerResetResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\rR\acleared\"\x84\x01\n" +
+	"\acleared\x18\x01 \x01(\rR\acleared\"\xa6\x01\n" +
 	"\x10ReplicateRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12\x14\n" +
 	"\x05whole\x18\x03 \x03(\rR\x05whole\x12\x12\n" +
-	"\x04boot\x18\x04 \x01(\tR\x04boot\"W\n" +
+	"\x04boot\x18\x04 \x01(\tR\x04boot\x12 \n" +
+	"\fsent_unix_ms\x18\x05 \x01(\x03R\n" +
+	"sentUnixMs\"W\n" +
 	"\x11ReplicateResponse\x12\x12\n" +
 	"\x04kept\x18\x01 \x01(\rR\x04kept\x12\x1a\n" +
 	"\bunsynced\x18\x02 \x03(\rR\bunsynced\x12\x12\n" +

@@ -238,6 +238,11 @@ func (m *HandoffRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.SentUnixMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SentUnixMs))
+		i--
+		dAtA[i] = 0x18
+	}
 	if len(m.States) > 0 {
 		for iNdEx := len(m.States) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.States[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -648,6 +653,11 @@ func (m *ReplicateRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.SentUnixMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SentUnixMs))
+		i--
+		dAtA[i] = 0x28
 	}
 	if len(m.Boot) > 0 {
 		i -= len(m.Boot)
@@ -1426,6 +1436,9 @@ func (m *HandoffRequest) SizeVT() (n int) {
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
+	if m.SentUnixMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SentUnixMs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1599,6 +1612,9 @@ func (m *ReplicateRequest) SizeVT() (n int) {
 	l = len(m.Boot)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.SentUnixMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SentUnixMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2435,6 +2451,25 @@ func (m *HandoffRequest) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SentUnixMs", wireType)
+			}
+			m.SentUnixMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SentUnixMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -3590,6 +3625,25 @@ func (m *ReplicateRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Boot = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SentUnixMs", wireType)
+			}
+			m.SentUnixMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SentUnixMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
