@@ -341,8 +341,10 @@ func (f *Failover) Unreturn(owner string, promoted []limiter.KeyState) {
 // the change says of each member (Failed: gossip declared it dead, not
 // one that left). A partition whose owner failed has its replica merged
 // into this node's state (its heir's, or handed there); one whose owner
-// left gracefully (it hands its state off itself), or whose backup is no
-// longer this node, has its replica dropped. A replica from a member
+// left gracefully keeps its replica here if this node is its new owner,
+// until the owner's handoff drops it (Supersede), and drops it
+// otherwise; one whose backup is no longer this node drops it; and a
+// node leaving drops none (they go to its disk, for a restart). A replica from a member
 // the membership has not seen since this node started was restored from
 // its disk, and is promoted: its owner is not back (TakeOverAbsent). The
 // books follow the members (settleBooks).

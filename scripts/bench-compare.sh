@@ -29,6 +29,8 @@
 # Environment: BENCH_REPEATS (3), BENCH_DURATION (10s), BENCH_WORKERS (64),
 # BENCH_KEYS (10000), BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
 # BENCH_NODE_ARGS (extra flags for every node, e.g. "--replication-factor 0"),
+# BENCH_PERSIST (1: each node keeps its counts in a data directory of its
+# own under the work directory, --data-dir; docs/benchmarks.md, "Persistence"),
 # BENCH_NODE_GOMAXPROCS (unset: Go's default, every core), the nodes'
 # GOMAXPROCS: with 3 nodes on 2 cores, 1 simulates a node per machine
 # better (docs/benchmarks.md, "Three nodes on two cores").
@@ -53,6 +55,7 @@ redis_port=${BENCH_REDIS_PORT:-6399}
 node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-}
 ratelimit_bin=${BENCH_RATELIMIT_BIN:-}
 read -r -a node_extra_args <<<"${BENCH_NODE_ARGS:-}" # extra node flags, e.g. "--replication-factor 0"
+persist=${BENCH_PERSIST:-0}
 go=${GO:-go}
 endpoints=127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092
 # Limits that are never reached, so that every check takes the path of an
@@ -206,6 +209,10 @@ for i in 1 2 3; do
 		--gossip-addr "127.0.0.1:794$((i + 5))" --gossip-profile local --envoy-rls-config "$rls_config")
 	[ "$i" -gt 1 ] && args+=(--join 127.0.0.1:7946)
 	args+=("${node_extra_args[@]}")
+	if [ "$persist" = 1 ]; then
+		mkdir -p "$work/data/node$i"
+		args+=(--data-dir "$work/data/node$i" --cluster-name bench)
+	fi
 	node_env=()
 	[ -n "$node_gomaxprocs" ] && node_env=(env "GOMAXPROCS=$node_gomaxprocs")
 	start_detached peerlimit-node "$work/logs/node$i.log" "${node_env[@]}" bin/peerlimit-node "${args[@]}"
