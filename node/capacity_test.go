@@ -105,7 +105,7 @@ func hitLegit(t *testing.T, n *node.Node) {
 	t.Helper()
 	for _, k := range legit {
 		for range 3 {
-			code, body, _ := postHTTP(t, "http://"+n.HTTPAddr()+"/v1/check", `{"key":"`+k+`","limit":10,"window_ms":3600000}`)
+			code, body, _ := postHTTP(t, "http://"+n.HTTPAddr()+"/v1/check", `{"key":"`+k+`","limit":10,"window_ms":`+fmt.Sprint(hourish.Milliseconds())+`}`)
 			require.Equal(t, http.StatusOK, code, body)
 		}
 	}
@@ -115,7 +115,7 @@ func legitCounts(t *testing.T, n *node.Node) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, k := range legit {
-		code, body, _ := postHTTP(t, "http://"+n.HTTPAddr()+"/v1/check", `{"key":"`+k+`","limit":10,"window_ms":3600000,"hits":0}`)
+		code, body, _ := postHTTP(t, "http://"+n.HTTPAddr()+"/v1/check", `{"key":"`+k+`","limit":10,"window_ms":`+fmt.Sprint(hourish.Milliseconds())+`,"hits":0}`)
 		require.Equal(t, http.StatusOK, code, body)
 		var resp httpapi.CheckResponse
 		require.NoError(t, json.Unmarshal([]byte(body), &resp))

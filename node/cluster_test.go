@@ -63,7 +63,7 @@ func TestLimitIsExactWhenRequestsSpreadOverAllNodes(t *testing.T) {
 			cl := clients[g%len(clients)]
 			for range perCaller {
 				resp, err := cl.Check(context.Background(), &pb.CheckRequest{
-					Key: "api:login:alice", Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
+					Key: "api:login:alice", Limit: limit, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -109,7 +109,7 @@ func consume(t *testing.T, nodes []*node.Node, keys []string, limit int64) {
 	for i, k := range keys {
 		cl := apiClient(t, nodes[i%len(nodes)])
 		for range limit {
-			resp, err := cl.Check(context.Background(), &pb.CheckRequest{Key: k, Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm(i % 2)})
+			resp, err := cl.Check(context.Background(), &pb.CheckRequest{Key: k, Limit: limit, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm(i % 2)})
 			require.NoError(t, err)
 			require.True(t, resp.Allowed)
 		}
@@ -124,7 +124,7 @@ func waitCounts(t *testing.T, c *testcluster.Cluster, via *node.Node, keys []str
 	zero := int64(0)
 	c.Eventually(10*time.Second, func() (bool, string) {
 		for i, k := range keys {
-			resp, err := cl.Check(context.Background(), &pb.CheckRequest{Key: k, Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm(i % 2), Hits: &zero})
+			resp, err := cl.Check(context.Background(), &pb.CheckRequest{Key: k, Limit: limit, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm(i % 2), Hits: &zero})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -238,7 +238,7 @@ func TestHandoffOfManyKeysIsChunked(t *testing.T) {
 		if leaver.Ring().Owner(k).ID != leaver.ID() {
 			continue
 		}
-		_, err := leaver.Store().Check(now, limiter.Request{Key: k, Limit: 10, Window: time.Hour, Hits: 3})
+		_, err := leaver.Store().Check(now, limiter.Request{Key: k, Limit: 10, Window: hourish, Hits: 3})
 		require.NoError(t, err)
 		keys = append(keys, k)
 	}
@@ -248,7 +248,7 @@ func TestHandoffOfManyKeysIsChunked(t *testing.T) {
 	heir := c.Node(0).Store()
 	assert.Equal(t, len(keys), heir.Stats().CounterKeys, "every key arrived")
 	for _, k := range keys[:100] {
-		d, err := heir.Check(now, limiter.Request{Key: k, Limit: 10, Window: time.Hour})
+		d, err := heir.Check(now, limiter.Request{Key: k, Limit: 10, Window: hourish})
 		require.NoError(t, err)
 		require.EqualValues(t, 3, d.CurrentCount, k)
 	}

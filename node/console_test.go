@@ -39,7 +39,7 @@ func TestConsoleTopAndInspectAcrossTheCluster(t *testing.T) {
 	key := keyOwnedBy(t, ingress, "node-2", "tenant")
 	ctx := context.Background()
 	for i := range 7 { // 5 allowed, 2 denied, each forwarded to node-2
-		resp, err := apiClient(t, ingress).Check(ctx, &pb.CheckRequest{Key: key, Limit: 5, WindowMs: 3_600_000,
+		resp, err := apiClient(t, ingress).Check(ctx, &pb.CheckRequest{Key: key, Limit: 5, WindowMs: hourish.Milliseconds(),
 			Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 		require.NoError(t, err)
 		require.Equal(t, i < 5, resp.Allowed)

@@ -26,7 +26,7 @@ func TestLeasesOnRealNodesKeepAHotKeyExact(t *testing.T) {
 	key := keyOwnedBy(t, c.Node(0), "node-1", "hot")
 	ctx := context.Background()
 	const limit = 3000
-	req := &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG}
+	req := &pb.CheckRequest{Key: key, Limit: limit, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG}
 	var allowed atomic.Int64
 	hammer := func(n int) {
 		var wg sync.WaitGroup
@@ -61,7 +61,7 @@ func TestLeasesOnRealNodesKeepAHotKeyExact(t *testing.T) {
 	zero := int64(0)
 	c.Eventually(5*time.Second, func() (bool, string) {
 		lent := metrictest.Value(t, metrictest.Scrape("http://"+c.Node(1).HTTPAddr()+"/metrics"), "peerlimit_leases_lent")
-		resp, err := apiClient(t, c.Node(1)).Check(ctx, &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000,
+		resp, err := apiClient(t, c.Node(1)).Check(ctx, &pb.CheckRequest{Key: key, Limit: limit, WindowMs: hourish.Milliseconds(),
 			Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: &zero})
 		require.NoError(t, err)
 		return lent == 0 && resp.CurrentCount == allowed.Load(), fmt.Sprintf("%.0f leases out; the owner counts %d of %d admitted; %s",

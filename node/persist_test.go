@@ -37,9 +37,9 @@ var persistKeys = func() []*pb.CheckRequest {
 	var out []*pb.CheckRequest
 	for i := range 30 {
 		out = append(out,
-			&pb.CheckRequest{Key: fmt.Sprint("p:", i), Limit: 1000, WindowMs: 3_600_000},
+			&pb.CheckRequest{Key: fmt.Sprint("p:", i), Limit: 1000, WindowMs: hourish.Milliseconds()},
 			&pb.CheckRequest{Key: fmt.Sprint("q:", i), Limit: 1000, Calendar: pb.CalendarUnit_DAY, TimeZone: "Europe/Paris"},
-			&pb.CheckRequest{Key: fmt.Sprint("l:", i), Limit: 1000, WindowMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
+			&pb.CheckRequest{Key: fmt.Sprint("l:", i), Limit: 1000, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 	}
 	return out
 }()

@@ -55,8 +55,8 @@ func TestReservationsOnRealNodesKeepTheBudget(t *testing.T) {
 			// An hour's window: the run stays in one, but for a counter
 			// whose window turns meanwhile (checked below).
 			base := &pb.CheckRequest{Key: keyOwnedBy(t, c.Node(0), owner.ID(), "budget-"+alg.String()), Limit: 1000,
-				WindowMs: 3_600_000, Algorithm: alg, Op: pb.Op_RESERVE, TtlMs: 60_000}
-			peek := limiter.Request{Key: base.Key, Limit: base.Limit, Window: time.Hour, Algorithm: limiter.Algorithm(alg)}
+				WindowMs: hourish.Milliseconds(), Algorithm: alg, Op: pb.Op_RESERVE, TtlMs: 60_000}
+			peek := limiter.Request{Key: base.Key, Limit: base.Limit, Window: hourish, Algorithm: limiter.Algorithm(alg)}
 			began := time.Now()
 			var load reserveLoad
 			done := make(chan struct{})
@@ -172,7 +172,7 @@ func TestAllOrNothingOnRealNodes(t *testing.T) {
 	ctx := context.Background()
 	var checks []*pb.CheckRequest
 	for i, n := range c.Live() {
-		checks = append(checks, &pb.CheckRequest{Key: keyOwnedBy(t, c.Node(0), n.ID(), fmt.Sprintf("aon-%d", i)), Limit: 2, WindowMs: 3_600_000,
+		checks = append(checks, &pb.CheckRequest{Key: keyOwnedBy(t, c.Node(0), n.ID(), fmt.Sprintf("aon-%d", i)), Limit: 2, WindowMs: hourish.Milliseconds(),
 			Algorithm: pb.Algorithm(i % 2)})
 	}
 	full := checks[2]
@@ -196,7 +196,7 @@ func TestAllOrNothingOnRealNodes(t *testing.T) {
 	assert.Zero(t, count(checks[0])+count(checks[1]), "nothing counted on the other owners")
 	assert.EqualValues(t, 2, count(full))
 
-	checks[2] = &pb.CheckRequest{Key: full.Key + ":fresh", Limit: 2, WindowMs: 3_600_000}
+	checks[2] = &pb.CheckRequest{Key: full.Key + ":fresh", Limit: 2, WindowMs: hourish.Milliseconds()}
 	resp, err = cl.CheckBatch(ctx, &pb.CheckBatchRequest{Checks: checks, AllOrNothing: true})
 	require.NoError(t, err)
 	for i, r := range resp.Results {

@@ -131,7 +131,7 @@ func TestHardenedCluster(t *testing.T) {
 			allowed := 0
 			for r := range limit + 3 {
 				via := (i + 1 + r%2) % len(nodes) // the two others, in turn
-				resp, err := apis[via].Check(withToken(secToken), &pb.CheckRequest{Key: key, Limit: limit, WindowMs: 3_600_000,
+				resp, err := apis[via].Check(withToken(secToken), &pb.CheckRequest{Key: key, Limit: limit, WindowMs: hourish.Milliseconds(),
 					Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
 				require.NoError(t, err)
 				assert.Equal(t, owner.ID(), resp.Owner, "forwarded to and decided by the owner")
