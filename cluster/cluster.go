@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -60,6 +61,9 @@ type Member struct {
 	// Restored: at that boot the member restored its counts from its
 	// disk (Config.Restored).
 	Restored bool
+	// CutOff (this member's own entry only): its failure detector finds
+	// it is likely the member cut off (watchHealth).
+	CutOff bool
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -104,6 +108,9 @@ type Cluster struct {
 	doubted map[string]*doubt  // by ID: declared dead here, not yet agreed
 
 	agreement *agreement
+
+	// cutOff: memberlist's health score is above zero (watchHealth).
+	cutOff atomic.Bool
 
 	kick     chan struct{}      // capacity 1: coalesces change notifications
 	sync     chan chan struct{} // Sync's requests: deliver now, then close
@@ -172,7 +179,8 @@ func Start(cfg Config) (*Cluster, error) {
 			c.log.Warn("advertising the gRPC address", "err", err)
 		}
 	}
-	c.wg.Add(4)
+	c.wg.Add(5)
+	go c.watchHealth(mlc.ProbeInterval / 2)
 	go c.notify()
 	go c.reconnect()
 	go c.agreement.agree()
@@ -324,6 +332,13 @@ func (c *Cluster) View() []Member {
 		}
 	}
 	c.mu.Unlock()
+	if c.cutOff.Load() {
+		for i := range out {
+			if out[i].ID == c.cfg.ID {
+				out[i].CutOff = true
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -384,6 +399,46 @@ func (c *Cluster) notify() {
 func (c *Cluster) deliver() {
 	if c.cfg.OnChange != nil {
 		c.cfg.OnChange(c.View())
+	}
+}
+
+// watchHealth follows memberlist's health score (Lifeguard's local health
+// awareness) every interval, and delivers a view when this member's
+// verdict on itself changes. The score rises when its probe of a member
+// fails and the members it asked to probe for it send no word back
+// either: most likely it is the one cut off (or starved of CPU), not
+// everyone else. The others reach the opposite verdict on it only after a
+// suspicion timeout their confirmations shorten and an agreement round,
+// while its own suspicions of them, confirmed by nobody, take the longest
+// timeout: without this it would go on deciding its keys undegraded
+// while their heirs decide them too. The score falls by one per probe
+// that succeeds, and takes up to seven to reach zero: so the verdict
+// follows the score's direction, cut off from a rise until a fall (a
+// probe answered: it reaches someone) or zero, not while it is merely
+// above zero.
+func (c *Cluster) watchHealth(interval time.Duration) {
+	defer c.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		score := c.ml.GetHealthScore()
+		cut := c.cutOff.Load()
+		switch {
+		case score == 0 || score < last:
+			cut = false
+		case score > last:
+			cut = true
+		}
+		last = score
+		if c.cutOff.Swap(cut) != cut {
+			c.kickChange()
+		}
 	}
 }
 

@@ -354,7 +354,7 @@ func (c *Core) Halt(abandon bool) {
 
 // ownershipMember is m as ownership reads it.
 func ownershipMember(m cluster.Member) ownership.Member {
-	om := ownership.Member{ID: m.ID, Addr: m.GRPCAddr, Since: m.Since, Unconfirmed: m.Unconfirmed, Boot: m.Boot, Restored: m.Restored}
+	om := ownership.Member{ID: m.ID, Addr: m.GRPCAddr, Since: m.Since, Unconfirmed: m.Unconfirmed, Boot: m.Boot, Restored: m.Restored, CutOff: m.CutOff}
 	switch m.State {
 	case cluster.StateUnreachable:
 		om.State = ownership.Unreachable

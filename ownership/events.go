@@ -52,6 +52,12 @@ type Member struct {
 	// Restored: at that boot the member restored its counts from its
 	// disk (--data-dir).
 	Restored bool
+	// CutOff (this node's own entry only): its failure detector finds it
+	// is likely the member cut off. Its probes of others fail and the
+	// members it asked to probe for it send no word back (memberlist's
+	// Lifeguard health score above zero). The others may be about to
+	// take its keys over, so its answers are contested.
+	CutOff bool
 }
 
 // Event is what the Machine steps on: Membership, Joined, Leaving,
@@ -94,7 +100,7 @@ func (HandoffDone) isEvent() {}
 func (Tick) isEvent()        {}
 
 // Action is what a Step asks the driver to carry out, in order: Connect,
-// RingChanged, HandOff, Contested, Isolated, GaveUp, WakeAt.
+// RingChanged, HandOff, Contested, Isolated, CutOff, GaveUp, WakeAt.
 type Action interface{ isAction() }
 
 // Connect: keep connections to exactly these members (this node among
@@ -136,6 +142,11 @@ type Contested struct{ Gone []string }
 // ring at last (not On). While it is, every answer is contested.
 type Isolated struct{ On bool }
 
+// CutOff: this node's failure detector finds it is likely cut off from
+// the others (On), or no longer (not On); see Member.CutOff. While it is,
+// every answer is contested.
+type CutOff struct{ On bool }
+
 // GaveUp: partitions stopped waiting for members that never said they
 // handed them over (Config.MaxWait): they are decided undegraded from now.
 type GaveUp struct{ Partitions int }
@@ -148,5 +159,6 @@ func (RingChanged) isAction() {}
 func (HandOff) isAction()     {}
 func (Contested) isAction()   {}
 func (Isolated) isAction()    {}
+func (CutOff) isAction()      {}
 func (GaveUp) isAction()      {}
 func (WakeAt) isAction()      {}

@@ -88,10 +88,13 @@ type Machine struct {
 	// isolated: back from its disk, joined alone (Config.Rejoining), and
 	// no other member in its ring since.
 	isolated bool
-	live     int
-	known    int
-	wake     time.Time // the last WakeAt asked
-	view     *View     // the current view; nil when a Step changed it
+	// cutOff: this node's own entry in the membership says it is likely
+	// cut off (Member.CutOff).
+	cutOff bool
+	live   int
+	known  int
+	wake   time.Time // the last WakeAt asked
+	view   *View     // the current view; nil when a Step changed it
 }
 
 // New returns a Machine in which this node is alone, not yet joined.
@@ -141,7 +144,7 @@ func (m *Machine) View() *View {
 	if m.view == nil {
 		m.view = &View{self: m.cfg.Self, ring: m.ring, without: m.without,
 			waiting: m.waits.partitions(m.cfg.Partitions), nwaiting: m.waits.count(),
-			contested: len(m.gone) > 0 || m.isolated, joined: m.joined, leaving: m.leaving,
+			contested: len(m.gone) > 0 || m.isolated || m.cutOff, joined: m.joined, leaving: m.leaving,
 			live: m.live, known: m.known, holds: m.cfg.Holdings}
 	}
 	return m.view
@@ -167,6 +170,10 @@ func (m *Machine) follow() []Action {
 	}
 	if a, changed := m.recontest(); changed {
 		out = append(out, a)
+	}
+	if cut := m.selfCutOff(); cut != m.cutOff {
+		m.set(&m.cutOff, cut)
+		out = append(out, CutOff{On: cut})
 	}
 	if m.isolated && len(members) > 1 {
 		out = append(out, m.isolate(false)...)
@@ -289,6 +296,17 @@ func (m *Machine) recount() {
 	live = max(live, 1)
 	m.setInt(&m.live, live)
 	m.setInt(&m.known, live+failed)
+}
+
+// selfCutOff reports whether this node's own entry in the membership says
+// it is likely cut off.
+func (m *Machine) selfCutOff() bool {
+	for _, mb := range m.members {
+		if mb.ID == m.cfg.Self {
+			return mb.CutOff
+		}
+	}
+	return false
 }
 
 // recontest notes the members out of the ring unconfirmed; changed when

@@ -162,6 +162,12 @@ func (t *Tracker) carryOut(a Action) {
 		} else {
 			t.log.Info("another member is in the ring; answers no longer marked degraded for being alone")
 		}
+	case CutOff:
+		if a.On {
+			t.log.Warn("this node's probes of the others fail and nobody answers for them: it is likely cut off, and the others may take its keys over; every answer is marked degraded until its probes succeed again")
+		} else {
+			t.log.Info("this node's probes succeed again; answers no longer marked degraded for being cut off")
+		}
 	case GaveUp:
 		t.log.Warn("gave up waiting for members to say they handed over partitions; answering them undegraded", "partitions", a.Partitions)
 	case WakeAt:

@@ -23,7 +23,7 @@ import (
 // Commands (the script's time starts at 0 and moves only by tick):
 //
 //	init self=n1 partitions=8 [max-wait=1s] [share-for=5m]
-//	member n2 alive|unreachable|left|failed [unconfirmed]   (a Membership follows)
+//	member n2 alive|unreachable|left|failed [unconfirmed|cut-off]   (a Membership follows)
 //	members n1 n2 n3                                          (these alive, the rest forgotten)
 //	joined | leaving
 //	done n2 0 1 2                                             (n2's HandoffDone)
@@ -144,6 +144,7 @@ func (s *script) member(d *datadriven.TestData) (string, error) {
 	switch d.CmdArgs[1].Key {
 	case "alive":
 		m.State = ownership.Alive
+		m.CutOff = len(d.CmdArgs) > 2 && d.CmdArgs[2].Key == "cut-off"
 	case "unreachable":
 		m.State = ownership.Unreachable
 	case "left":
@@ -204,6 +205,8 @@ func (s *script) action(a ownership.Action) string {
 		return "contested gone=[" + strings.Join(a.Gone, " ") + "]"
 	case ownership.Isolated:
 		return fmt.Sprintf("isolated %v", a.On)
+	case ownership.CutOff:
+		return fmt.Sprintf("cut-off %v", a.On)
 	case ownership.GaveUp:
 		return fmt.Sprintf("gave-up partitions=%d", a.Partitions)
 	case ownership.WakeAt:
