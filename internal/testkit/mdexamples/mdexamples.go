@@ -316,17 +316,22 @@ func linePattern(line string) (*regexp.Regexp, []string) {
 // standsAlone reports whether a number between the pattern built so far
 // (its last character is the number's left neighbour, as a quoted
 // literal) and rest is a value of its own, not part of a name or an
-// address ("node1", "user:42", "127.0.0.1:9090").
+// address ("node1", "user:42", "127.0.0.1:9090"): after a space, "(",
+// "×", "=" or a JSON key's `":`, and before a space, punctuation or the
+// end.
 func standsAlone(before, rest string) bool {
 	left := before[len(before)-1:]
 	if strings.HasSuffix(before, " +") || before == "^" {
 		left = " "
 	}
-	if strings.HasSuffix(before, "×") {
+	switch {
+	case strings.HasSuffix(before, "×"):
 		left = "×"
+	case strings.HasSuffix(before, `":`): // a JSON value
+		left = " "
 	}
 	if !strings.Contains(" (×=", left) {
 		return false
 	}
-	return rest == "" || strings.ContainsAny(rest[:1], " ,;:)")
+	return rest == "" || strings.ContainsAny(rest[:1], " ,;:)}")
 }

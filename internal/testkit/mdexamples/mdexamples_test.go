@@ -72,11 +72,13 @@ func TestMatch(t *testing.T) {
 		"denied: retry after 59.953s (count 5 of 5); decided by node1",
 		"user:42  195        node1  127.0.0.1:9090",
 		"  by age: 5.368s ×89 4s",
+		`Ratelimit: "tokens";r=282;t=50 {"retry_after":50}`,
 		"reserved 2: 0 of 5 remaining, reservation " + tok + "; decided by node1",
 	}
 	got := "denied: retry after 1m0s (count 4 of 5); decided by node1\n" +
 		"user:42  7  node1  127.0.0.1:9090\n" +
 		"  by age: 1ms ×2 3s\n" +
+		`Ratelimit: "tokens";r=1;t=51 {"retry_after":51}` + "\n" +
 		"reserved 3: 1 of 5 remaining, reservation " + real + "; decided by node1\n"
 	require.NoError(t, Match(want, got, bind))
 	assert.Equal(t, map[string]string{tok: real}, bind)
