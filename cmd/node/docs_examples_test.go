@@ -212,7 +212,7 @@ func (r *exampleRunner) run(where, line string, transcript bool) (string, bool) 
 			return "", false
 		}
 		out = o
-	case "peerlimit-node":
+	case "peerlimit-node", "bin/peerlimit-node": // make build's
 		args := words[1:]
 		if len(args) == 0 || strings.HasPrefix(args[0], "-") || args[0] == "serve" {
 			t.Logf("%s: not run: %s (a node: the cluster is this test's)", where, line)
