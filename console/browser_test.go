@@ -3,6 +3,7 @@ package console_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,6 +42,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	checkMembers(t, b, f)
 	checkPollingMerges(t, b, f)
 	checkTopAndInspect(t, b, f)
+	// docs/console.png, the README's: every member alive, a key
+	// inspected. PEERLIMIT_SCREENSHOT_DIR=dir keeps it (docs/console.md).
+	browser.AssertNotBlank(t, b.Screenshot(screenshotPath(t, "console.png")), 64)
 	checkKeysAreText(t, b, f)
 	checkInspectErrors(t, b)
 	checkConfigDiffers(t, b, f)
@@ -93,13 +97,13 @@ func checkMembers(t *testing.T, b *browser.Browser, f *fakeBackend) {
 	if got := browser.Eval[string](b, `document.getElementById('self').textContent`); got != "node1" {
 		t.Errorf("answered by %q, want node1", got)
 	}
-	// Columns: 4 checks/s, 5 denied/s (whole numbers: the fake's rates are).
-	s := f.newest(0)
-	if got, want := browser.Eval[string](b, rowCell("node1", 4)), strconv.Itoa(int(s.checks())); got != want {
-		t.Errorf("node1 checks/s = %q, want %q", got, want)
+	// Columns: 4 checks/s, 5 denied/s: the means of the last 10 s.
+	checks, denied := f.recent(0)
+	if got, want := browser.Eval[string](b, rowCell("node1", 4)), fmtRate(checks); got != want {
+		t.Errorf("node1 checks/s = %q, want %q (the mean of its last 10 s)", got, want)
 	}
-	if got, want := browser.Eval[string](b, rowCell("node1", 5)), strconv.Itoa(int(s.denied())); got != want {
-		t.Errorf("node1 denied/s = %q, want %q", got, want)
+	if got, want := browser.Eval[string](b, rowCell("node1", 5)), fmtRate(denied); got != want {
+		t.Errorf("node1 denied/s = %q, want %q (the mean of its last 10 s)", got, want)
 	}
 	if got := browser.Eval[string](b, rowCell("node2", 3)); got != "33%" {
 		t.Errorf("node2's share of the ring = %q, want 33%%", got)
@@ -123,9 +127,18 @@ func checkPollingMerges(t *testing.T, b *browser.Browser, f *fakeBackend) {
 		return since == newest && topParam == "10", fmt.Sprintf("page asked since_ms=%s&top=%s, want since_ms=%s&top=10", since, topParam, newest)
 	})
 	f.tick(3 * time.Second)
-	want := strconv.Itoa(int(f.newest(0).checks()))
-	b.WaitFor(within, "node1's checks/s of the newest sample, "+want, rowCell("node1", 4)+` === `+js(want))
+	checks, _ := f.recent(0)
+	want := fmtRate(checks)
+	b.WaitFor(within, "node1's checks/s over the 10 s before its newest sample, "+want, rowCell("node1", 4)+` === `+js(want))
 	b.RequireNoProblems()
+}
+
+// fmtRate formats a rate as app.js's fmtRate does, below 1,000.
+func fmtRate(v float64) string {
+	if v >= 10 || v == math.Trunc(v) {
+		return strconv.Itoa(int(math.Round(v)))
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
 }
 
 func checkTopAndInspect(t *testing.T, b *browser.Browser, f *fakeBackend) {

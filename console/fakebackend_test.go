@@ -406,6 +406,19 @@ func (f *fakeBackend) newest(i int) sample {
 	return sampleAt(i, f.now.Unix())
 }
 
+// recent is member i's checks/s and denied/s as the page's table shows
+// them now: the means of its samples of the 10 s before its newest.
+func (f *fakeBackend) recent(i int) (checks, denied float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now.Unix()
+	for sec := now - 9; sec <= now; sec++ {
+		s := sampleAt(i, sec)
+		checks, denied = checks+s.checks(), denied+s.denied()
+	}
+	return checks / 10, denied / 10
+}
+
 // seen returns what the page last asked: since_ms and top of /v1/cluster,
 // the key and limit of /v1/inspect, and its Authorization header.
 func (f *fakeBackend) seen() (since, topParam, key, limit, auth string) {

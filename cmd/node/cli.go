@@ -56,9 +56,11 @@ Commands:
   inspect KEY    a key's state on its owner, consuming nothing: its counts, and with --limit N [--hits H]
                  or --policy NAME when the next request would be allowed
   healthcheck    GET /healthz of a node's HTTP API; exit 0 serving, 1 not (for Docker HEALTHCHECK)
+  ratelimit      run a node configured by envoyproxy/ratelimit's environment variables, as the
+                 binary does when started as /bin/ratelimit (docs/envoy.md): peerlimit-node ratelimit --help
   help           this text
 
-Every command but serve, healthcheck and help talks gRPC to --addr (default 127.0.0.1:9090)
+Every command but serve, ratelimit, healthcheck and help talks gRPC to --addr (default 127.0.0.1:9090)
 and prints for people, or JSON with --json. Against a node with TLS give --tls-ca-file
 (and --tls-cert-file, --tls-key-file for mutual TLS; --tls-server-name when the
 certificate does not name the address); against one with API tokens give
@@ -364,7 +366,11 @@ func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, std
 	lf.register(c.fs)
 	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window or --calendar)")
 	hits := new(int64)
-	if op != pb.Op_RELEASE {
+	switch op {
+	case pb.Op_RELEASE:
+	case pb.Op_SETTLE: // required: no default to print beside "required"
+		c.fs.Int64Var(hits, "hits", 0, opUsage[op][1])
+	default:
 		c.fs.Int64Var(hits, "hits", 1, opUsage[op][1])
 	}
 	var token string

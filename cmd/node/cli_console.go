@@ -135,11 +135,51 @@ func printInspect(w io.Writer, in httpapi.Inspect) {
 			fmt.Fprintf(w, "  window from %s: %d; the window before: %d\n",
 				time.UnixMilli(v.Counter.WindowStartMS).Format(time.TimeOnly), v.Counter.Current, v.Counter.Previous)
 		case v.Log != nil:
-			ages := make([]string, len(v.Log.EntriesAgeMS))
-			for i, a := range v.Log.EntriesAgeMS {
-				ages[i] = (time.Duration(a) * time.Millisecond).String()
-			}
-			fmt.Fprintf(w, "  hits in the window, oldest first, by age: %s\n", strings.Join(ages, " "))
+			fmt.Fprintf(w, "  hits in the window, oldest first, by age: %s\n", formatAges(v.Log.EntriesAgeMS))
 		}
 	}
+}
+
+// maxAgeGroups is how many groups of equal ages inspect prints of a log
+// before it summarises the middle: a log holds up to --max-log-limit hits.
+const maxAgeGroups = 20
+
+// formatAges prints a log's ages (ms, oldest first) for people: equal
+// ages, which a batch or a charge of many hits leaves at one instant,
+// once with their number ("5.368s ×89"); past maxAgeGroups groups, the
+// oldest and newest halves with the number of hits between them.
+func formatAges(agesMS []int64) string {
+	type group struct {
+		age int64
+		n   int
+	}
+	var groups []group
+	for _, a := range agesMS {
+		if k := len(groups) - 1; k >= 0 && groups[k].age == a {
+			groups[k].n++
+		} else {
+			groups = append(groups, group{a, 1})
+		}
+	}
+	show := func(g group) string {
+		s := (time.Duration(g.age) * time.Millisecond).String()
+		if g.n > 1 {
+			s += fmt.Sprintf(" ×%d", g.n)
+		}
+		return s
+	}
+	var parts []string
+	for i := 0; i < len(groups); i++ {
+		if len(groups) > maxAgeGroups && i == maxAgeGroups/2 {
+			skipped, hits := len(groups)-maxAgeGroups, 0
+			for _, g := range groups[i : i+skipped] {
+				hits += g.n
+			}
+			parts = append(parts, fmt.Sprintf("… %d hits at %d other ages …", hits, skipped))
+			i += skipped - 1
+			continue
+		}
+		parts = append(parts, show(groups[i]))
+	}
+	return strings.Join(parts, " ")
 }

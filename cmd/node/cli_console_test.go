@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,4 +61,29 @@ func TestCLITopAndInspect(t *testing.T) {
 	code, _, errOut = cli(t, "inspect", "--addr", addr, "--limit", "1", "--hits", "2", key)
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "hits")
+}
+
+// A log key's ages: equal ones once with their number, and a long log
+// summarised in the middle, so that inspect of a key with 769 hits
+// prints one short line.
+func TestFormatAges(t *testing.T) {
+	many := make([]int64, 0, 30)
+	for i := range 30 {
+		many = append(many, int64(30000-1000*i))
+	}
+	for _, tc := range []struct {
+		name string
+		ages []int64
+		want string
+	}{
+		{"none", nil, ""},
+		{"distinct", []int64{18100, 9600, 4200}, "18.1s 9.6s 4.2s"},
+		{"equal ones grouped", append(append(slices.Repeat([]int64{5368}, 89), 4000), 4000, 10), "5.368s ×89 4s ×2 10ms"},
+		{"a long log summarised", many,
+			"30s 29s 28s 27s 26s 25s 24s 23s 22s 21s … 10 hits at 10 other ages … 10s 9s 8s 7s 6s 5s 4s 3s 2s 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, formatAges(tc.ages))
+		})
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/mdexamples"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcerts"
 	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/internal/testkit/xdsserver"
@@ -205,6 +206,40 @@ func TestEnvoyGatewaysDeploymentWithPeerlimitsImage(t *testing.T) {
 	anon.Certificates = nil
 	_, err = call(a, anon)
 	assert.Error(t, err, "GRPC_CLIENT_TLS_CACERT: a caller without a certificate from the CA is refused")
+
+	// docs/envoy.md's check that the pods formed one cluster, as written
+	// there, but for the pod's files and port here.
+	args := egMembersCheck(t)
+	for i, a := range args {
+		args[i] = strings.NewReplacer(egMounted.cert, certs.rls.CertFile, egMounted.key, certs.rls.KeyFile, egMounted.ca, certs.ca.File,
+			"127.0.0.1:8081", b.grpc).Replace(a)
+	}
+	code, out, errOut := cli(t, args...)
+	require.Equal(t, exitOK, code, "%q: %s", args, errOut)
+	assert.Regexp(t, `(?m)^envoy-ratelimit-a +alive `, out, "both pods, from either")
+	assert.Regexp(t, `(?m)^envoy-ratelimit-b +alive `, out, "both pods, from either")
+}
+
+// egMembersCheck is the command docs/envoy.md's "Replace Envoy Gateway's
+// rate limit service" runs in a pod to see its members: the words after
+// `kubectl … exec … -- /peerlimit-node`.
+func egMembersCheck(t *testing.T) []string {
+	t.Helper()
+	sec := section(t, readDoc(t, "docs/envoy.md"), "## Replace Envoy Gateway's rate limit service")
+	for _, b := range mdexamples.Blocks(sec) {
+		for _, line := range b.Lines {
+			_, cmd, ok := strings.Cut(line, " -- /peerlimit-node ")
+			if !ok || !strings.HasPrefix(strings.TrimSpace(line), "kubectl") {
+				continue
+			}
+			// NS, as the section sets it.
+			words, err := mdexamples.Split(strings.ReplaceAll(cmd, "$NS", egNamespace))
+			require.NoError(t, err, line)
+			return words
+		}
+	}
+	t.Fatal("docs/envoy.md: no `kubectl … exec … -- /peerlimit-node members …` line in a block")
+	return nil
 }
 
 // The ratelimit mode refuses peer TLS without a cluster secret: the CA

@@ -26,8 +26,33 @@ import (
 // and trust each other; upstream has no such thing). docs/envoy.md,
 // "Replace Envoy Gateway's rate limit service", lists every variable.
 
+const ratelimitUsage = `Usage: peerlimit-node ratelimit [flags]    (or the binary started as /bin/ratelimit)
+
+Runs a node configured by envoyproxy/ratelimit's environment variables, as
+its image and Envoy Gateway's rate limit Deployment set them: HOST, PORT,
+GRPC_HOST, GRPC_PORT, DEBUG_PORT, LOG_LEVEL, LOG_FORMAT, CONFIG_TYPE
+(FILE or GRPC_XDS_SOTW), RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+RUNTIME_APPDIRECTORY, CONFIG_GRPC_XDS_*, GRPC_SERVER_USE_TLS,
+GRPC_SERVER_TLS_*, GRPC_CLIENT_TLS_CACERT, USE_PROMETHEUS,
+PROMETHEUS_ADDR, SHADOW_MODE, QUOTA_MODE, TRACING_* and the others that
+docs/envoy.md ("Replace Envoy Gateway's rate limit service") lists, each
+with the flag it becomes. A variable that cannot be honoured is refused by
+name; REDIS_* and the other backends' are ignored, with one warning.
+
+PEERLIMIT_* variables fill what upstream's leave unset: PEERLIMIT_JOIN
+(how the nodes find each other) and PEERLIMIT_CLUSTER_SECRET (required
+with GRPC_SERVER_USE_TLS) are peerlimit's own. Flags given here win over
+both; they are serve's flags: peerlimit-node serve --help.
+`
+
 // runUpstream serves a node configured by upstream's variables.
 func runUpstream(args []string, getenv func(string) string, stderr io.Writer) int {
+	// Before the variables are read: help must not depend on them, nor
+	// print serve's usage as if this mode were serve.
+	if slices.ContainsFunc(args, isHelpFlag) {
+		fmt.Fprint(stderr, ratelimitUsage)
+		return exitOK
+	}
 	flags, notes, err := upstreamArgs(getenv, environNames())
 	if err != nil {
 		fmt.Fprintln(stderr, "peerlimit-node (ratelimit mode):", err)
@@ -411,4 +436,14 @@ func environNames() []string {
 		names = append(names, name)
 	}
 	return names
+}
+
+// isHelpFlag reports whether arg asks for help, as the flag package
+// reads it.
+func isHelpFlag(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
 }

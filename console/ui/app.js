@@ -296,6 +296,29 @@ function rates(s) {
   };
 }
 
+// RATE_WINDOW_MS is what a member's rates in the table average over: a
+// second's rate alone reads 0 the moment traffic pauses, and jumps with
+// every burst.
+const RATE_WINDOW_MS = 10000;
+
+// recentRates averages rates() over a member's samples of the last
+// RATE_WINDOW_MS before its newest (one a second, so up to ten; fewer
+// for a member that has just started); null without a current sample.
+function recentRates(id) {
+  const list = state.samples.get(id) || [];
+  const newest = list[list.length - 1];
+  if (!newest || state.serverNow - newest.time_ms > STALE_MS) return null;
+  const recent = list.filter((s) => s.time_ms > newest.time_ms - RATE_WINDOW_MS);
+  const sum = { local: 0, fwd: 0, fallback: 0, checks: 0, allowed: 0, denied: 0, degraded: 0, handoff: 0 };
+  for (const s of recent) {
+    const r = rates(s);
+    for (const k of Object.keys(sum)) sum[k] += r[k];
+  }
+  for (const k of Object.keys(sum)) sum[k] /= recent.length;
+  sum.fwdShare = sum.checks > 0 ? sum.fwd / sum.checks : null;
+  return sum;
+}
+
 function newestSample(id) {
   const list = state.samples.get(id) || [];
   const s = list[list.length - 1];
@@ -312,7 +335,7 @@ function memberRow(m, isSelf) {
   const st = STATES.has(m.state) ? m.state : 'unknown';
   // A member that could not be asked has no current rates, only old ones.
   const s = m.error ? null : newestSample(m.id);
-  const r = s ? rates(s) : null;
+  const r = s ? recentRates(m.id) : null;
   const cell = (v, cls) => el('td', { class: 'num' + (cls ? ' ' + cls : '') }, v);
   const dash = '—';
   const ring = el('td', { class: 'num', title: `${num(m.partitions)} partitions` }, fmtPct(num(m.share)));

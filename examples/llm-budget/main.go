@@ -27,22 +27,43 @@ import (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", "", "comma-separated gRPC addresses of a peerlimit cluster; empty runs a node in this process")
-	addr := flag.String("addr", "127.0.0.1:8089", "the proxy's HTTP listen address")
-	tpm := flag.Int64("tpm", 2000, "each user's budget, in tokens per minute")
-	delay := flag.Duration("token-delay", 5*time.Millisecond, "the fake model's time between two tokens")
-	timeout := flag.Duration("timeout", time.Second, "bounds each reservation and each settle")
-	flag.Parse()
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(2) // the flag package said why
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *endpoints, *addr, *tpm, *delay, *timeout, log); err != nil {
+	if err := run(ctx, cfg, log, nil); err != nil {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, endpoints, addr string, tpm int64, delay, timeout time.Duration, log *slog.Logger) error {
+// config is the command line's settings.
+type config struct {
+	endpoints string
+	addr      string
+	tpm       int64
+	delay     time.Duration
+	timeout   time.Duration
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("llm-budget", flag.ContinueOnError)
+	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated gRPC addresses of a peerlimit cluster; empty runs a node in this process")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8089", "the proxy's HTTP listen address")
+	fs.Int64Var(&c.tpm, "tpm", 2000, "each user's budget, in tokens per minute")
+	fs.DurationVar(&c.delay, "token-delay", 5*time.Millisecond, "the fake model's time between two tokens")
+	fs.DurationVar(&c.timeout, "timeout", time.Second, "bounds each reservation and each settle")
+	return c, fs.Parse(args)
+}
+
+// run serves the proxy until ctx ends; listening, when not nil, is told
+// the proxy's address once it listens (cfg.addr may have port 0).
+func run(ctx context.Context, cfg config, log *slog.Logger, listening func(addr string)) error {
+	endpoints := cfg.endpoints
 	if endpoints == "" {
 		n, err := node.Start(node.DefaultLocalConfig("llm-budget-1"))
 		if err != nil {
@@ -63,23 +84,32 @@ func run(ctx context.Context, endpoints, addr string, tpm int64, delay, timeout 
 	if err != nil {
 		return err
 	}
-	model := &http.Server{Handler: NewModel(uint64(time.Now().UnixNano()), delay), ReadHeaderTimeout: 5 * time.Second}
+	model := &http.Server{Handler: NewModel(uint64(time.Now().UnixNano()), cfg.delay), ReadHeaderTimeout: 5 * time.Second}
 	go model.Serve(ln)
 	defer shutdown(model.Shutdown)
 
-	proxy, err := NewProxy(c, "http://"+ln.Addr().String(), Budget(tpm), timeout)
+	proxy, err := NewProxy(c, "http://"+ln.Addr().String(), Budget(cfg.tpm), cfg.timeout)
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	srv := &http.Server{Addr: addr, Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
+	pln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	addr := pln.Addr().String()
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Printf("proxy on http://%s/v1/completions: %d tokens per minute per X-User (cluster %s, model %s)\n", addr, tpm, endpoints, ln.Addr())
+	go func() { errc <- srv.Serve(pln) }()
+	fmt.Printf("proxy on http://%s/v1/completions: %d tokens per minute per X-User, key tpm:<X-User> (cluster %s, model %s)\n",
+		addr, cfg.tpm, endpoints, ln.Addr())
 	fmt.Printf("try:  curl -N %s/v1/completions -H 'X-User: alice' -d '{\"prompt\":\"hi\",\"max_tokens\":300}'\n", addr)
+	if listening != nil {
+		listening(addr)
+	}
 	select {
 	case err := <-errc:
-		return err // could not listen
+		return err
 	case <-ctx.Done():
 	}
 	shutdown(srv.Shutdown) // streams in flight end, and settle, first
