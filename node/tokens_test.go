@@ -6,6 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -85,4 +88,45 @@ func TestReservationTokensOnRealNodes(t *testing.T) {
 	peek, err = client.Check(ctx, limit(pb.Op_CHECK, 0, ""))
 	require.NoError(t, err)
 	assert.EqualValues(t, 8, peek.CurrentCount)
+}
+
+// The reservation tokens' key follows the cluster secrets through a
+// reload (SIGHUP): a token signed by a secret still listed settles, one
+// signed by a secret removed is refused.
+func TestReservationTokensFollowTheSecretsThroughAReload(t *testing.T) {
+	secrets := filepath.Join(t.TempDir(), "secrets")
+	writeSecrets := func(lines ...string) {
+		require.NoError(t, os.WriteFile(secrets, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	}
+	const oldSecret, newSecret = "the old secret of this cluster", "the new secret of this cluster"
+	writeSecrets(oldSecret)
+	c := testcluster.New(t, 1, func(cfg *node.Config) { cfg.Security.ClusterSecretFile = secrets })
+	n := c.Node(0)
+	client := apiClient(t, n)
+	ctx := context.Background()
+	req := func(op pb.Op, hits int64, tok string) *pb.CheckRequest {
+		return &pb.CheckRequest{Key: "rotate", Limit: 100, WindowMs: 60_000, Op: op, Hits: &hits, Reservation: tok}
+	}
+	reserve := func() string {
+		resp, err := client.Check(ctx, req(pb.Op_RESERVE, 5, ""))
+		require.NoError(t, err)
+		require.True(t, resp.Allowed)
+		return resp.Reservation
+	}
+	underOld, kept := reserve(), reserve()
+
+	writeSecrets(newSecret, oldSecret) // the switch: the new one signs, the old one is accepted
+	require.NoError(t, n.Reload())
+	underNew := reserve()
+	_, err := client.Check(ctx, req(pb.Op_SETTLE, 1, underOld))
+	require.NoError(t, err, "signed by a secret still listed")
+
+	writeSecrets(newSecret) // the old one removed
+	require.NoError(t, n.Reload())
+	_, err = client.Check(ctx, req(pb.Op_SETTLE, 1, underNew))
+	require.NoError(t, err)
+	_, err = client.Check(ctx, req(pb.Op_SETTLE, 1, kept))
+	st := status.Convert(err)
+	require.Equal(t, codes.InvalidArgument, st.Code(), "signed by a secret removed: %v", err)
+	assert.Contains(t, st.Message(), "not authentic")
 }
