@@ -97,6 +97,9 @@ func (t *token) sameAs(rec *reservation) bool {
 }
 
 var (
+	// strictBase64 refuses the spellings that differ in the unused bits
+	// of the last character: one token, one spelling.
+	strictBase64 = base64.RawURLEncoding.Strict()
 	tokenChars   = base64.RawURLEncoding.EncodedLen(tokenLen)
 	tokenV1Chars = base64.RawURLEncoding.EncodedLen(tokenFieldsLen)
 )
@@ -110,7 +113,7 @@ func decodeToken(s string) (token, error) {
 		return bad(fmt.Sprintf("is %d characters, not a reservation token (%d)", len(s), tokenChars))
 	}
 	var b [tokenLen]byte
-	n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
+	n, err := strictBase64.Decode(b[:], []byte(s))
 	if err != nil {
 		return bad("is not a reservation token: " + err.Error())
 	}
