@@ -561,7 +561,7 @@ func BenchmarkClientReserveSettle(b *testing.B) {
 		withCPU(b, func() {
 			benchClientSingle(b, env, func(ctx context.Context, k int) (client.Decision, error) {
 				r, err := cl.Reserve(ctx, keys[k], clientBenchLimit, 100, 0)
-				if err != nil || !r.Reserved() {
+				if err != nil || !r.Allowed {
 					return r.Decision, err
 				}
 				s, err := cl.Settle(ctx, r, 63)

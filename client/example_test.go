@@ -67,7 +67,7 @@ func ExampleClient_Reserve() {
 	if err != nil {
 		panic(err)
 	}
-	if !r.Reserved() {
+	if !r.Allowed {
 		fmt.Printf("over budget; retry in %s\n", r.RetryAfter)
 		return
 	}

@@ -73,8 +73,12 @@ type Reservation struct {
 	Hits   int64
 }
 
-// Reserved reports whether the reservation was admitted: it is then to be
-// settled or released.
+// Reserved reports whether the reservation was admitted, as r.Allowed
+// does: an admitted reservation always has a token.
+//
+// Deprecated: use r.Allowed, as for any Decision. Settle and Release of
+// a reservation that was not admitted do nothing, so most callers need
+// neither.
 func (r Reservation) Reserved() bool { return r.Allowed && r.Token != "" }
 
 // Settlement is the answer to Settle or Release: the Decision after it (a
@@ -135,22 +139,35 @@ func (c *Client) reserve(ctx context.Context, r Reservation, req *pb.CheckReques
 // refunded (Refunded), a cost above them is charged as debt (Over says how
 // far past the limit it took the key). Settle is idempotent: a retry, by
 // this client after a lost answer or by the caller, applies nothing again
-// and answers SettledBefore with the first answer's numbers. A
-// reservation that was denied (r.Reserved() is false) is an error,
-// codes.InvalidArgument naming reservation.
+// and answers SettledBefore with the first answer's numbers; a settle
+// at another cost than the first is no retry, and is refused with
+// codes.FailedPrecondition naming hits (its message gives the first
+// one's numbers). Settle of a reservation that was denied (r.Allowed is
+// false), or of the zero Reservation, does nothing and returns the zero
+// Settlement and nil, as x/time/rate's Cancel does of a reservation that
+// is not OK: so that
+//
+//	r, err := c.Reserve(ctx, key, l, estimate, 0)
+//	...
+//	defer c.Release(ctx, r)
+//
+// needs no guard.
 func (c *Client) Settle(ctx context.Context, r Reservation, cost int64) (Settlement, error) {
 	return c.settle(ctx, r, pb.Op_SETTLE, cost)
 }
 
 // Release closes r refunding every hit of it: the work did not happen.
-// It is Settle at a cost of 0, and as idempotent.
+// It is Settle at a cost of 0, and as idempotent. A Release after a
+// Settle changes nothing and answers SettledBefore with the settle's
+// numbers (a deferred Release after the work settled is harmless); of a
+// denied reservation it does nothing and returns nil, as Settle.
 func (c *Client) Release(ctx context.Context, r Reservation) (Settlement, error) {
 	return c.settle(ctx, r, pb.Op_RELEASE, 0)
 }
 
 func (c *Client) settle(ctx context.Context, r Reservation, op pb.Op, cost int64) (Settlement, error) {
 	if r.Token == "" {
-		return Settlement{}, status.Errorf(codes.InvalidArgument, "invalid reservation: none to %s (it was denied, or is the zero Reservation)", op)
+		return Settlement{}, nil // denied, or the zero Reservation: nothing to close
 	}
 	req, err := opRequest(r.Key, r.Limit, r.Policy, cost)
 	if err != nil {

@@ -45,7 +45,7 @@ func TestReserveSettleRelease(t *testing.T) {
 			key := "resv:" + name
 			r, err := cl.Reserve(ctx, key, hourLog, 6, 0)
 			require.NoError(t, err)
-			require.True(t, r.Reserved())
+			require.True(t, r.Allowed)
 			assert.EqualValues(t, 4, r.Remaining)
 			assert.Equal(t, c.Node(0).Ring().Owner(key).ID, r.Owner)
 			assert.WithinDuration(t, time.Now().Add(time.Minute), r.Expires, 5*time.Second, "the nodes' default TTL")
@@ -53,12 +53,19 @@ func TestReserveSettleRelease(t *testing.T) {
 
 			denied, err := cl.Reserve(ctx, key, hourLog, 6, 30*time.Second)
 			require.NoError(t, err, "a denial is an answer")
-			assert.False(t, denied.Reserved())
+			assert.False(t, denied.Allowed)
 			assert.Empty(t, denied.Token)
 			assert.Positive(t, denied.RetryAfter)
-			_, err = cl.Settle(ctx, denied, 1)
-			assert.Equal(t, codes.InvalidArgument, status.Code(err))
-			assert.ErrorContains(t, err, "invalid reservation")
+			// As x/time/rate's Cancel: closing a denied reservation does nothing.
+			for _, closeIt := range []func() (client.Settlement, error){
+				func() (client.Settlement, error) { return cl.Settle(ctx, denied, 1) },
+				func() (client.Settlement, error) { return cl.Release(ctx, denied) },
+				func() (client.Settlement, error) { return cl.Release(ctx, client.Reservation{}) },
+			} {
+				s, err := closeIt()
+				require.NoError(t, err)
+				assert.Equal(t, client.Settlement{}, s)
+			}
 
 			s, err := cl.Settle(ctx, r, 2)
 			require.NoError(t, err)
@@ -70,11 +77,18 @@ func TestReserveSettleRelease(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, client.SettledBefore, again.Outcome, "a retry counts once")
 			assert.EqualValues(t, 4, again.Refunded, "and repeats the first answer")
+			_, err = cl.Settle(ctx, r, 5)
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "a settle at another cost is no retry: %v", err)
+			assert.ErrorContains(t, err, "cost of 2 (refunded 4, over 0)")
+			released, err := cl.Release(ctx, r)
+			require.NoError(t, err, "a deferred release after the settle")
+			assert.Equal(t, client.SettledBefore, released.Outcome)
+			assert.EqualValues(t, 4, released.Refunded)
 			assert.EqualValues(t, 2, peekCount(t, cl, key, hourLog))
 
 			r2, err := cl.Reserve(ctx, key, hourLog, 8, time.Minute)
 			require.NoError(t, err)
-			require.True(t, r2.Reserved(), "the settle gave 4 back")
+			require.True(t, r2.Allowed, "the settle gave 4 back")
 			s, err = cl.Release(ctx, r2)
 			require.NoError(t, err)
 			assert.EqualValues(t, 8, s.Refunded)
@@ -177,7 +191,7 @@ func TestReservePolicy(t *testing.T) {
 
 	r, err := cl.ReservePolicy(ctx, "u", "tokens", 40, 0)
 	require.NoError(t, err)
-	require.True(t, r.Reserved())
+	require.True(t, r.Allowed)
 	assert.Equal(t, "tokens", r.Policy)
 	s, err := cl.Settle(ctx, r, 15)
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package configs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -44,8 +45,9 @@ type envoyRLS struct {
 }
 
 // loadEnvoyRLS reads Config.EnvoyRLSConfig, checked by check, or holds
-// the place of a control plane's rules; nil without either.
-func loadEnvoyRLS(cfg Config, check func(limiter.Request) error) (*envoyRLS, error) {
+// the place of a control plane's rules; nil without either. A directory's
+// entries that are not files are logged to log at each load.
+func loadEnvoyRLS(cfg Config, check func(limiter.Request) error, log *slog.Logger) (*envoyRLS, error) {
 	if cfg.EnvoyRLSXDS.Enabled() {
 		return &envoyRLS{rules: envoyrls.EmptyRegistry(cfg.EnvoyRLSXDS.Source()), settings: cfg.EnvoyRLS,
 			awaitConfig: cfg.EnvoyRLSAwaitConfig, needsDomains: cfg.EnvoyRLSHealthyNeedsDomains}, nil
@@ -53,7 +55,10 @@ func loadEnvoyRLS(cfg Config, check func(limiter.Request) error) (*envoyRLS, err
 	if cfg.EnvoyRLSConfig == "" {
 		return nil, nil
 	}
-	rules, err := envoyrls.NewRegistry(cfg.EnvoyRLSConfig, envoyrls.LoadOptions{Check: check, MergeDomains: cfg.EnvoyRLS.MergeDomains})
+	skipped := func(path, why string) {
+		log.Warn("envoy rls config: skipped an entry of the directory that is no file to read", "path", path, "why", why)
+	}
+	rules, err := envoyrls.NewRegistry(cfg.EnvoyRLSConfig, envoyrls.LoadOptions{Check: check, MergeDomains: cfg.EnvoyRLS.MergeDomains, Skipped: skipped})
 	if err != nil {
 		return nil, err
 	}

@@ -137,7 +137,7 @@ func New(cfg Config, deps Deps) (*Set, error) {
 			return nil, err
 		}
 	}
-	if s.rls, err = loadEnvoyRLS(cfg, deps.Check); err != nil {
+	if s.rls, err = loadEnvoyRLS(cfg, deps.Check, deps.Logger); err != nil {
 		return nil, err
 	}
 	if err := s.registerMetrics(); err != nil {

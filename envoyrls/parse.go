@@ -59,6 +59,12 @@ type LoadOptions struct {
 	// order, so which wildcard comes first is the same on every load and
 	// every node. Off, a domain defined twice is an error.
 	MergeDomains bool
+	// Skipped, if not nil, is told of every entry of a configuration
+	// directory that is not read although its name would be: a named
+	// pipe, a socket, a device (after symlinks), as upstream skips them.
+	// The node logs them, so that a file that is not one is not silently
+	// missing from the limits.
+	Skipped func(path, why string)
 }
 
 // Load reads the configuration at path: one YAML file, or a directory
@@ -79,7 +85,7 @@ func Load(path string, o LoadOptions) (*RuleSet, error) {
 	// digest.
 	names := []string{filepath.Base(path)}
 	if st.IsDir() {
-		if names, err = listDir(path); err != nil {
+		if names, err = listDir(path, o.Skipped); err != nil {
 			return nil, err
 		}
 	}
@@ -145,13 +151,16 @@ func ParseDocuments(source string, docs []Document, o LoadOptions) (*RuleSet, er
 // ..2026_…), while the visible names, symlinks through ..data, are
 // followed, to files and (a key with a path, "sub/rls.yaml") to
 // directories. An empty list is not an error: see Load.
-func listDir(dir string) ([]string, error) {
+func listDir(dir string, skipped func(path, why string)) ([]string, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("envoy rls config: %w", err)
 	}
+	if skipped == nil {
+		skipped = func(string, string) {}
+	}
 	var files []string
-	if err := walkDir(dir, "", []os.FileInfo{st}, &files); err != nil {
+	if err := walkDir(dir, "", []os.FileInfo{st}, &files, skipped); err != nil {
 		return nil, err
 	}
 	slices.Sort(files)
@@ -161,7 +170,7 @@ func listDir(dir string) ([]string, error) {
 // walkDir adds to files the files under root/rel (see listDir); above are
 // the directories walked through to get there, root's first, so that a
 // symlink back to one of them is refused rather than followed forever.
-func walkDir(root, rel string, above []os.FileInfo, files *[]string) error {
+func walkDir(root, rel string, above []os.FileInfo, files *[]string, skipped func(path, why string)) error {
 	ents, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(rel)))
 	if err != nil {
 		return fmt.Errorf("envoy rls config: %w", err)
@@ -184,16 +193,18 @@ func walkDir(root, rel string, above []os.FileInfo, files *[]string) error {
 			if i := slices.IndexFunc(above, func(a os.FileInfo) bool { return os.SameFile(a, st) }); i >= 0 {
 				return fmt.Errorf("envoy rls config: %s is a symlink loop: it leads back to %s", full, filepath.Join(root, filepath.FromSlash(ancestor(rel, len(above)-1-i))))
 			}
-			if err := walkDir(root, name, append(slices.Clip(above), st), files); err != nil {
+			if err := walkDir(root, name, append(slices.Clip(above), st), files, skipped); err != nil {
 				return err
 			}
 		case st.Mode().IsRegular():
 			if *files = append(*files, name); len(*files) > MaxFiles {
 				return fmt.Errorf("envoy rls config: %s has more than %d files", root, MaxFiles)
 			}
+		default:
+			// A socket, a FIFO, a device is not configuration, and reading
+			// a FIFO would wait for a writer: skipped, but said.
+			skipped(full, yamlconf.Kind(st.Mode())+", not a regular file")
 		}
-		// Anything else (a socket, a FIFO, a device) is not configuration,
-		// and reading a FIFO would wait for a writer.
 	}
 	return nil
 }

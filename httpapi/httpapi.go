@@ -620,6 +620,8 @@ func writeError(w http.ResponseWriter, err error) {
 	switch e.Code {
 	case "INVALID_ARGUMENT":
 		status = http.StatusBadRequest
+	case "FAILED_PRECONDITION":
+		status = http.StatusConflict // a settle retried at another cost: the state conflicts, the request is well formed
 	case "RESOURCE_EXHAUSTED":
 		status = http.StatusTooManyRequests
 		if errors.Is(err, route.ErrBatchTooLarge) {

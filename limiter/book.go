@@ -6,13 +6,16 @@ import (
 	"time"
 )
 
-// lookup returns the record of reservation id. Requires sh.mu held.
+// lookup returns the record of reservation id: of a reservation made
+// here, or of an unknown one settled here. Requires sh.mu held.
 func (sh *shard) lookup(id uint64) (reservation, bool) {
 	if sh.book == nil {
 		return reservation{}, false
 	}
-	rec, ok := sh.book.byID[id]
-	return rec, ok
+	if rec, ok := sh.book.byID[id]; ok {
+		return rec, true
+	}
+	return sh.book.unknown.lookup(id)
 }
 
 // expireOne forgets reservation id, due at ms: an open hold gives its
@@ -38,7 +41,7 @@ func (s *Store) expireOne(sh *shard, id uint64, rec reservation, ms int64) {
 // about then; a settle that meets a due reservation expires it first, so
 // correctness never waits for it.
 func (s *Store) ExpireReservations(now time.Time) int {
-	if s.reservations.Load() == 0 {
+	if s.reservations.Load() == 0 && s.unknowns.Load() == 0 {
 		return 0
 	}
 	ms := max(now.UnixMilli(), 0)
@@ -58,8 +61,10 @@ func (s *Store) ExpireReservations(now time.Time) int {
 				}
 				s.expireOne(sh, id, rec, ms)
 			}
+			gone, next := b.unknown.expire(ms, next)
+			s.unknowns.Add(-int64(gone))
 			b.next = next
-			if len(b.byID) == 0 && b.peak > 4096 {
+			if len(b.byID) == 0 && b.peak > 4096 && len(b.unknown.byID) == 0 {
 				sh.book = nil // give a large map back (Go maps never shrink); a small one is kept for the next
 			}
 		}
@@ -111,8 +116,10 @@ func msDuration(v int64) time.Duration { return time.Duration(v) * time.Millisec
 // how many it remembers now.
 type ReservationStats struct {
 	// Remembered is the open reservations and the settled ones kept for
-	// retries: what Config.MaxReservations bounds.
-	Remembered int64
+	// retries: what Config.MaxReservations bounds. RememberedUnknown is
+	// the settles of reservations unknown here kept for retries: what
+	// Config.MaxUnknownSettles bounds.
+	Remembered, RememberedUnknown int64
 	// Reserved and Denied count OpReserve and OpHold answers; Settled
 	// and Released the reservations closed (a retry counts in Retried
 	// only); Unknown the settles applied from a token this store had no
@@ -128,8 +135,8 @@ type ReservationStats struct {
 // ReservationStats reads the totals; it takes no lock.
 func (s *Store) ReservationStats() ReservationStats {
 	return ReservationStats{
-		Remembered: s.reservations.Load(),
-		Reserved:   s.resv.reserved.Load(), Denied: s.resv.denied.Load(),
+		Remembered: s.reservations.Load(), RememberedUnknown: s.unknowns.Load(),
+		Reserved: s.resv.reserved.Load(), Denied: s.resv.denied.Load(),
 		Settled: s.resv.settled.Load(), Released: s.resv.released.Load(), Retried: s.resv.retried.Load(),
 		Unknown: s.resv.unknown.Load(), Expired: s.resv.expired.Load(),
 		RefundedHits: s.refundedHits.Load(), ChargedHits: s.chargedHits.Load(),

@@ -116,6 +116,20 @@ type ArgumentError struct {
 // Error says which field is wrong and why, e.g. "invalid limit: must be positive, got 0".
 func (e *ArgumentError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
+// ConflictError reports a request that is well formed but contradicts
+// what the store already did under the same token: a settle "retried" at
+// another cost than the first. The API's FAILED_PRECONDITION, as payment
+// APIs answer an idempotency key reused with other parameters; Field is
+// the public API's name of the field that differs, Reason holds the
+// first request's numbers.
+type ConflictError struct {
+	Field  string
+	Reason string
+}
+
+// Error names the field and says what it conflicts with.
+func (e *ConflictError) Error() string { return "conflicting " + e.Field + ": " + e.Reason }
+
 // ErrCapacity is returned, wrapped, when a key's partition has no room left
 // within the Config's bounds: for a new key under OverflowReject, or for a
 // log's growth that no eviction could make room for.

@@ -1,9 +1,6 @@
 package limiter
 
 import (
-	"errors"
-	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -175,25 +172,6 @@ func TestReservationArgumentsNameTheField(t *testing.T) {
 	assert.ErrorIs(t, err, ErrCapacity)
 }
 
-// A token is the caller's to write: one that claims to last for ever is
-// remembered, once settled, no longer than a reservation may last, so
-// forged tokens cannot hold the store's reservation slots for good.
-func TestAForgedTokenHoldsNoSlotForEver(t *testing.T) {
-	s := newStore(t, 4, func(c *Config) { c.MaxReservations = 1 })
-	t0 := time.UnixMilli(1_000_000_000)
-	r := reserveReq(SlidingWindowCounter, 10, 1)
-	forged := token{id: 42, at: t0.UnixMilli(), hits: 1, expires: math.MaxInt64, binding: bindingOf(&r)}
-	d, err := s.Apply(t0, settleReq(r, forged.encode(), 0))
-	require.NoError(t, err)
-	assert.Equal(t, SettledUnknown, d.Adjust.Settled)
-	_, err = s.Apply(t0, r)
-	require.ErrorIs(t, err, ErrCapacity, "the forged token's record holds the one slot")
-	s.ExpireReservations(t0.Add(DefaultConfig().MaxReservationTTL))
-	d, err = s.Apply(t0.Add(DefaultConfig().MaxReservationTTL), r)
-	require.NoError(t, err)
-	assert.True(t, d.Allowed, "its slot is free after the longest TTL")
-}
-
 // TestConcurrentReservationsNeverPassTheBudget: 64 callers reserve
 // estimates on one budget and settle what they used, at once; the count
 // never exceeds the limit, and ends at exactly the costs settled.
@@ -235,35 +213,4 @@ func TestConcurrentReservationsNeverPassTheBudget(t *testing.T) {
 			}
 		})
 	}
-}
-
-func FuzzReservationToken(f *testing.F) {
-	f.Add(token{id: 1, at: 5, hits: 3, expires: 9, binding: 7}.encode())
-	f.Add(token{id: 1, at: 5, hits: 3, expires: 9, hold: true}.encode())
-	f.Add("")
-	f.Add("AAAA")
-	f.Fuzz(func(t *testing.T, s string) {
-		tok, err := decodeToken(s)
-		if err != nil {
-			var ae *ArgumentError
-			if !errors.As(err, &ae) || ae.Field != "reservation" {
-				t.Fatalf("decodeToken(%q): %v, want an ArgumentError naming reservation", s, err)
-			}
-			return
-		}
-		if tok.hits < 1 || tok.at < 0 || tok.expires < tok.at {
-			t.Fatalf("decodeToken(%q) accepted %+v", s, tok)
-		}
-		if again := tok.encode(); again != s {
-			t.Fatalf("decodeToken(%q) re-encodes as %q", s, again)
-		}
-		// Whatever a token says, settling with it neither fails nor panics
-		// beyond a refusal, and never leaves a key below zero.
-		st := newStore(t, 2, nil)
-		r := Request{Key: "k", Limit: 10, Window: time.Second, Op: OpSettle, Reservation: s, Hits: 2}
-		_, err = st.Apply(time.UnixMilli(tok.at), r)
-		if err != nil && !errors.As(err, new(*ArgumentError)) {
-			t.Fatal(fmt.Sprint("settle: ", err))
-		}
-	})
 }

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -9,7 +10,9 @@ import (
 // Settle closes the reservation r.Reservation names (OpSettle at the real
 // cost r.Hits, or OpRelease, a cost of 0) and returns a peek at the key
 // after it, or the charge's decision when the cost exceeded the
-// reservation; Adjust says what it refunded, how far over it went, and
+// reservation; either way CurrentCount is the count after the settle
+// (what the key holds now: the settle counts no hits of its own). Adjust
+// says what it refunded, how far over it went, and
 // what it found:
 //   - open here: the reserved hits the cost did not use are refunded from
 //     where they were counted (the log's entries at the reservation's
@@ -17,13 +20,22 @@ import (
 //     current or the previous one), and a cost above them is charged now
 //     (Charge: debt). SettledNow.
 //   - settled here before: nothing is applied again; the first answer's
-//     numbers come back. SettledBefore.
+//     numbers come back. SettledBefore. A settle at another cost than the
+//     first is no retry: it is refused, a *ConflictError naming hits. A
+//     release after a settle is answered SettledBefore, so that a
+//     deferred release after the work's settle is harmless.
 //   - unknown here, not expired: the owner changed (failover, handoff);
 //     the token says what to refund and charge, and it is remembered as
-//     settled. SettledUnknown.
+//     settled (apart from the reservations: Config.MaxUnknownSettles).
+//     SettledUnknown.
 //   - expired: a reservation counts as used at its expiry, so only a cost
 //     above its hits is charged; a hold was released at its expiry, so
 //     the whole cost is. SettledExpired.
+//
+// A token is refused, an *ArgumentError naming reservation, unless its
+// MAC is r's limit's under Config.TokenKeys, and, where this store holds
+// the reservation's record, unless it says what the record says: the
+// record is what a settle goes by.
 func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
 	if err := s.cfg.validateOp(&r); err != nil {
 		return Decision{}, err
@@ -38,6 +50,10 @@ func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
 	k := stateKey{r.Key, r.stateWindow()}
 	if t.binding != bindingOf(&r) {
 		return Decision{}, &ArgumentError{"reservation", "belongs to another key, window_ms, calendar or algorithm than this request's"}
+	}
+	if t.version == tokenVersion && !s.keys.verify(&t, &r) {
+		return Decision{}, &ArgumentError{"reservation", "is not authentic: its MAC does not match its contents " +
+			"(rewritten or made up; or issued by a member whose cluster secrets differ from this one's)"}
 	}
 	ms := max(now.UnixMilli(), 0)
 	sh := s.shardOf(r.Key)
@@ -55,12 +71,24 @@ func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
 // settleLocked is Settle under sh.mu.
 func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token) (Decision, Adjustment, error) {
 	rec, found := sh.lookup(t.id)
+	switch {
+	case found && !rec.matches(k, r.Algorithm, &t):
+		return Decision{}, Adjustment{}, &ArgumentError{"reservation", "disagrees with this node's record of the reservation it names " +
+			"(its hits, time, expiry, kind or limit were rewritten)"}
+	case !found && t.version == tokenV1:
+		return Decision{}, Adjustment{}, &ArgumentError{"reservation", "is a version 1 token, which carries no MAC: it settles only on the node " +
+			"that issued it, while that node remembers it, and this one does not; the reservation counts as used at its expiry"}
+	}
 	if found && !rec.settled && rec.expires <= ms {
 		s.expireOne(sh, t.id, rec, ms) // due, and the sweep has not come yet
 		found = false
 	}
 	switch {
 	case found && rec.settled:
+		if r.Op == OpSettle && r.Hits != rec.cost {
+			return Decision{}, Adjustment{}, &ConflictError{"hits", fmt.Sprintf("this reservation was settled before at a cost of %d (refunded %d, over %d), "+
+				"and a retry must repeat it; got %d. Nothing was applied", rec.cost, rec.refunded, rec.over, r.Hits)}
+		}
 		d := s.peekLocked(sh, k, ms, r)
 		return d, Adjustment{Refunded: rec.refunded, Over: rec.over, Settled: SettledBefore}, nil
 	case !found && t.expires <= ms:
@@ -76,20 +104,22 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 		return Decision{}, Adjustment{}, err
 	}
 	adj := Adjustment{Refunded: refunded, Over: over, Settled: SettledNow}
-	if !found {
-		adj.Settled = SettledUnknown
-		if s.takeReservationSlot() != nil {
-			return d, adj, nil // applied; a retry cannot be recognised, and the capacity metric says why
-		}
-		// Remembered until the token's expiry, but never longer than a
-		// reservation may last: a token is the caller's to write, and one
-		// claiming to last for ever must not hold a slot for ever.
-		expires := min(t.expires, ms+s.cfg.MaxReservationTTL.Milliseconds())
-		rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at, expires: expires}
-		t.expires = expires
+	if found {
+		rec.settled, rec.cost, rec.refunded, rec.over = true, r.Hits, refunded, over
+		sh.remember(t.id, rec)
+		return d, adj, nil
 	}
-	rec.settled, rec.refunded, rec.over = true, refunded, over
-	sh.remember(t, rec)
+	adj.Settled = SettledUnknown
+	if s.unknownShare == 0 {
+		return d, adj, nil // applied; a retry cannot be recognised
+	}
+	// Remembered until the token's expiry, but never longer than a
+	// reservation may last.
+	rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at,
+		expires: min(t.expires, ms+s.cfg.MaxReservationTTL.Milliseconds()), tokenExpires: t.expires,
+		settled: true, cost: r.Hits, refunded: refunded, over: over}
+	b := sh.theBook(rec.expires)
+	s.unknowns.Add(int64(b.unknown.add(t.id, rec, s.unknownShare)))
 	return d, adj, nil
 }
 
@@ -115,6 +145,9 @@ func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, ref
 		return Decision{}, refunded, 0, err
 	}
 	s.chargedHits.Add(uint64(charge))
+	// A charge's CurrentCount is the count before it, a check's; a settle
+	// answers with the count after it, whichever way it went.
+	d.CurrentCount = s.peekLocked(sh, k, ms, r).CurrentCount
 	return d, refunded, over, nil
 }
 

@@ -102,6 +102,18 @@ type Config struct {
 	// 1,048,576: at the default TTL, 17,000 reservations a second
 	// sustained.
 	MaxReservations int
+	// MaxUnknownSettles caps the settles of reservations the store had
+	// no record of (the owner changed) that it remembers, so that a
+	// retry of one counts once: about 150 bytes each, split evenly over
+	// the partitions, apart from MaxReservations, so that they never take
+	// the room reservations need. At its share a partition forgets its
+	// oldest; a retry of a forgotten one is applied again. Default 65,536;
+	// 0 remembers none.
+	MaxUnknownSettles int
+	// TokenKeys authenticate the reservation tokens: every member must
+	// hold the same (NewTokenKeys of the cluster secrets). Nil: the public
+	// key of no secret and no cluster name, which authenticates nothing.
+	TokenKeys *TokenKeys
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -118,6 +130,7 @@ func DefaultConfig() Config {
 		ReservationTTL:    time.Minute,
 		MaxReservationTTL: time.Hour,
 		MaxReservations:   1 << 20,
+		MaxUnknownSettles: 1 << 16,
 	}
 }
 
@@ -158,6 +171,9 @@ func (c Config) Validate(partitions int) error {
 	if c.MaxReservations < 0 {
 		errs = append(errs, field.Errorf("MaxReservations", "must be ≥ 0 (0 turns reservations off), got %d", c.MaxReservations))
 	}
+	if c.MaxUnknownSettles < 0 {
+		errs = append(errs, field.Errorf("MaxUnknownSettles", "must be ≥ 0 (0 remembers none), got %d", c.MaxUnknownSettles))
+	}
 	return errors.Join(errs...)
 }
 
@@ -181,6 +197,9 @@ type Store struct {
 
 	// Reservations (reserve.go): how many are remembered, and totals.
 	reservations atomic.Int64
+	unknownShare int          // unknown settles one shard remembers (Config.MaxUnknownSettles)
+	unknowns     atomic.Int64 // unknown settles remembered
+	keys         *TokenKeys
 	resv         reservationCounts
 	refundedHits atomic.Uint64
 	chargedHits  atomic.Uint64
@@ -264,7 +283,14 @@ func New(cfg Config, partitions int) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + partitions - 1) / partitions,
-		logShare: int(min(cfg.MaxLogEntries/int64(partitions), math.MaxInt32)), shards: make([]shard, partitions)}
+		logShare: int(min(cfg.MaxLogEntries/int64(partitions), math.MaxInt32)), shards: make([]shard, partitions),
+		keys: cfg.TokenKeys}
+	if s.keys == nil {
+		s.keys = publicKeys
+	}
+	if partitions > 0 && cfg.MaxUnknownSettles > 0 {
+		s.unknownShare = max(cfg.MaxUnknownSettles/partitions, 1)
+	}
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)

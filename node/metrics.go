@@ -19,6 +19,7 @@ type storeCollector struct {
 	evictions, rejections, expired *prometheus.Desc
 	// Reservations, refunds and debt (limiter.ReservationStats).
 	resvOpen, resvClosed, resvHits *prometheus.Desc
+	resvUnknown                    *prometheus.Desc
 }
 
 func newStoreCollector(s *limiter.Store) *storeCollector {
@@ -38,6 +39,8 @@ func newStoreCollector(s *limiter.Store) *storeCollector {
 			"log_entries: a log at --max-log-entries), under --overflow=reject or when eviction found no room.", "cap"),
 		expired:  d("expired_keys_total", "Keys freed because their state had expired."),
 		resvOpen: d("reservations", "Reservations this node remembers as their owner: open ones and settled ones kept until their expiry so that a retried settle counts once; --max-reservations bounds it."),
+		resvUnknown: d("reservations_unknown_settled", "Settles of reservations this node had no record of (SETTLED_UNKNOWN: the key changed owner) that it remembers "+
+			"so that their retries count once; apart from --max-reservations, at most 65,536, the oldest forgotten first."),
 		resvClosed: d("reservations_total", "Reservations (RESERVE and HOLD) by outcome: reserved, denied, settled, released, retried (a settle repeated: applied once), "+
 			"unknown (settled from its token on an owner that had no record: the key changed owner), expired (reached its expiry unsettled: as used, a hold as released).", "outcome"),
 		resvHits: d("adjusted_hits_total", "Hits given back (refunded: refunds, settles below a reservation, releases, expired holds) "+
@@ -69,6 +72,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.expired, st.Expired)
 	rs := c.store.ReservationStats()
 	g(c.resvOpen, float64(rs.Remembered))
+	g(c.resvUnknown, float64(rs.RememberedUnknown))
 	for outcome, v := range map[string]uint64{"reserved": rs.Reserved, "denied": rs.Denied, "settled": rs.Settled,
 		"released": rs.Released, "retried": rs.Retried, "unknown": rs.Unknown, "expired": rs.Expired} {
 		n(c.resvClosed, v, outcome)

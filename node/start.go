@@ -24,6 +24,7 @@ import (
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/wire"
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peerrpc"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
@@ -130,7 +131,14 @@ func (n *starter) initMetrics() (err error) {
 func (n *starter) initSecurity() (err error) {
 	n.sec, err = security.NewCredentials(n.cfg.Security, security.CredentialsDeps{SelfID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr,
 		GossipKey: len(n.cfg.GossipKey) > 0, ConfigPath: "Security", Now: n.cfg.Now, Registerer: n.reg, Logger: n.log})
-	return err
+	if err != nil {
+		return err
+	}
+	// Reservation tokens are keyed by the cluster secrets, so that the
+	// heir of a key verifies its owner's; without any, by the cluster's
+	// name, which is public (docs/security.md, "Reservation tokens").
+	n.cfg.Limiter.TokenKeys = limiter.NewTokenKeys(n.sec.ClusterSecrets(), n.cfg.ClusterName)
+	return nil
 }
 
 func (n *starter) initListeners() (err error) {

@@ -105,7 +105,9 @@ var ErrNoReplicas = NewError(FailedPrecondition, "this node keeps no replicas (i
 func NewError(code Code, message string) *Error { return &Error{Code: code, Message: message} }
 
 // CodeOf maps an error to its code: invalid input (a
-// *limiter.ArgumentError) is INVALID_ARGUMENT, a full store
+// *limiter.ArgumentError) is INVALID_ARGUMENT, a request that conflicts
+// with an earlier one (a *limiter.ConflictError) FAILED_PRECONDITION, a
+// full store
 // (limiter.ErrCapacity) RESOURCE_EXHAUSTED, a caller's context ending
 // DEADLINE_EXCEEDED or CANCELLED, an *Error its own code, anything else
 // INTERNAL.
@@ -115,11 +117,14 @@ func CodeOf(err error) Code {
 	}
 	var (
 		ae *limiter.ArgumentError
+		ce *limiter.ConflictError
 		pe *Error
 	)
 	switch {
 	case errors.As(err, &ae):
 		return InvalidArgument
+	case errors.As(err, &ce):
+		return FailedPrecondition
 	case errors.As(err, &pe):
 		return pe.Code
 	case errors.Is(err, limiter.ErrCapacity):
@@ -140,11 +145,14 @@ func FieldOf(err error) string {
 	}
 	var (
 		ae *limiter.ArgumentError
+		ce *limiter.ConflictError
 		pe *Error
 	)
 	switch {
 	case errors.As(err, &ae):
 		return ae.Field
+	case errors.As(err, &ce):
+		return ce.Field
 	case errors.As(err, &pe):
 		return pe.Field
 	}

@@ -213,7 +213,7 @@ func refusal(err error) error {
 	case codes.InvalidArgument:
 		return &peer.Error{Code: peer.InvalidArgument, Field: grpcapi.Field(st), Message: st.Message()}
 	case codes.FailedPrecondition:
-		return &peer.Error{Code: peer.FailedPrecondition, Message: st.Message()}
+		return &peer.Error{Code: peer.FailedPrecondition, Field: grpcapi.Field(st), Message: st.Message()}
 	}
 	return err
 }

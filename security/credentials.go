@@ -161,6 +161,17 @@ func (c *Credentials) Client() *ClientAuth { return c.client }
 // Peer is the Peer service's rule, nil when the Peer service is open.
 func (c *Credentials) Peer() *PeerAuth { return c.peer }
 
+// ClusterSecrets returns the cluster secrets in force (the first signs),
+// as the last start or Reload read them: nil without any. Besides the
+// Peer calls, they key what other members must verify of this node's
+// work, reservation tokens (limiter.TokenKeys).
+func (c *Credentials) ClusterSecrets() [][]byte {
+	if c.peer == nil {
+		return nil
+	}
+	return c.peer.Secrets()
+}
+
 // Rejections counts and logs the calls the rules refuse.
 func (c *Credentials) Rejections() *Rejections { return c.rejections }
 

@@ -115,6 +115,10 @@ func (p *PeerAuth) SetSecrets(secrets [][]byte) error {
 	return nil
 }
 
+// Secrets returns the cluster secrets in force, the first signing; nil
+// without any. The caller must not change them.
+func (p *PeerAuth) Secrets() [][]byte { return p.view.Load().secrets }
+
 // SetMembers records the live members (this node included). A member no
 // longer listed is trusted for Grace more, then forgotten.
 func (p *PeerAuth) SetMembers(ids []string) {

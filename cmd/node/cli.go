@@ -33,6 +33,7 @@ const (
 	exitError  = 1 // the call failed: unreachable, refused, invalid
 	exitUsage  = 2 // the command line is wrong
 	exitDenied = 3 // check: the cluster answered, and said no
+	exitClosed = 4 // release: the reservation was settled or released before, nothing was released now
 )
 
 const usageText = `Usage: peerlimit-node <command> [flags] [args]
@@ -68,7 +69,8 @@ certificate does not name the address); against one with API tokens give
 default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>; https:// or
 --tls-ca-file for TLS).
 
-Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied.
+Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied,
+4 release of a reservation already settled or released (nothing released now).
 
 Load testing is cmd/loadgen's job: go run ./cmd/loadgen --help.
 `
@@ -416,6 +418,9 @@ func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, std
 	if !resp.Allowed && (op == pb.Op_CHECK || op == pb.Op_RESERVE) {
 		return exitDenied
 	}
+	if op == pb.Op_RELEASE && resp.Settled == pb.Settled_SETTLED_BEFORE {
+		return exitClosed
+	}
 	return exitOK
 }
 
@@ -438,12 +443,17 @@ func settledName(s pb.Settled) string {
 // reports beside it.
 func printOp(w io.Writer, op pb.Op, hits int64, resp *pb.CheckResponse) {
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-	switch op {
-	case pb.Op_SETTLE, pb.Op_RELEASE:
+	switch {
+	case op == pb.Op_RELEASE && resp.Settled == pb.Settled_SETTLED_BEFORE:
+		// Its numbers are the first close's: saying "released … refunded N"
+		// would claim a refund that did not happen now.
+		fmt.Fprintf(w, "not released: the reservation was already settled or released (its first answer refunded %d, over the limit by %d); ",
+			resp.Refunded, resp.Over)
+	case op == pb.Op_SETTLE || op == pb.Op_RELEASE:
 		fmt.Fprintf(w, "%sd (%s): refunded %d, over the limit by %d; ", strings.ToLower(op.String()), resp.Settled, resp.Refunded, resp.Over)
-	case pb.Op_REFUND:
+	case op == pb.Op_REFUND:
 		fmt.Fprintf(w, "refunded %d of %d; ", resp.Refunded, hits)
-	case pb.Op_CHARGE:
+	case op == pb.Op_CHARGE:
 		fmt.Fprintf(w, "charged %d, over the limit by %d; ", hits, resp.Over)
 	}
 	switch {

@@ -53,6 +53,15 @@ func TestCLIReserveSettleReleaseRefundCharge(t *testing.T) {
 	assert.EqualValues(t, 3, rel.Refunded)
 	assert.Equal(t, "SETTLED_NOW", rel.Settled)
 
+	// A release after the settle releases nothing, and says so; a settle
+	// at another cost than the first is refused with the first's numbers.
+	code, out, _ = run("release", "--reservation", resv.Reservation)
+	assert.Equal(t, exitClosed, code)
+	assert.Regexp(t, `^not released: the reservation was already settled or released \(its first answer refunded 4, over the limit by 0\); `, out)
+	code, _, errOut = run("settle", "--reservation", resv.Reservation, "--hits", "5")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "FailedPrecondition: conflicting hits: this reservation was settled before at a cost of 2 (refunded 4, over 0)")
+
 	// Debt is counted, not denied: exit 0.
 	code, out, errOut = run("charge", "--hits", "12")
 	require.Equal(t, exitOK, code, errOut)

@@ -189,7 +189,8 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 	code, out, _ := cli(t, "help")
 	assert.Equal(t, exitOK, code)
-	assert.Contains(t, out, "Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied.")
+	assert.Contains(t, out, "Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied,\n"+
+		"4 release of a reservation already settled or released (nothing released now).")
 	assert.Contains(t, out, "cmd/loadgen")
 	code, _, errOut := cli(t, "check", "--help")
 	assert.Equal(t, exitOK, code)

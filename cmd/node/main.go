@@ -102,19 +102,34 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode
 		return 1
 	}
 	defer stopSide()
-	for running := true; running; {
-		select {
-		case <-ctx.Done():
-			running = false
-		case <-hup:
-			opts.node.Logger.Info("SIGHUP: reloading")
+	// Reloads run beside this loop, one at a time, so that a SIGTERM is
+	// seen at once even while one is under way: a reload must never hold
+	// the node up (the loaders refuse what could block them, a named pipe
+	// or a device; a file system that hangs is not theirs to refuse).
+	reloads := make(chan struct{}, 1)
+	go func() {
+		for range reloads {
 			// Policies, credentials, Envoy RLS config, in turn. Each part
 			// logs (and counts) its own outcome and keeps the old settings
 			// when a file is unusable, so the error needs nothing more here.
 			_ = n.Reload()
 		}
+	}()
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-hup:
+			select {
+			case reloads <- struct{}{}:
+				opts.node.Logger.Info("SIGHUP: reloading")
+			default:
+				opts.node.Logger.Info("SIGHUP: a reload is waiting already; it will read the files as they are then")
+			}
+		}
 	}
-	stop() // a second signal now kills the process at once
+	close(reloads) // a reload under way finishes on its own, or not: the shutdown does not wait for it
+	stop()         // a second signal now kills the process at once
 	opts.node.Logger.Info("signal received, shutting down", "timeout", opts.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
 	defer cancel()
