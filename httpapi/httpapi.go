@@ -472,8 +472,12 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// Decode parses body into v with the API's strict rules. Errors are
-// *limiter.ArgumentError naming the field when one is at fault.
+// Decode parses body into v with the API's strict rules: besides what
+// encoding/json refuses, unknown fields, trailing data, a key twice in one
+// object and strings that are not valid UTF-8 (checkUnambiguous). Errors
+// are *limiter.ArgumentError naming the field when one is at fault. v is
+// one of the API's request structs: a map would let an object hold many
+// keys, which the duplicate check searches linearly.
 func Decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -485,7 +489,7 @@ func Decode(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &limiter.ArgumentError{Field: "body", Reason: "unexpected data after the JSON object"}
 	}
-	return nil
+	return checkUnambiguous(body)
 }
 
 // jsonError turns encoding/json's errors into ones that name the field.
@@ -510,7 +514,7 @@ func jsonError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &limiter.ArgumentError{Field: strings.Trim(name, `"`), Reason: "unknown field"}
+		return &limiter.ArgumentError{Field: capEcho(strings.Trim(name, `"`)), Reason: "unknown field"}
 	}
 	return &limiter.ArgumentError{Field: "body", Reason: err.Error()}
 }
