@@ -59,6 +59,12 @@ type Config struct {
 	// metrics hold counts and member ids, no keys, and scrapers are often
 	// set up without credentials.
 	AuthMetrics bool
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages a browser may send requests from to this node, with CORS
+	// headers for them (crosssite.go). Empty by default: a browser's
+	// cross-site POST is refused 403 and no answer carries CORS headers.
+	// Clients that are no browser (curl, servers) are unaffected.
+	AllowedOrigins []string
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -69,7 +75,7 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1 {
 		return field.Errorf("MaxBodyBytes", "must be ≥ 1, got %d", c.MaxBodyBytes)
 	}
-	return nil
+	return validOrigins(c.AllowedOrigins)
 }
 
 // Deps is what the handler serves beyond checks and resets, supplied by
@@ -289,7 +295,7 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	if cfg.Pprof {
 		registerPprof(mux)
 	}
-	return mux, nil
+	return newCrossSite(cfg.AllowedOrigins, mux), nil
 }
 
 // guard answers 401 to a request Deps.Auth refuses, before its body is
