@@ -123,6 +123,10 @@ type Members struct {
 	Self       string       `json:"self"`
 	Partitions int          `json:"partitions"`
 	Members    []MemberInfo `json:"members"`
+	// FaultInjection names the faults injected into the answering node on
+	// purpose (node.Config.Faults: a wrong clock, an open peer port).
+	// Absent when none: never on a node serving real traffic.
+	FaultInjection []string `json:"fault_injection,omitempty"`
 }
 
 // MemberInfo is one member. State is alive, failed (declared dead; being
@@ -144,6 +148,10 @@ type MemberInfo struct {
 	// requests using them may be decided differently there. Absent when
 	// they agree, or when the member's digests are unknown.
 	ConfigDiffers []string `json:"config_differs,omitempty"`
+	// FaultInjection: the member advertises that it runs with a fault
+	// injected on purpose (its own /v1/members and /metrics say which).
+	// Absent otherwise.
+	FaultInjection bool `json:"fault_injection,omitempty"`
 }
 
 // CheckRequest is the JSON form of peerlimit.v1.CheckRequest.

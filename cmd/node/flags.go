@@ -88,6 +88,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := o.faultClock.Validate(); err != nil {
 		return o, field.Render(err, faultFlagNames)
 	}
+	// Shown in /metrics and /v1/members for as long as the node runs.
+	o.node.Faults = o.faultClock.Kinds()
 	return o, nil
 }
 
