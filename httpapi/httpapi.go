@@ -33,6 +33,7 @@ import (
 	"github.com/peerlimit/peerlimit/policy"
 	"github.com/peerlimit/peerlimit/reset"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // Checker decides checks and resets; *route.Service is one.
@@ -97,10 +98,12 @@ type Deps struct {
 	// serves none. Nil leaves the route out.
 	EnvoyRLS func() *rlconfig.View
 	// Auth, if set, guards every /v1/ route (and /metrics with
-	// Config.AuthMetrics): it returns nil to let a request through, or why
-	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for
-	// probes.
-	Auth func(*http.Request) error
+	// Config.AuthMetrics): it returns the caller's scopes (package scope)
+	// to let a request through, or why not, which is answered 401
+	// UNAUTHENTICATED. A route or an op the scopes do not cover is 403
+	// PERMISSION_DENIED naming it. /healthz stays open for probes. Nil:
+	// every caller has every scope.
+	Auth func(*http.Request) (scope.Set, error)
 	// Console serves the console's data: GET /v1/cluster, /v1/top and
 	// /v1/inspect. Nil leaves them out (the page, /ui/, is always served).
 	Console Console
@@ -275,7 +278,7 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h.traced("POST /v1/check", h.guard(http.HandlerFunc(h.check))))
 	mux.Handle("POST /v1/check:batch", h.traced("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch))))
-	mux.Handle("POST /v1/reset", h.guard(http.HandlerFunc(h.reset)))
+	mux.Handle("POST /v1/reset", h.guardNeed(scope.Reset, "Reset", http.HandlerFunc(h.reset)))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	// envoyproxy/ratelimit's name for it, which Envoy Gateway's probes ask.
 	mux.HandleFunc("GET /healthcheck", h.healthz)
@@ -307,16 +310,29 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 }
 
 // guard answers 401 to a request Deps.Auth refuses, before its body is
-// read.
-func (h *handler) guard(next http.Handler) http.Handler {
+// read, and gives next the caller's scopes in the request's context
+// (scope.FromContext), for the ops it asks.
+func (h *handler) guard(next http.Handler) http.Handler { return h.guardNeed(0, "", next) }
+
+// guardNeed is guard for a route that needs the scopes need: a caller
+// without them is answered 403 naming what, the route's operation.
+func (h *handler) guardNeed(need scope.Set, what string, next http.Handler) http.Handler {
 	if h.deps.Auth == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h.deps.Auth(r); err != nil {
+		s, err := h.deps.Auth(r)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="peerlimit"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error{Code: "UNAUTHENTICATED", Message: err.Error()}})
 			return
+		}
+		if err := s.Need(need, what, ""); err != nil {
+			writeError(w, err)
+			return
+		}
+		if s != scope.All { // All is what a context without scopes means
+			r = r.WithContext(scope.WithContext(r.Context(), s))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -335,6 +351,9 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := h.request(in)
+	if err == nil {
+		err = scope.FromContext(r.Context()).AllowOp(req.Op)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -359,8 +378,12 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 	out := CheckBatchResponse{Results: make([]CheckResult, len(in.Checks))}
 	reqs := make([]limiter.Request, 0, len(in.Checks))
 	idx := make([]int, 0, len(in.Checks))
+	scopes := scope.FromContext(r.Context())
 	for i, c := range in.Checks {
 		req, err := h.request(c)
+		if err == nil {
+			err = scopes.AllowOp(req.Op)
+		}
 		if err != nil && in.AllOrNothing {
 			writeError(w, route.ItemError(i, err)) // nothing of the batch may count: refused whole
 			return
@@ -638,6 +661,10 @@ func writeError(w http.ResponseWriter, err error) {
 	switch e.Code {
 	case "INVALID_ARGUMENT":
 		status = http.StatusBadRequest
+	case "PERMISSION_DENIED":
+		status = http.StatusForbidden
+	case "UNAUTHENTICATED":
+		status = http.StatusUnauthorized
 	case "RESOURCE_EXHAUSTED":
 		status = http.StatusTooManyRequests
 		if errors.Is(err, route.ErrBatchTooLarge) {
