@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/limiter"
 )
 
 // crossSite refuses what a browser sends on behalf of another site's page
@@ -42,7 +43,7 @@ func newCrossSite(origins []string, next http.Handler) http.Handler {
 	}
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, errorBody{Error{Code: "PERMISSION_DENIED", Field: "Origin",
-			Message: "cross-origin request refused: a browser sent it from " + capEcho(originOf(r)) +
+			Message: "cross-origin request refused: a browser sent it from " + limiter.Echo(originOf(r)) +
 				", which is not among the node's allowed origins (--allowed-origins)"}})
 	}))
 	return &crossSite{allowed: origins, guarded: cop.Handler(next)}

@@ -551,7 +551,7 @@ func jsonError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &limiter.ArgumentError{Field: capEcho(strings.Trim(name, `"`)), Reason: "unknown field"}
+		return &limiter.ArgumentError{Field: limiter.Echo(strings.Trim(name, `"`)), Reason: "unknown field"}
 	}
 	return &limiter.ArgumentError{Field: "body", Reason: err.Error()}
 }
@@ -650,8 +650,13 @@ func toJSON(r peer.Result) CheckResponse {
 	return out
 }
 
+// maxMessage caps an error's message: each value it repeats is capped
+// already (limiter.Echo); this bounds what a message built of many, or
+// one from another member, can cost. gRPC's cap.
+const maxMessage = 1024
+
 func errorOf(err error) *Error {
-	return &Error{Code: peer.CodeOf(err).String(), Field: peer.FieldOf(err), Message: err.Error()}
+	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: limiter.Clip(err.Error(), maxMessage)}
 }
 
 // writeError answers a failed request with the HTTP status its code maps to.

@@ -107,7 +107,7 @@ func framePath(stack []scanFrame) string {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(capEcho(string(f.key)))
+			b.WriteString(limiter.Echo(string(f.key)))
 			continue
 		}
 		b.WriteByte('[')
@@ -248,21 +248,4 @@ func hex4(raw []byte, i int) (rune, bool) {
 		}
 	}
 	return v, true
-}
-
-// maxEcho caps what an error repeats of a client's value (a field name, a
-// key): a 900 KB field name must not come back as a 1.8 MB answer.
-const maxEcho = 128
-
-// capEcho returns s cut to maxEcho bytes (at a rune boundary) and marked
-// with "…" when it was longer.
-func capEcho(s string) string {
-	if len(s) <= maxEcho {
-		return s
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -64,12 +64,50 @@ func TestCheckUnambiguousNeverPanics(t *testing.T) {
 	}
 }
 
+// TestErrorsCapWhatTheyEcho: an error repeats at most 128 bytes of a value
+// the client sent (issue 38, item 8): a 900 KB field name or value does
+// not come back as a 1.8 MB answer.
 func TestErrorsCapWhatTheyEcho(t *testing.T) {
 	e := newEnv(t)
-	long := strings.Repeat("x", 100_000)
-	rec := e.do(http.MethodPost, "/v1/check", `{"`+long+`":1}`)
+	long := strings.Repeat("x", 900_000)
+	for _, tc := range []struct{ body, field string }{
+		{`{"` + long + `":1}`, strings.Repeat("x", 128) + "…"},
+		{`{"key":"a","limit":1,"window_ms":1000,"op":"` + long + `"}`, "op"},
+		{`{"key":"a","limit":1,"window_ms":1000,"algorithm":"` + long + `"}`, "algorithm"},
+		{`{"key":"a","limit":1,"calendar":"day","time_zone":"` + long + `"}`, "time_zone"},
+		{`{"key":"a","limit":1,"calendar":"` + long + `"}`, "calendar"},
+		{`{"key":"a","policy":"` + long + `"}`, "policy"},
+		{`{"key":"` + long + `","limit":1,"window_ms":1000}`, "key"},
+	} {
+		rec := e.do(http.MethodPost, "/v1/check", tc.body)
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+		got := errorOfBody(t, rec.Body.Bytes())
+		assert.Equal(t, tc.field, got.Field)
+		assert.Less(t, rec.Body.Len(), 1024, rec.Body.String())
+	}
+	rec := e.do(http.MethodPost, "/v1/reset", `{"key":"a","policy":"`+long+`","window_ms":5}`)
 	require.Equal(t, http.StatusBadRequest, rec.Code)
-	got := errorOfBody(t, rec.Body.Bytes())
-	assert.Equal(t, strings.Repeat("x", maxEcho)+"…", got.Field)
 	assert.Less(t, rec.Body.Len(), 1024, rec.Body.String())
+}
+
+// TestSaturatedNumbersSaidSo: a window_ms or ttl_ms beyond what a duration
+// holds is clamped on the way in; its error says it was beyond the bound,
+// not that the client sent the bound (issue 38, item 8).
+func TestSaturatedNumbersSaidSo(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ body, field, want string }{
+		{`{"key":"a","limit":1,"window_ms":10000000000000}`, "window_ms", "is more than 9223372036853 (saturated); the maximum is"},
+		{`{"key":"a","limit":1,"window_ms":-10000000000000}`, "window_ms", "must be positive, got less than -9223372036853 (saturated)"},
+		{`{"key":"a","limit":1,"window_ms":10000000000000,"algorithm":"SLIDING_WINDOW_LOG"}`, "window_ms", "more than 9223372036853 (saturated)"},
+		{`{"key":"a","limit":1,"window_ms":1000,"op":"RESERVE","ttl_ms":10000000000000}`, "ttl_ms", "got more than 9223372036853 (saturated)"},
+		{`{"key":"a","limit":1,"window_ms":1000,"op":"RESERVE","ttl_ms":-5}`, "ttl_ms", "got -5"},
+		{`{"key":"a","limit":1,"window_ms":99999999999}`, "window_ms", "is 99999999999; the maximum is"},
+	} {
+		rec := e.do(http.MethodPost, "/v1/check", tc.body)
+		require.Equal(t, http.StatusBadRequest, rec.Code, tc.body)
+		got := errorOfBody(t, rec.Body.Bytes())
+		assert.Equal(t, tc.field, got.Field, tc.body)
+		assert.Contains(t, got.Message, tc.want, tc.body)
+		assert.NotContains(t, got.Message, "9223372036854;", tc.body)
+	}
 }
