@@ -353,3 +353,28 @@ func TestGuardTokenScopes(t *testing.T) {
 	_, err = api.Check(ctx, refund)
 	require.NoError(t, err, "a token without scopes has them all")
 }
+
+// Envoy's rate limit service only checks: a token needs the check scope
+// for it, and an operator's token without it is refused.
+func TestGuardEnvoyRLSNeedsTheCheckScope(t *testing.T) {
+	parsed, err := security.ParseTokenLines([]string{appToken + " check", opsToken + " operator"})
+	require.NoError(t, err)
+	toks, err := security.NewScopedTokens(parsed)
+	require.NoError(t, err)
+	rej, err := security.NewRejections(prometheus.NewRegistry(), slog.New(slog.NewTextHandler(testlog.New(t), nil)))
+	require.NoError(t, err)
+	guard := &rpc.Guard{Client: security.NewClientAuth(toks, false), Rejections: rej}
+	info := &grpc.UnaryServerInfo{FullMethod: rpc.EnvoyRLSPrefix + "ShouldRateLimit"}
+	called := 0
+	handler := func(context.Context, any) (any, error) { called++; return nil, nil }
+	call := func(token string) error {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := guard.Unary(ctx, nil, info, handler)
+		return err
+	}
+	require.NoError(t, call(appToken))
+	err = call(opsToken)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "Envoy's ShouldRateLimit needs the token scope check")
+	assert.Equal(t, 1, called)
+}
