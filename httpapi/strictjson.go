@@ -68,13 +68,11 @@ func checkUnambiguous(body []byte) error {
 					key = unescapeKey(raw)
 				}
 				top := &stack[n-1]
-				for _, k := range top.keys {
-					if bytes.EqualFold(k, key) {
-						top.key = key
-						return &limiter.ArgumentError{Field: framePath(stack), Reason: "appears more than once in one object; send each field once"}
-					}
+				if top.seen(key) {
+					top.key = key
+					return &limiter.ArgumentError{Field: framePath(stack), Reason: "appears more than once in one object; send each field once"}
 				}
-				top.keys = append(top.keys, key)
+				top.add(key)
 				top.key = key
 			} else if !valid {
 				return &limiter.ArgumentError{Field: framePath(stack), Reason: "must be valid UTF-8 (the string holds invalid bytes or an unpaired surrogate escape)"}
@@ -90,10 +88,39 @@ func checkUnambiguous(body []byte) error {
 // scanFrame is an object or array being walked by checkUnambiguous.
 type scanFrame struct {
 	obj     bool
-	wantKey bool     // an object's next string is a key
-	keys    [][]byte // an object's keys so far, unescaped
-	key     []byte   // an object's current key
-	index   int      // an array's current element
+	wantKey bool // an object's next string is a key
+	// An object's keys so far, unescaped: the first in place (an API
+	// object has at most 11 fields), any more in more.
+	first  [12][]byte
+	nfirst int
+	more   [][]byte
+	key    []byte // an object's current key
+	index  int    // an array's current element
+}
+
+// seen reports whether the object has key already, as encoding/json
+// matches keys to fields: case-insensitively.
+func (f *scanFrame) seen(key []byte) bool {
+	for _, k := range f.first[:f.nfirst] {
+		if bytes.EqualFold(k, key) {
+			return true
+		}
+	}
+	for _, k := range f.more {
+		if bytes.EqualFold(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *scanFrame) add(key []byte) {
+	if f.nfirst < len(f.first) {
+		f.first[f.nfirst] = key
+		f.nfirst++
+		return
+	}
+	f.more = append(f.more, key)
 }
 
 // framePath names the value being read: "key", "checks[2].limit".

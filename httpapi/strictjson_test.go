@@ -111,3 +111,12 @@ func TestSaturatedNumbersSaidSo(t *testing.T) {
 		assert.NotContains(t, got.Message, "9223372036854;", tc.body)
 	}
 }
+
+// The check is one pass that allocates nothing for what clients send,
+// so that it costs the hot path next to nothing.
+func TestCheckUnambiguousDoesNotAllocate(t *testing.T) {
+	body := []byte(`{"checks":[{"key":"user:42","limit":5,"window_ms":60000,"algorithm":"SLIDING_WINDOW_LOG","hits":1},` +
+		`{"key":"é","limit":1,"window_ms":1000,"op":"RESERVE","ttl_ms":500}],"all_or_nothing":true}`)
+	require.NoError(t, checkUnambiguous(body))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = checkUnambiguous(body) }))
+}
