@@ -64,6 +64,9 @@ type Member struct {
 	// CutOff (this member's own entry only): its failure detector finds
 	// it is likely the member cut off (watchHealth).
 	CutOff bool
+	// FaultInjection: the member runs with a fault injected on purpose
+	// (Config.FaultInjection). False too for a version that does not say.
+	FaultInjection bool
 }
 
 // meta is what a member advertises in memberlist's node metadata.
@@ -80,6 +83,8 @@ type meta struct {
 	// Boot and Restored are Member's.
 	Boot     string `json:"boot,omitempty"`
 	Restored bool   `json:"restored,omitempty"`
+	// FaultInjection is Member's.
+	FaultInjection bool `json:"fault,omitempty"`
 }
 
 // Cluster is this node's membership. Its methods are safe for concurrent
@@ -157,7 +162,8 @@ func Start(cfg Config) (*Cluster, error) {
 	// An unspecified gRPC host is only known once memberlist has chosen
 	// its address, after Create; nobody knows this member before it
 	// joins, below, so the corrected metadata is what others see.
-	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests), Boot: cfg.Boot, Restored: cfg.Restored}
+	c.meta = meta{GRPC: cfg.GRPCAddr, Config: maps.Clone(cfg.ConfigDigests), Boot: cfg.Boot, Restored: cfg.Restored,
+		FaultInjection: cfg.FaultInjection}
 	if c.meta.Boot == "" {
 		c.meta.Boot = NewBoot()
 	}
@@ -368,7 +374,8 @@ func aliveMember(n *memberlist.Node) Member { return aliveMemberOf(n, parseMeta(
 
 // aliveMemberOf is aliveMember with n's metadata already parsed.
 func aliveMemberOf(n *memberlist.Node, md meta) Member {
-	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config, Boot: md.Boot, Restored: md.Restored}
+	return Member{ID: n.Name, GossipAddr: n.Address(), GRPCAddr: md.GRPC, State: StateAlive, Config: md.Config, Boot: md.Boot, Restored: md.Restored,
+		FaultInjection: md.FaultInjection}
 }
 
 func (c *Cluster) kickChange() {

@@ -89,6 +89,13 @@ type Config struct {
 	// MaxConfigSources, names and digests short (validateConfigDigests):
 	// they share memberlist's 512-byte metadata with the gRPC address.
 	ConfigDigests map[string]string
+	// FaultInjection says, in this member's metadata, that it runs with a
+	// fault injected on purpose (a wrong clock, an open peer port), for
+	// every member to show (Member.FaultInjection): a member serving real
+	// traffic so is seen from any node. A bool, not the faults' names:
+	// the metadata has no room for them (the node's own /metrics names
+	// them).
+	FaultInjection bool
 	// Restored says, in this member's metadata, that it restored its
 	// counts from its disk at this start (Member.Restored): its heirs
 	// then know it holds what they promoted from its replicas.

@@ -64,7 +64,7 @@ func TestConfigDigestsReachTheOthers(t *testing.T) {
 }
 
 // The worst case fits memberlist's metadata: the longest gRPC address,
-// leaving, a boot and restored, and every source at its longest.
+// leaving, a boot, restored and a fault injected, and every source at its longest.
 func TestConfigDigestsWorstCaseFitsTheMetadata(t *testing.T) {
 	d := map[string]string{}
 	for i := range MaxConfigSources {
@@ -73,12 +73,12 @@ func TestConfigDigestsWorstCaseFitsTheMetadata(t *testing.T) {
 	require.NoError(t, validateConfigDigests(d))
 	grpc := strings.Repeat("h", maxGRPCAddrLen-len(":65535")) + ":65535"
 	boot := NewBoot()
-	b, err := json.Marshal(meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true})
+	b, err := json.Marshal(meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true, FaultInjection: true})
 	require.NoError(t, err)
 	assert.LessOrEqual(t, len(b), memberlist.MetaMaxSize, "%s", b)
 	t.Logf("worst case: %d of %d bytes", len(b), memberlist.MetaMaxSize)
 
-	c := &Cluster{meta: meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true}}
+	c := &Cluster{meta: meta{GRPC: grpc, Leaving: true, Config: d, Boot: boot, Restored: true, FaultInjection: true}}
 	assert.Equal(t, b, (&delegate{c}).NodeMeta(memberlist.MetaMaxSize), "sent whole")
 }
 

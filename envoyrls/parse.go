@@ -33,6 +33,10 @@ const (
 	// must not be read whole.
 	MaxFileBytes = 4 << 20
 	MaxFiles     = 1000
+	// MaxTotalBytes caps the files of a directory together: 1000 files
+	// of 4 MiB each would be 4 GiB read into memory on every reload. Real
+	// configurations are kilobytes.
+	MaxTotalBytes = 32 << 20
 	// maxErrors bounds the errors one load reports.
 	maxErrors = yamlconf.MaxErrors
 	// MaxDescriptors bounds the descriptors of one load, counting an
@@ -90,6 +94,7 @@ func Load(path string, o LoadOptions) (*RuleSet, error) {
 		}
 	}
 	p := newParser(path, o)
+	total := 0
 	for _, name := range names {
 		f := path
 		if st.IsDir() {
@@ -98,6 +103,10 @@ func Load(path string, o LoadOptions) (*RuleSet, error) {
 		data, err := readFile(f)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(data); total > MaxTotalBytes {
+			return nil, fmt.Errorf("envoy rls config: the files under %s hold more than %d bytes together (at %s); a configuration is kilobytes: is the path right?",
+				path, MaxTotalBytes, name)
 		}
 		p.document(name, f, data)
 	}
@@ -275,8 +284,8 @@ func (p *parser) result() error {
 // file reads every document of one file, each a domain.
 func (p *parser) file(name string, data []byte) {
 	p.name = name
-	if line, off, bad := yamlconf.BadUTF8(data); bad {
-		p.fail(line, "", "not UTF-8 text (byte %d)", off)
+	if line, off, why, bad := yamlconf.BadText(data); bad {
+		p.fail(line, "", "%s (byte %d)", why, off)
 		return
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -474,7 +483,9 @@ func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, s scope, de
 	for _, item := range list.Content {
 		if p.descriptorCount++; p.descriptorCount > MaxDescriptors {
 			if p.descriptorCount == MaxDescriptors+1 {
-				p.fail(item.Line, where, "more than %d descriptors (aliases count once per use)", MaxDescriptors)
+				// The count is the whole load's, every file and domain:
+				// where it passed the cap is not where the fault is.
+				p.fail(item.Line, "", "more than %d descriptors in all, across every file and domain of the configuration (aliases count once per use); the count passed it here", MaxDescriptors)
 			}
 			return
 		}

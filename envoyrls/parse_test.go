@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -423,6 +424,12 @@ func TestParseErrors(t *testing.T) {
 		{"empty domain", "domain: ''\n", []string{`f.yaml:1: domain must be a non-empty string`}},
 		{"unknown top field", "domain: a\ndescriptor: []\n", []string{`f.yaml:2: unknown field "descriptor"; want domain, descriptors or one of all_or_nothing, charge_over_limit`}},
 		{"not UTF-8", "domain: a\n# \xff\n", []string{`f.yaml:2: not UTF-8 text`}},
+		// yaml.v3 says "control characters are not allowed" without a
+		// line: found first, on its line (issue 38, item 8).
+		{"NUL on line 5", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    value: \"a\x00b\"\n",
+			[]string{`f.yaml:5: control character U+0000, which YAML does not allow (byte 100)`}},
+		{"escape on line 2", "domain: a\n# \x1b[31m\n", []string{`f.yaml:2: control character U+001B`}},
+		{"C1 control", "domain: a\n\n# \u0090\n", []string{`f.yaml:3: control character U+0090`}},
 		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", []string{`f.yaml:2: domain "a": descriptors must be a list`}},
 		{"missing key", "domain: a\ndescriptors:\n  - value: v\n", []string{`f.yaml:3: domain "a": key is missing`}},
 		{"unknown descriptor field", "domain: a\ndescriptors:\n  - key: k\n    limit: 5\n", []string{`f.yaml:4: domain "a": unknown field "limit"; want key, value, rate_limit, descriptors, algorithm, metadata or one of shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, charge_over_limit`}},
@@ -607,4 +614,48 @@ func TestRegistryLoaded(t *testing.T) {
 	if !StaticRegistry(cfg).Loaded() {
 		t.Fatal("a static registry is not loaded")
 	}
+}
+
+// The descriptor cap counts the whole configuration, every file and
+// domain: its error does not blame the domain where the count passed it
+// (issue 38, item 8).
+func TestDescriptorCapIsTheConfigurationsTotal(t *testing.T) {
+	ten := func(item string) string {
+		var parts []string
+		for _, k := range "abcdefghij" {
+			parts = append(parts, strings.ReplaceAll(item, "K", string(k)))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	// 4 + 10 + 110 + 1110 + 11110 descriptors, aliases counted per use.
+	domain := func(name string) []byte {
+		return []byte("domain: " + name + "\ndescriptors:\n" +
+			"  - {key: k0, descriptors: &l1 " + ten("{key: K, rate_limit: {unit: second, requests_per_unit: 1}}") + "}\n" +
+			"  - {key: k1, descriptors: &l2 " + ten("{key: K, descriptors: *l1}") + "}\n" +
+			"  - {key: k2, descriptors: &l3 " + ten("{key: K, descriptors: *l2}") + "}\n" +
+			"  - {key: k3, descriptors: " + ten("{key: K, descriptors: *l3}") + "}\n")
+	}
+	var docs []Document
+	for i := range 9 { // 9 × 12,344 > 100,000; 8 would not be
+		docs = append(docs, Document{Name: fmt.Sprintf("f%d.yaml", i), Data: domain(fmt.Sprintf("d%d", i))})
+	}
+	_, err := ParseDocuments("test", docs[:8], LoadOptions{})
+	require.NoError(t, err, "8 domains fit")
+	_, err = ParseDocuments("test", docs, LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "f8.yaml:")
+	assert.Contains(t, err.Error(), "more than 100000 descriptors in all, across every file and domain of the configuration")
+	assert.NotContains(t, err.Error(), `domain "d8"`, "d8 is no bigger than the others")
+}
+
+// A directory's files are capped together, not only one by one.
+func TestLoadCapsADirectorysTotalSize(t *testing.T) {
+	dir := t.TempDir()
+	pad := strings.Repeat("# padding to make the file big\n", (MaxFileBytes-64)/31)
+	for i := range MaxTotalBytes/len(pad) + 1 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d.yaml", i)), []byte(fmt.Sprintf("domain: d%d\n", i)+pad), 0o600))
+	}
+	_, err := Load(dir, LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("hold more than %d bytes together", MaxTotalBytes))
 }

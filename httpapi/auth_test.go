@@ -11,20 +11,31 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/security"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
-const httpToken = "http-token-0123456789"
+const (
+	httpToken = "http-token-0123456789"
+	// appToken and opsToken have scopes (package scope): an
+	// application's, and an operator's tools'.
+	appToken = "app-token-0123456789"
+	opsToken = "ops-token-0123456789"
+)
 
 func withTokenAuth(t *testing.T, metrics bool) func(*envOpts) {
-	toks, err := security.NewTokens([]string{httpToken})
+	lines := []string{httpToken, appToken + " check,reserve", opsToken + " operator"}
+	parsed, err := security.ParseTokenLines(lines)
+	require.NoError(t, err)
+	toks, err := security.NewScopedTokens(parsed)
 	require.NoError(t, err)
 	auth := security.NewClientAuth(toks, false)
 	return func(o *envOpts) {
-		o.http.Auth = func(r *http.Request) error {
-			if reason := auth.Check(r.Header.Get("Authorization"), false); reason != security.OK {
-				return errors.New(reason.Message())
+		o.http.Auth = func(r *http.Request) (scope.Set, error) {
+			s, reason := auth.CheckScopes(r.Header.Get("Authorization"), false)
+			if reason != security.OK {
+				return 0, errors.New(reason.Message())
 			}
-			return nil
+			return s, nil
 		}
 		o.http.AuthMetrics = metrics
 		o.http.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("metrics")) })
@@ -90,4 +101,68 @@ func TestAuthMetricsOption(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, e.doAuth(http.MethodGet, "/metrics", "", "").Code)
 	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/metrics", "", "Bearer "+httpToken).Code)
 	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/healthz", "", "").Code)
+}
+
+// TestTokenScopes: an application's token checks and reserves, and is
+// refused 403 naming the op for what gives budget back, forces it past
+// the limit, clears or reads other callers' keys (issue 38, item 4); an
+// operator's token does those and cannot spend; a token without scopes
+// (the file's format before scopes) does everything, as before.
+func TestTokenScopes(t *testing.T) {
+	e := newEnv(t, withTokenAuth(t, false))
+	const key = `"key":"k","limit":5,"window_ms":60000`
+	check := `{` + key + `}`
+	refund := `{` + key + `,"op":"REFUND","hits":1}`
+	charge := `{` + key + `,"op":"CHARGE","hits":1}`
+	reserve := `{` + key + `,"op":"RESERVE","hits":1}`
+	hold := `{` + key + `,"op":"HOLD","hits":1,"ttl_ms":1}`
+	reset := `{"key":"k","window_ms":60000}`
+	type call struct{ method, path, body string }
+	for _, c := range []struct {
+		token string
+		call
+		want  int
+		field string // of a 403: "op", or "" for a whole route
+	}{
+		{appToken, call{"POST", "/v1/check", check}, 200, ""},
+		{appToken, call{"POST", "/v1/check", reserve}, 200, ""},
+		{appToken, call{"POST", "/v1/check", hold}, 200, ""},
+		{appToken, call{"GET", "/v1/members", ""}, 200, ""},
+		{appToken, call{"POST", "/v1/check", refund}, 403, "op"},
+		{appToken, call{"POST", "/v1/check", charge}, 403, "op"},
+		{appToken, call{"POST", "/v1/reset", reset}, 403, ""},
+		{appToken, call{"GET", "/v1/inspect?key=k", ""}, 403, ""},
+		{appToken, call{"GET", "/v1/top", ""}, 403, ""},
+		{appToken, call{"GET", "/v1/cluster", ""}, 403, ""},
+		{appToken, call{"POST", "/v1/check:batch", `{"all_or_nothing":true,"checks":[` + check + `,` + refund + `]}`}, 403, "op"},
+		{opsToken, call{"POST", "/v1/check", check}, 403, "op"},
+		{opsToken, call{"POST", "/v1/check", reserve}, 403, "op"},
+		{opsToken, call{"POST", "/v1/check", refund}, 200, ""},
+		{opsToken, call{"POST", "/v1/check", charge}, 200, ""},
+		{opsToken, call{"GET", "/v1/inspect?key=k", ""}, 200, ""},
+		{opsToken, call{"POST", "/v1/reset", reset}, 200, ""},
+		{httpToken, call{"POST", "/v1/check", refund}, 200, ""},
+		{httpToken, call{"POST", "/v1/reset", reset}, 200, ""},
+		{httpToken, call{"GET", "/v1/cluster", ""}, 200, ""},
+	} {
+		rec := e.doAuth(c.method, c.path, c.body, "Bearer "+c.token)
+		require.Equal(t, c.want, rec.Code, "%s %s %s: %s", c.token[:3], c.path, c.body, rec.Body.String())
+		if c.want == http.StatusForbidden {
+			got := errorOfBody(t, rec.Body.Bytes())
+			assert.Equal(t, "PERMISSION_DENIED", got.Code)
+			assert.Equal(t, c.field, got.Field)
+			assert.Contains(t, got.Message, "needs the token scope")
+		}
+	}
+
+	// A batch answers per item: the refund refused, the check decided.
+	rec := e.doAuth("POST", "/v1/check:batch", `{"checks":[`+check+`,`+refund+`]}`, "Bearer "+appToken)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	results := decodeBatch(t, rec.Body.Bytes())
+	require.Len(t, results, 2)
+	batchResponse(t, results[0])
+	itemErr := batchError(t, results[1])
+	assert.Equal(t, "PERMISSION_DENIED", itemErr.Code)
+	assert.Equal(t, "op", itemErr.Field)
+	assert.Contains(t, itemErr.Message, "REFUND")
 }

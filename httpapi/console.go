@@ -10,6 +10,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/security/scope"
 	"github.com/peerlimit/peerlimit/topk"
 )
 
@@ -148,9 +149,11 @@ func (h *handler) registerConsole(mux *http.ServeMux) {
 	if h.console == nil {
 		return
 	}
-	mux.Handle("GET /v1/cluster", h.guard(http.HandlerFunc(h.cluster)))
-	mux.Handle("GET /v1/top", h.guard(http.HandlerFunc(h.top)))
-	mux.Handle("GET /v1/inspect", h.guard(http.HandlerFunc(h.inspect)))
+	// The hot keys and any key's state are other callers' business: an
+	// operator's (scope.Inspect).
+	mux.Handle("GET /v1/cluster", h.guardNeed(scope.Inspect, "the console's cluster view", http.HandlerFunc(h.cluster)))
+	mux.Handle("GET /v1/top", h.guardNeed(scope.Inspect, "Top", http.HandlerFunc(h.top)))
+	mux.Handle("GET /v1/inspect", h.guardNeed(scope.Inspect, "Inspect", http.HandlerFunc(h.inspect)))
 }
 
 func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {

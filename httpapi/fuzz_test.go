@@ -72,6 +72,14 @@ var fuzzCheckSeeds = []string{
 	`{"key":"a","limit":5,"calendar":"year","time_zone":"Local"}`,
 	`{"key":"a","limit":5,"window_ms":1000,"time_zone":"UTC"}`,
 	`{"key":"a","limit":5,"calendar":7}`,
+	// Ambiguous bodies (issue 38, item 6): duplicate keys, in any case or
+	// escaped, and strings that are not UTF-8.
+	`{"key":"a","limit":1,"limit":1000,"window_ms":1000}`,
+	`{"key":"a","limit":1,"window_ms":1000,"op":"CHECK","op":"REFUND","hits":1}`,
+	`{"key":"a","limit":1,"LIMIT":1000,"window_ms":1000}`,
+	`{"key":"a","limit":1,"\u006cimit":1000,"window_ms":1000}`,
+	"{\"key\":\"\xff\",\"limit\":1,\"window_ms\":1000}",
+	`{"key":"\udfff\ud800","limit":1,"window_ms":1000}`,
 }
 
 var fuzzBatchSeeds = []string{
@@ -88,6 +96,9 @@ var fuzzBatchSeeds = []string{
 	`{"checks":[` + strings.TrimSuffix(strings.Repeat(`{"key":"a","limit":100,"window_ms":10},`, fuzzMaxBatch+1), ",") + `]}`,
 	`{"key":"a","limit":1,"window_ms":1000}`,
 	`[`, ``,
+	`{"checks":[{"key":"a","limit":1,"window_ms":1,"key":"b"}]}`,
+	`{"checks":[],"checks":[{"key":"a","limit":1,"window_ms":1}]}`,
+	`{"all_or_nothing":true,"checks":[{"key":"a","limit":1,"window_ms":1}],"ALL_OR_NOTHING":false}`,
 }
 
 // serveFuzz posts body to path and checks what every answer must satisfy.

@@ -33,6 +33,7 @@ import (
 	"github.com/peerlimit/peerlimit/policy"
 	"github.com/peerlimit/peerlimit/reset"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // Checker decides checks and resets; *route.Service is one.
@@ -59,6 +60,12 @@ type Config struct {
 	// metrics hold counts and member ids, no keys, and scrapers are often
 	// set up without credentials.
 	AuthMetrics bool
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages a browser may send requests from to this node, with CORS
+	// headers for them (crosssite.go). Empty by default: a browser's
+	// cross-site POST is refused 403 and no answer carries CORS headers.
+	// Clients that are no browser (curl, servers) are unaffected.
+	AllowedOrigins []string
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -69,7 +76,7 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1 {
 		return field.Errorf("MaxBodyBytes", "must be ≥ 1, got %d", c.MaxBodyBytes)
 	}
-	return nil
+	return validOrigins(c.AllowedOrigins)
 }
 
 // Deps is what the handler serves beyond checks and resets, supplied by
@@ -91,10 +98,12 @@ type Deps struct {
 	// serves none. Nil leaves the route out.
 	EnvoyRLS func() *rlconfig.View
 	// Auth, if set, guards every /v1/ route (and /metrics with
-	// Config.AuthMetrics): it returns nil to let a request through, or why
-	// not, which is answered 401 UNAUTHENTICATED. /healthz stays open for
-	// probes.
-	Auth func(*http.Request) error
+	// Config.AuthMetrics): it returns the caller's scopes (package scope)
+	// to let a request through, or why not, which is answered 401
+	// UNAUTHENTICATED. A route or an op the scopes do not cover is 403
+	// PERMISSION_DENIED naming it. /healthz stays open for probes. Nil:
+	// every caller has every scope.
+	Auth func(*http.Request) (scope.Set, error)
 	// Console serves the console's data: GET /v1/cluster, /v1/top and
 	// /v1/inspect. Nil leaves them out (the page, /ui/, is always served).
 	Console Console
@@ -117,6 +126,10 @@ type Members struct {
 	Self       string       `json:"self"`
 	Partitions int          `json:"partitions"`
 	Members    []MemberInfo `json:"members"`
+	// FaultInjection names the faults injected into the answering node on
+	// purpose (node.Config.Faults: a wrong clock, an open peer port).
+	// Absent when none: never on a node serving real traffic.
+	FaultInjection []string `json:"fault_injection,omitempty"`
 }
 
 // MemberInfo is one member. State is alive, failed (declared dead; being
@@ -138,6 +151,10 @@ type MemberInfo struct {
 	// requests using them may be decided differently there. Absent when
 	// they agree, or when the member's digests are unknown.
 	ConfigDiffers []string `json:"config_differs,omitempty"`
+	// FaultInjection: the member advertises that it runs with a fault
+	// injected on purpose (its own /v1/members and /metrics say which).
+	// Absent otherwise.
+	FaultInjection bool `json:"fault_injection,omitempty"`
 }
 
 // CheckRequest is the JSON form of peerlimit.v1.CheckRequest.
@@ -261,7 +278,7 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h.traced("POST /v1/check", h.guard(http.HandlerFunc(h.check))))
 	mux.Handle("POST /v1/check:batch", h.traced("POST /v1/check:batch", h.guard(http.HandlerFunc(h.checkBatch))))
-	mux.Handle("POST /v1/reset", h.guard(http.HandlerFunc(h.reset)))
+	mux.Handle("POST /v1/reset", h.guardNeed(scope.Reset, "Reset", http.HandlerFunc(h.reset)))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	// envoyproxy/ratelimit's name for it, which Envoy Gateway's probes ask.
 	mux.HandleFunc("GET /healthcheck", h.healthz)
@@ -289,20 +306,33 @@ func NewHandler(c Checker, cfg Config, deps Deps) (http.Handler, error) {
 	if cfg.Pprof {
 		registerPprof(mux)
 	}
-	return mux, nil
+	return newCrossSite(cfg.AllowedOrigins, mux), nil
 }
 
 // guard answers 401 to a request Deps.Auth refuses, before its body is
-// read.
-func (h *handler) guard(next http.Handler) http.Handler {
+// read, and gives next the caller's scopes in the request's context
+// (scope.FromContext), for the ops it asks.
+func (h *handler) guard(next http.Handler) http.Handler { return h.guardNeed(0, "", next) }
+
+// guardNeed is guard for a route that needs the scopes need: a caller
+// without them is answered 403 naming what, the route's operation.
+func (h *handler) guardNeed(need scope.Set, what string, next http.Handler) http.Handler {
 	if h.deps.Auth == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h.deps.Auth(r); err != nil {
+		s, err := h.deps.Auth(r)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="peerlimit"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error{Code: "UNAUTHENTICATED", Message: err.Error()}})
 			return
+		}
+		if err := s.Need(need, what, ""); err != nil {
+			writeError(w, err)
+			return
+		}
+		if s != scope.All { // All is what a context without scopes means
+			r = r.WithContext(scope.WithContext(r.Context(), s))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -321,6 +351,9 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := h.request(in)
+	if err == nil {
+		err = scope.FromContext(r.Context()).AllowOp(req.Op)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -345,8 +378,12 @@ func (h *handler) checkBatch(w http.ResponseWriter, r *http.Request) {
 	out := CheckBatchResponse{Results: make([]CheckResult, len(in.Checks))}
 	reqs := make([]limiter.Request, 0, len(in.Checks))
 	idx := make([]int, 0, len(in.Checks))
+	scopes := scope.FromContext(r.Context())
 	for i, c := range in.Checks {
 		req, err := h.request(c)
+		if err == nil {
+			err = scopes.AllowOp(req.Op)
+		}
 		if err != nil && in.AllOrNothing {
 			writeError(w, route.ItemError(i, err)) // nothing of the batch may count: refused whole
 			return
@@ -472,8 +509,12 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// Decode parses body into v with the API's strict rules. Errors are
-// *limiter.ArgumentError naming the field when one is at fault.
+// Decode parses body into v with the API's strict rules: besides what
+// encoding/json refuses, unknown fields, trailing data, a key twice in one
+// object and strings that are not valid UTF-8 (checkUnambiguous). Errors
+// are *limiter.ArgumentError naming the field when one is at fault. v is
+// one of the API's request structs: a map would let an object hold many
+// keys, which the duplicate check searches linearly.
 func Decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -485,7 +526,7 @@ func Decode(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &limiter.ArgumentError{Field: "body", Reason: "unexpected data after the JSON object"}
 	}
-	return nil
+	return checkUnambiguous(body)
 }
 
 // jsonError turns encoding/json's errors into ones that name the field.
@@ -510,7 +551,7 @@ func jsonError(err error) error {
 	}
 	// DisallowUnknownFields reports `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &limiter.ArgumentError{Field: strings.Trim(name, `"`), Reason: "unknown field"}
+		return &limiter.ArgumentError{Field: limiter.Echo(strings.Trim(name, `"`)), Reason: "unknown field"}
 	}
 	return &limiter.ArgumentError{Field: "body", Reason: err.Error()}
 }
@@ -609,8 +650,13 @@ func toJSON(r peer.Result) CheckResponse {
 	return out
 }
 
+// maxMessage caps an error's message: each value it repeats is capped
+// already (limiter.Echo); this bounds what a message built of many, or
+// one from another member, can cost. gRPC's cap.
+const maxMessage = 1024
+
 func errorOf(err error) *Error {
-	return &Error{Code: peer.CodeOf(err).String(), Field: peer.FieldOf(err), Message: err.Error()}
+	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: limiter.Clip(err.Error(), maxMessage)}
 }
 
 // writeError answers a failed request with the HTTP status its code maps to.
@@ -622,6 +668,10 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case "FAILED_PRECONDITION":
 		status = http.StatusConflict // a settle retried at another cost: the state conflicts, the request is well formed
+	case "PERMISSION_DENIED":
+		status = http.StatusForbidden
+	case "UNAUTHENTICATED":
+		status = http.StatusUnauthorized
 	case "RESOURCE_EXHAUSTED":
 		status = http.StatusTooManyRequests
 		if errors.Is(err, route.ErrBatchTooLarge) {

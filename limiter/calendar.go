@@ -254,7 +254,7 @@ func (t *zoneTable) index(name string) (uint32, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return 0, &ArgumentError{"time_zone", fmt.Sprintf("unknown time zone %q; want an IANA name such as \"Europe/Paris\" (default UTC)", name)}
+		return 0, &ArgumentError{"time_zone", fmt.Sprintf("unknown time zone %q; want an IANA name such as \"Europe/Paris\" (default UTC)", Echo(name))}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

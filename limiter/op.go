@@ -56,7 +56,7 @@ func ParseOp(s string) (Op, error) {
 			return Op(i), nil
 		}
 	}
-	return 0, &ArgumentError{Field: "op", Reason: fmt.Sprintf("unknown value %q; want one of CHECK, REFUND, CHARGE, RESERVE, HOLD, SETTLE, RELEASE", s)}
+	return 0, &ArgumentError{Field: "op", Reason: fmt.Sprintf("unknown value %q; want one of CHECK, REFUND, CHARGE, RESERVE, HOLD, SETTLE, RELEASE", Echo(s))}
 }
 
 // SetOp sets r's op, reservation and TTL (in ms, clamped as windows are)
@@ -158,7 +158,7 @@ func (c *Config) validateOp(r *Request) error {
 		}
 		if r.TTL < 0 || r.TTL > c.MaxReservationTTL || r.TTL%time.Millisecond != 0 {
 			return &ArgumentError{"ttl_ms", fmt.Sprintf("must be a whole number of ms from 0 (the default, %d) to %d, got %s",
-				c.ReservationTTL.Milliseconds(), c.MaxReservationTTL.Milliseconds(), r.TTL)}
+				c.ReservationTTL.Milliseconds(), c.MaxReservationTTL.Milliseconds(), ttlText(r.TTL))}
 		}
 	case OpSettle, OpRelease:
 		return c.validateClose(r)
@@ -224,4 +224,14 @@ func (s *Store) Apply(now time.Time, r Request) (Decision, error) {
 		return s.Settle(now, r)
 	}
 	return Decision{}, s.cfg.validateOp(&r) // names the unknown op
+}
+
+// ttlText says a TTL as an error repeats it: in ms as the client sent it
+// (msText), or as a duration when it holds a fraction of a ms (an API
+// sends whole ms; only an embedded caller can).
+func ttlText(d time.Duration) string {
+	if d%time.Millisecond != 0 {
+		return d.String()
+	}
+	return msText(d)
 }

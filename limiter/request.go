@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -42,7 +43,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	case "SLIDING_WINDOW_LOG":
 		return SlidingWindowLog, nil
 	}
-	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)}
+	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", Echo(s))}
 }
 
 // Request asks whether Key may consume Hits more under Limit per Window,
@@ -156,11 +157,11 @@ func (c *Config) validate(r *Request) error {
 			return err
 		}
 	case r.Window <= 0:
-		return &ArgumentError{"window_ms", fmt.Sprintf("must be positive, got %d", r.Window.Milliseconds())}
+		return &ArgumentError{"window_ms", "must be positive, got " + msText(r.Window)}
 	case r.Window%time.Millisecond != 0:
 		return &ArgumentError{"window_ms", "must be a whole number of milliseconds"}
 	case r.Window > c.MaxWindow:
-		return &ArgumentError{"window_ms", fmt.Sprintf("is %d; the maximum is %d", r.Window.Milliseconds(), c.MaxWindow.Milliseconds())}
+		return &ArgumentError{"window_ms", fmt.Sprintf("is %s; the maximum is %d", msText(r.Window), c.MaxWindow.Milliseconds())}
 	}
 	switch {
 	case r.Hits < 0:
@@ -175,7 +176,7 @@ func (c *Config) validate(r *Request) error {
 			return &ArgumentError{"limit", fmt.Sprintf("%d exceeds the SLIDING_WINDOW_LOG maximum of %d: the log stores every admitted hit, so its memory grows with the limit; use SLIDING_WINDOW_COUNTER for high limits", r.Limit, c.MaxLogLimit)}
 		}
 		if r.Window > maxLogWindow {
-			return &ArgumentError{"window_ms", fmt.Sprintf("is %d; SLIDING_WINDOW_LOG supports at most %d (49.7 days)", r.Window.Milliseconds(), maxLogWindow.Milliseconds())}
+			return &ArgumentError{"window_ms", fmt.Sprintf("is %s; SLIDING_WINDOW_LOG supports at most %d (49.7 days)", msText(r.Window), maxLogWindow.Milliseconds())}
 		}
 	default:
 		return &ArgumentError{"algorithm", fmt.Sprintf("unknown value %d", r.Algorithm)}
@@ -192,8 +193,8 @@ func validateCalendar(r *Request) error {
 		return err
 	}
 	if r.Window != 0 {
-		return &ArgumentError{"window_ms", fmt.Sprintf("must be absent with calendar %s, whose period is the window; got %d",
-			r.Calendar.Unit(), r.Window.Milliseconds())}
+		return &ArgumentError{"window_ms", fmt.Sprintf("must be absent with calendar %s, whose period is the window; got %s",
+			r.Calendar.Unit(), msText(r.Window))}
 	}
 	if r.Algorithm != SlidingWindowCounter {
 		return &ArgumentError{"algorithm", fmt.Sprintf("is %s; a calendar limit is counted by SLIDING_WINDOW_COUNTER only (the default): a log would hold every hit of the period", r.Algorithm)}
@@ -259,6 +260,43 @@ func NewRequest(key string, limit, windowMS int64, algo Algorithm, hits *int64) 
 // would wrap, and a negative window could wrap into a valid positive one.
 // A clamped window is still out of range, so the store refuses it.
 func WindowFromMS(ms int64) time.Duration {
-	const maxMS = math.MaxInt64 / int64(time.Millisecond)
 	return time.Duration(min(max(ms, -maxMS), maxMS)) * time.Millisecond
+}
+
+// maxMS is the most milliseconds a time.Duration holds.
+const maxMS = math.MaxInt64 / int64(time.Millisecond)
+
+// msText says d, made by WindowFromMS, in ms as an error repeats a value
+// the client sent: when WindowFromMS clamped it, as beyond the bound, not
+// as if the bound were what the client sent ("9223372036854").
+func msText(d time.Duration) string {
+	switch ms := d.Milliseconds(); {
+	case ms >= maxMS:
+		return fmt.Sprintf("more than %d (saturated)", maxMS-1)
+	case ms <= -maxMS:
+		return fmt.Sprintf("less than %d (saturated)", -maxMS+1)
+	default:
+		return strconv.FormatInt(ms, 10)
+	}
+}
+
+// maxEcho caps what an error repeats of a text value a client sent.
+const maxEcho = 128
+
+// Echo returns s, a value a client sent, as an error may repeat it: cut
+// to 128 bytes (at a rune boundary) and marked "…" when longer, so that a
+// 900 KB value does not come back in a 900 KB answer, nor a log line.
+func Echo(s string) string { return Clip(s, maxEcho) }
+
+// Clip returns s cut to n bytes (at a rune boundary) and marked "…" when
+// it is longer.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -290,9 +290,12 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 	// from files (peerlimit_config_info, its reload timestamp) exist.
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("login: {algorithm: SLIDING_WINDOW_LOG, limit: 3, window: 1h}\n"), 0o600))
-	// With a data directory, so that persistence's metrics exist.
+	// With a data directory, so that persistence's metrics exist, and a
+	// fault, so that peerlimit_fault_injection_active has a series.
 	dir := t.TempDir()
-	n := testcluster.New(t, 1, func(c *node.Config) { c.PoliciesFile, c.Persist.Dir = path, dir }).Node(0)
+	n := testcluster.New(t, 1, func(c *node.Config) {
+		c.PoliciesFile, c.Persist.Dir, c.Faults = path, dir, []string{"clock_offset"}
+	}).Node(0)
 	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -126,6 +127,15 @@ type Config struct {
 	// Now is the node's wall clock. Default: the machine's, read through
 	// its monotonic clock so that it never steps (wallclock.Steady).
 	Now func() time.Time
+	// Faults names the faults injected into this node on purpose, e.g.
+	// faultclock.Config.Kinds of a wrong clock given as Now: fault
+	// injection only. While the node runs it shows them, with
+	// insecure_open_peers when Security.OpenPeers is set, as
+	// peerlimit_fault_injection_active{kind} and in /v1/members
+	// (fault_injection; every member's own flag, by gossip), so that a
+	// node serving real traffic so is seen, not only read once in its
+	// start log. Short names of [a-z_]. Empty by default.
+	Faults []string
 }
 
 // DefaultConfig returns production defaults. They listen on every
@@ -197,6 +207,10 @@ func (c Config) Validate() error {
 		field.Ref("Limiter.MaxReservationTTL"), c.Limiter.MaxReservationTTL, c.Route.HoldTTL)
 	check(c.Logger == nil, "Logger", "must not be nil")
 	check(c.Now == nil, "Now", "must not be nil")
+	check(len(c.Faults) > maxFaults, "Faults", "holds %d names; at most %d", len(c.Faults), maxFaults)
+	for i, f := range c.Faults {
+		check(!validFaultName(f), fmt.Sprintf("Faults[%d]", i), "must be 1 to 32 bytes of [a-z_], got %q", f)
+	}
 	for _, nested := range []struct {
 		name string
 		err  error

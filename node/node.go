@@ -203,13 +203,13 @@ func (n *Node) halt() error {
 func (n *Node) memberInfo() httpapi.Members {
 	r := n.Ring()
 	parts := r.Partitions()
-	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount()}
+	out := httpapi.Members{Self: n.cfg.ID, Partitions: r.PartitionCount(), FaultInjection: n.cfg.faults()}
 	own := n.configs.Digests()
 	for _, m := range n.view() {
 		out.Members = append(out.Members, httpapi.MemberInfo{
 			ID: m.ID, GRPCAddr: m.GRPCAddr, GossipAddr: m.GossipAddr, State: string(m.State),
 			Partitions: parts[m.ID], Share: float64(parts[m.ID]) / float64(r.PartitionCount()),
-			Config: m.Config, ConfigDiffers: m.ConfigDiffers(own),
+			Config: m.Config, ConfigDiffers: m.ConfigDiffers(own), FaultInjection: m.FaultInjection,
 		})
 	}
 	return out

@@ -125,6 +125,9 @@ func (n *starter) initMetrics() (err error) {
 	if err = registerMembers(n.reg, n.Node); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	if err = registerFaults(n.reg, n.cfg.faults()); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	return nil
 }
 
@@ -271,6 +274,7 @@ func (n *starter) joinCluster() (err error) {
 		ID: n.cfg.ID, BindAddr: n.cfg.GossipAddr, AdvertiseAddr: n.cfg.AdvertiseAddr, GRPCAddr: n.GRPCAddr(),
 		Join: n.cfg.Join, SecretKey: n.cfg.GossipKey, Keys: n.sec.GossipKeys(), Profile: n.cfg.GossipProfile,
 		ConfigDigests: n.configs.Digests(), Restored: n.core.Restored(), Boot: n.core.Boot(), Logger: n.log, OnChange: n.membershipChanged,
+		FaultInjection: len(n.cfg.faults()) > 0,
 	})
 	if err != nil {
 		return err

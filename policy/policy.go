@@ -134,8 +134,8 @@ func (p *parser) fail(line int, policy, format string, args ...any) {
 
 func (p *parser) parse(data []byte) *Set {
 	set := &Set{byName: map[string]Policy{}}
-	if line, off, bad := yamlconf.BadUTF8(data); bad {
-		p.fail(line, "", "not UTF-8 text (byte %d)", off)
+	if line, off, why, bad := yamlconf.BadText(data); bad {
+		p.fail(line, "", "%s (byte %d)", why, off)
 		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -121,6 +121,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"json syntax", "{\"login\": {\"limit\": 5,, \"window\": \"1m\"}}", `p.yaml:1: did not find expected node content`},
 		{"tab indent", "login:\n\tlimit: 5\n", `p.yaml:2: found character that cannot start any token`},
 		{"not utf-8", "a: {limit: 1, window: 1s}\nb\xff: {limit: 1, window: 1s}\n", `p.yaml:2: not UTF-8 text (byte 27)`},
+		{"NUL", "a: {limit: 1, window: 1s}\n\nb\x00: {limit: 1, window: 1s}\n", `p.yaml:3: control character U+0000, which YAML does not allow (byte 28)`},
 		{"merge key", "base: &b {limit: 1, window: 1s}\nlogin:\n  <<: *b\n", `p.yaml:3: policy "login": unknown field "<<"`},
 		{"top-level merge key", "base: &b {x: {limit: 1, window: 1s}}\n<<: *b\n", `p.yaml:2: merge keys (<<) are not supported`},
 		{"unknown calendar", "q:\n  limit: 5\n  calendar: fortnight\n", `p.yaml:3: policy "q": calendar must be minute, hour, day, week, month or year, got "fortnight"`},

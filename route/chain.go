@@ -328,11 +328,21 @@ func (c chain) overloaded(ctx context.Context, owner peer.Route, n int) peer.Res
 // (--max-key-bytes, --max-window, --max-log-limit, or their versions)
 // differ, and which requests pass depends on the node they reach.
 func (c chain) ownerRefused(ctx context.Context, owner peer.Route, res peer.Result, id string) {
-	if res.Err == nil || peer.CodeOf(res.Err) != peer.InvalidArgument || !c.refusedLog.Allow() {
+	if res.Err == nil || !settingsDiffer(res.Err) || !c.refusedLog.Allow() {
 		return
 	}
 	c.log.Warn("the owner refused a forwarded check this node accepted: the nodes' settings differ",
 		append([]any{"owner", owner.ID, "field", peer.FieldOf(res.Err), "err", res.Err}, peer.LogAttrs(ctx, id)...)...)
+}
+
+// settingsDiffer reports whether err, an owner's refusal of a check its
+// sender accepted, means that the two nodes' settings differ: invalid
+// input on a field both check alike. Not a reservation: the owner checks
+// it against its own record, which no sender has, so one it refuses
+// (forged, rewritten, another key's, already closed) is the client's
+// error, and a warning about drift would mislead the operator.
+func settingsDiffer(err error) bool {
+	return peer.CodeOf(err) == peer.InvalidArgument && peer.FieldOf(err) != "reservation"
 }
 
 // countNotDecided returns how many of results the owner did not decide:

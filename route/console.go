@@ -56,7 +56,7 @@ func (s *Queries) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 	} else {
 		ov, err = s.deps.Peers.Inspect(ctx, owner, q)
 		if err != nil && peer.CodeOf(err) != peer.InvalidArgument {
-			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", q.Key, owner.ID, owner.Addr, peer.ErrOwnerUnreachable, err)
+			err = fmt.Errorf("inspect %q: owner %s (%s): %w: %w", limiter.Echo(q.Key), owner.ID, owner.Addr, peer.ErrOwnerUnreachable, err)
 		}
 	}
 	if err != nil {

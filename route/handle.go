@@ -38,7 +38,7 @@ func (s *Handler) HandleForward(ctx context.Context, origin string, reqs []limit
 			out[i].Degraded = true
 		}
 		s.metrics.peerCheck(r.Algorithm, out[i])
-		if refused < 0 && peer.CodeOf(out[i].Err) == peer.InvalidArgument {
+		if refused < 0 && settingsDiffer(out[i].Err) {
 			refused = i
 		}
 	}

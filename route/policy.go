@@ -22,12 +22,12 @@ type PolicyLookup interface {
 func (s *core) Policy(name string) (policy.Policy, error) {
 	if _, none := s.deps.Policies.(noPolicies); none {
 		return policy.Policy{}, &limiter.ArgumentError{Field: "policy",
-			Reason: fmt.Sprintf("unknown policy %q: this node has no policies (see --policies)", name)}
+			Reason: fmt.Sprintf("unknown policy %q: this node has no policies (see --policies)", limiter.Echo(name))}
 	}
 	p, ok := s.deps.Policies.Lookup(name)
 	if !ok {
 		return policy.Policy{}, &limiter.ArgumentError{Field: "policy",
-			Reason: fmt.Sprintf("unknown policy %q", name)}
+			Reason: fmt.Sprintf("unknown policy %q", limiter.Echo(name))}
 	}
 	return p, nil
 }
@@ -43,7 +43,7 @@ func (s *core) Policy(name string) (policy.Policy, error) {
 func (s *core) PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error) {
 	if given != "" {
 		return limiter.Request{}, &limiter.ArgumentError{Field: given,
-			Reason: fmt.Sprintf("must not be given with policy %q, which sets limit, window_ms and algorithm", name)}
+			Reason: fmt.Sprintf("must not be given with policy %q, which sets limit, window_ms and algorithm", limiter.Echo(name))}
 	}
 	p, err := s.Policy(name)
 	if err != nil {

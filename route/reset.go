@@ -30,7 +30,7 @@ func (s *Ingress) NewResetRequest(key string, windowMS int64, algo limiter.Algor
 		r.Algorithm = limiter.SlidingWindowCounter
 	case policyName != "":
 		if given != "" {
-			return r, &limiter.ArgumentError{Field: given, Reason: fmt.Sprintf("must not be given with policy %q, which sets window_ms and algorithm", policyName)}
+			return r, &limiter.ArgumentError{Field: given, Reason: fmt.Sprintf("must not be given with policy %q, which sets window_ms and algorithm", limiter.Echo(policyName))}
 		}
 		p, err := s.Policy(policyName)
 		if err != nil {

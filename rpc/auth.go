@@ -13,6 +13,7 @@ import (
 	"github.com/peerlimit/peerlimit/internal/logging"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/security"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // Full method names start with these.
@@ -49,10 +50,15 @@ type Guard struct {
 // origin is what both Peer requests say about their sender.
 type origin interface{ GetOrigin() string }
 
-// Unary is the unary server interceptor.
+// Unary is the unary server interceptor. A public call goes on with the
+// caller's scopes in its context (scope.FromContext), for the ops it asks.
 func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := g.check(ctx, info.FullMethod, req); err != nil {
+	s, err := g.check(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
+	}
+	if s != scope.All { // All is what a context without scopes means
+		ctx = scope.WithContext(ctx, s)
 	}
 	return h(ctx, req)
 }
@@ -63,11 +69,23 @@ func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 // Peer server checks each batch again (PeerServer.Admit, AdmitPeer).
 func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	origin := originOf(grpcapi.FirstValue(ss.Context(), grpcapi.OriginKey))
-	if err := g.check(ss.Context(), info.FullMethod, origin); err != nil {
+	s, err := g.check(ss.Context(), info.FullMethod, origin)
+	if err != nil {
 		return err
+	}
+	if s != scope.All {
+		ss = scopedStream{ss, scope.WithContext(ss.Context(), s)}
 	}
 	return h(srv, ss)
 }
+
+// scopedStream is a stream whose context carries its caller's scopes.
+type scopedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s scopedStream) Context() context.Context { return s.ctx }
 
 // originOf is the origin a stream names in its metadata, as a request
 // would in its message.
@@ -79,10 +97,31 @@ func (o originOf) GetOrigin() string { return string(o) }
 // origin as a Peer call is checked: its credentials, and that origin is a
 // member now.
 func (g *Guard) AdmitPeer(ctx context.Context, origin string) error {
-	return g.check(ctx, peerPrefix+"ForwardStream", originOf(origin))
+	_, err := g.check(ctx, peerPrefix+"ForwardStream", originOf(origin))
+	return err
 }
 
-func (g *Guard) check(ctx context.Context, method string, req any) error {
+// methodScopes are the public methods that need a scope whatever they
+// ask: Check, CheckBatch and CheckStream need one per op, which the
+// server asks (Server.request); Members needs none beyond a valid token.
+// Envoy's calls only check.
+var methodScopes = map[string]methodScope{
+	rateLimiterPrefix + "Reset":   {scope.Reset, "Reset"},
+	rateLimiterPrefix + "Top":     {scope.Inspect, "Top"},
+	rateLimiterPrefix + "Inspect": {scope.Inspect, "Inspect"},
+}
+
+var envoyScope = methodScope{scope.Check, "Envoy's ShouldRateLimit"}
+
+// methodScope is what a method needs, and how a refusal names it.
+type methodScope struct {
+	need scope.Set
+	what string
+}
+
+// check admits a call, or refuses it with the status to answer. A public
+// call admitted comes with its caller's scopes; any other with scope.All.
+func (g *Guard) check(ctx context.Context, method string, req any) (scope.Set, error) {
 	switch {
 	case g.Client != nil && (strings.HasPrefix(method, rateLimiterPrefix) || strings.HasPrefix(method, EnvoyRLSPrefix)):
 		auth := ""
@@ -90,10 +129,21 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 			auth = grpcapi.FirstValue(ctx, "authorization")
 		}
 		ai, p := authInfo(ctx)
-		if r := g.Client.Check(auth, ai.ClientCert); r != security.OK {
+		s, r := g.Client.CheckScopes(auth, ai.ClientCert)
+		if r != security.OK {
 			g.Rejections.Reject(security.APIGRPC, r, "method", method, "remote", remote(p))
-			return status.Error(codes.Unauthenticated, "peerlimit: "+r.Message())
+			return 0, status.Error(codes.Unauthenticated, "peerlimit: "+r.Message())
 		}
+		need, ok := methodScopes[method]
+		if strings.HasPrefix(method, EnvoyRLSPrefix) {
+			need, ok = envoyScope, true
+		}
+		if ok {
+			if err := s.Need(need.need, need.what, ""); err != nil {
+				return 0, grpcapi.Status(err).Err()
+			}
+		}
+		return s, nil
 	case g.Peer != nil && strings.HasPrefix(method, peerPrefix):
 		from := ""
 		if o, ok := req.(origin); ok {
@@ -109,10 +159,10 @@ func (g *Guard) check(ctx context.Context, method string, req any) error {
 			if r.Authenticated() {
 				code = codes.PermissionDenied
 			}
-			return status.Errorf(code, "peerlimit: %s (origin %q)", r.Message(), shown)
+			return 0, status.Errorf(code, "peerlimit: %s (origin %q)", r.Message(), shown)
 		}
 	}
-	return nil
+	return scope.All, nil
 }
 
 func authInfo(ctx context.Context) (security.AuthInfo, *grpcpeer.Peer) {

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/internal/protoconv"
@@ -33,7 +34,13 @@ import (
 	"github.com/peerlimit/peerlimit/security"
 )
 
-const apiToken = "api-token-0123456789"
+const (
+	apiToken = "api-token-0123456789"
+	// appToken and opsToken have scopes (package scope); apiToken, none:
+	// every scope, as a token file before scopes gave.
+	appToken = "app-token-0123456789"
+	opsToken = "ops-token-0123456789"
+)
 
 var (
 	clusterSecret = []byte("cluster-secret-0123456789")
@@ -52,7 +59,9 @@ type guarded struct {
 func newGuarded(t *testing.T, members ...string) *guarded {
 	t.Helper()
 	g := &guarded{env: newEnv(t), reg: prometheus.NewRegistry()}
-	toks, err := security.NewTokens([]string{apiToken})
+	parsed, err := security.ParseTokenLines([]string{apiToken, appToken + " check,reserve", opsToken + " operator"})
+	require.NoError(t, err)
+	toks, err := security.NewScopedTokens(parsed)
 	require.NoError(t, err)
 	g.peerAuth, err = security.NewPeerAuth(security.PeerAuthConfig{SelfID: "n1", Secrets: [][]byte{clusterSecret}})
 	require.NoError(t, err)
@@ -275,4 +284,97 @@ func TestGuardPeerStreamOnOpenAndEveryBatch(t *testing.T) {
 	d, err := g.store.Check(g.clock.Now(), limiter.Request{Key: "s", Limit: 10, Window: time.Minute})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, d.CurrentCount, "only the first batch was decided")
+}
+
+// TestGuardTokenScopes: over gRPC as over HTTP, an application's token
+// may check and reserve, not refund, charge, reset or inspect, each
+// refusal PermissionDenied naming the op or the method (issue 38,
+// item 4); an operator's token the other way round.
+func TestGuardTokenScopes(t *testing.T) {
+	g := newGuarded(t, "n1")
+	api := pb.NewRateLimiterClient(g.conn)
+	check := &pb.CheckRequest{Key: "k", Limit: 10, WindowMs: 1000}
+	refund := &pb.CheckRequest{Key: "k", Limit: 10, WindowMs: 1000, Op: pb.Op_REFUND, Hits: proto.Int64(1)}
+	reserve := &pb.CheckRequest{Key: "k", Limit: 10, WindowMs: 1000, Op: pb.Op_RESERVE}
+	as := func(token string) (context.Context, context.CancelFunc) {
+		return ctxWith("authorization", "Bearer "+token)
+	}
+	denied := func(err error, what string) {
+		t.Helper()
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", what, err)
+		assert.Contains(t, err.Error(), "needs the token scope", what)
+	}
+
+	ctx, cancel := as(appToken)
+	defer cancel()
+	_, err := api.Check(ctx, check)
+	require.NoError(t, err)
+	_, err = api.Check(ctx, reserve)
+	require.NoError(t, err)
+	_, err = api.Check(ctx, refund)
+	denied(err, "REFUND")
+	assert.Equal(t, "op", grpcapi.Field(status.Convert(err)))
+	_, err = api.Reset(ctx, &pb.ResetRequest{Key: "k", WindowMs: 1000})
+	denied(err, "Reset")
+	_, err = api.Inspect(ctx, &pb.InspectRequest{Key: "k"})
+	denied(err, "Inspect")
+	_, err = api.Top(ctx, &pb.TopRequest{})
+	denied(err, "Top")
+	_, err = api.Members(ctx, &pb.MembersRequest{})
+	assert.NotEqual(t, codes.PermissionDenied, status.Code(err), "Members needs no scope: clients learn the cluster from it")
+	_, err = api.CheckBatch(ctx, &pb.CheckBatchRequest{Checks: []*pb.CheckRequest{check, refund}, AllOrNothing: true})
+	denied(err, "an all-or-nothing batch holding a REFUND")
+	batch, err := api.CheckBatch(ctx, &pb.CheckBatchRequest{Checks: []*pb.CheckRequest{check, refund}})
+	require.NoError(t, err)
+	require.NotNil(t, batch.Results[0].GetResponse())
+	assert.EqualValues(t, codes.PermissionDenied, batch.Results[1].GetError().GetCode())
+	assert.Equal(t, "op", batch.Results[1].GetError().GetField())
+
+	stream, err := api.CheckStream(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pb.CheckStreamRequest{Seq: 1, Checks: []*pb.CheckRequest{check, refund}}))
+	got, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, got.Results[0].GetResponse())
+	assert.EqualValues(t, codes.PermissionDenied, got.Results[1].GetError().GetCode(), "a stream keeps its caller's scopes")
+	require.NoError(t, stream.CloseSend())
+
+	ctx, cancel = as(opsToken)
+	defer cancel()
+	_, err = api.Check(ctx, check)
+	denied(err, "an operator's CHECK")
+	_, err = api.Check(ctx, refund)
+	require.NoError(t, err)
+	_, err = api.Reset(ctx, &pb.ResetRequest{Key: "k", WindowMs: 1000})
+	require.NoError(t, err)
+
+	ctx, cancel = as(apiToken)
+	defer cancel()
+	_, err = api.Check(ctx, refund)
+	require.NoError(t, err, "a token without scopes has them all")
+}
+
+// Envoy's rate limit service only checks: a token needs the check scope
+// for it, and an operator's token without it is refused.
+func TestGuardEnvoyRLSNeedsTheCheckScope(t *testing.T) {
+	parsed, err := security.ParseTokenLines([]string{appToken + " check", opsToken + " operator"})
+	require.NoError(t, err)
+	toks, err := security.NewScopedTokens(parsed)
+	require.NoError(t, err)
+	rej, err := security.NewRejections(prometheus.NewRegistry(), slog.New(slog.NewTextHandler(testlog.New(t), nil)))
+	require.NoError(t, err)
+	guard := &rpc.Guard{Client: security.NewClientAuth(toks, false), Rejections: rej}
+	info := &grpc.UnaryServerInfo{FullMethod: rpc.EnvoyRLSPrefix + "ShouldRateLimit"}
+	called := 0
+	handler := func(context.Context, any) (any, error) { called++; return nil, nil }
+	call := func(token string) error {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := guard.Unary(ctx, nil, info, handler)
+		return err
+	}
+	require.NoError(t, call(appToken))
+	err = call(opsToken)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "Envoy's ShouldRateLimit needs the token scope check")
+	assert.Equal(t, 1, called)
 }

@@ -227,3 +227,25 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 	t.Helper()
 	return metrictest.Value(t, reg, name, labels...)
 }
+
+// A reservation the owner refuses (forged, rewritten, another key's) is
+// the client's error, not two nodes configured differently: neither node
+// warns that the settings differ (issue 38, item 8), and the client is
+// told which field.
+func TestBadReservationForwardedIsNoConfigDrift(t *testing.T) {
+	b := startOwner(t, limiter.DefaultConfig())
+	a := startIngress(t, b.route, nil)
+	ctx := context.Background()
+	res, err := a.srv.Check(ctx, &pb.CheckRequest{Key: "b:x", Limit: 5, WindowMs: 60_000, Op: pb.Op_RESERVE})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.GetReservation())
+	for _, bad := range []*pb.CheckRequest{
+		{Key: "b:y", Limit: 5, WindowMs: 60_000, Op: pb.Op_RELEASE, Reservation: res.GetReservation()}, // another key's
+		{Key: "b:x", Limit: 5, WindowMs: 60_000, Op: pb.Op_RELEASE, Reservation: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},
+	} {
+		_, err = a.srv.Check(ctx, bad)
+		requireInvalid(t, err, "reservation")
+	}
+	assert.Empty(t, a.logs.Find("settings differ"), "the ingress")
+	assert.Empty(t, b.logs.Find("settings differ"), "the owner")
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/peerlimit/peerlimit/limiter"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 	"github.com/peerlimit/peerlimit/route"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // Server serves peerlimit.v1.RateLimiter over a route.Service.
@@ -32,7 +33,7 @@ func NewServer(svc *route.Service) *Server { return &Server{svc: svc} }
 
 // Check implements pb.RateLimiterServer.
 func (s *Server) Check(ctx context.Context, in *pb.CheckRequest) (*pb.CheckResponse, error) {
-	req, err := s.request(in)
+	req, err := s.requestIn(ctx)(in)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}
@@ -51,7 +52,7 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 	if in.GetAllOrNothing() {
 		return s.checkAll(ctx, in.GetChecks())
 	}
-	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
+	b := protoconv.FromProtoBatch(in.GetChecks(), s.requestIn(ctx))
 	results, err := s.svc.CheckBatch(grpcapi.Incoming(ctx), b.Reqs)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
@@ -64,8 +65,9 @@ func (s *Server) CheckBatch(ctx context.Context, in *pb.CheckBatchRequest) (*pb.
 // the batch may count then.
 func (s *Server) checkAll(ctx context.Context, checks []*pb.CheckRequest) (*pb.CheckBatchResponse, error) {
 	reqs := make([]limiter.Request, len(checks))
+	conv := s.requestIn(ctx)
 	for i, c := range checks {
-		r, err := s.request(c)
+		r, err := conv(c)
 		if err != nil {
 			return nil, grpcapi.Status(route.ItemError(i, err)).Err()
 		}
@@ -111,7 +113,7 @@ func (s *Server) checkStreamBatch(ctx context.Context, in *pb.CheckStreamRequest
 		out.Error = protoconv.ErrorProto(err)
 		return out
 	}
-	b := protoconv.FromProtoBatch(in.GetChecks(), s.request)
+	b := protoconv.FromProtoBatch(in.GetChecks(), s.requestIn(ctx))
 	results, err := s.svc.CheckBatch(ctx, b.Reqs)
 	if err != nil {
 		out.Error = protoconv.ErrorProto(err)
@@ -156,6 +158,23 @@ func (s *Server) Reset(ctx context.Context, in *pb.ResetRequest) (*pb.ResetRespo
 // request converts a public API check: a policy name is resolved here, on
 // the node that received it; anything else is FromProto's. A check without
 // a policy pays one string-length test for the feature.
+// requestIn returns request for a call whose context is ctx: an op the
+// caller's scopes (scope.FromContext) do not allow is refused
+// PermissionDenied, on field op.
+func (s *Server) requestIn(ctx context.Context) func(*pb.CheckRequest) (limiter.Request, error) {
+	scopes := scope.FromContext(ctx)
+	if scopes == scope.All {
+		return s.request
+	}
+	return func(in *pb.CheckRequest) (limiter.Request, error) {
+		req, err := s.request(in)
+		if err == nil {
+			err = scopes.AllowOp(req.Op)
+		}
+		return req, err
+	}
+}
+
 func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 	if in.GetPolicy() == "" {
 		return protoconv.FromProto(in)

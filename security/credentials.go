@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/peerlimit/peerlimit/internal/field"
+
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // Credentials are a running node's credentials and the rules checking
@@ -125,19 +127,24 @@ func (c *Credentials) field(name string) string {
 	return c.path + "." + name
 }
 
-// tokens returns the API tokens, or nil without any.
+// tokens returns the API tokens, or nil without any. The file's lines
+// may give scopes (ParseTokenLines); Config.APITokens have every scope.
 func (c *Credentials) tokens() (*Tokens, error) {
-	list := c.cfg.APITokens
 	if c.cfg.APITokenFile != "" {
-		var err error
-		if list, err = ReadSecrets(c.cfg.APITokenFile); err != nil {
+		lines, err := ReadLines(c.cfg.APITokenFile)
+		if err != nil {
 			return nil, field.Wrap(c.field("APITokenFile"), err)
 		}
+		toks, err := ParseTokenLines(lines)
+		if err != nil {
+			return nil, field.Wrap(c.field("APITokenFile"), fmt.Errorf("%s: %w", c.cfg.APITokenFile, err))
+		}
+		return NewScopedTokens(toks)
 	}
-	if len(list) == 0 {
+	if len(c.cfg.APITokens) == 0 {
 		return nil, nil
 	}
-	return NewTokens(list)
+	return NewTokens(c.cfg.APITokens)
 }
 
 func (c *Credentials) secrets() ([][]byte, error) {
@@ -207,18 +214,20 @@ func (c *Credentials) HTTPServerTLS() *tls.Config {
 	return c.tls.HTTPServerConfig()
 }
 
-// HTTPAuth is the HTTP API's check, nil when the public API is open.
-func (c *Credentials) HTTPAuth() func(*http.Request) error {
+// HTTPAuth is the HTTP API's check, nil when the public API is open: the
+// caller's scopes, or why it is refused.
+func (c *Credentials) HTTPAuth() func(*http.Request) (scope.Set, error) {
 	if c.client == nil {
 		return nil
 	}
-	return func(r *http.Request) error {
+	return func(r *http.Request) (scope.Set, error) {
 		cert := r.TLS != nil && len(r.TLS.VerifiedChains) > 0
-		if reason := c.client.Check(r.Header.Get("Authorization"), cert); reason != OK {
+		s, reason := c.client.CheckScopes(r.Header.Get("Authorization"), cert)
+		if reason != OK {
 			c.rejections.Reject(APIHTTP, reason, "path", r.URL.Path, "remote", r.RemoteAddr)
-			return errors.New(reason.Message())
+			return 0, errors.New(reason.Message())
 		}
-		return nil
+		return s, nil
 	}
 }
 

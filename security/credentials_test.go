@@ -15,6 +15,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/internal/field"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/security/scope"
 )
 
 // keyring records the keys a reload hands to gossip.
@@ -117,9 +118,45 @@ func TestCredentialsHTTPAuth(t *testing.T) {
 	auth := c.HTTPAuth()
 	require.NotNil(t, auth)
 	r, _ := http.NewRequest(http.MethodGet, "/v1/members", nil)
-	assert.EqualError(t, auth(r), MissingToken.Message())
+	_, err = auth(r)
+	assert.EqualError(t, err, MissingToken.Message())
 	r.Header.Set("Authorization", "Bearer "+tokA)
-	assert.NoError(t, auth(r))
+	s, err := auth(r)
+	assert.NoError(t, err)
+	assert.Equal(t, scope.All, s, "a token given by the environment has every scope")
+}
+
+// A token file names each token's scopes after it; a token without any
+// has them all, as every token had before scopes; a reload changes them.
+// A bad scope is an error naming the file and the line, never the token.
+func TestCredentialsTokenFileScopes(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeLines(t, tokens, "# apps, then the operators' tools", tokA+"   check,reserve", tokB)
+	c, err := newCredentials(t, Config{APITokenFile: tokens, ClusterSecrets: [][]byte{[]byte("cluster-secret-0123456789")}}, nil)
+	require.NoError(t, err)
+	s, r := c.Client().CheckScopes("Bearer "+tokA, false)
+	assert.Equal(t, OK, r)
+	assert.Equal(t, scope.Application, s)
+	s, _ = c.Client().CheckScopes("Bearer "+tokB, false)
+	assert.Equal(t, scope.All, s)
+
+	writeLines(t, tokens, tokA+" operator", tokB+"\tcheck")
+	require.NoError(t, c.Reload(&keyring{}))
+	s, _ = c.Client().CheckScopes("Bearer "+tokA, false)
+	assert.Equal(t, scope.Operator, s)
+	s, _ = c.Client().CheckScopes("Bearer "+tokB, false)
+	assert.Equal(t, scope.Check, s)
+
+	writeLines(t, tokens, tokA, tokB+" check,admin")
+	err = c.Reload(&keyring{})
+	require.Error(t, err)
+	assert.ErrorContains(t, err, tokens+": token 2: unknown scope \"admin\"")
+	assert.NotContains(t, err.Error(), tokB)
+	s, _ = c.Client().CheckScopes("Bearer "+tokB, false)
+	assert.Equal(t, scope.Check, s, "the scopes in force are kept")
+
+	writeLines(t, tokens, "short check")
+	assert.ErrorContains(t, c.Reload(&keyring{}), "token 1 is 5 bytes; want at least 16")
 }
 
 // Validate names fields from Config; the node puts them under its own.

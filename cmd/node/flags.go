@@ -88,6 +88,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err := o.faultClock.Validate(); err != nil {
 		return o, field.Render(err, faultFlagNames)
 	}
+	// Shown in /metrics and /v1/members for as long as the node runs.
+	o.node.Faults = o.faultClock.Kinds()
 	return o, nil
 }
 
@@ -169,6 +171,7 @@ func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
 	fs.StringVar(&c.EnvoyRLSWatchRoot, "envoy-rls-watch-root", c.EnvoyRLSWatchRoot, "with --watch-config: a symlink, --envoy-rls-config or one of its ancestors, swapped atomically to publish a new version; only its swaps reload --envoy-rls-config (envoyproxy/ratelimit's RUNTIME_WATCH_ROOT=true with RUNTIME_ROOT); empty: watch --envoy-rls-config itself")
 	defineEnvoyRLSFlags(fs, &c.EnvoyRLS)
 	defineXDSFlags(fs, &c.EnvoyRLSXDS, &c.EnvoyRLSAwaitConfig, &c.EnvoyRLSHealthyNeedsDomains)
+	fs.Var((*listFlag)(&c.HTTP.AllowedOrigins), "allowed-origins", "comma-separated web origins (scheme://host[:port]) whose pages may call the HTTP API from a browser, with CORS headers for them; empty (the default): a browser's cross-site POST is refused 403 and no answer carries CORS headers (curl and servers, which send no Origin, are unaffected)")
 	fs.BoolVar(&c.HTTP.Pprof, "pprof", c.HTTP.Pprof, "serve Go's profiles on the HTTP address under /debug/pprof/ (keep that address private)")
 }
 
@@ -320,6 +323,21 @@ func splitJoin(join string) []string {
 		}
 	}
 	return seeds
+}
+
+// listFlag is a list set from comma-separated values, blanks dropped.
+type listFlag []string
+
+func (f *listFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strings.Join(*f, ",")
+}
+
+func (f *listFlag) Set(s string) error {
+	*f = splitJoin(s)
+	return nil
 }
 
 // applySecurity converts --tls-client-auth.

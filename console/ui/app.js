@@ -243,14 +243,18 @@ function renderHeader(d, members) {
   // Alive members serving other policies or Envoy rules than this node
   // decide the same request differently: news, like a failed one.
   const differ = members.filter((m) => m.state === 'alive' && configDiffers(m).length).length;
+  // A member with a fault injected on purpose (a wrong clock, an open
+  // peer port) must not serve real traffic: news as well.
+  const faulty = members.filter((m) => m.state === 'alive' && m.fault_injection === true).length;
   let text = `${alive} of ${members.length} members alive`;
   if (failed) text += ` · ${failed} failed`;
   if (left) text += ` · ${left} left`;
   if (silent) text += ` · ${silent} not answering`;
   if (differ) text += ` · ${differ} on another config`;
+  if (faulty) text += ` · ${faulty} with fault injection`;
   let level = 'ok';
   if (alive * 2 <= members.length) level = 'bad';
-  else if (failed || silent || differ) level = 'warn';
+  else if (failed || silent || differ || faulty) level = 'warn';
   setHealth(level, text);
 }
 
@@ -341,7 +345,10 @@ function memberRow(m, isSelf) {
   const ring = el('td', { class: 'num', title: `${num(m.partitions)} partitions` }, fmtPct(num(m.share)));
   const config = !m.config ? 'unknown' : configDiffers(m).length ? 'differs' : 'same';
   return el('tr', { 'data-member': m.id, 'data-state': m.state, 'data-config': config, class: 'row-' + st },
-    el('td', { class: 'mid' }, m.id, isSelf ? el('span', { class: 'badge' }, 'this node') : null),
+    el('td', { class: 'mid' }, m.id, isSelf ? el('span', { class: 'badge' }, 'this node') : null,
+      m.fault_injection === true
+        ? el('span', { class: 'badge badge-fault', title: 'runs with a fault injected on purpose (--fault-clock-*, --insecure-open-peers): never for real traffic' }, 'fault injection')
+        : null),
     el('td', {}, el('span', { class: 'state state-' + st }, m.state)),
     el('td', { class: 'mono' }, m.grpc_addr || ''),
     ring,

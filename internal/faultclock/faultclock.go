@@ -36,17 +36,47 @@ type Config struct {
 // Enabled reports whether c makes the clock wrong at all.
 func (c Config) Enabled() bool { return c != Config{} }
 
+// MaxShift bounds Offset and Step. Real clocks go wrong by seconds to
+// minutes (a VM resumed after a day, the worst case, steps by a day); a
+// wrong clock further out tests nothing more, and one before 1970 clamps
+// and freezes the node's time (-1000000h did: a denied key stayed
+// denied). Fault injection of longer spans belongs to a fake clock.
+const MaxShift = 24 * time.Hour
+
 // Validate returns an error naming the first field out of range.
 func (c Config) Validate() error {
 	switch {
+	case c.Offset < -MaxShift || c.Offset > MaxShift:
+		return field.Errorf("Offset", "must be within ±%s, got %s", MaxShift, c.Offset)
 	case math.IsNaN(c.Drift) || c.Drift < -0.5 || c.Drift > 0.5:
 		return field.Errorf("Drift", "must be within ±0.5, got %v", c.Drift)
+	case c.Step < -MaxShift || c.Step > MaxShift:
+		return field.Errorf("Step", "must be within ±%s, got %s", MaxShift, c.Step)
 	case c.StepAfter < 0:
 		return field.Errorf("StepAfter", "must not be negative, got %s", c.StepAfter)
 	case c.Step != 0 && c.StepAfter == 0:
 		return field.Errorf("StepAfter", "must be set with {Step}: when, after start, the clock steps")
+	case c.StepAfter != 0 && c.Step == 0:
+		return field.Errorf("StepAfter", "is set without {Step}: the clock would never step")
 	}
 	return nil
+}
+
+// Kinds names the faults c injects, for the node to show
+// (peerlimit_fault_injection_active{kind}, /v1/members): clock_offset,
+// clock_drift, clock_step. Empty for the zero Config.
+func (c Config) Kinds() []string {
+	var out []string
+	if c.Offset != 0 {
+		out = append(out, "clock_offset")
+	}
+	if c.Drift != 0 {
+		out = append(out, "clock_drift")
+	}
+	if c.Step != 0 {
+		out = append(out, "clock_step")
+	}
+	return out
 }
 
 // New returns a machine whose clocks are base's made wrong by c: its

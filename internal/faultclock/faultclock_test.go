@@ -52,10 +52,21 @@ func TestValidateNamesTheField(t *testing.T) {
 		{faultclock.Config{Drift: 0.6}, "Drift"},
 		{faultclock.Config{StepAfter: -time.Second}, "StepAfter"},
 		{faultclock.Config{Step: time.Second}, "StepAfter"},
+		{faultclock.Config{StepAfter: time.Second}, "StepAfter"},
+		{faultclock.Config{Offset: -1000000 * time.Hour}, "Offset"},
+		{faultclock.Config{Offset: 25 * time.Hour}, "Offset"},
+		{faultclock.Config{Step: -25 * time.Hour, StepAfter: time.Second}, "Step"},
 	} {
 		err := tc.c.Validate()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), tc.field)
 	}
 	require.NoError(t, faultclock.Config{Offset: time.Second, Drift: -0.01, Step: -5 * time.Second, StepAfter: time.Minute}.Validate())
+	require.NoError(t, faultclock.Config{Offset: -faultclock.MaxShift, Step: faultclock.MaxShift, StepAfter: time.Minute}.Validate())
+}
+
+func TestKinds(t *testing.T) {
+	assert.Empty(t, faultclock.Config{}.Kinds())
+	assert.Equal(t, []string{"clock_offset", "clock_drift", "clock_step"},
+		faultclock.Config{Offset: time.Second, Drift: 0.01, Step: time.Second, StepAfter: time.Second}.Kinds())
 }

@@ -9,8 +9,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 )
+
+// MaxMessage caps the message of an error answered to a caller.
+const MaxMessage = 1024
 
 // Code is err's gRPC code: peer.CodeOf's, whose values are gRPC's. An
 // error the request path does not know that is a gRPC status keeps its
@@ -27,11 +31,14 @@ func Code(err error) codes.Code {
 
 // Status converts an error to a gRPC status. Invalid input carries a
 // BadRequest detail naming the field, for clients that read details.
+// The message is capped at MaxMessage bytes: each value it repeats of the
+// caller's is capped already (limiter.Echo); this bounds the rest.
 func Status(err error) *status.Status {
-	st := status.New(Code(err), err.Error())
+	msg := limiter.Clip(err.Error(), MaxMessage)
+	st := status.New(Code(err), msg)
 	if f := peer.FieldOf(err); f != "" {
 		if d, derr := st.WithDetails(&errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: f, Description: err.Error()}},
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: limiter.Echo(f), Description: msg}},
 		}); derr == nil {
 			return d
 		}

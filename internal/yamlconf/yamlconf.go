@@ -92,17 +92,40 @@ func Kind(m os.FileMode) string {
 	return "an irregular file"
 }
 
-// BadUTF8 finds the first byte of data that is not UTF-8, which yaml.v3
-// reports without a line: its 1-based line and offset.
-func BadUTF8(data []byte) (line, off int, bad bool) {
+// BadText finds the first byte of data that yaml.v3 refuses before
+// parsing, and reports without a line (a NUL on line 5 came out as line
+// 1): a byte that is not UTF-8, or a character YAML does not allow in a
+// stream (C0 and C1 controls but tab, line feed, carriage return and
+// NEL; DEL; U+FFFE, U+FFFF). It returns the character's 1-based line, its
+// byte offset and why, for the caller's message.
+func BadText(data []byte) (line, off int, why string, bad bool) {
 	for off < len(data) {
 		r, size := utf8.DecodeRune(data[off:])
-		if r == utf8.RuneError && size == 1 {
-			return 1 + bytes.Count(data[:off], []byte("\n")), off, true
+		switch {
+		case r == utf8.RuneError && size == 1:
+			why = "not UTF-8 text"
+		case !yamlPrintable(r):
+			why = fmt.Sprintf("control character %U, which YAML does not allow", r)
+		default:
+			off += size
+			continue
 		}
-		off += size
+		return 1 + bytes.Count(data[:off], []byte("\n")), off, why, true
 	}
-	return 0, 0, false
+	return 0, 0, "", false
+}
+
+// yamlPrintable is YAML 1.2's c-printable, as yaml.v3 checks it.
+func yamlPrintable(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n' || r == '\r' || r == 0x85:
+		return true
+	case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		return false
+	case r == 0xfffe || r == 0xffff:
+		return false
+	}
+	return true
 }
 
 // yamlLine finds the line in yaml's own messages ("yaml: line 3: could
