@@ -114,3 +114,33 @@ func cutOffKnowsFirst(t *testing.T, profile Profile) {
 		require.False(t, seen.at("n3 whole again").IsZero(), "and it said so")
 	})
 }
+
+// The verdict's rule, step by step: a rise of the health score is not
+// enough while any member is heard from (a member under load misses a
+// nack, and a killed peer's probe fails); a rise and two probe intervals
+// of silence are; a fall, or a word from anyone, ends it.
+func TestSelfVerdict(t *testing.T) {
+	const probe = 500 * time.Millisecond
+	var v selfVerdict
+	steps := []struct {
+		score   int
+		silence time.Duration
+		cut     bool
+		why     string
+	}{
+		{0, 10 * time.Second, false, "healthy, though nothing heard: a member alone"},
+		{1, 200 * time.Millisecond, false, "a probe failed, nack missing, but a member was heard just now"},
+		{1, 600 * time.Millisecond, false, "no new rise; still heard within two intervals"},
+		{0, 700 * time.Millisecond, false, "a probe answered: the score fell to zero"},
+		{2, 600 * time.Millisecond, false, "a rise, silence of 1.2 intervals"},
+		{3, time.Second, true, "rising, and nobody heard for two intervals: cut off"},
+		{7, 5 * time.Second, true, "the score at its cap, still silent"},
+		{7, 100 * time.Millisecond, false, "a member heard from again (the heal)"},
+		{7, 1500 * time.Millisecond, true, "silent again, no fall since the rise"},
+		{6, 2 * time.Second, false, "a probe answered: the score fell"},
+		{6, 3 * time.Second, false, "no rise since the fall"},
+	}
+	for i, st := range steps {
+		require.Equal(t, st.cut, v.observe(st.score, st.silence, probe), "step %d: %s", i, st.why)
+	}
+}
