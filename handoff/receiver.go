@@ -14,7 +14,7 @@ import (
 // Receiver merges the states other members hand this node: the receiving
 // side of a handoff, which the node's peer.Handler calls. Both sides may
 // have served a key (a partition, a handoff in flight), so it merges,
-// never overwrites (limiter.Store.Merge): every hit either side admitted
+// never overwrites (limiter.Transfer.Merge): every hit either side admitted
 // still counts. Safe for concurrent use.
 type Receiver struct {
 	self     string
@@ -64,7 +64,7 @@ func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.
 	if r.replicas != nil {
 		r.replicas.Supersede(origin, states)
 	}
-	merged, errs := r.store.Merge(r.now(), states)
+	merged, errs := r.store.Transfer().Merge(r.now(), states)
 	for _, err := range errs {
 		rejected = append(rejected, err.Error())
 	}

@@ -162,7 +162,7 @@ func (c *Core) initReplicas(d CoreDeps) (err error) {
 func (c *Core) initOwnership(d CoreDeps) (err error) {
 	c.own, err = ownership.NewTracker(ownership.Config{
 		Self: c.cfg.ID, Addr: d.Addr, Ring: c.cfg.Ring, Partitions: c.cfg.Partitions,
-		ShareFor: c.cfg.ShareFor, MaxWait: 2 * c.cfg.HandoffInterval, Holdings: c.store,
+		ShareFor: c.cfg.ShareFor, MaxWait: 2 * c.cfg.HandoffInterval, Holdings: c.store.Transfer(),
 		// Back from its disk with peers to find: alone at the join, the
 		// others hold counts this node lacks.
 		Rejoining: c.Restored() && len(c.cfg.Join) > 0,

@@ -186,7 +186,7 @@ func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 		c.ring.Store(without)
 		heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true}}) // it did die
 		require.EqualValues(t, 3, held(t, c, heir, req))
-		owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
+		owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
 
 		c.ring.Store(all)
 		heir.failover.Reconcile(without, all, nil)
@@ -288,7 +288,7 @@ func TestAReturningMemberGetsBackWhatItDoesNotHold(t *testing.T) {
 				heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: owner.boot}})
 				require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
 				if !tc.ownerKeep {
-					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+					owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
 				}
 
 				c.ring.Store(all)
@@ -355,7 +355,7 @@ func TestReplicasOfAMemberNotBackArePromoted(t *testing.T) {
 				heir.failover.Reconcile(without, without, map[string]replica.Member{"n2": {}, "n3": {}})
 				require.EqualValues(t, 3, held(t, c, heir, req), "n1 not seen: kept")
 				if !tc.ownerKeep {
-					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+					owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
 				}
 
 				c.ring.Store(all)
