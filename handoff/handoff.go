@@ -27,8 +27,9 @@ const ChunkBytes = limiter.ChunkBytes
 type Deps struct {
 	// Self is this node's id. Required.
 	Self string
-	// Store holds the state to hand off. Required.
-	Store *limiter.Store
+	// Store holds the state to hand off: the node's store's Transfer
+	// (limiter.Store.Transfer), all a Sender uses of it. Required.
+	Store *limiter.Transfer
 	// Peers carries the calls. Required.
 	Peers peer.Peers
 	// Ring returns the current ring: who owns each partition. Required.
@@ -165,7 +166,7 @@ func (s *Sender) Run(ctx context.Context) (left int) {
 func (s *Sender) done(ctx context.Context, r *ring.Ring, failed map[string]bool) {
 	byOwner := map[ring.Member][]int{}
 	for p := range r.PartitionCount() {
-		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] && s.d.Store.Transfer().PartitionLen(p) == 0 {
+		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] && s.d.Store.PartitionLen(p) == 0 {
 			byOwner[owner] = append(byOwner[owner], p)
 		}
 	}
@@ -181,8 +182,8 @@ func (s *Sender) done(ctx context.Context, r *ring.Ring, failed map[string]bool)
 func (s *Sender) misplaced(r *ring.Ring) map[ring.Member][]int {
 	leaving := s.d.Leaving != nil && s.d.Leaving()
 	byOwner := map[ring.Member][]int{}
-	for p := range s.d.Store.Transfer().Partitions() {
-		if owner := r.PartitionOwner(p); (owner.ID != s.d.Self || leaving) && s.d.Store.Transfer().PartitionLen(p) > 0 {
+	for p := range s.d.Store.Partitions() {
+		if owner := r.PartitionOwner(p); (owner.ID != s.d.Self || leaving) && s.d.Store.PartitionLen(p) > 0 {
 			byOwner[owner] = append(byOwner[owner], p)
 		}
 	}
@@ -198,7 +199,7 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 	}
 	var states []limiter.KeyState
 	for _, p := range parts {
-		states = append(states, s.d.Store.Transfer().SnapshotPartition(p, s.d.Now())...)
+		states = append(states, s.d.Store.SnapshotPartition(p, s.d.Now())...)
 	}
 	to := peer.Route{ID: owner.ID, Addr: owner.Addr}
 	if len(states) == 0 && len(returned) > 0 {
@@ -229,7 +230,7 @@ func (s *Sender) send(ctx context.Context, owner ring.Member, parts []int) (left
 			return len(states) - sent
 		}
 		// Delivered: drop exactly that, keep what was admitted since.
-		s.d.Store.Transfer().Forget(s.d.Now(), chunk)
+		s.d.Store.Forget(s.d.Now(), chunk)
 		s.d.Metrics.sent(m, len(rejected))
 		if len(rejected) > 0 {
 			s.log.Warn("owner refused some handed-off keys", "owner", owner.ID, "refused", len(rejected), "first", rejected[0], "request_id", rid)

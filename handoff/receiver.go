@@ -18,7 +18,7 @@ import (
 // still counts. Safe for concurrent use.
 type Receiver struct {
 	self     string
-	store    *limiter.Store
+	store    *limiter.Transfer
 	replicas Replicas
 	now      func() time.Time
 	log      *slog.Logger
@@ -29,8 +29,9 @@ type Receiver struct {
 type ReceiverDeps struct {
 	// Self is this node's id. Required.
 	Self string
-	// Store is the node's state. Required.
-	Store *limiter.Store
+	// Store is the node's state: its store's Transfer
+	// (limiter.Store.Transfer), all a Receiver uses of it. Required.
+	Store *limiter.Transfer
 	// Replicas, if set, is told of every handoff before it is merged
 	// (Replicas.Supersede). Nil: replication is off.
 	Replicas Replicas
@@ -64,7 +65,7 @@ func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.
 	if r.replicas != nil {
 		r.replicas.Supersede(origin, states)
 	}
-	merged, errs := r.store.Transfer().Merge(r.now(), states)
+	merged, errs := r.store.Merge(r.now(), states)
 	for _, err := range errs {
 		rejected = append(rejected, err.Error())
 	}

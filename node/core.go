@@ -201,7 +201,7 @@ func (c *Core) initRequestPath(d CoreDeps) (err error) {
 			return err
 		}
 	}
-	c.handoff, err = handoff.New(handoff.Deps{Self: c.cfg.ID, Store: c.store, Peers: c.peers, Ring: c.Ring,
+	c.handoff, err = handoff.New(handoff.Deps{Self: c.cfg.ID, Store: c.store.Transfer(), Peers: c.peers, Ring: c.Ring,
 		Leaving: func() bool { return c.own.View().Leaving() }, Now: c.cfg.Now, Logger: c.log, Metrics: handoffMetrics, Replicas: replicas})
 	if err != nil {
 		return err

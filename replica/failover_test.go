@@ -30,7 +30,7 @@ import (
 // drop it.
 func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Sender {
 	t.Helper()
-	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: func() *ring.Ring { return r },
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store.Transfer(), Peers: m.peers, Ring: func() *ring.Ring { return r },
 		Now: c.clk.Now, Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
@@ -51,7 +51,7 @@ func replicatedKey(t *testing.T) (c *cluster, owner, heir *member, req limiter.R
 // handoff is m's handoff Sender, by the cluster's ring.
 func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
 	t.Helper()
-	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: c.Ring, Now: c.clk.Now,
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store.Transfer(), Peers: m.peers, Ring: c.Ring, Now: c.clk.Now,
 		Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
