@@ -91,7 +91,7 @@ func TestOwnerOfMatchesTheNodes(t *testing.T) {
 		want := c.Node(0).Ring().Owner(key)
 		assert.Equal(t, want.ID, owner.GetId(), key)
 		assert.Equal(t, want.Addr, owner.GetGrpcAddr(), key)
-		assert.Equal(t, c.Node(0).Store().PartitionOf(key), p, "a partition is a shard")
+		assert.Equal(t, c.Node(0).Store().Transfer().PartitionOf(key), p, "a partition is a shard")
 		seen[owner.GetId()] = true
 	}
 	assert.Len(t, seen, 3)

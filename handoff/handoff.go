@@ -5,7 +5,7 @@
 // which the node's peer.Handler calls).
 //
 // A partition is copied, sent, and only once delivered is exactly what
-// was sent forgotten (limiter.Store.Forget), so no admitted hit is lost
+// was sent forgotten (limiter.Transfer.Forget), so no admitted hit is lost
 // and checks decided here meanwhile see the full state.
 package handoff
 
@@ -27,8 +27,9 @@ const ChunkBytes = limiter.ChunkBytes
 type Deps struct {
 	// Self is this node's id. Required.
 	Self string
-	// Store holds the state to hand off. Required.
-	Store *limiter.Store
+	// Store holds the state to hand off: the node's store's Transfer
+	// (limiter.Store.Transfer), all a Sender uses of it. Required.
+	Store *limiter.Transfer
 	// Peers carries the calls. Required.
 	Peers peer.Peers
 	// Ring returns the current ring: who owns each partition. Required.

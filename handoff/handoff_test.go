@@ -94,7 +94,7 @@ func (p *pair) start(t *testing.T, id string) *node {
 		Peers: peers, Cluster: route.RingCluster(p.ring.Load), Logger: slog.New(n.logs), HandoffMetrics: n.metrics})
 	require.NoError(t, err)
 	peers.Serve(n.svc.Peer)
-	n.sender, err = handoff.New(handoff.Deps{Self: id, Store: n.store, Peers: peers, Ring: p.ring.Load,
+	n.sender, err = handoff.New(handoff.Deps{Self: id, Store: n.store.Transfer(), Peers: peers, Ring: p.ring.Load,
 		Leaving: n.leaving.Load, Now: clock, Logger: slog.New(n.logs), Metrics: n.metrics})
 	require.NoError(t, err)
 	return n

@@ -14,11 +14,11 @@ import (
 // Receiver merges the states other members hand this node: the receiving
 // side of a handoff, which the node's peer.Handler calls. Both sides may
 // have served a key (a partition, a handoff in flight), so it merges,
-// never overwrites (limiter.Store.Merge): every hit either side admitted
+// never overwrites (limiter.Transfer.Merge): every hit either side admitted
 // still counts. Safe for concurrent use.
 type Receiver struct {
 	self     string
-	store    *limiter.Store
+	store    *limiter.Transfer
 	replicas Replicas
 	now      func() time.Time
 	log      *slog.Logger
@@ -29,8 +29,9 @@ type Receiver struct {
 type ReceiverDeps struct {
 	// Self is this node's id. Required.
 	Self string
-	// Store is the node's state. Required.
-	Store *limiter.Store
+	// Store is the node's state: its store's Transfer
+	// (limiter.Store.Transfer), all a Receiver uses of it. Required.
+	Store *limiter.Transfer
 	// Replicas, if set, is told of every handoff before it is merged
 	// (Replicas.Supersede). Nil: replication is off.
 	Replicas Replicas

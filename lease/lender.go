@@ -183,7 +183,7 @@ func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 	b.metrics.hits(hitsReturned, ll.hits-used)
 	if ll.algo != limiter.SlidingWindowLog {
 		if unused := ll.hits - used; unused > 0 {
-			b.store.Forget(now, []limiter.KeyState{{Key: ll.key, Window: ll.window, Algorithm: ll.algo, Calendar: ll.cal,
+			b.store.Transfer().Forget(now, []limiter.KeyState{{Key: ll.key, Window: ll.window, Algorithm: ll.algo, Calendar: ll.cal,
 				WindowID: ll.windowID, Curr: unused}})
 		}
 		return
@@ -196,7 +196,7 @@ func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 		}
 		times[i] = ll.granted + off.Milliseconds()
 	}
-	b.store.MoveLog(now, ll.key, ll.window, ll.placeholders(), times)
+	b.store.Transfer().MoveLog(now, ll.key, ll.window, ll.placeholders(), times)
 }
 
 // Expire counts every lease lent that its holder has not settled
@@ -214,7 +214,7 @@ func (b *Book) Expire(now time.Time) int {
 			for i := range last {
 				last[i] = ll.end()
 			}
-			b.store.MoveLog(now, ll.key, ll.window, ll.placeholders(), last)
+			b.store.Transfer().MoveLog(now, ll.key, ll.window, ll.placeholders(), last)
 		}
 	}
 	return len(expired)

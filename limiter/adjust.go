@@ -39,7 +39,7 @@ func (s *Store) Refund(now time.Time, r Request) (d Decision, refunded int64, er
 	}
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{r.Key, r.stateWindow()}
-	sh := s.shardOf(r.Key)
+	sh := s.shards.of(r.Key)
 	sh.mu.Lock()
 	if r.Algorithm == SlidingWindowLog {
 		d, refunded = s.refundLog(sh, k, ms, r)
@@ -80,7 +80,7 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 	}
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{r.Key, r.stateWindow()}
-	sh, h := s.shardHash(r.Key)
+	sh, h := s.shards.hashed(r.Key)
 	sh.mu.Lock()
 	if r.Algorithm == SlidingWindowLog {
 		d, over, err = s.chargeLog(sh, k, ms, r)
@@ -113,8 +113,8 @@ func (c *Config) validateAdjust(r *Request) error {
 // the debt exactly, but never more than MaxLogLimit, so that a log in
 // debt still fits in its partition's share of the log budget like any
 // full log (Config.Validate).
-func (s *Store) logDebtBound(limit int64) int64 {
-	return min(2*limit, s.cfg.MaxLogLimit)
+func (rm *room) logDebtBound(limit int64) int64 {
+	return min(2*limit, rm.maxLogLimit)
 }
 
 // refundCounter refunds r.Hits from the counter of k at now (ms).
@@ -165,7 +165,7 @@ func (s *Store) chargeCounter(sh *shard, k stateKey, now int64, r Request) (Deci
 	}
 	st, ok := sh.counters[k]
 	if !ok {
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, 0, err
 		}
 	}
@@ -185,23 +185,23 @@ func (s *Store) chargeCounter(sh *shard, k stateKey, now int64, r Request) (Deci
 func (s *Store) chargeLog(sh *shard, k stateKey, now int64, r Request) (Decision, int64, error) {
 	st, ok := sh.logs[k]
 	if !ok {
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, 0, err
 		}
 		st = new(logState)
 	}
-	bound := s.logDebtBound(r.Limit)
+	bound := s.room.logDebtBound(r.Limit)
 	n0, c0 := st.n, len(st.ring)
-	res, fits := st.charge(now, k.window, r.Limit, r.Hits, bound, s.logShare-sh.slots+c0)
+	res, fits := st.charge(now, k.window, r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
 	var err error
 	if !fits {
 		need := int(min(int64(st.n)+min(r.Hits, bound), bound)) // st is pruned
-		err = s.makeLogRoom(sh, now, k, c0, need)
+		err = s.room.makeLogRoom(sh, now, k, c0, need)
 		if err == nil {
-			res, fits = st.charge(now, k.window, r.Limit, r.Hits, bound, s.logShare-sh.slots+c0)
+			res, fits = st.charge(now, k.window, r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
 		}
 		if err == nil && !fits { // cannot happen: room was made
-			err = s.logFull(sh)
+			err = s.room.logFull(sh)
 		}
 	}
 	// As in checkLog: a refused charge's prune stands, and a refused new

@@ -108,7 +108,7 @@ func BenchmarkReserveSettle(b *testing.B) {
 					b.Fatal(err)
 				}
 				if i%1000 == 999 {
-					s.ExpireReservations(now) // settled records go at their expiry, as the node's loop does
+					s.Reservations().Expire(now) // settled records go at their expiry, as the node's loop does
 				}
 			}
 		})

@@ -139,7 +139,7 @@ func (mr *modelRun) step(ctx string, op int, now int64, r Request) {
 			RetryAfter: ms(retry), ResetAfter: ms(reset), RefillAfter: ms(ref.refill(now))}
 		require.Equal(t, want, d, ctx)
 		// Never below zero, and what a later inspection sees agrees.
-		views, err := mr.s.Inspect(at, r.Key, 0, 0)
+		views, err := mr.s.Admin().Inspect(at, r.Key, 0, 0)
 		require.NoError(t, err, ctx)
 		for _, v := range views {
 			require.True(t, v.Previous >= 0 && v.Current >= 0 && v.Count >= 0, "%s: negative state %+v", ctx, v)
@@ -198,8 +198,8 @@ func TestStoreMatchesReferenceModelWithRefundsAndCharges(t *testing.T) {
 			mr.step(ctx, op, now, r)
 			if i%50 == 0 {
 				requireAccounting(t, s)
-				for p := range s.Partitions() {
-					s.TakeChanged(nil, p, time.UnixMilli(now))
+				for p := range s.Transfer().Partitions() {
+					s.Changes().Take(nil, p, time.UnixMilli(now))
 				}
 			}
 		}

@@ -92,7 +92,7 @@ func TestRefundOfAnAbsentKeyCreatesNothing(t *testing.T) {
 	}
 	st := s.Stats()
 	assert.Zero(t, st.CounterKeys+st.LogKeys)
-	assert.Empty(t, s.TakeChanged(nil, 0, adjT0))
+	assert.Empty(t, s.Changes().Take(nil, 0, adjT0))
 }
 
 // A charge over the limit counts everything; RetryAfter is when a 1-hit
@@ -284,7 +284,7 @@ func TestAdjustmentsAreTracked(t *testing.T) {
 		_, _, err := s.Charge(adjT0, r)
 		require.NoError(t, err)
 	}
-	got := s.TakeChanged(nil, 0, adjT0)
+	got := s.Changes().Take(nil, 0, adjT0)
 	require.Len(t, got, 2)
 	assert.EqualValues(t, 7, got[0].Curr)
 	assert.Len(t, got[1].Log, 3)
@@ -294,7 +294,7 @@ func TestAdjustmentsAreTracked(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, r.Hits, n)
 	}
-	got = s.TakeChanged(nil, 0, adjT0)
+	got = s.Changes().Take(nil, 0, adjT0)
 	require.Len(t, got, 2)
 	for _, ks := range got {
 		assert.Zero(t, ks.Curr+ks.Prev+int64(len(ks.Log)), "%s: tombstone", ks.Key)
@@ -303,13 +303,13 @@ func TestAdjustmentsAreTracked(t *testing.T) {
 	_, n, err := s.Refund(adjT0, counter)
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	assert.Empty(t, s.TakeChanged(nil, 0, adjT0))
+	assert.Empty(t, s.Changes().Take(nil, 0, adjT0))
 
 	// The replayed records rebuild the owner's state on a backup.
 	_, _, err = s.Charge(adjT0, counter)
 	require.NoError(t, err)
 	backup := newStore(t, 1, nil)
-	_, errs := backup.Merge(adjT0, s.TakeChanged(nil, 0, adjT0))
+	_, errs := backup.Transfer().Merge(adjT0, s.Changes().Take(nil, 0, adjT0))
 	require.Empty(t, errs)
 	d, err := backup.Check(adjT0, Request{Key: "c", Limit: 5, Window: minute, Hits: 1})
 	require.NoError(t, err)
@@ -324,7 +324,7 @@ func TestChargeCountsInHotKeysAndExpires(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Refund(adjT0, r)
 	require.NoError(t, err)
-	hot := s.HotKeys(adjT0, 3)
+	hot := s.Admin().HotKeys(adjT0, 3)
 	require.Len(t, hot.Checks, 1)
 	assert.EqualValues(t, 1, hot.Checks[0].Count, "the charge counts, the refund does not")
 	require.Len(t, hot.Denials, 1)

@@ -243,8 +243,8 @@ func BenchmarkCheckTrackingChanges(b *testing.B) {
 				if i%570 != 569 {
 					continue
 				}
-				for p := range s.Partitions() {
-					taken = s.TakeChanged(taken[:0], p, now)
+				for p := range s.Transfer().Partitions() {
+					taken = s.Changes().Take(taken[:0], p, now)
 					states += len(taken)
 				}
 			}

@@ -21,33 +21,33 @@ func (sh *shard) lookup(id uint64) (reservation, bool) {
 // expireOne forgets reservation id, due at ms: an open hold gives its
 // hits back, an open reservation counts as used, a settled one was only
 // remembered for retries. Requires sh.mu held.
-func (s *Store) expireOne(sh *shard, id uint64, rec reservation, ms int64) {
+func (rv *Reservations) expireOne(sh *shard, id uint64, rec reservation, ms int64) {
 	delete(sh.book.byID, id)
-	s.reservations.Add(-1)
+	rv.remembered.Add(-1)
 	if rec.settled {
 		return
 	}
-	s.resv.expired.Add(1)
+	rv.counts.expired.Add(1)
 	if rec.hold {
-		s.refundedHits.Add(uint64(s.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))
+		rv.refundedHits.Add(uint64(rv.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))
 	}
 }
 
-// ExpireReservations forgets every reservation due at now (see
+// Expire forgets every reservation due at now (see
 // expireOne) and returns how many open ones expired. A partition whose
 // soonest expiry is later is skipped without a look; the others are
 // scanned under their lock, one at a time. The node calls it every
 // second, so that a hold whose coordinator died gives its hits back
 // about then; a settle that meets a due reservation expires it first, so
 // correctness never waits for it.
-func (s *Store) ExpireReservations(now time.Time) int {
-	if s.reservations.Load() == 0 && s.unknowns.Load() == 0 {
+func (rv *Reservations) Expire(now time.Time) int {
+	if rv.remembered.Load() == 0 && rv.unknowns.Load() == 0 {
 		return 0
 	}
 	ms := max(now.UnixMilli(), 0)
 	expired := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for i := range rv.store.shards {
+		sh := &rv.store.shards[i]
 		sh.mu.Lock()
 		if b := sh.book; b != nil && b.next <= ms {
 			next := int64(math.MaxInt64)
@@ -59,10 +59,10 @@ func (s *Store) ExpireReservations(now time.Time) int {
 				if !rec.settled {
 					expired++
 				}
-				s.expireOne(sh, id, rec, ms)
+				rv.expireOne(sh, id, rec, ms)
 			}
 			gone, next := b.unknown.expire(ms, next)
-			s.unknowns.Add(-int64(gone))
+			rv.unknowns.Add(-int64(gone))
 			b.next = next
 			if len(b.byID) == 0 && b.peak > 4096 && len(b.unknown.byID) == 0 {
 				sh.book = nil // give a large map back (Go maps never shrink); a small one is kept for the next
@@ -85,11 +85,11 @@ type OpenReservation struct {
 	Age, ExpiresIn time.Duration
 }
 
-// OpenReservations lists the reservations open on key at now, soonest
+// Open lists the reservations open on key at now, soonest
 // expiry first, at most max of them.
-func (s *Store) OpenReservations(key string, now time.Time, max int) []OpenReservation {
+func (rv *Reservations) Open(key string, now time.Time, max int) []OpenReservation {
 	ms := now.UnixMilli()
-	sh := s.shardOf(key)
+	sh := rv.store.shards.of(key)
 	sh.mu.Lock()
 	var out []OpenReservation
 	if sh.book != nil {
@@ -132,29 +132,29 @@ type ReservationStats struct {
 	RefundedHits, ChargedHits uint64
 }
 
-// ReservationStats reads the totals; it takes no lock.
-func (s *Store) ReservationStats() ReservationStats {
+// Stats reads the totals; it takes no lock.
+func (rv *Reservations) Stats() ReservationStats {
 	return ReservationStats{
-		Remembered: s.reservations.Load(), RememberedUnknown: s.unknowns.Load(),
-		Reserved: s.resv.reserved.Load(), Denied: s.resv.denied.Load(),
-		Settled: s.resv.settled.Load(), Released: s.resv.released.Load(), Retried: s.resv.retried.Load(),
-		Unknown: s.resv.unknown.Load(), Expired: s.resv.expired.Load(),
-		RefundedHits: s.refundedHits.Load(), ChargedHits: s.chargedHits.Load(),
+		Remembered: rv.remembered.Load(), RememberedUnknown: rv.unknowns.Load(),
+		Reserved: rv.counts.reserved.Load(), Denied: rv.counts.denied.Load(),
+		Settled: rv.counts.settled.Load(), Released: rv.counts.released.Load(), Retried: rv.counts.retried.Load(),
+		Unknown: rv.counts.unknown.Load(), Expired: rv.counts.expired.Load(),
+		RefundedHits: rv.refundedHits.Load(), ChargedHits: rv.chargedHits.Load(),
 	}
 }
 
 // countSettle counts a closed reservation by what it found.
-func (s *Store) countSettle(op Op, adj Adjustment) {
+func (rv *Reservations) countSettle(op Op, adj Adjustment) {
 	switch adj.Settled {
 	case SettledBefore:
-		s.resv.retried.Add(1)
+		rv.counts.retried.Add(1)
 		return
 	case SettledUnknown:
-		s.resv.unknown.Add(1)
+		rv.counts.unknown.Add(1)
 	}
 	if op == OpRelease {
-		s.resv.released.Add(1)
+		rv.counts.released.Add(1)
 	} else {
-		s.resv.settled.Add(1)
+		rv.counts.settled.Add(1)
 	}
 }

@@ -33,7 +33,7 @@ func requireAccounting(t *testing.T, s *Store) {
 		got := [3]int{sh.entries, sh.slots, sh.keyBytes}
 		sh.mu.Unlock()
 		require.Equal(t, [3]int{entries, slots, keyBytes}, got, "shard %d: entries, slots, key bytes", i)
-		require.LessOrEqual(t, slots, s.logShare, "shard %d holds more log slots than its share", i)
+		require.LessOrEqual(t, slots, s.room.logShare, "shard %d holds more log slots than its share", i)
 	}
 }
 
@@ -174,7 +174,7 @@ func TestLogBudgetBoundsMerge(t *testing.T) {
 	for i := range log {
 		log[i] = t0.UnixMilli() - int64(i)
 	}
-	merged, errs := s.Merge(t0, []KeyState{{Key: "moved", Window: time.Minute, Algorithm: SlidingWindowLog, Log: log[:20]},
+	merged, errs := s.Transfer().Merge(t0, []KeyState{{Key: "moved", Window: time.Minute, Algorithm: SlidingWindowLog, Log: log[:20]},
 		{Key: "too-big", Window: time.Minute, Algorithm: SlidingWindowLog, Log: log}})
 	assert.Equal(t, 1, merged)
 	require.Len(t, errs, 1)
@@ -206,22 +206,22 @@ func TestAccountingUnderRandomTraffic(t *testing.T) {
 					require.ErrorIs(t, err, ErrCapacity)
 				}
 			case op < 84:
-				s.Delete(now, key, w, Algorithm(rng.IntN(2)))
+				s.Admin().Delete(now, key, w, Algorithm(rng.IntN(2)))
 			case op < 86:
-				s.DeleteKey(now, key)
+				s.Admin().DeleteKey(now, key)
 			case op < 88:
 				s.Sweep(now)
 			case op < 94:
-				p := rng.IntN(s.Partitions())
-				states := s.SnapshotPartition(p, now)
+				p := rng.IntN(s.Transfer().Partitions())
+				states := s.Transfer().SnapshotPartition(p, now)
 				if len(states) > 0 {
 					states = states[:1+rng.IntN(len(states))]
 				}
-				other.Merge(now, states)
-				s.Forget(now, states)
+				other.Transfer().Merge(now, states)
+				s.Transfer().Forget(now, states)
 			default:
-				p := rng.IntN(other.Partitions())
-				s.Merge(now, other.SnapshotPartition(p, now))
+				p := rng.IntN(other.Transfer().Partitions())
+				s.Transfer().Merge(now, other.Transfer().SnapshotPartition(p, now))
 			}
 			if i%50 == 0 {
 				requireAccounting(t, s)

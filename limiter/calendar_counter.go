@@ -108,7 +108,7 @@ func (s *Store) checkCalendar(sh *shard, k stateKey, c cal, now int64, r Request
 		}
 		sh.counters[k] = st
 	case changed:
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
 		sh.journalCounter(k, &st)
@@ -146,7 +146,7 @@ func (s *Store) refundCalendar(sh *shard, k stateKey, c cal, now int64, r Reques
 func (s *Store) chargeCalendar(sh *shard, k stateKey, c cal, now int64, r Request) (Decision, int64, error) {
 	st, ok := sh.calendarState(k)
 	if !ok {
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, 0, err
 		}
 	}
@@ -195,7 +195,7 @@ func (s *counterState) refundCalendarAt(c cal, now, at, n int64) int64 {
 // start, as for a clock that stepped back); one behind sends, for up to S
 // after the boundary, a period that has ended here. Either way a boundary
 // moves by at most the skew.
-func (s *Store) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks KeyState) (KeyState, error) {
+func (t *Transfer) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks KeyState) (KeyState, error) {
 	cur, ok := sh.calendarState(k)
 	in := counterState{window: ks.WindowID, curr: ks.Curr}
 	current := c.periodAt(min(now, maxCalendarMS)).start
@@ -204,7 +204,7 @@ func (s *Store) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks KeySta
 	}
 	switch {
 	case !ok:
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := t.room.makeRoom(sh, now); err != nil {
 			return KeyState{}, err
 		}
 		sh.putCounter(k, in)

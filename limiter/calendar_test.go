@@ -139,8 +139,8 @@ func TestCalendarStatesMergeByPeriod(t *testing.T) {
 	r2.Hits = 2
 	check(t, b, jan, r2)
 
-	p := a.PartitionOf(r.Key)
-	states := a.SnapshotPartition(p, jan)
+	p := a.Transfer().PartitionOf(r.Key)
+	states := a.Transfer().SnapshotPartition(p, jan)
 	require.Len(t, states, 1)
 	ks := states[0]
 	assert.Equal(t, r.Calendar, ks.Calendar)
@@ -149,15 +149,15 @@ func TestCalendarStatesMergeByPeriod(t *testing.T) {
 	assert.EqualValues(t, 3, ks.Curr)
 	assert.Equal(t, local(t, "Europe/Paris", "2025-02-01T00:00:00.000").UnixMilli(), ks.Expiry())
 
-	added, errs := b.MergeAdded(jan, states)
+	added, errs := b.Transfer().MergeAdded(jan, states)
 	require.Empty(t, errs)
 	assert.EqualValues(t, 5, peekCount(t, b, jan, r), "one period: summed")
-	b.Forget(jan, added)
+	b.Transfer().Forget(jan, added)
 	assert.EqualValues(t, 2, peekCount(t, b, jan, r), "Forget takes back what was added")
 
 	// b's clock has reached February: January's state adds nothing.
 	feb := local(t, "Europe/Paris", "2025-02-01T00:00:00.000")
-	merged, errs := b.Merge(feb, states)
+	merged, errs := b.Transfer().Merge(feb, states)
 	require.Empty(t, errs)
 	assert.Equal(t, 1, merged)
 	assert.Zero(t, peekCount(t, b, feb, r))
@@ -168,21 +168,21 @@ func TestCalendarStatesMergeByPeriod(t *testing.T) {
 	check(t, c, jan, r2)
 	later := ks
 	later.WindowID, later.Curr = feb.UnixMilli(), 7
-	_, errs = c.Merge(jan, []KeyState{later})
+	_, errs = c.Transfer().Merge(jan, []KeyState{later})
 	require.Empty(t, errs)
 	assert.EqualValues(t, 7, peekCount(t, c, feb.Add(-time.Second), r))
 	// And an older period's state after that adds nothing.
-	_, errs = c.Merge(feb.Add(-time.Second), []KeyState{ks})
+	_, errs = c.Transfer().Merge(feb.Add(-time.Second), []KeyState{ks})
 	require.Empty(t, errs)
 	assert.EqualValues(t, 7, peekCount(t, c, feb, r))
 
 	bad := ks
 	bad.Prev = 1
-	_, errs = c.Merge(jan, []KeyState{bad})
+	_, errs = c.Transfer().Merge(jan, []KeyState{bad})
 	require.Len(t, errs, 1)
 	bad = ks
 	bad.Algorithm = SlidingWindowLog
-	_, errs = c.Merge(jan, []KeyState{bad})
+	_, errs = c.Transfer().Merge(jan, []KeyState{bad})
 	require.Len(t, errs, 1)
 	assert.ErrorContains(t, errs[0], "algorithm")
 }
@@ -195,13 +195,13 @@ func TestCalendarChangesReplicate(t *testing.T) {
 	r := calReq(t, CalendarWeek, "Asia/Tokyo", 10, 2)
 	now := local(t, "Asia/Tokyo", "2025-06-18T09:00:00.000")
 	check(t, s, now, r)
-	p := s.PartitionOf(r.Key)
-	got := s.TakeChanged(nil, p, now)
+	p := s.Transfer().PartitionOf(r.Key)
+	got := s.Changes().Take(nil, p, now)
 	require.Len(t, got, 1)
 	assert.Equal(t, KeyState{Key: r.Key, Calendar: r.Calendar, WindowID: local(t, "Asia/Tokyo", "2025-06-16T00:00:00.000").UnixMilli(), Curr: 2}, got[0])
 
-	assert.True(t, s.DeleteLimit(now, r))
-	got = s.TakeChanged(nil, p, now)
+	assert.True(t, s.Admin().DeleteLimit(now, r))
+	got = s.Changes().Take(nil, p, now)
 	assert.Equal(t, []KeyState{{Key: r.Key, Calendar: r.Calendar}}, got, "the tombstone, of the counter only")
 }
 
@@ -241,7 +241,7 @@ func TestCalendarReservationsSettleWithinTheirPeriod(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Adjustment{Over: 0, Settled: SettledNow}, *d.Adjust)
 	assert.EqualValues(t, 7, peekCount(t, s, feb, r))
-	assert.Len(t, s.OpenReservations(r.Key, feb, 10), 0)
+	assert.Len(t, s.Reservations().Open(r.Key, feb, 10), 0)
 
 	// A token is bound to its calendar: another zone's is another limit.
 	d, err = s.Apply(feb, r)
@@ -252,7 +252,7 @@ func TestCalendarReservationsSettleWithinTheirPeriod(t *testing.T) {
 	var ae *ArgumentError
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, "reservation", ae.Field)
-	open := s.OpenReservations(r.Key, feb, 10)
+	open := s.Reservations().Open(r.Key, feb, 10)
 	require.Len(t, open, 1)
 	assert.Equal(t, r.Calendar, open[0].Calendar)
 	assert.Zero(t, open[0].Window)
@@ -269,14 +269,14 @@ func TestCalendarHoldExpiryReleasesWithinThePeriod(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	assert.EqualValues(t, 4, peekCount(t, s, now, r))
-	assert.Equal(t, 1, s.ExpireReservations(now.Add(10*time.Second)))
+	assert.Equal(t, 1, s.Reservations().Expire(now.Add(10*time.Second)))
 	assert.Zero(t, peekCount(t, s, now.Add(10*time.Second), r))
 
 	late := local(t, "UTC", "2025-06-15T23:59:55.000")
 	_, err = s.Apply(late, r)
 	require.NoError(t, err)
 	check(t, s, late.Add(10*time.Second), Request{Key: r.Key, Limit: 10, Calendar: r.Calendar, Hits: 1})
-	s.ExpireReservations(late.Add(10 * time.Second))
+	s.Reservations().Expire(late.Add(10 * time.Second))
 	assert.EqualValues(t, 1, peekCount(t, s, late.Add(10*time.Second), r), "the hold's hits were yesterday's")
 }
 
@@ -357,7 +357,7 @@ func TestCalendarSweepAndInspect(t *testing.T) {
 	now := local(t, "Europe/Paris", "2025-06-15T18:00:00.000")
 	check(t, s, now, r)
 	check(t, s, now, Request{Key: r.Key, Limit: 10, Window: time.Minute, Hits: 1})
-	views, err := s.Inspect(now, r.Key, 10, 8)
+	views, err := s.Admin().Inspect(now, r.Key, 10, 8)
 	require.NoError(t, err)
 	require.Len(t, views, 2)
 	cal := views[0]

@@ -99,7 +99,17 @@ func (sh *shard) unjournal(k stateKey, mark, slot uint32, kind changeKind) {
 	}
 }
 
-// TakeChanged appends to out the state, at now, of every key of
+// Changes is a Store's change tracking (Config.TrackChanges): what
+// changed in each partition since the last round, which a node sends its
+// backups and its disk. Get it with Store.Changes. It is safe for
+// concurrent use, with itself and with every other call on the Store:
+// each call locks one partition at a time. Without TrackChanges it
+// tracks nothing, and Take and TakeAll return nothing.
+type Changes struct {
+	shards shards
+}
+
+// Take appends to out the state, at now, of every key of
 // partition i that changed since the last call, in the order they
 // changed, and forgets that they changed: what an owner sends its backup
 // (see Config.TrackChanges). A state that is gone or expired comes as
@@ -108,9 +118,9 @@ func (sh *shard) unjournal(k stateKey, mark, slot uint32, kind changeKind) {
 // journal) comes under both algorithms, as its state or its tombstone.
 // The caller may reuse out: nothing appended refers to the store's
 // memory but key strings and fresh logs.
-func (s *Store) TakeChanged(out []KeyState, i int, now time.Time) []KeyState {
+func (c *Changes) Take(out []KeyState, i int, now time.Time) []KeyState {
 	ms := max(now.UnixMilli(), 0)
-	sh := &s.shards[i]
+	sh := &c.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	j := sh.journal
@@ -124,24 +134,24 @@ func (s *Store) TakeChanged(out []KeyState, i int, now time.Time) []KeyState {
 	return out
 }
 
-// TakeAllChanged is TakeChanged of every partition, into out (by
+// TakeAll is Take of every partition, into out (by
 // partition; reused, its slices emptied first, and made if too short):
 // what a node's round takes once for its backups and its disk alike.
-func (s *Store) TakeAllChanged(out [][]KeyState, now time.Time) [][]KeyState {
-	if len(out) < len(s.shards) {
-		out = make([][]KeyState, len(s.shards))
+func (c *Changes) TakeAll(out [][]KeyState, now time.Time) [][]KeyState {
+	if len(out) < len(c.shards) {
+		out = make([][]KeyState, len(c.shards))
 	}
-	for i := range s.shards {
+	for i := range c.shards {
 		clear(out[i])
-		out[i] = s.TakeChanged(out[i][:0], i, now)
+		out[i] = c.Take(out[i][:0], i, now)
 	}
 	return out
 }
 
-// ClearChanged forgets which keys of partition i changed: the caller has
-// just taken a whole copy of it (SnapshotPartition).
-func (s *Store) ClearChanged(i int) {
-	sh := &s.shards[i]
+// Clear forgets which keys of partition i changed: the caller has
+// just taken a whole copy of it (Transfer.SnapshotPartition).
+func (c *Changes) Clear(i int) {
+	sh := &c.shards[i]
 	sh.mu.Lock()
 	if sh.journal != nil {
 		sh.journal.reset()

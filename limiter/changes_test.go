@@ -22,7 +22,7 @@ func TestTakeChanged(t *testing.T) {
 		_, err := s.Check(now, r)
 		require.NoError(t, err)
 	}
-	got := s.TakeChanged(nil, 0, now)
+	got := s.Changes().Take(nil, 0, now)
 	require.Len(t, got, 2, "a peek changes nothing")
 	byKey := map[string]KeyState{}
 	for _, ks := range got {
@@ -30,10 +30,10 @@ func TestTakeChanged(t *testing.T) {
 	}
 	assert.EqualValues(t, 2, byKey["c"].Curr)
 	assert.Equal(t, []int64{now.UnixMilli()}, byKey["l"].Log)
-	assert.Empty(t, s.TakeChanged(nil, 0, now), "taken")
+	assert.Empty(t, s.Changes().Take(nil, 0, now), "taken")
 
-	s.Delete(now, "c", time.Second, SlidingWindowCounter)
-	got = s.TakeChanged(nil, 0, now)
+	s.Admin().Delete(now, "c", time.Second, SlidingWindowCounter)
+	got = s.Changes().Take(nil, 0, now)
 	require.Len(t, got, 2, "a tombstone of each algorithm")
 	for _, ks := range got {
 		assert.Equal(t, "c", ks.Key)
@@ -42,14 +42,14 @@ func TestTakeChanged(t *testing.T) {
 
 	_, err := s.Check(now, log)
 	require.NoError(t, err)
-	s.ClearChanged(0)
-	assert.Empty(t, s.TakeChanged(nil, 0, now))
+	s.Changes().Clear(0)
+	assert.Empty(t, s.Changes().Take(nil, 0, now))
 
 	off, err := New(DefaultConfig(), 1)
 	require.NoError(t, err)
 	_, err = off.Check(now, counter)
 	require.NoError(t, err)
-	assert.Empty(t, off.TakeChanged(nil, 0, now))
+	assert.Empty(t, off.Changes().Take(nil, 0, now))
 }
 
 // A key changed many times in a round is taken once, at its last state;
@@ -65,7 +65,7 @@ func TestTakeChangedKeepsOneRecordPerKey(t *testing.T) {
 		_, err = s.Check(now.Add(time.Duration(i)*time.Millisecond), log) // the last two are denied
 		require.NoError(t, err)
 	}
-	got := s.TakeChanged(nil, 0, now.Add(10*time.Millisecond))
+	got := s.Changes().Take(nil, 0, now.Add(10*time.Millisecond))
 	require.Len(t, got, 2)
 	assert.Equal(t, "c", got[0].Key)
 	assert.EqualValues(t, 5, got[0].Curr)
@@ -76,7 +76,7 @@ func TestTakeChangedKeepsOneRecordPerKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Check(now.Add(20*time.Millisecond), log) // denied
 	require.NoError(t, err)
-	assert.Empty(t, s.TakeChanged(nil, 0, now.Add(20*time.Millisecond)))
+	assert.Empty(t, s.Changes().Take(nil, 0, now.Add(20*time.Millisecond)))
 }
 
 // A state that changed and then went before the round took it, evicted
@@ -89,7 +89,7 @@ func TestTakeChangedSendsTheTombstoneOfAStateGone(t *testing.T) {
 		_, err := s.Check(now, Request{Key: k, Limit: 5, Window: time.Second, Hits: 1})
 		require.NoError(t, err)
 	}
-	got := s.TakeChanged(nil, 0, now)
+	got := s.Changes().Take(nil, 0, now)
 	byKey := map[string]int64{}
 	for _, ks := range got {
 		byKey[ks.Key] += ks.Prev + ks.Curr + int64(len(ks.Log))
@@ -98,7 +98,7 @@ func TestTakeChangedSendsTheTombstoneOfAStateGone(t *testing.T) {
 
 	_, err := s.Check(now, Request{Key: "b", Limit: 5, Window: time.Second, Hits: 1})
 	require.NoError(t, err)
-	got = s.TakeChanged(nil, 0, now.Add(2*time.Second)) // b's count has left both windows
+	got = s.Changes().Take(nil, 0, now.Add(2*time.Second)) // b's count has left both windows
 	require.Len(t, got, 1)
 	assert.Zero(t, got[0].Prev+got[0].Curr, "expired: a tombstone")
 }
@@ -128,15 +128,15 @@ func TestTakeChangedReplaysToTheStore(t *testing.T) {
 			_, err := s.Check(now, Request{Key: k, Limit: 4, Window: w, Algorithm: a, Hits: rng.Int64N(3)})
 			require.NoError(t, err)
 		case op == 7:
-			s.Delete(now, k, w, a)
+			s.Admin().Delete(now, k, w, a)
 		case op == 8:
-			s.DeleteKey(now, k)
+			s.Admin().DeleteKey(now, k)
 		case op == 9:
-			s.Merge(now, []KeyState{{Key: k, Window: w, Algorithm: a, WindowID: ms / w.Milliseconds(), Curr: 1, Log: []int64{ms}}})
+			s.Transfer().Merge(now, []KeyState{{Key: k, Window: w, Algorithm: a, WindowID: ms / w.Milliseconds(), Curr: 1, Log: []int64{ms}}})
 		case op == 10:
 			s.Sweep(now)
 		default:
-			for _, ks := range s.TakeChanged(nil, 0, now) {
+			for _, ks := range s.Changes().Take(nil, 0, now) {
 				if ks.Prev+ks.Curr == 0 && len(ks.Log) == 0 {
 					delete(backup, id{ks.Key, ks.Window, ks.Algorithm})
 				} else {
@@ -144,7 +144,7 @@ func TestTakeChangedReplaysToTheStore(t *testing.T) {
 				}
 			}
 			want := map[id]KeyState{}
-			for _, ks := range s.SnapshotPartition(0, now) {
+			for _, ks := range s.Transfer().SnapshotPartition(0, now) {
 				want[id{ks.Key, ks.Window, ks.Algorithm}] = liveAt(ks, ms)
 			}
 			got := map[id]KeyState{}

@@ -2,28 +2,28 @@ package limiter
 
 import "time"
 
-// Delete removes key's state under window and algorithm a, and reports
+// Delete removes key's state under window and algorithm alg, and reports
 // whether that state still counted anything at now (an expired state is
 // removed too, but reported as absent: it no longer limited anyone). An
 // operator's reset uses it to lift a block by hand.
 //
 // Only that one state is touched: the same key under another window or
 // algorithm is another limit (see Request).
-func (s *Store) Delete(now time.Time, key string, window time.Duration, a Algorithm) bool {
-	return s.DeleteLimit(now, Request{Key: key, Window: window, Algorithm: a})
+func (a *Admin) Delete(now time.Time, key string, window time.Duration, alg Algorithm) bool {
+	return a.DeleteLimit(now, Request{Key: key, Window: window, Algorithm: alg})
 }
 
 // DeleteLimit is Delete of the limit r names: r's key under its window,
 // or its calendar, and its algorithm.
-func (s *Store) DeleteLimit(now time.Time, r Request) bool {
+func (a *Admin) DeleteLimit(now time.Time, r Request) bool {
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{r.Key, r.stateWindow()}
-	a := r.Algorithm
-	sh := s.shardOf(r.Key)
+	alg := r.Algorithm
+	sh := a.shards.of(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.touch(k) // a backup's copy must go too
-	if a == SlidingWindowLog {
+	if alg == SlidingWindowLog {
 		st, ok := sh.logs[k]
 		if !ok {
 			return false
@@ -47,9 +47,9 @@ func (s *Store) DeleteLimit(now time.Time, r Request) bool {
 // divided by the partition count entries at most (~3,900 with the defaults:
 // 2^20 over 271), tens of microseconds during which that one partition's
 // decisions wait. Fine for an operator's call, not for a request path.
-func (s *Store) DeleteKey(now time.Time, key string) int {
+func (a *Admin) DeleteKey(now time.Time, key string) int {
 	ms := max(now.UnixMilli(), 0)
-	sh := s.shardOf(key)
+	sh := a.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	live := 0

@@ -37,7 +37,7 @@ func TestDeleteLiftsABlockAndOnlyThatLimit(t *testing.T) {
 			exhaust(t, s, now, hour)
 			exhaust(t, s, now, other)
 
-			assert.True(t, s.Delete(now, "user:1", time.Minute, a), "a live state existed")
+			assert.True(t, s.Admin().Delete(now, "user:1", time.Minute, a), "a live state existed")
 			d, err := s.Check(now, minute)
 			require.NoError(t, err)
 			assert.True(t, d.Allowed, "the block is lifted")
@@ -50,8 +50,8 @@ func TestDeleteLiftsABlockAndOnlyThatLimit(t *testing.T) {
 			}
 			// The other algorithm under the same key and window is another
 			// map: nothing to delete there.
-			assert.False(t, s.Delete(now, "user:2", time.Minute, 1-a))
-			assert.False(t, s.Delete(now, "absent", time.Minute, a))
+			assert.False(t, s.Admin().Delete(now, "user:2", time.Minute, 1-a))
+			assert.False(t, s.Admin().Delete(now, "absent", time.Minute, a))
 		})
 	}
 }
@@ -61,7 +61,7 @@ func TestDeleteReportsExpiredStateAsAbsent(t *testing.T) {
 	r := Request{Key: "k", Limit: 2, Window: time.Second, Algorithm: SlidingWindowLog, Hits: 1}
 	_, err := s.Check(sec(1000), r)
 	require.NoError(t, err)
-	assert.False(t, s.Delete(sec(1002), "k", time.Second, SlidingWindowLog), "expired: counted nothing any more")
+	assert.False(t, s.Admin().Delete(sec(1002), "k", time.Second, SlidingWindowLog), "expired: counted nothing any more")
 	assert.Zero(t, s.Stats().LogKeys, "but removed all the same")
 }
 
@@ -80,11 +80,11 @@ func TestDeleteKeyClearsEveryWindowAndAlgorithm(t *testing.T) {
 	// At now+1.5s the 1s log state has expired; the 1s counter still holds
 	// its count in the previous window.
 	later := now.Add(1500 * time.Millisecond)
-	assert.Equal(t, 5, s.DeleteKey(later, "user:1"))
+	assert.Equal(t, 5, s.Admin().DeleteKey(later, "user:1"))
 	st := s.Stats()
 	assert.Equal(t, 1, st.CounterKeys+st.LogKeys, "only the neighbour is left")
 	d, err := s.Check(later, neighbour)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
-	assert.Zero(t, s.DeleteKey(later, "user:1"), "nothing left")
+	assert.Zero(t, s.Admin().DeleteKey(later, "user:1"), "nothing left")
 }

@@ -31,15 +31,27 @@ type KeyState struct {
 	Log []int64
 }
 
+// Transfer is a Store's face to the members it moves state to and from,
+// a partition at a time (a handoff, a replica's copy, the disk) or a
+// key's log (a lease's settlement): it snapshots, merges and forgets key
+// states (KeyState) in the store's own partitions. Get it with
+// Store.Transfer. It is safe for concurrent use, with itself and with
+// every other call on the Store: each call locks one partition at a time.
+type Transfer struct {
+	cfg    *Config
+	shards shards
+	room   *room
+}
+
 // Partitions returns the store's partition count.
-func (s *Store) Partitions() int { return len(s.shards) }
+func (t *Transfer) Partitions() int { return len(t.shards) }
 
 // PartitionOf returns key's partition: partition.Of(key, Partitions()).
-func (s *Store) PartitionOf(key string) int { return partition.Of(key, len(s.shards)) }
+func (t *Transfer) PartitionOf(key string) int { return partition.Of(key, len(t.shards)) }
 
 // PartitionLen returns the number of keys partition i holds.
-func (s *Store) PartitionLen(i int) int {
-	sh := &s.shards[i]
+func (t *Transfer) PartitionLen(i int) int {
+	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.len()
@@ -52,9 +64,9 @@ func (s *Store) PartitionLen(i int) int {
 // round. (Taking the state out for the journey would let a slow or dead
 // receiver hold it hostage while this node, deciding from an empty state,
 // admitted a second limit.)
-func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
+func (t *Transfer) SnapshotPartition(i int, now time.Time) []KeyState {
 	ms := max(now.UnixMilli(), 0)
-	sh := &s.shards[i]
+	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	out := make([]KeyState, 0, sh.len())
@@ -81,14 +93,14 @@ func (s *Store) SnapshotPartition(i int, now time.Time) []KeyState {
 // a key left with nothing is deleted. A state that came from another
 // node's clock is best forgotten in the form MergeAdded returned for it,
 // which Forget takes back exactly.
-func (s *Store) Forget(now time.Time, states []KeyState) {
+func (t *Transfer) Forget(now time.Time, states []KeyState) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
 		k := stateKey{ks.Key, ks.stateWindow()}
 		if k.window == 0 || (k.window < 0 && ks.Algorithm != SlidingWindowCounter) {
 			continue
 		}
-		sh := s.shardOf(ks.Key)
+		sh := t.shards.of(ks.Key)
 		sh.mu.Lock()
 		sh.touch(k)
 		switch {
@@ -179,8 +191,8 @@ func subtractSorted(a, b []int64) []int64 {
 // Invalid states are skipped with an error each; a state that does not fit
 // (OverflowReject at capacity) is skipped too. Merge returns how many it
 // merged and the errors of the others, so the caller can report them.
-func (s *Store) Merge(now time.Time, states []KeyState) (merged int, errs []error) {
-	return s.merge(now, states, nil)
+func (t *Transfer) Merge(now time.Time, states []KeyState) (merged int, errs []error) {
+	return t.merge(now, states, nil)
 }
 
 // MergeAdded is Merge, returning what it added instead of how many: each
@@ -188,16 +200,16 @@ func (s *Store) Merge(now time.Time, states []KeyState) (merged int, errs []erro
 // of those takes back exactly what was added, however the sender's clock
 // differed from this node's: Merge's placement is not undone by a Forget
 // of the states as sent.
-func (s *Store) MergeAdded(now time.Time, states []KeyState) (added []KeyState, errs []error) {
-	_, errs = s.merge(now, states, &added)
+func (t *Transfer) MergeAdded(now time.Time, states []KeyState) (added []KeyState, errs []error) {
+	_, errs = t.merge(now, states, &added)
 	return added, errs
 }
 
 // merge implements Merge, appending to added (if not nil) what it added.
-func (s *Store) merge(now time.Time, states []KeyState, added *[]KeyState) (merged int, errs []error) {
+func (t *Transfer) merge(now time.Time, states []KeyState, added *[]KeyState) (merged int, errs []error) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
-		in, err := s.mergeOne(ms, ks)
+		in, err := t.mergeOne(ms, ks)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("merge %q: %w", ks.Key, err))
 			continue
@@ -214,13 +226,13 @@ func (s *Store) merge(now time.Time, states []KeyState, added *[]KeyState) (merg
 // algorithm; a log longer than MaxLogLimit is trimmed by mergeLog, not
 // refused), then merges it under its partition's lock. It returns what it
 // added, the zero KeyState if nothing.
-func (s *Store) mergeOne(now int64, ks KeyState) (KeyState, error) {
+func (t *Transfer) mergeOne(now int64, ks KeyState) (KeyState, error) {
 	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm, Calendar: ks.Calendar}
 	if ks.Algorithm == SlidingWindowLog {
-		probe.Limit = min(int64(len(ks.Log)), s.cfg.MaxLogLimit)
+		probe.Limit = min(int64(len(ks.Log)), t.cfg.MaxLogLimit)
 	}
 	probe.Limit = max(probe.Limit, 1)
-	if err := s.cfg.validate(&probe); err != nil {
+	if err := t.cfg.validate(&probe); err != nil {
 		return KeyState{}, err
 	}
 	switch {
@@ -230,18 +242,18 @@ func (s *Store) mergeOne(now int64, ks KeyState) (KeyState, error) {
 		return KeyState{}, &ArgumentError{"state", "a calendar limit has no previous window's count"}
 	}
 	k := stateKey{ks.Key, ks.stateWindow()}
-	sh := s.shardOf(ks.Key)
+	sh := t.shards.of(ks.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.touch(k)
 	switch {
 	case ks.Calendar != 0:
 		c, _ := ks.Calendar.cal() // validated
-		return s.mergeCalendar(sh, k, c, now, ks)
+		return t.mergeCalendar(sh, k, c, now, ks)
 	case ks.Algorithm == SlidingWindowCounter:
-		return s.mergeCounter(sh, k, now, ks)
+		return t.mergeCounter(sh, k, now, ks)
 	default:
-		return s.mergeLog(sh, k, now, ks)
+		return t.mergeLog(sh, k, now, ks)
 	}
 }
 
@@ -304,7 +316,7 @@ func (ks KeyState) Expiry() int64 {
 //     sender's estimate while S < W (its Prev, mostly hits of our current
 //     window, counts whole until our next window), Prev+Curr if S ≥ W;
 //     all of it is gone when our window after next begins, within 2W.
-func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
+func (t *Transfer) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
 	w := k.window
 	cur, ok := sh.counters[k]
 	at := floorDiv(now, w)
@@ -316,7 +328,7 @@ func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (Key
 		return KeyState{}, nil // nothing left to count
 	}
 	if !ok {
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := t.room.makeRoom(sh, now); err != nil {
 			return KeyState{}, err
 		}
 		sh.putCounter(k, in)
@@ -348,7 +360,7 @@ func (s *Store) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (Key
 // leave |S| early, so up to the sender's hits of any |S| span (up to L,
 // all of them if |S| ≥ W) may be admitted again: the rebase on arrival,
 // with the sender's clock reading, is what shifts them later.
-func (s *Store) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
+func (t *Transfer) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
 	in := placeLog(ks.Log, now, k.window)
 	cur, ok := sh.logs[k]
 	united, c0 := in, 0 // c0: the slots the shard counts for this key's log
@@ -367,11 +379,11 @@ func (s *Store) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyStat
 	if len(united) == 0 {
 		return KeyState{}, nil
 	}
-	if over := len(united) - int(s.cfg.MaxLogLimit); over > 0 {
+	if over := len(united) - int(t.cfg.MaxLogLimit); over > 0 {
 		in = subtractSorted(in, united[:over])
 		united = united[over:]
 	}
-	if err := s.storeLog(sh, k, now, cur, c0, united); err != nil {
+	if err := t.storeLog(sh, k, now, cur, c0, united); err != nil {
 		return KeyState{}, err
 	}
 	if len(in) == 0 {
@@ -397,15 +409,15 @@ func placeLog(log []int64, now, w int64) []int64 {
 // storeLog makes entries (sorted, at most MaxLogLimit) the log of k, cur
 // (nil if k has none), whose slots the shard counts as c0. Requires sh.mu
 // held.
-func (s *Store) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 int, entries []int64) error {
+func (t *Transfer) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 int, entries []int64) error {
 	if cur == nil {
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := t.room.makeRoom(sh, now); err != nil {
 			return err
 		}
 	}
 	// The united log takes exactly len(entries) slots, within the budget
 	// like any log's growth.
-	if err := s.makeLogRoom(sh, now, k, c0, len(entries)); err != nil {
+	if err := t.room.makeLogRoom(sh, now, k, c0, len(entries)); err != nil {
 		return err
 	}
 	if cur == nil {
@@ -448,13 +460,13 @@ func ChunkLen(states []KeyState) int {
 // added as of from were found (the rest is ignored), so a move never
 // grows a log, nor counts twice what a handoff took elsewhere. A log that
 // is gone (reset, handed off) is left alone.
-func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, to []int64) {
+func (t *Transfer) MoveLog(now time.Time, key string, window time.Duration, from, to []int64) {
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{key, window.Milliseconds()}
 	if k.window <= 0 {
 		return
 	}
-	sh := s.shardOf(key)
+	sh := t.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st, ok := sh.logs[k]
@@ -471,7 +483,7 @@ func (s *Store) MoveLog(now time.Time, key string, window time.Duration, from, t
 		}
 	}
 	slices.Sort(entries)
-	if over := len(entries) - int(s.cfg.MaxLogLimit); over > 0 {
+	if over := len(entries) - int(t.cfg.MaxLogLimit); over > 0 {
 		entries = entries[over:]
 	}
 	if len(entries) == 0 {
@@ -498,5 +510,5 @@ func (s KeyState) ID() StateID {
 }
 
 // Empty reports whether s counts nothing: a key's tombstone, among what
-// TakeChanged returns.
+// Changes.Take returns.
 func (s KeyState) Empty() bool { return s.Prev <= 0 && s.Curr <= 0 && len(s.Log) == 0 }

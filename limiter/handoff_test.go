@@ -26,14 +26,14 @@ func TestSnapshotMergeForgetKeepDecisions(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	p := a.PartitionOf("user:1")
-	states := a.SnapshotPartition(p, t0)
+	p := a.Transfer().PartitionOf("user:1")
+	states := a.Transfer().SnapshotPartition(p, t0)
 	require.Len(t, states, 2)
-	assert.Equal(t, 2, a.PartitionLen(p), "a snapshot leaves the state in place")
-	a.Forget(t0, states)
-	assert.Zero(t, a.PartitionLen(p), "forgetting what was sent leaves nothing")
+	assert.Equal(t, 2, a.Transfer().PartitionLen(p), "a snapshot leaves the state in place")
+	a.Transfer().Forget(t0, states)
+	assert.Zero(t, a.Transfer().PartitionLen(p), "forgetting what was sent leaves nothing")
 
-	merged, errs := b.Merge(t0, states)
+	merged, errs := b.Transfer().Merge(t0, states)
 	require.Empty(t, errs)
 	assert.Equal(t, 2, merged)
 	for _, r := range reqs {
@@ -60,7 +60,7 @@ func TestMergeSumsWhatBothSidesAdmitted(t *testing.T) {
 	check(b, t0.Add(1*time.Second), counter)  // b: rolls: prev 2, curr 2
 	check(a, t0.Add(1*time.Second), log)      // a: log [t0+1s]
 	check(b, t0.Add(2*time.Second), log)      // b: log [t0+2s]
-	_, errs := b.Merge(t0.Add(3*time.Second), a.SnapshotPartition(a.PartitionOf("k"), t0.Add(3*time.Second)))
+	_, errs := b.Transfer().Merge(t0.Add(3*time.Second), a.Transfer().SnapshotPartition(a.Transfer().PartitionOf("k"), t0.Add(3*time.Second)))
 	require.Empty(t, errs)
 
 	d, err := b.Check(t0.Add(3*time.Second), withHits(counter, 0))
@@ -77,7 +77,7 @@ func TestMergeDropsExpiredAndClampsFutureState(t *testing.T) {
 	now := sec(1_000_000)
 	w := 10 * time.Second
 	nowMS := now.UnixMilli()
-	_, errs := s.Merge(now, []KeyState{
+	_, errs := s.Transfer().Merge(now, []KeyState{
 		{Key: "old-counter", Window: w, WindowID: nowMS/10_000 - 2, Curr: 5},
 		{Key: "old-log", Window: w, Algorithm: SlidingWindowLog, Log: []int64{nowMS - 10_000}},
 		{Key: "future-counter", Window: w, WindowID: nowMS/10_000 + 50, Curr: 3},
@@ -99,7 +99,7 @@ func TestMergeDropsExpiredAndClampsFutureState(t *testing.T) {
 
 func TestMergeRejectsInvalidStates(t *testing.T) {
 	s := newStore(t, partition.DefaultCount, nil)
-	merged, errs := s.Merge(sec(100), []KeyState{
+	merged, errs := s.Transfer().Merge(sec(100), []KeyState{
 		{Key: "", Window: time.Second},
 		{Key: "k", Window: 0},
 		{Key: "k", Window: time.Second, Algorithm: 7},
@@ -117,7 +117,7 @@ func TestMergeCapsLogAtMaxLogLimit(t *testing.T) {
 	for i := range log {
 		log[i] = now.UnixMilli() - int64(12-i)
 	}
-	_, errs := s.Merge(now, []KeyState{{Key: "k", Window: time.Second, Algorithm: SlidingWindowLog, Log: log}})
+	_, errs := s.Transfer().Merge(now, []KeyState{{Key: "k", Window: time.Second, Algorithm: SlidingWindowLog, Log: log}})
 	require.Empty(t, errs)
 	assert.Equal(t, 5, s.Stats().LogEntries)
 }
@@ -146,18 +146,18 @@ func TestSnapshotAndForgetDuringTrafficLoseNothing(t *testing.T) {
 		})
 	}
 	for range 50 {
-		sent := src.SnapshotPartition(0, now)
-		_, errs := dst.Merge(now, sent)
+		sent := src.Transfer().SnapshotPartition(0, now)
+		_, errs := dst.Transfer().Merge(now, sent)
 		require.Empty(t, errs)
-		src.Forget(now, sent)
+		src.Transfer().Forget(now, sent)
 	}
 	close(stop)
 	wg.Wait()
-	sent := src.SnapshotPartition(0, now)
-	_, errs := dst.Merge(now, sent)
+	sent := src.Transfer().SnapshotPartition(0, now)
+	_, errs := dst.Transfer().Merge(now, sent)
 	require.Empty(t, errs)
-	src.Forget(now, sent)
-	assert.Zero(t, src.PartitionLen(0))
+	src.Transfer().Forget(now, sent)
+	assert.Zero(t, src.Transfer().PartitionLen(0))
 	d, err := dst.Check(now, withHits(req, 0))
 	require.NoError(t, err)
 	assert.Equal(t, admitted.Load(), d.CurrentCount)
@@ -176,7 +176,7 @@ func TestForgetKeepsWhatWasAdmittedAfterTheSnapshot(t *testing.T) {
 			_, err := s.Check(now, req)
 			require.NoError(t, err)
 		}
-		sent := s.SnapshotPartition(s.PartitionOf(req.Key), now)
+		sent := s.Transfer().SnapshotPartition(s.Transfer().PartitionOf(req.Key), now)
 		d, err := s.Check(now.Add(time.Second), req)
 		require.NoError(t, err)
 		assert.True(t, d.Allowed)
@@ -185,7 +185,7 @@ func TestForgetKeepsWhatWasAdmittedAfterTheSnapshot(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, d.Allowed, "%s: the limit holds during the handoff", algo)
 
-		s.Forget(now.Add(time.Second), sent)
+		s.Transfer().Forget(now.Add(time.Second), sent)
 		d, err = s.Check(now.Add(time.Second), withHits(req, 0))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, d.CurrentCount, "%s: only the hit admitted after the snapshot stays", algo)
@@ -209,18 +209,18 @@ func TestMoveLogReplacesEntriesUnderOneLock(t *testing.T) {
 	at := t0.Add(2 * time.Second)
 	ph := []int64{t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli(), t0.Add(time.Second).UnixMilli()}
 	// Two of the four were used, later; the other two go back.
-	s.MoveLog(at, "k", time.Minute, ph, []int64{t0.Add(1500 * time.Millisecond).UnixMilli(), at.Add(time.Hour).UnixMilli(), 0, 0, 0})
-	views, err := s.Inspect(at, "k", 0, 0)
+	s.Transfer().MoveLog(at, "k", time.Minute, ph, []int64{t0.Add(1500 * time.Millisecond).UnixMilli(), at.Add(time.Hour).UnixMilli(), 0, 0, 0})
+	views, err := s.Admin().Inspect(at, "k", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	assert.Equal(t, []time.Time{t0, t0.Add(1500 * time.Millisecond), at}, views[0].Entries,
 		"the first hit stays, a time in the future is taken as now, and what left the window is dropped")
-	s.MoveLog(at, "k", time.Minute, ph, []int64{at.UnixMilli()}) // the placeholders are gone: nothing is added
-	views, err = s.Inspect(at, "k", 0, 0)
+	s.Transfer().MoveLog(at, "k", time.Minute, ph, []int64{at.UnixMilli()}) // the placeholders are gone: nothing is added
+	views, err = s.Admin().Inspect(at, "k", 0, 0)
 	require.NoError(t, err)
 	assert.Len(t, views[0].Entries, 3, "a move adds no more entries than it found")
-	s.MoveLog(at, "absent", time.Minute, ph, ph) // nothing to move, nothing created
-	views, err = s.Inspect(at, "absent", 0, 0)
+	s.Transfer().MoveLog(at, "absent", time.Minute, ph, ph) // nothing to move, nothing created
+	views, err = s.Admin().Inspect(at, "absent", 0, 0)
 	require.NoError(t, err)
 	assert.Empty(t, views)
 }

@@ -82,16 +82,16 @@ type HotKeys struct {
 // and any count is at most the partition's smallest monitored count
 // above the truth (Entry.Err says by how much at most). It locks one
 // partition at a time and allocates its answer: an operator's call.
-func (s *Store) HotKeys(now time.Time, n int) HotKeys {
+func (a *Admin) HotKeys(now time.Time, n int) HotKeys {
 	ms := max(now.UnixMilli(), 0)
 	e := ms / hotEpochMS
 	out := HotKeys{Since: time.UnixMilli((e - 1) * hotEpochMS)}
-	if s.cfg.HotKeys == 0 || n < 1 {
+	if a.cfg.HotKeys == 0 || n < 1 {
 		return out
 	}
 	var checks, denials []topk.Entry
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for i := range a.shards {
+		sh := &a.shards[i]
 		sh.mu.Lock()
 		sh.hot.roll(e)
 		checks = append(checks, mergeEpochs(sh.hot.checks)...)

@@ -26,7 +26,7 @@ func TestHotKeysListsTheHeaviestKeysAndDenials(t *testing.T) {
 	for i := range 100 {
 		check(fmt.Sprintf("cold:%d", i), 1000, 1)
 	}
-	hk := s.HotKeys(now, 2)
+	hk := s.Admin().HotKeys(now, 2)
 	require.Len(t, hk.Checks, 2)
 	assert.Equal(t, topk.Entry{Key: "hot", Count: 50}, hk.Checks[0])
 	assert.Equal(t, "denied", hk.Checks[1].Key)
@@ -42,8 +42,8 @@ func TestHotKeysForgetAfterTwoEpochs(t *testing.T) {
 	t0 := time.UnixMilli(1_700_000_010_000)
 	_, err := s.Check(t0, Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1})
 	require.NoError(t, err)
-	assert.Len(t, s.HotKeys(t0.Add(HotKeysEpoch), 10).Checks, 1, "the previous epoch still counts")
-	assert.Empty(t, s.HotKeys(t0.Add(2*HotKeysEpoch), 10).Checks)
+	assert.Len(t, s.Admin().HotKeys(t0.Add(HotKeysEpoch), 10).Checks, 1, "the previous epoch still counts")
+	assert.Empty(t, s.Admin().HotKeys(t0.Add(2*HotKeysEpoch), 10).Checks)
 }
 
 func TestHotKeysOff(t *testing.T) {
@@ -51,7 +51,7 @@ func TestHotKeysOff(t *testing.T) {
 	now := time.Now()
 	_, err := s.Check(now, Request{Key: "k", Limit: 10, Window: time.Minute, Hits: 1})
 	require.NoError(t, err)
-	assert.Empty(t, s.HotKeys(now, 10).Checks)
+	assert.Empty(t, s.Admin().HotKeys(now, 10).Checks)
 	require.ErrorContains(t, configWith(func(c *Config) { c.HotKeys = 65 }).Validate(3), "HotKeys must be in [0, 64]")
 }
 
@@ -74,7 +74,7 @@ func TestHotKeysKeepSpaceSavingsBound(t *testing.T) {
 		require.NoError(t, err)
 		truth[key]++
 	}
-	hk := s.HotKeys(t0.Add(48*time.Second), 10)
+	hk := s.Admin().HotKeys(t0.Add(48*time.Second), 10)
 	require.Len(t, hk.Checks, 10)
 	for _, e := range hk.Checks {
 		require.GreaterOrEqual(t, e.Count, truth[e.Key], "seed %d: %s", seed, e.Key)

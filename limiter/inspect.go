@@ -40,15 +40,15 @@ type KeyView struct {
 //
 // Like DeleteKey, it scans key's partition under its lock: an operator's
 // call, not a request path's.
-func (s *Store) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView, error) {
-	if err := s.ValidateInspect(key, limit, hits); err != nil {
+func (a *Admin) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView, error) {
+	if err := a.ValidateInspect(key, limit, hits); err != nil {
 		return nil, err
 	}
 	ms := max(now.UnixMilli(), 0)
 	if limit == 0 {
 		limit, hits = math.MaxInt64, 0
 	}
-	sh := s.shardOf(key)
+	sh := a.shards.of(key)
 	var out []KeyView
 	sh.mu.Lock()
 	for k, st := range sh.counters {
@@ -80,11 +80,11 @@ func (s *Store) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView
 
 // ValidateInspect reports why Inspect would refuse its arguments, naming
 // the field: a node refuses a bad inspection before asking the owner.
-func (s *Store) ValidateInspect(key string, limit, hits int64) error {
+func (a *Admin) ValidateInspect(key string, limit, hits int64) error {
 	switch {
 	case key == "":
 		return &ArgumentError{Field: "key", Reason: "must not be empty"}
-	case len(key) > s.cfg.MaxKeyBytes:
+	case len(key) > a.cfg.MaxKeyBytes:
 		return &ArgumentError{Field: "key", Reason: "longer than the maximum key length (--max-key-bytes)"}
 	case limit < 0:
 		return &ArgumentError{Field: "limit", Reason: "must be ≥ 0 (0: no limit given)"}

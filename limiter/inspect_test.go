@@ -18,7 +18,7 @@ func TestInspectCounterShowsBothWindowsAndConsumesNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	at := t0.Add(w + 5*time.Second) // halfway through the next window: 4 × ½ = 2
-	views, err := s.Inspect(at, "k", 0, 0)
+	views, err := s.Admin().Inspect(at, "k", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	v := views[0]
@@ -31,7 +31,7 @@ func TestInspectCounterShowsBothWindowsAndConsumesNothing(t *testing.T) {
 	assert.Equal(t, 5*time.Second, v.ResetAfter)
 
 	// With a limit, NextAllow is what a denied check at the same time says.
-	views, err = s.Inspect(at, "k", 2, 1)
+	views, err = s.Admin().Inspect(at, "k", 2, 1)
 	require.NoError(t, err)
 	d, err := s.Check(at, Request{Key: "k", Limit: 2, Window: w, Hits: 1})
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestInspectLogListsTheWindowsHits(t *testing.T) {
 		require.NoError(t, err)
 	}
 	at := t0.Add(65 * time.Second) // the first hit has left
-	views, err := s.Inspect(at, "k", 3, 2)
+	views, err := s.Admin().Inspect(at, "k", 3, 2)
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	v := views[0]
@@ -67,7 +67,7 @@ func TestInspectLogListsTheWindowsHits(t *testing.T) {
 func TestInspectCreatesNothingAndSkipsExpiredState(t *testing.T) {
 	s := newStore(t, 4, nil)
 	now := time.UnixMilli(1_700_000_000_000)
-	views, err := s.Inspect(now, "absent", 10, 1)
+	views, err := s.Admin().Inspect(now, "absent", 10, 1)
 	require.NoError(t, err)
 	assert.Empty(t, views)
 	assert.Zero(t, s.Stats().CounterKeys+s.Stats().LogKeys)
@@ -76,11 +76,11 @@ func TestInspectCreatesNothingAndSkipsExpiredState(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Check(now, Request{Key: "k", Limit: 1, Window: time.Minute, Hits: 1, Algorithm: SlidingWindowLog})
 	require.NoError(t, err)
-	views, err = s.Inspect(now, "k", 0, 0)
+	views, err = s.Admin().Inspect(now, "k", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 2, "every window and algorithm of the key")
 	assert.Equal(t, SlidingWindowCounter, views[0].Algorithm)
-	views, err = s.Inspect(now.Add(5*time.Second), "k", 0, 0)
+	views, err = s.Admin().Inspect(now.Add(5*time.Second), "k", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 1, "the 1 s counter has expired")
 	assert.Equal(t, SlidingWindowLog, views[0].Algorithm)
@@ -100,7 +100,7 @@ func TestInspectRefusesBadArgumentsNamingTheField(t *testing.T) {
 		{"k", 2, 3, "hits"},
 		{"k", 0, -1, "hits"},
 	} {
-		_, err := s.Inspect(now, c.key, c.limit, c.hits)
+		_, err := s.Admin().Inspect(now, c.key, c.limit, c.hits)
 		var ae *ArgumentError
 		require.ErrorAs(t, err, &ae, "%+v", c)
 		assert.Equal(t, c.field, ae.Field, "%+v", c)

@@ -208,20 +208,20 @@ func (s *Store) Apply(now time.Time, r Request) (Decision, error) {
 		d, n, err := s.Refund(now, r)
 		if err == nil {
 			d.Adjust = &Adjustment{Refunded: n}
-			s.refundedHits.Add(uint64(n))
+			s.reservations.refundedHits.Add(uint64(n))
 		}
 		return d, err
 	case OpCharge:
 		d, over, err := s.Charge(now, r)
 		if err == nil {
 			d.Adjust = &Adjustment{Over: over}
-			s.chargedHits.Add(uint64(r.Hits))
+			s.reservations.chargedHits.Add(uint64(r.Hits))
 		}
 		return d, err
 	case OpReserve, OpHold:
-		return s.Reserve(now, r)
+		return s.reservations.Reserve(now, r)
 	case OpSettle, OpRelease:
-		return s.Settle(now, r)
+		return s.reservations.Settle(now, r)
 	}
 	return Decision{}, s.cfg.validateOp(&r) // names the unknown op
 }

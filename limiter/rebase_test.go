@@ -211,10 +211,10 @@ func TestRebaseOfASnapshot(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	states := a.SnapshotPartition(a.PartitionOf("k"), senderNow)
+	states := a.Transfer().SnapshotPartition(a.Transfer().PartitionOf("k"), senderNow)
 	receiverNow := senderNow.Add(5 * time.Second)
 	Rebase(states, senderNow, receiverNow)
-	_, errs := b.Merge(receiverNow, states)
+	_, errs := b.Transfer().Merge(receiverNow, states)
 	require.Empty(t, errs)
 	for _, at := range []time.Duration{0, 9*time.Second + 999*time.Millisecond} {
 		d, err := b.Check(receiverNow.Add(at), req)

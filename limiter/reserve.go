@@ -57,8 +57,30 @@ type book struct {
 	// apart from byID: Config.MaxReservations does not count them, so
 	// that no number of them can refuse a reservation.
 	unknown unknownSettles
-	next    int64 // no record expires before this (ms): ExpireReservations skips the book until then
+	next    int64 // no record expires before this (ms): Reservations.Expire skips the book until then
 	peak    int   // the most records it held
+}
+
+// Reservations is a Store's reservations: Reserve and Settle, which
+// Store.Apply calls for their ops, and the book they keep, a book per
+// partition under the partition's lock. Get it with Store.Reservations.
+// It is safe for concurrent use, with itself and with every other call
+// on the Store; its totals are atomic, read without a lock (Stats).
+type Reservations struct {
+	store *Store // whose partitions hold the books and the keys' state
+	// remembered is how many reservations the books hold (open or
+	// settled: Config.MaxReservations), unknowns how many unknown
+	// settles (Config.MaxUnknownSettles; unknownShare of them a
+	// partition).
+	remembered   atomic.Int64
+	unknowns     atomic.Int64
+	unknownShare int
+	keys         *TokenKeys
+	counts       reservationCounts
+	// Hits given back and counted by adjustments (Store.Apply's refunds
+	// and charges too): Stats reports them.
+	refundedHits atomic.Uint64
+	chargedHits  atomic.Uint64
 }
 
 // reservationCounts are the store's reservation totals since start.
@@ -71,25 +93,25 @@ type reservationCounts struct {
 // token and the time it has left (r.TTL, or Config.ReservationTTL). A
 // denied reservation opens nothing. It returns an error wrapping
 // ErrCapacity when the store already remembers Config.MaxReservations.
-func (s *Store) Reserve(now time.Time, r Request) (Decision, error) {
-	if err := s.cfg.validateOp(&r); err != nil {
+func (rv *Reservations) Reserve(now time.Time, r Request) (Decision, error) {
+	if err := rv.store.cfg.validateOp(&r); err != nil {
 		return Decision{}, err
 	}
 	if !r.Op.reserves() {
 		return Decision{}, &ArgumentError{"op", "Reserve takes RESERVE or HOLD, not " + r.Op.String()}
 	}
-	if err := s.takeReservationSlot(); err != nil {
+	if err := rv.takeReservationSlot(); err != nil {
 		return Decision{}, err
 	}
 	ttl := r.TTL
 	if ttl == 0 {
-		ttl = s.cfg.ReservationTTL
+		ttl = rv.store.cfg.ReservationTTL
 	}
 	ms := max(now.UnixMilli(), 0)
 	k := stateKey{r.Key, r.stateWindow()}
-	sh, h := s.shardHash(r.Key)
+	sh, h := rv.store.shards.hashed(r.Key)
 	sh.mu.Lock()
-	d, at, err := s.checkStamped(sh, k, ms, r)
+	d, at, err := rv.checkStamped(sh, k, ms, r)
 	var t token
 	if err == nil && d.Allowed {
 		t = token{version: tokenVersion, id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op == OpHold,
@@ -102,48 +124,48 @@ func (s *Store) Reserve(now time.Time, r Request) (Decision, error) {
 	}
 	sh.mu.Unlock()
 	if err == nil && d.Allowed {
-		s.keys.sign(&t, &r) // outside the lock: a MAC is two SHA-256 blocks and more
+		rv.keys.sign(&t, &r) // outside the lock: a MAC is two SHA-256 blocks and more
 		d.Adjust = &Adjustment{Reservation: t.encode(), ExpiresIn: time.Duration(t.expires-ms) * time.Millisecond}
 	}
 	if err != nil || !d.Allowed {
-		s.reservations.Add(-1)
+		rv.remembered.Add(-1)
 	}
 	if err == nil && d.Allowed {
-		s.resv.reserved.Add(1)
+		rv.counts.reserved.Add(1)
 	} else if err == nil {
-		s.resv.denied.Add(1)
+		rv.counts.denied.Add(1)
 	}
 	return d, err
 }
 
 // takeReservationSlot counts one more remembered reservation, or refuses
 // it at Config.MaxReservations.
-func (s *Store) takeReservationSlot() error {
-	if s.reservations.Add(1) <= int64(s.cfg.MaxReservations) {
+func (rv *Reservations) takeReservationSlot() error {
+	if rv.remembered.Add(1) <= int64(rv.store.cfg.MaxReservations) {
 		return nil
 	}
-	s.reservations.Add(-1)
-	if s.cfg.MaxReservations == 0 {
+	rv.remembered.Add(-1)
+	if rv.store.cfg.MaxReservations == 0 {
 		return fmt.Errorf("reservation refused: reservations are off on this node (--max-reservations 0): %w", ErrCapacity)
 	}
 	return fmt.Errorf("reservation refused: this node remembers %d reservations, open or settled until their expiry, its maximum (--max-reservations): %w",
-		s.cfg.MaxReservations, ErrCapacity)
+		rv.store.cfg.MaxReservations, ErrCapacity)
 }
 
 // checkStamped checks r at now (ms) and returns, beside the decision,
 // the time its hits were counted at: now, or later when the key's state
 // was stamped later (a clock that stepped back is clamped, as Check
 // clamps it). Requires sh.mu held.
-func (s *Store) checkStamped(sh *shard, k stateKey, ms int64, r Request) (Decision, int64, error) {
+func (rv *Reservations) checkStamped(sh *shard, k stateKey, ms int64, r Request) (Decision, int64, error) {
 	r.Op = OpCheck
 	if r.Algorithm == SlidingWindowLog {
-		d, err := s.checkLog(sh, k, ms, r)
+		d, err := rv.store.checkLog(sh, k, ms, r)
 		if err != nil || !d.Allowed {
 			return d, 0, err
 		}
 		return d, sh.logs[k].newest(), nil
 	}
-	d, err := s.checkCounter(sh, k, ms, r)
+	d, err := rv.store.checkCounter(sh, k, ms, r)
 	if err != nil || !d.Allowed {
 		return d, 0, err
 	}

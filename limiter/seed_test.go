@@ -141,7 +141,7 @@ func withHits(r Request, n int64) Request { r.Hits = n; return r }
 // logEntries returns the absolute timestamps (ms) held for req's key.
 func logEntries(t *testing.T, s *Store, req Request) []int64 {
 	t.Helper()
-	sh := s.shardOf(req.Key)
+	sh := s.shards.of(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st, ok := sh.logs[stateKey{req.Key, req.Window.Milliseconds()}]

@@ -36,8 +36,8 @@ import (
 // MAC is r's limit's under Config.TokenKeys, and, where this store holds
 // the reservation's record, unless it says what the record says: the
 // record is what a settle goes by.
-func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
-	if err := s.cfg.validateOp(&r); err != nil {
+func (rv *Reservations) Settle(now time.Time, r Request) (Decision, error) {
+	if err := rv.store.cfg.validateOp(&r); err != nil {
 		return Decision{}, err
 	}
 	if !r.Op.closes() {
@@ -51,25 +51,25 @@ func (s *Store) Settle(now time.Time, r Request) (Decision, error) {
 	if t.binding != bindingOf(&r) {
 		return Decision{}, &ArgumentError{"reservation", "belongs to another key, window_ms, calendar or algorithm than this request's"}
 	}
-	if t.version == tokenVersion && !s.keys.verify(&t, &r) {
+	if t.version == tokenVersion && !rv.keys.verify(&t, &r) {
 		return Decision{}, &ArgumentError{"reservation", "is not authentic: its MAC does not match its contents " +
 			"(rewritten or made up; or issued by a member whose cluster secrets differ from this one's)"}
 	}
 	ms := max(now.UnixMilli(), 0)
-	sh := s.shardOf(r.Key)
+	sh := rv.store.shards.of(r.Key)
 	sh.mu.Lock()
-	d, adj, err := s.settleLocked(sh, k, ms, r, t)
+	d, adj, err := rv.settleLocked(sh, k, ms, r, t)
 	sh.mu.Unlock()
 	if err != nil {
 		return Decision{}, err
 	}
-	s.countSettle(r.Op, adj)
+	rv.countSettle(r.Op, adj)
 	d.Adjust = &adj
 	return d, nil
 }
 
 // settleLocked is Settle under sh.mu.
-func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token) (Decision, Adjustment, error) {
+func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token) (Decision, Adjustment, error) {
 	rec, found := sh.lookup(t.id)
 	switch {
 	case found && !rec.matches(k, r.Algorithm, &t):
@@ -80,7 +80,7 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 			"that issued it, while that node remembers it, and this one does not; the reservation counts as used at its expiry"}
 	}
 	if found && !rec.settled && rec.expires <= ms {
-		s.expireOne(sh, t.id, rec, ms) // due, and the sweep has not come yet
+		rv.expireOne(sh, t.id, rec, ms) // due, and the sweep has not come yet
 		found = false
 	}
 	switch {
@@ -89,17 +89,17 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 			return Decision{}, Adjustment{}, &ConflictError{"hits", fmt.Sprintf("this reservation was settled before at a cost of %d (refunded %d, over %d), "+
 				"and a retry must repeat it; got %d. Nothing was applied", rec.cost, rec.refunded, rec.over, r.Hits)}
 		}
-		d := s.peekLocked(sh, k, ms, r)
+		d := rv.peekLocked(sh, k, ms, r)
 		return d, Adjustment{Refunded: rec.refunded, Over: rec.over, Settled: SettledBefore}, nil
 	case !found && t.expires <= ms:
 		cost := max(r.Hits-t.hits, 0)
 		if t.hold {
 			cost = r.Hits
 		}
-		d, _, over, err := s.adjustLocked(sh, k, ms, r, t.at, 0, cost)
+		d, _, over, err := rv.adjustLocked(sh, k, ms, r, t.at, 0, cost)
 		return d, Adjustment{Over: over, Settled: SettledExpired}, err
 	}
-	d, refunded, over, err := s.adjustLocked(sh, k, ms, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
+	d, refunded, over, err := rv.adjustLocked(sh, k, ms, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
 	if err != nil {
 		return Decision{}, Adjustment{}, err
 	}
@@ -110,16 +110,16 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 		return d, adj, nil
 	}
 	adj.Settled = SettledUnknown
-	if s.unknownShare == 0 {
+	if rv.unknownShare == 0 {
 		return d, adj, nil // applied; a retry cannot be recognised
 	}
 	// Remembered until the token's expiry, but never longer than a
 	// reservation may last.
 	rec = reservation{key: stateKey{strings.Clone(k.key), k.window}, alg: r.Algorithm, hold: t.hold, hits: t.hits, at: t.at,
-		expires: min(t.expires, ms+s.cfg.MaxReservationTTL.Milliseconds()), tokenExpires: t.expires,
+		expires: min(t.expires, ms+rv.store.cfg.MaxReservationTTL.Milliseconds()), tokenExpires: t.expires,
 		settled: true, cost: r.Hits, refunded: refunded, over: over}
 	b := sh.theBook(rec.expires)
-	s.unknowns.Add(int64(b.unknown.add(t.id, rec, s.unknownShare)))
+	rv.unknowns.Add(int64(b.unknown.add(t.id, rec, rv.unknownShare)))
 	return d, adj, nil
 }
 
@@ -128,33 +128,33 @@ func (s *Store) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token
 // at at (ms) (a settle does one or the other), and returns the decision
 // after, what it refunded and how far over the limit the charge went.
 // Requires sh.mu held.
-func (s *Store) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
+func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
 	if charge == 0 {
-		d, refunded = s.refundAtThenPeek(sh, k, ms, r, at, refund)
-		s.refundedHits.Add(uint64(refunded))
+		d, refunded = rv.refundAtThenPeek(sh, k, ms, r, at, refund)
+		rv.refundedHits.Add(uint64(refunded))
 		return d, refunded, 0, nil
 	}
 	c := r
 	c.Op, c.Hits = OpCharge, charge
 	if r.Algorithm == SlidingWindowLog {
-		d, over, err = s.chargeLog(sh, k, ms, c)
+		d, over, err = rv.store.chargeLog(sh, k, ms, c)
 	} else {
-		d, over, err = s.chargeCounter(sh, k, ms, c)
+		d, over, err = rv.store.chargeCounter(sh, k, ms, c)
 	}
 	if err != nil {
 		return Decision{}, refunded, 0, err
 	}
-	s.chargedHits.Add(uint64(charge))
+	rv.chargedHits.Add(uint64(charge))
 	// A charge's CurrentCount is the count before it, a check's; a settle
 	// answers with the count after it, whichever way it went.
-	d.CurrentCount = s.peekLocked(sh, k, ms, r).CurrentCount
+	d.CurrentCount = rv.peekLocked(sh, k, ms, r).CurrentCount
 	return d, refunded, over, nil
 }
 
 // refundAtThenPeek is refundAt followed by a peek, with one lookup of
 // k's state: a settle at or below its reservation, the common one.
 // Requires sh.mu held.
-func (s *Store) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at, n int64) (Decision, int64) {
+func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at, n int64) (Decision, int64) {
 	var got int64
 	if r.Algorithm == SlidingWindowLog {
 		st, ok := sh.logs[k]
@@ -173,8 +173,8 @@ func (s *Store) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at,
 		return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
 	}
 	if k.window < 0 {
-		got = s.refundAt(sh, k, r.Algorithm, ms, at, n)
-		return s.peekLocked(sh, k, ms, r), got
+		got = rv.refundAt(sh, k, r.Algorithm, ms, at, n)
+		return rv.peekLocked(sh, k, ms, r), got
 	}
 	st, ok := sh.counters[k]
 	if ok && n > 0 {
@@ -191,13 +191,13 @@ func (s *Store) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at,
 }
 
 // peekLocked is a check of 0 hits of k's limit at ms. Requires sh.mu held.
-func (s *Store) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision {
+func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision {
 	r.Op, r.Hits = OpCheck, 0
 	var d Decision
 	if r.Algorithm == SlidingWindowLog {
-		d, _ = s.checkLog(sh, k, ms, r) // a peek neither creates a key nor grows a log: no error
+		d, _ = rv.store.checkLog(sh, k, ms, r) // a peek neither creates a key nor grows a log: no error
 	} else {
-		d, _ = s.checkCounter(sh, k, ms, r)
+		d, _ = rv.store.checkCounter(sh, k, ms, r)
 	}
 	return d
 }
@@ -206,7 +206,7 @@ func (s *Store) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision 
 // now: the log's entries stamped at, still in the window; the counter's
 // count of at's window while it is the current or the previous one.
 // Requires sh.mu held.
-func (s *Store) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64) int64 {
+func (rv *Reservations) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64) int64 {
 	if alg == SlidingWindowLog {
 		st, ok := sh.logs[k]
 		if !ok {

@@ -30,7 +30,7 @@ func estimate(t *testing.T, s *Store, now time.Time, ks KeyState) int64 {
 func mergedEstimate(t *testing.T, now time.Time, ks KeyState) int64 {
 	t.Helper()
 	s := newStore(t, partition.DefaultCount, nil)
-	_, errs := s.Merge(now, []KeyState{ks})
+	_, errs := s.Transfer().Merge(now, []KeyState{ks})
 	require.Empty(t, errs)
 	return estimate(t, s, now, ks)
 }
@@ -48,7 +48,7 @@ func TestMergeFromASenderAheadKeepsItsPreviousCount(t *testing.T) {
 
 	require.EqualValues(t, 99, mergedEstimate(t, senderNow, sent), "the sender's own estimate")
 	s := newStore(t, partition.DefaultCount, nil)
-	_, errs := s.Merge(receiverNow, []KeyState{sent})
+	_, errs := s.Transfer().Merge(receiverNow, []KeyState{sent})
 	require.Empty(t, errs)
 	allowed := 0
 	for range 200 {
@@ -142,10 +142,10 @@ func TestForgetOfAStateAheadKeepsTheReceiversOwnHits(t *testing.T) {
 					require.NoError(t, err)
 				}
 				sent := KeyState{Key: "k", Window: w, WindowID: k + ahead, Prev: 50, Curr: 5}
-				_, errs := s.Merge(now, []KeyState{sent})
+				_, errs := s.Transfer().Merge(now, []KeyState{sent})
 				require.Empty(t, errs)
 
-				s.Forget(now.Add(later), []KeyState{sent})
+				s.Transfer().Forget(now.Add(later), []KeyState{sent})
 				got, want := estimate(t, s, now.Add(later), sent), estimate(t, own, now.Add(later), sent)
 				assert.GreaterOrEqual(t, got, want, "the receiver's own hits stay")
 				if later == 0 {
@@ -184,13 +184,13 @@ func TestForgetOfWhatMergeAddedTakesBackExactly(t *testing.T) {
 		}
 		s, ref := newStore(t, partition.DefaultCount, nil), newStore(t, partition.DefaultCount, nil)
 		for _, st := range []*Store{s, ref} {
-			_, errs := st.Merge(time.UnixMilli(nowMS), []KeyState{own})
+			_, errs := st.Transfer().Merge(time.UnixMilli(nowMS), []KeyState{own})
 			require.Empty(t, errs)
 		}
-		added, errs := s.MergeAdded(time.UnixMilli(nowMS), []KeyState{sent})
+		added, errs := s.Transfer().MergeAdded(time.UnixMilli(nowMS), []KeyState{sent})
 		require.Empty(t, errs)
 		later := time.UnixMilli(nowMS + rng.Int64N(2*w))
-		s.Forget(later, added)
+		s.Transfer().Forget(later, added)
 		require.Equal(t, estimate(t, ref, later, own), estimate(t, s, later, own),
 			"seed %d, case %d: S=%d ms at %d, own %+v, sent %+v, added %+v", seed, i, skew, nowMS, own, sent, added)
 	}

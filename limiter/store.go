@@ -77,7 +77,7 @@ type Config struct {
 	// MaxLogLimit, so that any one log fits.
 	MaxLogEntries int64
 	// TrackChanges makes the store remember which keys changed since
-	// TakeChanged last asked, for replication to a backup: a record per
+	// Changes.Take last asked, for replication to a backup: a record per
 	// key changed in a round, appended or overwritten in place by an
 	// admitted check under the partition's lock it already holds (see
 	// journal). Default false.
@@ -183,27 +183,54 @@ func (c Config) Validate(partitions int) error {
 //
 // Idle keys cost nothing once expired: a decision treats an expired state as
 // empty, and Sweep frees them. The zero Store is not usable; call New.
+//
+// Store's own methods are the request path (Check, CheckPlaced, Apply,
+// Refund, Charge) and the store-wide bookkeeping (Sweep, Stats). Its other
+// roles are small types over the same partitions, reached by accessors that
+// cost nothing (each returns a pointer into the Store): Transfer (state
+// moved a partition at a time: handoff, replication, persistence),
+// Changes (what changed since the last round, for the backups),
+// Reservations (the reservations' book) and Admin (an operator's calls:
+// inspect, hot keys, reset). Each is safe for concurrent use, as the Store
+// is, and lives as long as it.
 type Store struct {
-	cfg      Config
-	perShard int // key cap of one shard
-	logShare int // log entry budget of one shard
-	shards   []shard
+	cfg    Config
+	shards shards
+	room   room // the key cap and the log budget
 
-	evictions     atomic.Uint64
-	rejections    atomic.Uint64
-	logEvictions  atomic.Uint64
-	logRejections atomic.Uint64
-	expired       atomic.Uint64
-
-	// Reservations (reserve.go): how many are remembered, and totals.
-	reservations atomic.Int64
-	unknownShare int          // unknown settles one shard remembers (Config.MaxUnknownSettles)
-	unknowns     atomic.Int64 // unknown settles remembered
-	keys         *TokenKeys
-	resv         reservationCounts
-	refundedHits atomic.Uint64
-	chargedHits  atomic.Uint64
+	transfer     Transfer
+	changes      Changes
+	reservations Reservations
+	admin        Admin
 }
+
+// shards are a store's partitions, indexed by partition.Of.
+type shards []shard
+
+func (ss shards) of(key string) *shard {
+	return &ss[partition.Of(key, len(ss))]
+}
+
+// hashed returns key's shard and its partition.Hash, which the hot-key
+// summaries reuse.
+func (ss shards) hashed(key string) (*shard, uint64) {
+	h := partition.Hash(key)
+	return &ss[partition.OfHash(h, len(ss))], h
+}
+
+// Transfer returns the store's face to the members it moves state to
+// and from. The call costs nothing: the Transfer is part of the Store.
+func (s *Store) Transfer() *Transfer { return &s.transfer }
+
+// Changes returns the store's change tracking (Config.TrackChanges).
+func (s *Store) Changes() *Changes { return &s.changes }
+
+// Reservations returns the store's reservations: Reserve, Settle and
+// their book.
+func (s *Store) Reservations() *Reservations { return &s.reservations }
+
+// Admin returns the store's operator calls: Inspect, HotKeys, Delete.
+func (s *Store) Admin() *Admin { return &s.admin }
 
 // stateKey identifies one limit: the same key under another window is an
 // independent limit. The algorithm picks the map.
@@ -225,7 +252,7 @@ type shard struct {
 	entries  int // hits held by the logs
 	slots    int // ring slots the logs allocated (≥ entries): the budgeted memory
 	keyBytes int // bytes of the key strings held
-	// journal holds what changed since TakeChanged last took it; nil
+	// journal holds what changed since Changes.Take last took it; nil
 	// unless Config.TrackChanges.
 	journal *journal
 	// hot summarises the keys decided here; nil unless Config.HotKeys.
@@ -282,14 +309,19 @@ func New(cfg Config, partitions int) (*Store, error) {
 	if err := cfg.Validate(partitions); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, perShard: (cfg.MaxKeys + partitions - 1) / partitions,
-		logShare: int(min(cfg.MaxLogEntries/int64(partitions), math.MaxInt32)), shards: make([]shard, partitions),
-		keys: cfg.TokenKeys}
-	if s.keys == nil {
-		s.keys = publicKeys
+	s := &Store{cfg: cfg, shards: make(shards, partitions),
+		room: room{perShard: (cfg.MaxKeys + partitions - 1) / partitions,
+			logShare: int(min(cfg.MaxLogEntries/int64(partitions), math.MaxInt32)),
+			overflow: cfg.Overflow, maxKeys: cfg.MaxKeys, maxLogEntries: cfg.MaxLogEntries, maxLogLimit: cfg.MaxLogLimit}}
+	s.transfer = Transfer{cfg: &s.cfg, shards: s.shards, room: &s.room}
+	s.changes = Changes{shards: s.shards}
+	s.admin = Admin{cfg: &s.cfg, shards: s.shards}
+	s.reservations = Reservations{store: s, keys: cfg.TokenKeys}
+	if s.reservations.keys == nil {
+		s.reservations.keys = publicKeys
 	}
 	if partitions > 0 && cfg.MaxUnknownSettles > 0 {
-		s.unknownShare = max(cfg.MaxUnknownSettles/partitions, 1)
+		s.reservations.unknownShare = max(cfg.MaxUnknownSettles/partitions, 1)
 	}
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
@@ -307,17 +339,6 @@ func New(cfg Config, partitions int) (*Store, error) {
 // Config returns the store's effective configuration.
 func (s *Store) Config() Config { return s.cfg }
 
-func (s *Store) shardOf(key string) *shard {
-	return &s.shards[partition.Of(key, len(s.shards))]
-}
-
-// shardHash returns key's shard and its partition.Hash, which the hot-key
-// summaries reuse.
-func (s *Store) shardHash(key string) (*shard, uint64) {
-	h := partition.Hash(key)
-	return &s.shards[partition.OfHash(h, len(s.shards))], h
-}
-
 // Check decides r at time now, and consumes r.Hits if allowed. It returns an
 // *ArgumentError for a request it cannot serve, and an error wrapping
 // ErrCapacity when a new key does not fit under OverflowReject.
@@ -327,7 +348,7 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 	}
 	ms := max(now.UnixMilli(), 0) // time before the epoch is the epoch
 	k := stateKey{r.Key, r.stateWindow()}
-	sh, h := s.shardHash(r.Key)
+	sh, h := s.shards.hashed(r.Key)
 
 	var d Decision
 	var err error
@@ -362,7 +383,7 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 	}
 	ms := max(now.UnixMilli(), 0) // time before the epoch is the epoch
 	k := stateKey{r.Key, r.stateWindow()}
-	sh, h := s.shardHash(r.Key)
+	sh, h := s.shards.hashed(r.Key)
 
 	var d Decision
 	var err error
@@ -404,7 +425,7 @@ func (s *Store) checkCounter(sh *shard, k stateKey, now int64, r Request) (Decis
 		}
 		sh.counters[k] = st
 	case changed:
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
 		sh.journalCounter(k, &st)
@@ -423,7 +444,7 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 		}
 		// A new key with hits ≤ limit is always allowed, so it will be
 		// stored: make room under the key cap first.
-		if err := s.makeRoom(sh, now); err != nil {
+		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
 		st = new(logState)
@@ -431,15 +452,15 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	// The ring may grow to what the shard's share leaves after the
 	// other logs (sh.slots counts this one at c0).
 	n0, c0 := st.n, len(st.ring)
-	res := decideLog(st, now, k.window, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+	res := decideLog(st, now, k.window, r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
 	var err error
 	if res.noRoom() {
-		err = s.makeLogRoom(sh, now, k, c0, int(st.n)+int(r.Hits))
+		err = s.room.makeLogRoom(sh, now, k, c0, int(st.n)+int(r.Hits))
 		if err == nil {
-			res = decideLog(st, now, k.window, r.Limit, r.Hits, s.logShare-sh.slots+c0)
+			res = decideLog(st, now, k.window, r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
 		}
 		if err == nil && res.noRoom() { // cannot happen: room was made
-			err = s.logFull(sh)
+			err = s.room.logFull(sh)
 		}
 	}
 	// A refused request's prune stands; a refused new key changed
@@ -473,14 +494,33 @@ func decision(limit, hits int64, allowed bool, count, retryMS, resetMS, refillMS
 	}
 }
 
+// room is a store's key cap and log budget, and what keeping them
+// cost: it makes room in a full partition, or refuses. Its methods
+// require the partition's lock held; its counters are atomic.
+type room struct {
+	perShard int // key cap of one shard
+	logShare int // log entry budget of one shard
+	// Config's, for the policy and the errors' messages.
+	overflow      OverflowPolicy
+	maxKeys       int
+	maxLogEntries int64
+	maxLogLimit   int64
+
+	evictions     atomic.Uint64
+	rejections    atomic.Uint64
+	logEvictions  atomic.Uint64
+	logRejections atomic.Uint64
+	expired       atomic.Uint64
+}
+
 // evictionSample is how many keys of each map a full shard looks at, as
 // Redis's approximated LRU does: enough to find an expired or nearly
 // expired key cheaply, without a per-key list.
 const evictionSample = 8
 
 // makeRoom ensures sh can take one more key. Requires sh.mu held.
-func (s *Store) makeRoom(sh *shard, now int64) error {
-	if sh.len() < s.perShard {
+func (rm *room) makeRoom(sh *shard, now int64) error {
+	if sh.len() < rm.perShard {
 		return nil
 	}
 	// Map iteration starts at a random position, which makes this a sample.
@@ -515,17 +555,17 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	// No key has window 0, so nothing is skipped.
 	victimL, victimLog, droppedLogs := sh.sampleLogs(now, stateKey{}, soonest)
 	if dropped += droppedLogs; dropped > 0 {
-		s.expired.Add(uint64(dropped))
+		rm.expired.Add(uint64(dropped))
 		return nil
 	}
-	if s.cfg.Overflow == OverflowReject || (victimLog == nil && victimC == nil) {
-		s.rejections.Add(1)
-		if s.cfg.Overflow == OverflowEvict {
+	if rm.overflow == OverflowReject || (victimLog == nil && victimC == nil) {
+		rm.rejections.Add(1)
+		if rm.overflow == OverflowEvict {
 			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar limits, which are never evicted: %w",
-				sh.len(), s.cfg.MaxKeys, ErrCapacity)
+				sh.len(), rm.maxKeys, ErrCapacity)
 		}
 		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",
-			sh.len(), s.cfg.MaxKeys, ErrCapacity)
+			sh.len(), rm.maxKeys, ErrCapacity)
 	}
 	switch {
 	case victimLog != nil: // expires sooner than any sampled counter
@@ -533,7 +573,7 @@ func (s *Store) makeRoom(sh *shard, now int64) error {
 	case victimC != nil:
 		sh.deleteCounter(*victimC, victimS)
 	}
-	s.evictions.Add(1)
+	rm.evictions.Add(1)
 	return nil
 }
 
@@ -551,19 +591,19 @@ const maxLogEvictions = 64
 // which the shard counts at selfSlots, can have need slots within the
 // shard's share: expired logs first, then, under OverflowEvict, the
 // sampled log that would expire soonest. Requires sh.mu held.
-func (s *Store) makeLogRoom(sh *shard, now int64, self stateKey, selfSlots, need int) error {
+func (rm *room) makeLogRoom(sh *shard, now int64, self stateKey, selfSlots, need int) error {
 	evicted := 0
-	for sh.slots-selfSlots+need > s.logShare {
+	for sh.slots-selfSlots+need > rm.logShare {
 		victim, victimLog, dropped := sh.sampleLogs(now, self, math.MaxInt64)
 		if dropped > 0 {
-			s.expired.Add(uint64(dropped))
+			rm.expired.Add(uint64(dropped))
 			continue
 		}
-		if victimLog == nil || s.cfg.Overflow == OverflowReject || evicted == maxLogEvictions {
-			return s.logFull(sh)
+		if victimLog == nil || rm.overflow == OverflowReject || evicted == maxLogEvictions {
+			return rm.logFull(sh)
 		}
 		sh.deleteLog(victim, victimLog)
-		s.logEvictions.Add(1)
+		rm.logEvictions.Add(1)
 		evicted++
 	}
 	return nil
@@ -594,10 +634,10 @@ func (sh *shard) sampleLogs(now int64, skip stateKey, soonest int64) (victim sta
 }
 
 // logFull counts and explains a request refused for the log budget.
-func (s *Store) logFull(sh *shard) error {
-	s.logRejections.Add(1)
+func (rm *room) logFull(sh *shard) error {
+	rm.logRejections.Add(1)
 	return fmt.Errorf("log entries refused: the logs of this key's shard hold %d of its %d slots, its share of the node's budget of %d (--max-log-entries): %w",
-		sh.slots, s.logShare, s.cfg.MaxLogEntries, ErrCapacity)
+		sh.slots, rm.logShare, rm.maxLogEntries, ErrCapacity)
 }
 
 // Sweep frees every key whose state is empty at now and returns how many it
@@ -624,7 +664,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.compact()
 		sh.mu.Unlock()
 	}
-	s.expired.Add(uint64(freed))
+	s.room.expired.Add(uint64(freed))
 	return freed
 }
 
@@ -688,8 +728,8 @@ func (st Stats) EstimateBytes() int64 {
 // Stats reads the running totals of each partition, one lock at a time:
 // the cost is one lock per partition, however many keys the store holds.
 func (s *Store) Stats() Stats {
-	st := Stats{Evictions: s.evictions.Load(), Rejections: s.rejections.Load(),
-		LogEvictions: s.logEvictions.Load(), LogRejections: s.logRejections.Load(), Expired: s.expired.Load()}
+	st := Stats{Evictions: s.room.evictions.Load(), Rejections: s.room.rejections.Load(),
+		LogEvictions: s.room.logEvictions.Load(), LogRejections: s.room.logRejections.Load(), Expired: s.room.expired.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

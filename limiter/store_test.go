@@ -275,7 +275,7 @@ func TestLogRingSizing(t *testing.T) {
 		_, err := s.Check(t0.Add(time.Duration(i)*time.Microsecond), req)
 		require.NoError(t, err)
 	}
-	st := s.shardOf("k").logs[stateKey{"k", 1000}]
+	st := s.shards.of("k").logs[stateKey{"k", 1000}]
 	assert.Equal(t, 1000, len(st.ring), "never above the limit")
 	_, err := s.Check(t0.Add(5*time.Second), req)
 	require.NoError(t, err)

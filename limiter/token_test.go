@@ -86,7 +86,7 @@ func TestARewrittenTokenSpendsNothing(t *testing.T) {
 					x, err := decodeToken(tok)
 					require.NoError(t, err)
 					edit(&x)
-					_, err = s.Apply(t0.Add(time.Millisecond), settleReq(r, mint(s.keys, r, x), 3))
+					_, err = s.Apply(t0.Add(time.Millisecond), settleReq(r, mint(s.reservations.keys, r, x), 3))
 					var ae *ArgumentError
 					require.ErrorAs(t, err, &ae, "%s: re-signed with its %s rewritten", name, what)
 					assert.Equal(t, "reservation", ae.Field)
@@ -128,7 +128,7 @@ func TestAMadeUpTokenFreesNothing(t *testing.T) {
 				assert.Contains(t, ae.Reason, "authentic")
 				assert.EqualValues(t, 10, peekCount(t, s, t0.Add(time.Millisecond), r), name)
 			}
-			assert.Zero(t, s.ReservationStats().RefundedHits)
+			assert.Zero(t, s.Reservations().Stats().RefundedHits)
 		})
 	}
 }
@@ -160,7 +160,7 @@ func TestTheHeirVerifiesTheToken(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			owner, heir := secretStore(t, c.owner...), secretStore(t, c.heir...)
 			tok := reserveOn(owner)
-			heir.Merge(t0, owner.SnapshotPartition(owner.PartitionOf(r.Key), t0))
+			heir.Transfer().Merge(t0, owner.Transfer().SnapshotPartition(owner.Transfer().PartitionOf(r.Key), t0))
 			d, err := heir.Apply(t0.Add(time.Second), settleReq(r, tok, 10))
 			if !c.ok {
 				var ae *ArgumentError
@@ -196,12 +196,12 @@ func TestUnknownSettlesLeaveRoomForReservations(t *testing.T) {
 	for i := range 1100 {
 		k := r
 		k.Key = fmt.Sprint("k", i)
-		last = mint(s.keys, k, token{id: uint64(i + 1), at: t0.UnixMilli(), hits: 1, expires: t0.Add(time.Hour).UnixMilli()})
+		last = mint(s.reservations.keys, k, token{id: uint64(i + 1), at: t0.UnixMilli(), hits: 1, expires: t0.Add(time.Hour).UnixMilli()})
 		d, err := s.Apply(t0, settleReq(k, last, 0))
 		require.NoError(t, err)
 		require.Equal(t, SettledUnknown, d.Adjust.Settled)
 	}
-	st := s.ReservationStats()
+	st := s.Reservations().Stats()
 	assert.Zero(t, st.Remembered)
 	assert.LessOrEqual(t, st.RememberedUnknown, int64(maxUnknown))
 	assert.Positive(t, st.RememberedUnknown)
@@ -219,8 +219,8 @@ func TestUnknownSettlesLeaveRoomForReservations(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, SettledBefore, d.Adjust.Settled)
 	// They are forgotten at the longest TTL.
-	s.ExpireReservations(t0.Add(time.Hour))
-	assert.Zero(t, s.ReservationStats().RememberedUnknown)
+	s.Reservations().Expire(t0.Add(time.Hour))
+	assert.Zero(t, s.Reservations().Stats().RememberedUnknown)
 }
 
 // A settle is idempotent: its retry repeats the first answer. One at
@@ -278,7 +278,7 @@ func TestVersion1TokensSettleOnlyByTheirRecord(t *testing.T) {
 	require.NoError(t, err)
 	v1 := rewritten(t, d.Adjust.Reservation, func(x *token) { x.version = tokenV1 })
 	require.Len(t, v1, 51, "the old tokens' length")
-	heir.Merge(t0, owner.SnapshotPartition(owner.PartitionOf(r.Key), t0))
+	heir.Transfer().Merge(t0, owner.Transfer().SnapshotPartition(owner.Transfer().PartitionOf(r.Key), t0))
 	_, err = heir.Apply(t0, settleReq(r, v1, 10))
 	var ae *ArgumentError
 	require.ErrorAs(t, err, &ae)
@@ -354,9 +354,9 @@ func FuzzReservationToken(f *testing.F) {
 		others.Op, others.Hits = OpCheck, 7
 		_, err = st.Check(at, others)
 		require.NoError(t, err)
-		sh := st.shardOf(r.Key)
+		sh := st.shards.of(r.Key)
 		sh.mu.Lock()
-		_, _, err = st.checkStamped(sh, stateKey{r.Key, r.stateWindow()}, fuzzReservation.at, Request{Key: r.Key, Limit: 10,
+		_, _, err = st.reservations.checkStamped(sh, stateKey{r.Key, r.stateWindow()}, fuzzReservation.at, Request{Key: r.Key, Limit: 10,
 			Window: time.Minute, Algorithm: r.Algorithm, Hits: 3})
 		sh.remember(fuzzReservation.id, reservation{key: stateKey{r.Key, r.stateWindow()}, alg: r.Algorithm, hits: 3,
 			at: fuzzReservation.at, expires: fuzzReservation.expires, tokenExpires: fuzzReservation.expires})

@@ -210,7 +210,7 @@ func TestLogBudgetOverHTTP(t *testing.T) {
 	// Two log keys in one shard, whose share is 700/7 = 100 entries.
 	var keys []string
 	for i := 0; len(keys) < 2; i++ {
-		if k := fmt.Sprintf("log:%d", i); n.Store().PartitionOf(k) == 0 {
+		if k := fmt.Sprintf("log:%d", i); n.Store().Transfer().PartitionOf(k) == 0 {
 			keys = append(keys, k)
 		}
 	}

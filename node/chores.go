@@ -38,7 +38,7 @@ func (c *chores) sweep() {
 // all-or-nothing coordinator died gives its hits back about a second
 // after its expiry at worst. Nearly free while none are remembered.
 func (c *chores) expireReservations() {
-	if expired := c.store.ExpireReservations(c.now()); expired > 0 {
+	if expired := c.store.Reservations().Expire(c.now()); expired > 0 {
 		c.log.Debug("reservations expired unsettled", "expired", expired)
 	}
 }

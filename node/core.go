@@ -162,7 +162,7 @@ func (c *Core) initReplicas(d CoreDeps) (err error) {
 func (c *Core) initOwnership(d CoreDeps) (err error) {
 	c.own, err = ownership.NewTracker(ownership.Config{
 		Self: c.cfg.ID, Addr: d.Addr, Ring: c.cfg.Ring, Partitions: c.cfg.Partitions,
-		ShareFor: c.cfg.ShareFor, MaxWait: 2 * c.cfg.HandoffInterval, Holdings: c.store,
+		ShareFor: c.cfg.ShareFor, MaxWait: 2 * c.cfg.HandoffInterval, Holdings: c.store.Transfer(),
 		// Back from its disk with peers to find: alone at the join, the
 		// others hold counts this node lacks.
 		Rejoining: c.Restored() && len(c.cfg.Join) > 0,
@@ -201,7 +201,7 @@ func (c *Core) initRequestPath(d CoreDeps) (err error) {
 			return err
 		}
 	}
-	c.handoff, err = handoff.New(handoff.Deps{Self: c.cfg.ID, Store: c.store, Peers: c.peers, Ring: c.Ring,
+	c.handoff, err = handoff.New(handoff.Deps{Self: c.cfg.ID, Store: c.store.Transfer(), Peers: c.peers, Ring: c.Ring,
 		Leaving: func() bool { return c.own.View().Leaving() }, Now: c.cfg.Now, Logger: c.log, Metrics: handoffMetrics, Replicas: replicas})
 	if err != nil {
 		return err

@@ -213,7 +213,7 @@ func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
 	degraded++
 
 	assert.Equal(t, 1, e.a.Store().Stats().CounterKeys, "a's store holds b's key")
-	assert.Equal(t, 1, e.a.Store().PartitionLen(e.a.Store().PartitionOf(e.bKey)))
+	assert.Equal(t, 1, e.a.Store().Transfer().PartitionLen(e.a.Store().Transfer().PartitionOf(e.bKey)))
 	e.assertCommon(t, route.FallbackLocal, degraded)
 
 	// Handoff while b is unreachable: the state cannot go, so it is put
@@ -221,7 +221,7 @@ func TestFallbackLocalDecidesOnThisNodesStore(t *testing.T) {
 	left := e.a.core.HandOff(context.Background())
 	assert.Positive(t, left, "keys left behind")
 	assert.GreaterOrEqual(t, fbMetric(t, e.a, `peerlimit_handoffs_total{result="failed"}`), 1.0)
-	assert.Equal(t, 1, e.a.Store().PartitionLen(e.a.Store().PartitionOf(e.bKey)), "a's store still holds b's key")
+	assert.Equal(t, 1, e.a.Store().Transfer().PartitionLen(e.a.Store().Transfer().PartitionOf(e.bKey)), "a's store still holds b's key")
 	resp := e.check(t, e.bKey, 2)
 	assert.True(t, resp.Degraded)
 	assert.False(t, resp.Allowed, "the count survived the failed handoff")

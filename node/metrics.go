@@ -70,7 +70,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.rejections, st.Rejections, capKeys)
 	n(c.rejections, st.LogRejections, capLogEntries)
 	n(c.expired, st.Expired)
-	rs := c.store.ReservationStats()
+	rs := c.store.Reservations().Stats()
 	g(c.resvOpen, float64(rs.Remembered))
 	g(c.resvUnknown, float64(rs.RememberedUnknown))
 	for outcome, v := range map[string]uint64{"reserved": rs.Reserved, "denied": rs.Denied, "settled": rs.Settled,

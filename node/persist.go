@@ -33,7 +33,7 @@ func (c *Core) openDisk(d CoreDeps) error {
 		return err
 	}
 	c.disk, c.restored = log, restored
-	merged, errs := c.store.Merge(c.cfg.Now(), restored.Own)
+	merged, errs := c.store.Transfer().Merge(c.cfg.Now(), restored.Own)
 	attrs := []any{"dir", c.cfg.Persist.Dir, "files", len(restored.Files), "keys", merged, "replica_changes", len(restored.Replicas),
 		"took", restored.Took.Round(time.Millisecond)}
 	if len(errs) > 0 {
@@ -77,8 +77,8 @@ type diskSource struct{ n *Core }
 
 func (s diskSource) OwnStates(yield func([]limiter.KeyState) error) error {
 	now := s.n.cfg.Now()
-	for p := range s.n.store.Partitions() {
-		if err := yield(s.n.store.SnapshotPartition(p, now)); err != nil {
+	for p := range s.n.store.Transfer().Partitions() {
+		if err := yield(s.n.store.Transfer().SnapshotPartition(p, now)); err != nil {
 			return err
 		}
 	}
@@ -93,7 +93,7 @@ func (s diskSource) Replicas(yield func(origin string, r peer.Replication) error
 }
 
 // changes takes what changed in the store once a round
-// (limiter.Store.TakeAllChanged) and gives it to the backups and the
+// (limiter.Changes.TakeAll) and gives it to the backups and the
 // disk alike. round runs on one loop; flush once, at a graceful stop,
 // after the loops have stopped.
 type changes struct {
@@ -107,7 +107,7 @@ type changes struct {
 
 // round replicates and persists what changed since the last.
 func (c *changes) round() {
-	c.bufs = c.store.TakeAllChanged(c.bufs, c.now())
+	c.bufs = c.store.Changes().TakeAll(c.bufs, c.now())
 	if c.repl != nil {
 		c.repl.RoundWith(context.Background(), c.bufs)
 	}
@@ -117,7 +117,7 @@ func (c *changes) round() {
 // flush persists what changed since the last round: a leaving node's
 // last word to its disk, after its last handoff.
 func (c *changes) flush() {
-	c.bufs = c.store.TakeAllChanged(c.bufs, c.now())
+	c.bufs = c.store.Changes().TakeAll(c.bufs, c.now())
 	c.persist()
 }
 

@@ -93,10 +93,10 @@ func TestReservationsOnRealNodesKeepTheBudget(t *testing.T) {
 			resp, err := clients[0].Check(context.Background(), &pb.CheckRequest{Key: base.Key, Limit: base.Limit, WindowMs: base.WindowMs, Algorithm: alg, Hits: &zero})
 			require.NoError(t, err)
 			assert.Equal(t, load.cost.Load(), resp.CurrentCount, "the owner counts exactly what the settles counted")
-			assert.Empty(t, owner.Store().OpenReservations(base.Key, time.Now(), 10), "every reservation closed")
+			assert.Empty(t, owner.Store().Reservations().Open(base.Key, time.Now(), 10), "every reservation closed")
 		})
 	}
-	st := owner.Store().ReservationStats()
+	st := owner.Store().Reservations().Stats()
 	assert.Zero(t, st.Unknown+st.Expired, "every settle found its reservation on the owner")
 }
 

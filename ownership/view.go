@@ -6,7 +6,7 @@ import (
 )
 
 // Holdings says whether this node holds state of a partition;
-// *limiter.Store is one. Safe for concurrent use, and fast: a View reads
+// *limiter.Transfer is one. Safe for concurrent use, and fast: a View reads
 // it on a check of a partition that waits for its state.
 type Holdings interface {
 	PartitionLen(partition int) int

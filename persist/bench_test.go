@@ -148,7 +148,7 @@ func BenchmarkRestore1MIntoStore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if merged, errs := store.Merge(time.Unix(0, 29_500_000*int64(time.Minute)), r.Own); merged != restoreKeys || len(errs) > 0 {
+		if merged, errs := store.Transfer().Merge(time.Unix(0, 29_500_000*int64(time.Minute)), r.Own); merged != restoreKeys || len(errs) > 0 {
 			b.Fatalf("merged %d, %d refused: %v", merged, len(errs), errs)
 		}
 		b.StopTimer()

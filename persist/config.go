@@ -3,7 +3,7 @@
 // killed together, or replaced with its volume.
 //
 // What is kept is what replication already takes from the store every
-// round: the states of the keys that changed (limiter.Store.TakeChanged),
+// round: the states of the keys that changed (limiter.Changes.Take),
 // the node's own and those other members replicate to it. A Log appends
 // them to segment files, record by record, each with a checksum; it syncs
 // them every Config.SyncInterval, and every Config.SnapshotInterval it

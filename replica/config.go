@@ -5,7 +5,7 @@
 // state. A backup keeps replicas apart (Store) and never decides from
 // them while the owner lives; when the owner fails, or cannot be reached,
 // the heir merges them into its own state (Store.Take, then
-// limiter.Store.Merge) and decides from there.
+// limiter.Transfer.Merge) and decides from there.
 //
 // What a crash can lose is what the owner admitted since its last
 // delivered round: at most one Interval plus one call's time of

@@ -45,7 +45,7 @@ type Failover struct {
 
 	mu sync.Mutex
 	// books holds, by the member that replicated them, the replicas
-	// merged into this node's state (as merged: limiter.Store.MergeAdded),
+	// merged into this node's state (as merged: limiter.Transfer.MergeAdded),
 	// so that none counts twice when that member turns out to hold them
 	// too: it hands the same keys off (it was leaving, or the link
 	// healed), and Supersede subtracts them first; or this node hands it
@@ -215,7 +215,7 @@ func (f *Failover) promote(p int, why reason) {
 	// the states as the owner sent them: taking those back would roll
 	// this node's own counts onto the owner's clock and subtract from the
 	// wrong window, erasing its own hits when the owner's clock runs ahead.
-	added, errs := f.store.MergeAdded(now, states)
+	added, errs := f.store.Transfer().MergeAdded(now, states)
 	merged := len(states) - len(errs)
 	b := f.books[origin.ID]
 	if boot := f.bootOf(origin); b == nil || b.boot != boot {
@@ -244,7 +244,7 @@ func (f *Failover) bootOf(origin Origin) string {
 // Supersede is called with a handoff's states from origin before they
 // are merged. The handoff carries origin's whole state of those keys,
 // which includes what this node merged from origin's replica while it
-// could not reach it: that is subtracted (limiter.Store.Forget). And the
+// could not reach it: that is subtracted (limiter.Transfer.Forget). And the
 // replica origin sent of those keys' partitions is dropped: the handoff
 // is newer, and a replica promoted after it (a check that could not reach
 // origin, which is leaving, before this node's ring says so) would count
@@ -266,7 +266,7 @@ func (f *Failover) Supersede(origin string, states []limiter.KeyState) {
 	}
 	var gone []limiter.KeyState
 	gone, b.states = split(b.states, incoming, gone)
-	f.store.Forget(f.now(), gone)
+	f.store.Transfer().Forget(f.now(), gone)
 }
 
 // split appends to gone the states of in whose keys are in incoming, and
@@ -287,7 +287,7 @@ func split(in []limiter.KeyState, incoming map[stateKey]bool, gone []limiter.Key
 func (f *Failover) dropSupersededReplicas(origin string, states []limiter.KeyState) {
 	done := map[int]bool{}
 	for _, ks := range states {
-		p := f.store.PartitionOf(ks.Key)
+		p := f.store.Transfer().PartitionOf(ks.Key)
 		if done[p] {
 			continue
 		}
@@ -313,7 +313,7 @@ func (f *Failover) ReturnPromoted(owner string) []limiter.KeyState {
 	}
 	f.mu.Unlock()
 	if len(promoted) > 0 {
-		f.store.Forget(f.now(), promoted)
+		f.store.Transfer().Forget(f.now(), promoted)
 	}
 	return promoted
 }
@@ -326,7 +326,7 @@ func (f *Failover) Unreturn(owner string, promoted []limiter.KeyState) {
 	if len(promoted) == 0 {
 		return
 	}
-	added, _ := f.store.MergeAdded(f.now(), promoted)
+	added, _ := f.store.Transfer().MergeAdded(f.now(), promoted)
 	f.mu.Lock()
 	b := f.books[owner]
 	if b == nil {

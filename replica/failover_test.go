@@ -30,7 +30,7 @@ import (
 // drop it.
 func leaverSender(t *testing.T, c *cluster, m *member, r *ring.Ring) *handoff.Sender {
 	t.Helper()
-	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: func() *ring.Ring { return r },
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store.Transfer(), Peers: m.peers, Ring: func() *ring.Ring { return r },
 		Now: c.clk.Now, Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
@@ -51,7 +51,7 @@ func replicatedKey(t *testing.T) (c *cluster, owner, heir *member, req limiter.R
 // handoff is m's handoff Sender, by the cluster's ring.
 func (m *member) handoff(t *testing.T, c *cluster) *handoff.Sender {
 	t.Helper()
-	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store, Peers: m.peers, Ring: c.Ring, Now: c.clk.Now,
+	s, err := handoff.New(handoff.Deps{Self: m.id, Store: m.store.Transfer(), Peers: m.peers, Ring: c.Ring, Now: c.clk.Now,
 		Logger: slog.New(testlog.NewCapture()), Replicas: m.failover})
 	require.NoError(t, err)
 	return s
@@ -186,7 +186,7 @@ func TestAReturningMemberIsNotPresumedDead(t *testing.T) {
 		c.ring.Store(without)
 		heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true}}) // it did die
 		require.EqualValues(t, 3, held(t, c, heir, req))
-		owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
+		owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm) // and restarts empty
 
 		c.ring.Store(all)
 		heir.failover.Reconcile(without, all, nil)
@@ -288,7 +288,7 @@ func TestAReturningMemberGetsBackWhatItDoesNotHold(t *testing.T) {
 				heir.failover.Reconcile(all, without, map[string]replica.Member{"n1": {Failed: true, Boot: owner.boot}})
 				require.EqualValues(t, 3, held(t, c, heir, req), "promoted")
 				if !tc.ownerKeep {
-					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+					owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
 				}
 
 				c.ring.Store(all)
@@ -355,7 +355,7 @@ func TestReplicasOfAMemberNotBackArePromoted(t *testing.T) {
 				heir.failover.Reconcile(without, without, map[string]replica.Member{"n2": {}, "n3": {}})
 				require.EqualValues(t, 3, held(t, c, heir, req), "n1 not seen: kept")
 				if !tc.ownerKeep {
-					owner.store.Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
+					owner.store.Admin().Delete(c.clk.Now(), req.Key, req.Window, req.Algorithm)
 				}
 
 				c.ring.Store(all)

@@ -216,7 +216,7 @@ func held(t *testing.T, c *cluster, m *member, req limiter.Request) int64 {
 func replicated(t *testing.T, c *cluster, req limiter.Request) int64 {
 	t.Helper()
 	b := c.members[c.heirOf(req.Key)]
-	p := b.store.PartitionOf(req.Key)
+	p := b.store.Transfer().PartitionOf(req.Key)
 	states, from := b.replicas.Take(p)
 	defer b.replicas.Apply(from.ID, peer.Replication{Whole: []int{p}, States: states, Boot: from.Boot}) // put back as it was
 	for _, ks := range states {
@@ -248,7 +248,7 @@ func TestReplicatorSendsChangesAndWholePartitions(t *testing.T) {
 		assert.Equal(t, whole+1, metrictest.Value(t, owner.reg, "peerlimit_replication_keys_total", "result", "sent"),
 			"only the key that changed")
 
-		owner.store.Delete(c.clk.Now(), b.Key, b.Window, b.Algorithm)
+		owner.store.Admin().Delete(c.clk.Now(), b.Key, b.Window, b.Algorithm)
 		require.Zero(t, owner.sender.Round(context.Background()))
 		assert.Zero(t, replicated(t, c, b), "the reset reached the backup")
 

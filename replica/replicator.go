@@ -75,7 +75,7 @@ func NewReplicator(d Deps) (*Replicator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Replicator{d: d, log: log, synced: make([]string, d.Store.Partitions()), last: d.Now(),
+	return &Replicator{d: d, log: log, synced: make([]string, d.Store.Transfer().Partitions()), last: d.Now(),
 		boots: map[string]string{}}, nil
 }
 
@@ -93,12 +93,12 @@ type batch struct {
 // the store's journal itself; a node that also persists them takes them
 // once and calls RoundWith.
 func (r *Replicator) Round(ctx context.Context) (failed int) {
-	return r.RoundWith(ctx, r.d.Store.TakeAllChanged(nil, r.d.Now()))
+	return r.RoundWith(ctx, r.d.Store.Changes().TakeAll(nil, r.d.Now()))
 }
 
 // RoundWith is Round with the changes already taken: changed is, by
 // partition, what the store's journal gave since the previous round
-// (limiter.Store.TakeAllChanged, just before).
+// (limiter.Changes.TakeAll, just before).
 func (r *Replicator) RoundWith(ctx context.Context, changed [][]limiter.KeyState) (failed int) {
 	since := r.last
 	r.last = r.d.Now()
@@ -160,7 +160,7 @@ func (r *Replicator) collect(changed [][]limiter.KeyState) map[string]*batch {
 		}
 		if r.synced[p] != backup.ID {
 			b.Whole = append(b.Whole, p)
-			b.States = append(b.States, r.d.Store.SnapshotPartition(p, now)...)
+			b.States = append(b.States, r.d.Store.Transfer().SnapshotPartition(p, now)...)
 			b.parts = append(b.parts, p)
 			r.synced[p] = backup.ID
 			continue

@@ -124,7 +124,7 @@ func TestABackupKeepsAndJournalsReplicasOnItsOwnClock(t *testing.T) {
 		require.Len(t, applied[0].States, 1)
 		at := c.clk.Now().UnixMilli()
 		assert.Equal(t, []int64{at, at}, applied[0].States[0].Log, "on the backup's clock, not the owner's %d", at-5_000)
-		owners := owner.store.SnapshotPartition(owner.store.PartitionOf(r.Key), owner.now())
+		owners := owner.store.Transfer().SnapshotPartition(owner.store.Transfer().PartitionOf(r.Key), owner.now())
 		require.Len(t, owners, 1)
 		assert.Equal(t, []int64{at - 5_000, at - 5_000}, owners[0].Log, "the owner's own copy is left on its clock")
 	})

@@ -210,9 +210,9 @@ func (rs *Resetter) dropCopies(ctx context.Context, r peer.ResetRequest, res *Re
 func (rs *Resetter) Local(r peer.ResetRequest) int {
 	now := rs.d.Now()
 	if r.AllWindows {
-		return rs.d.Store.DeleteKey(now, r.Key)
+		return rs.d.Store.Admin().DeleteKey(now, r.Key)
 	}
-	if rs.d.Store.DeleteLimit(now, limiter.Request{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}) {
+	if rs.d.Store.Admin().DeleteLimit(now, limiter.Request{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}) {
 		return 1
 	}
 	return 0

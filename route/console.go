@@ -62,7 +62,7 @@ func (s *Queries) Inspect(ctx context.Context, req InspectRequest) (InspectResul
 	if err != nil {
 		return InspectResult{}, err
 	}
-	res := InspectResult{Key: q.Key, Owner: owner.ID, Partition: s.store.PartitionOf(q.Key), Limit: q.Limit, Hits: q.Hits,
+	res := InspectResult{Key: q.Key, Owner: owner.ID, Partition: s.store.Transfer().PartitionOf(q.Key), Limit: q.Limit, Hits: q.Hits,
 		Limits: filterViews(ov.Limits, filter), Leases: ov.Leases, Reservations: ov.Reservations}
 	if local {
 		res.Owner = s.deps.NodeID
@@ -87,7 +87,7 @@ func (s *Queries) resolveInspect(req InspectRequest) (peer.InspectQuery, *limite
 			return q, nil, err
 		}
 		q.Limit, q.Hits = r.Limit, r.Hits
-		return q, &r, s.store.ValidateInspect(q.Key, q.Limit, q.Hits)
+		return q, &r, s.store.Admin().ValidateInspect(q.Key, q.Limit, q.Hits)
 	}
 	if req.Limit > 0 {
 		q.Hits = 1
@@ -95,7 +95,7 @@ func (s *Queries) resolveInspect(req InspectRequest) (peer.InspectQuery, *limite
 	if req.Hits != nil {
 		q.Hits = *req.Hits
 	}
-	return q, nil, s.store.ValidateInspect(q.Key, q.Limit, q.Hits)
+	return q, nil, s.store.Admin().ValidateInspect(q.Key, q.Limit, q.Hits)
 }
 
 // filterViews keeps the view of the policy's window and algorithm, or
@@ -123,18 +123,18 @@ func (s *Handler) HandleInspect(_ context.Context, _ string, q peer.InspectQuery
 // on it and the reservations open on it.
 func (c *core) inspectHere(q peer.InspectQuery) (peer.OwnerView, error) {
 	now := c.deps.Now()
-	views, err := c.store.Inspect(now, q.Key, q.Limit, q.Hits)
+	views, err := c.store.Admin().Inspect(now, q.Key, q.Limit, q.Hits)
 	if err != nil {
 		return peer.OwnerView{}, err
 	}
 	return peer.OwnerView{Limits: views, Leases: c.deps.Leases.On(now, q.Key),
-		Reservations: c.store.OpenReservations(q.Key, now, peer.MaxReservationsShown)}, nil
+		Reservations: c.store.Reservations().Open(q.Key, now, peer.MaxReservationsShown)}, nil
 }
 
 // HandleReport implements Handler: this node's samples (Deps.Samples)
 // and hot keys.
 func (s *Handler) HandleReport(_ context.Context, _ string, req peer.ReportRequest) peer.Report {
 	r := peer.Report{Samples: s.deps.Samples.Since(req.Since)}
-	r.HotKeys = s.store.HotKeys(s.deps.Now(), min(req.Top, peer.MaxTop))
+	r.HotKeys = s.store.Admin().HotKeys(s.deps.Now(), min(req.Top, peer.MaxTop))
 	return r
 }

@@ -43,7 +43,7 @@ func newCore(cfg Config, deps Deps) (*core, error) {
 	c := &core{cfg: cfg, deps: deps, store: deps.Store, metrics: deps.Metrics, log: deps.Logger, heirs: heirs,
 		inflight: &slots{limit: int64(cfg.MaxInflightForwards)}}
 	var err error
-	if c.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: deps.NodeID, Store: deps.Store, Replicas: deps.Failover,
+	if c.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: deps.NodeID, Store: deps.Store.Transfer(), Replicas: deps.Failover,
 		Now: deps.Now, Logger: deps.Logger, Metrics: deps.HandoffMetrics}); err != nil {
 		return nil, err
 	}

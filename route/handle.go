@@ -78,7 +78,7 @@ func notCounted(reqs []limiter.Request, out []peer.Result) {
 }
 
 // undo takes back from the store what the allowed checks of reqs,
-// decided at now, added (limiter.Store.Forget: the counter's hits in
+// decided at now, added (limiter.Transfer.Forget: the counter's hits in
 // now's window, the log's entries at now), and returns how many it took
 // back.
 func (s *Handler) undo(now time.Time, reqs []limiter.Request, out []peer.Result) int {
@@ -90,7 +90,7 @@ func (s *Handler) undo(now time.Time, reqs []limiter.Request, out []peer.Result)
 		}
 		states = append(states, r.HitsAt(ms, r.Hits))
 	}
-	s.store.Forget(now, states)
+	s.store.Transfer().Forget(now, states)
 	return len(states)
 }
 

@@ -105,7 +105,7 @@ func TestSettlingALogLeaseMovesItsHitsToTheirTimes(t *testing.T) {
 	c.settleAll()
 	assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "settled"))
 	assert.EqualValues(t, lent-3, metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "returned"))
-	views, err := n2.store.Inspect(c.clock.Now(), req.Key, 0, 0)
+	views, err := n2.store.Admin().Inspect(c.clock.Now(), req.Key, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	require.Len(t, views[0].Entries, 23)

@@ -61,7 +61,7 @@ func workloadSeed(t *testing.T) uint64 {
 
 // openOn returns how many reservations are open on m for key.
 func openOn(m *member, key string, now time.Time) int {
-	return len(m.store.OpenReservations(key, now, 1<<20))
+	return len(m.store.Reservations().Open(key, now, 1<<20))
 }
 
 // budgetRun is what a concurrent reservation workload did.
@@ -123,7 +123,7 @@ func TestConcurrentReservationsKeepTheBudgetExact(t *testing.T) {
 			for _, id := range []string{"n1", "n3"} {
 				assert.Zero(t, c.members[id].held(t, now, base), "%s decided nothing", id)
 			}
-			st := owner.store.ReservationStats()
+			st := owner.store.Reservations().Stats()
 			assert.EqualValues(t, run.admitted.Load(), st.Reserved)
 			assert.EqualValues(t, run.admitted.Load()-run.released.Load(), st.Settled)
 			assert.EqualValues(t, run.released.Load(), st.Released)
@@ -216,8 +216,8 @@ func TestRetriedSettleCountsOnce(t *testing.T) {
 					assert.Equal(t, limiter.Adjustment{Refunded: 3, Settled: limiter.SettledBefore}, *again.Decision.Adjust, "via %s", via)
 				}
 				assert.EqualValues(t, 2, n2.held(t, c.clock.Now(), req), "counted once")
-				assert.EqualValues(t, 1, n2.store.ReservationStats().Settled)
-				assert.EqualValues(t, 3, n2.store.ReservationStats().Retried)
+				assert.EqualValues(t, 1, n2.store.Reservations().Stats().Settled)
+				assert.EqualValues(t, 3, n2.store.Reservations().Stats().Retried)
 			})
 		})
 	}
@@ -358,7 +358,7 @@ func (c *cluster) expireAll() time.Time {
 	c.clock.Advance(holdTTL + time.Millisecond)
 	now := c.clock.Now()
 	for _, m := range c.members {
-		m.store.ExpireReservations(now)
+		m.store.Reservations().Expire(now)
 	}
 	return now
 }
@@ -451,12 +451,12 @@ func TestAllOrNothingOrphanHoldExpires(t *testing.T) {
 				assert.Zero(t, n1.held(t, now, a)+n1.held(t, now, b))
 
 				c.clock.Advance(holdTTL - time.Millisecond)
-				assert.Zero(t, n2.store.ExpireReservations(c.clock.Now()), "not due yet")
+				assert.Zero(t, n2.store.Reservations().Expire(c.clock.Now()), "not due yet")
 				assert.EqualValues(t, 2, n2.held(t, c.clock.Now(), a))
 				now = c.expireAll()
 				assert.Zero(t, n2.held(t, now, a), "the hold gave its hits back at its expiry")
 				assert.Zero(t, openOn(n2, a.Key, now))
-				assert.EqualValues(t, 1, n2.store.ReservationStats().Expired)
+				assert.EqualValues(t, 1, n2.store.Reservations().Stats().Expired)
 			})
 		})
 	}

@@ -113,7 +113,7 @@ func TestCLIMembersAndRing(t *testing.T) {
 	require.Len(t, entries, len(keys))
 	for i, e := range entries {
 		want := c.Node(2).Ring().Owner(keys[i])
-		assert.Equal(t, ringEntry{Key: keys[i], Partition: c.Node(2).Store().PartitionOf(keys[i]), Owner: want.ID, GRPCAddr: want.Addr}, e)
+		assert.Equal(t, ringEntry{Key: keys[i], Partition: c.Node(2).Store().Transfer().PartitionOf(keys[i]), Owner: want.ID, GRPCAddr: want.Addr}, e)
 	}
 	code, out, _ = cli(t, "ring", "--addr", addr, "user:1")
 	assert.Equal(t, exitOK, code)

@@ -80,7 +80,7 @@ func TestCalendarKeyStatesRoundTrip(t *testing.T) {
 	unknown := FromProtoKeyState(&pb.KeyState{Key: "k", Calendar: pb.CalendarUnit_DAY, TimeZone: "Mars/Olympus_Mons", WindowId: 1, Curr: 1})
 	store, err := limiter.New(limiter.DefaultConfig(), 4)
 	require.NoError(t, err)
-	_, errs := store.Merge(time.UnixMilli(1_750_000_000_000), []limiter.KeyState{unknown})
+	_, errs := store.Transfer().Merge(time.UnixMilli(1_750_000_000_000), []limiter.KeyState{unknown})
 	require.Len(t, errs, 1)
 	assert.Equal(t, "time_zone", peer.FieldOf(errs[0]))
 }

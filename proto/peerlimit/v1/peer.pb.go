@@ -332,7 +332,7 @@ func (x *HandoffRequest) GetSentUnixMs() int64 {
 // period's start, not moved: a skew S moves its boundary by at most S.
 //
 // From a sender that sends no stamp (0), the states are placed as they
-// are (limiter.Store.Merge): a window_id later than the receiver's
+// are (limiter.Transfer.Merge): a window_id later than the receiver's
 // current window is folded into it (nothing lost; over-denial ≤ prev·S/W
 // for a skew S < W, gone within 2W); log entries later than its now are
 // taken as now; from a sender behind by |S|, up to max(prev, curr)·|S|/W
