@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,11 +86,34 @@ func TestChaosShortProfile(t *testing.T) {
 				assert.LessOrEqual(t, res.CounterSliding.Worst, 2.0)
 				assert.Zero(t, res.Log.ExcessCalm)
 			}
+			if t.Failed() {
+				logWarnings(t, filepath.Join(out, sc.Name))
+			}
 		})
 	}
 	require.NoError(t, jepsenlite.WriteReport(out, cfg.Profile, results, "go test ./jepsen-lite", ""))
 	if t.Failed() {
 		report, _ := os.ReadFile(filepath.Join(out, "report.md"))
 		t.Logf("report:\n%s", report)
+	}
+}
+
+// logWarnings prints the warnings and errors of a failed scenario's node
+// logs, at most 40 per node, so that a failure in CI, whose temporary
+// directory is gone after the run, says what the nodes saw.
+func logWarnings(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "n*.log"))
+	for _, name := range logs {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		n := 0
+		for line := range strings.Lines(string(data)) {
+			if n < 40 && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
+				t.Logf("%s: %s", filepath.Base(name), strings.TrimSpace(line))
+				n++
+			}
+		}
 	}
 }

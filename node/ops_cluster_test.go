@@ -76,7 +76,7 @@ func TestPolicyChecksThroughAForwardingCluster(t *testing.T) {
 		// The owner holds the state under the policy's numbers: an inline
 		// check with them, sent to the owner itself, sees the same count.
 		resp, err := apiClient(t, c.Node(map[string]int{"node-1": 1, "node-2": 2}[owner])).Check(ctx, &pb.CheckRequest{
-			Key: key, Limit: 5, WindowMs: hourish.Milliseconds(), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: new(int64)})
+			Key: key, Limit: 5, WindowMs: 3_600_000, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Hits: new(int64)}) // the policy's hour; a log: no boundary to cross
 		require.NoError(t, err)
 		assert.EqualValues(t, 5, resp.CurrentCount)
 	}
@@ -119,7 +119,7 @@ func TestResetThroughTheCluster(t *testing.T) {
 		exhaust(n0, key)
 		// node-1 decided the key itself once, as its local fallback does
 		// while the owner is unreachable.
-		_, err := n1.Store().Check(time.Now(), limiter.Request{Key: key, Limit: 3, Window: hourish, Algorithm: limiter.SlidingWindowLog, Hits: 1})
+		_, err := n1.Store().Check(time.Now(), limiter.Request{Key: key, Limit: 3, Window: time.Hour, Algorithm: limiter.SlidingWindowLog, Hits: 1})
 		require.NoError(t, err)
 
 		got, err := apiClient(t, n0).Reset(ctx, &pb.ResetRequest{Key: key, WindowMs: window, Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG})
@@ -128,7 +128,7 @@ func TestResetThroughTheCluster(t *testing.T) {
 		assert.True(t, proto.Equal(want, got), "want %v\ngot  %v", want, got)
 
 		for _, n := range []*node.Node{n0, n1, n2} {
-			d, err := n.Store().Check(time.Now(), limiter.Request{Key: key, Limit: 3, Window: hourish, Algorithm: limiter.SlidingWindowLog})
+			d, err := n.Store().Check(time.Now(), limiter.Request{Key: key, Limit: 3, Window: time.Hour, Algorithm: limiter.SlidingWindowLog})
 			require.NoError(t, err)
 			assert.Zero(t, d.CurrentCount, "%s holds nothing for the key", n.ID())
 		}
