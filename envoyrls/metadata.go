@@ -12,68 +12,77 @@ import (
 // alias once per use, as MaxDescriptors bounds the descriptors.
 const MaxMetadataValues = 100_000
 
-// metadata reads a descriptor's metadata: any mapping, turned into the
+// metadataReader reads descriptors' metadata for one load, reporting
+// to rd; count is the metadata values read so far, across the load,
+// aliases once per use (MaxMetadataValues).
+type metadataReader struct {
+	rd    *reader
+	count int
+}
+
+// read reads a descriptor's metadata: any mapping, turned into the
 // google.protobuf.Struct Envoy receives. Keys are the text of any scalar
 // (upstream's `1: x` is {"1": "x"}); numbers become numbers, true and
 // false booleans, null null, and every other scalar (a date, a quoted
 // number) its text. Nil for null or an empty mapping: no metadata.
-func (p *parser) metadata(v *yaml.Node, where string) *structpb.Struct {
+func (md *metadataReader) read(v *yaml.Node, where string) *structpb.Struct {
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
 		return nil
 	}
 	if v.Kind != yaml.MappingNode {
-		p.fail(v.Line, where, "metadata must be a mapping, e.g. {service_with_quota: {name: service_1}}")
+		md.rd.fail(v.Line, where, "metadata must be a mapping, e.g. {service_with_quota: {name: service_1}}")
 		return nil
 	}
-	st, ok := p.metadataStruct(v, where, 1)
+	st, ok := md.mapping(v, where, 1)
 	if !ok || len(st.Fields) == 0 {
 		return nil
 	}
 	return st
 }
 
-func (p *parser) metadataStruct(m *yaml.Node, where string, depth int) (*structpb.Struct, bool) {
+// mapping reads a metadata mapping, at depth levels of nesting.
+func (md *metadataReader) mapping(m *yaml.Node, where string, depth int) (*structpb.Struct, bool) {
 	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	ok := true
-	p.fields(m, where, func(name string, _, v *yaml.Node) {
-		val, good := p.metadataValue(v, where, depth+1)
+	md.rd.fields(m, where, func(name string, _, v *yaml.Node) {
+		val, good := md.value(v, where, depth+1)
 		st.Fields[name], ok = val, ok && good
 	})
 	return st, ok
 }
 
-// metadataValue reads one metadata value, at depth levels of nesting.
-func (p *parser) metadataValue(v *yaml.Node, where string, depth int) (*structpb.Value, bool) {
-	if p.metadataCount++; p.metadataCount > MaxMetadataValues || depth > MaxDepth {
-		if p.metadataCount == MaxMetadataValues+1 || depth == MaxDepth+1 {
-			p.fail(v.Line, where, "metadata larger than %d values or nested deeper than %d levels (aliases count once per use)", MaxMetadataValues, MaxDepth)
+// value reads one metadata value, at depth levels of nesting.
+func (md *metadataReader) value(v *yaml.Node, where string, depth int) (*structpb.Value, bool) {
+	if md.count++; md.count > MaxMetadataValues || depth > MaxDepth {
+		if md.count == MaxMetadataValues+1 || depth == MaxDepth+1 {
+			md.rd.fail(v.Line, where, "metadata larger than %d values or nested deeper than %d levels (aliases count once per use)", MaxMetadataValues, MaxDepth)
 		}
 		return nil, false
 	}
 	switch v.Kind {
 	case yaml.MappingNode:
-		st, ok := p.metadataStruct(v, where, depth)
+		st, ok := md.mapping(v, where, depth)
 		return structpb.NewStructValue(st), ok
 	case yaml.SequenceNode:
 		list := &structpb.ListValue{}
 		ok := true
 		for _, item := range v.Content {
-			val, good := p.metadataValue(deref(item), where, depth+1)
+			val, good := md.value(deref(item), where, depth+1)
 			list.Values, ok = append(list.Values, val), ok && good
 		}
 		return structpb.NewListValue(list), ok
 	}
-	return p.metadataScalar(v, where)
+	return md.scalar(v, where)
 }
 
-func (p *parser) metadataScalar(v *yaml.Node, where string) (*structpb.Value, bool) {
+func (md *metadataReader) scalar(v *yaml.Node, where string) (*structpb.Value, bool) {
 	switch v.ShortTag() {
 	case "!!null":
 		return structpb.NewNullValue(), true
 	case "!!bool":
 		var b bool
 		if err := v.Decode(&b); err != nil {
-			p.fail(v.Line, where, "metadata: %q is not a boolean", v.Value)
+			md.rd.fail(v.Line, where, "metadata: %q is not a boolean", v.Value)
 			return nil, false
 		}
 		return structpb.NewBoolValue(b), true
@@ -81,7 +90,7 @@ func (p *parser) metadataScalar(v *yaml.Node, where string) (*structpb.Value, bo
 		var f float64
 		if err := v.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 			// JSON, which Envoy's metadata is read as, has no infinity.
-			p.fail(v.Line, where, "metadata: %q is not a finite number; quote it to send it as text", v.Value)
+			md.rd.fail(v.Line, where, "metadata: %q is not a finite number; quote it to send it as text", v.Value)
 			return nil, false
 		}
 		return structpb.NewNumberValue(f), true

@@ -233,20 +233,26 @@ func readFile(path string) ([]byte, error) {
 	return yamlconf.ReadFile("envoy rls config", path, MaxFileBytes)
 }
 
+// parser walks a load's documents: domains, then their descriptors,
+// level by level, building the RuleSet. Reading a field's value is its
+// readers' job: rd for scalars and mappings (and every error of the
+// load), md for metadata, rateLimitBlock for rate_limit, descriptorFields
+// for the fields beside it.
 type parser struct {
 	// sum digests the documents read by document: names and bytes.
 	sum  hash.Hash
 	opts LoadOptions
 	cfg  *RuleSet
-	errs []error
-	name string // the file being read
-	// descriptorCount counts the descriptors read, aliases once per use;
-	// metadataCount the metadata values.
-	descriptorCount, metadataCount int
+	rd   *reader
+	md   metadataReader
+	// descriptorCount counts the descriptors read, aliases once per use.
+	descriptorCount int
 }
 
 func newParser(source string, o LoadOptions) *parser {
-	return &parser{sum: sha256.New(), opts: o, cfg: &RuleSet{Source: source, byName: map[string]*Domain{}}}
+	rd := &reader{}
+	return &parser{sum: sha256.New(), opts: o, cfg: &RuleSet{Source: source, byName: map[string]*Domain{}},
+		rd: rd, md: metadataReader{rd: rd}}
 }
 
 // document reads one file's (or resource's) documents, labelled label in
@@ -267,25 +273,21 @@ func (p *parser) digested() (*RuleSet, error) {
 	return p.cfg, nil
 }
 
-func (p *parser) fail(line int, where, format string, args ...any) {
-	p.errs = append(p.errs, &Error{File: p.name, Line: line, Where: where, Msg: fmt.Sprintf(format, args...)})
-}
-
 func (p *parser) result() error {
-	if len(p.errs) == 0 {
-		for i, r := range p.cfg.rules {
-			r.finish(i)
-		}
-		return nil
+	if err := p.rd.err(); err != nil {
+		return err
 	}
-	return yamlconf.Join(p.errs, func(n int) error { return &Error{File: p.name, Msg: fmt.Sprintf("and %d more errors", n)} })
+	for i, r := range p.cfg.rules {
+		r.finish(i)
+	}
+	return nil
 }
 
 // file reads every document of one file, each a domain.
 func (p *parser) file(name string, data []byte) {
-	p.name = name
+	p.rd.file = name
 	if line, off, why, bad := yamlconf.BadText(data); bad {
-		p.fail(line, "", "%s (byte %d)", why, off)
+		p.rd.fail(line, "", "%s (byte %d)", why, off)
 		return
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -298,7 +300,7 @@ func (p *parser) file(name string, data []byte) {
 		}
 		if err != nil {
 			line, msg := yamlconf.SyntaxError(err)
-			p.fail(line, "", "%s", msg)
+			p.rd.fail(line, "", "%s", msg)
 			return
 		}
 		docs++
@@ -308,7 +310,7 @@ func (p *parser) file(name string, data []byte) {
 		}
 		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 			// The document's line: its "---", not the line after.
-			p.fail(doc.Line, "", "empty document: want a mapping with domain and descriptors")
+			p.rd.fail(doc.Line, "", "empty document: want a mapping with domain and descriptors")
 			continue
 		}
 		p.domain(deref(root))
@@ -316,7 +318,7 @@ func (p *parser) file(name string, data []byte) {
 	if docs == 0 {
 		// Refused rather than read as "no limits": a reload that catches
 		// a file half-written would otherwise drop every limit at once.
-		p.fail(0, "", "no domain defined (an empty file is refused, so that a truncated write cannot remove every limit)")
+		p.rd.fail(0, "", "no domain defined (an empty file is refused, so that a truncated write cannot remove every limit)")
 	}
 }
 
@@ -325,51 +327,28 @@ func (p *parser) file(name string, data []byte) {
 // to.
 func deref(n *yaml.Node) *yaml.Node { return yamlconf.Deref(n) }
 
-// fields walks a mapping's pairs, refusing non-string and repeated field
-// names and merge keys, and calls f with each field.
-func (p *parser) fields(m *yaml.Node, where string, f func(name string, k, v *yaml.Node)) {
-	seen := map[string]int{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := deref(m.Content[i]), deref(m.Content[i+1])
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			p.fail(k.Line, where, "field names must be strings")
-			continue
-		case k.Value == "<<" && k.ShortTag() == "!!merge":
-			p.fail(k.Line, where, "merge keys (<<) are not supported; give each descriptor its fields")
-			continue
-		}
-		if first, dup := seen[k.Value]; dup {
-			p.fail(k.Line, where, "%s given twice (first at line %d)", k.Value, first)
-			continue
-		}
-		seen[k.Value] = k.Line
-		f(k.Value, k, v)
-	}
-}
-
 func (p *parser) domain(root *yaml.Node) {
 	if root.Kind != yaml.MappingNode {
-		p.fail(root.Line, "", "want a mapping with domain and descriptors, e.g. {domain: edge, descriptors: [...]}")
+		p.rd.fail(root.Line, "", "want a mapping with domain and descriptors, e.g. {domain: edge, descriptors: [...]}")
 		return
 	}
 	doc := p.domainFields(root)
 	name, line := doc.name, doc.line
 	if name == "" {
 		if !hasField(root, "domain") {
-			p.fail(root.Line, "", "domain is missing")
+			p.rd.fail(root.Line, "", "domain is missing")
 		}
 		return
 	}
 	d := p.cfg.byName[name]
 	switch {
 	case d == nil:
-		d = &Domain{Name: name, File: p.name, Line: line, root: newLevel(), index: len(p.cfg.domains),
+		d = &Domain{Name: name, File: p.rd.file, Line: line, root: newLevel(), index: len(p.cfg.domains),
 			AllOrNothing: doc.allOrNothing, ChargeOverLimit: doc.chargeOverLimit}
 		p.cfg.byName[name] = d
 		p.cfg.domains = append(p.cfg.domains, d)
 	case !p.opts.MergeDomains:
-		p.fail(line, fmt.Sprintf("domain %q", name), "defined twice (first at %s:%d); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains", d.File, d.Line)
+		p.rd.fail(line, fmt.Sprintf("domain %q", name), "defined twice (first at %s:%d); to let several files add descriptors to one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does, start the nodes with --envoy-rls-merge-domains", d.File, d.Line)
 		return
 	case !p.sameSettings(d, doc):
 		return
@@ -398,24 +377,24 @@ var domainSettings = []string{"all_or_nothing", "charge_over_limit"}
 
 // domainFields reads a domain document's fields.
 func (p *parser) domainFields(root *yaml.Node) (doc domainDoc) {
-	p.fields(root, "", func(field string, k, v *yaml.Node) {
+	p.rd.fields(root, "", func(field string, k, v *yaml.Node) {
 		switch field {
 		case "domain":
 			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-				p.fail(v.Line, "", "domain must be a non-empty string")
+				p.rd.fail(v.Line, "", "domain must be a non-empty string")
 				return
 			}
 			doc.name, doc.line = v.Value, k.Line
 		case "descriptors":
 			doc.descs = v
 		case "all_or_nothing":
-			doc.allOrNothing, _ = p.boolean(v, "", field)
+			doc.allOrNothing, _ = p.rd.boolean(v, "", field)
 			doc.allOrNothingAt = k.Line
 		case "charge_over_limit":
-			doc.chargeOverLimit, _ = p.boolean(v, "", field)
+			doc.chargeOverLimit, _ = p.rd.boolean(v, "", field)
 			doc.chargeOverLimitAt = k.Line
 		default:
-			p.fail(k.Line, "", "unknown field %q; want domain, descriptors or one of %s", field, strings.Join(domainSettings, ", "))
+			p.rd.fail(k.Line, "", "unknown field %q; want domain, descriptors or one of %s", field, strings.Join(domainSettings, ", "))
 		}
 	})
 	return doc
@@ -442,15 +421,9 @@ func (p *parser) sameSettings(d *Domain, doc domainDoc) bool {
 		if s.line == 0 {
 			s.line = doc.line
 		}
-		p.fail(s.line, fmt.Sprintf("domain %q", d.Name), "%s is %t here and %t where the domain is first defined (%s:%d; absent is false): every document of a merged domain must give its settings alike", s.name, s.now, s.first, d.File, d.Line)
+		p.rd.fail(s.line, fmt.Sprintf("domain %q", d.Name), "%s is %t here and %t where the domain is first defined (%s:%d; absent is false): every document of a merged domain must give its settings alike", s.name, s.now, s.first, d.File, d.Line)
 	}
 	return same
-}
-
-// hasField reports whether mapping m has the field name. yaml.v3 numbers
-// parsed lines from 1, so fieldLine's default of 0 means absent.
-func hasField(m *yaml.Node, name string) bool {
-	return fieldLine(m, name, 0) > 0
 }
 
 // scope is where a list of descriptors sits: under which descriptors.
@@ -473,11 +446,11 @@ func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, s scope, de
 		return
 	}
 	if list.Kind != yaml.SequenceNode {
-		p.fail(list.Line, where, "descriptors must be a list of {key, value, rate_limit, descriptors}")
+		p.rd.fail(list.Line, where, "descriptors must be a list of {key, value, rate_limit, descriptors}")
 		return
 	}
 	if depth > MaxDepth {
-		p.fail(list.Line, where, "descriptors nested deeper than %d levels", MaxDepth)
+		p.rd.fail(list.Line, where, "descriptors nested deeper than %d levels", MaxDepth)
 		return
 	}
 	for _, item := range list.Content {
@@ -485,7 +458,7 @@ func (p *parser) descriptors(d *Domain, lvl *level, list *yaml.Node, s scope, de
 			if p.descriptorCount == MaxDescriptors+1 {
 				// The count is the whole load's, every file and domain:
 				// where it passed the cap is not where the fault is.
-				p.fail(item.Line, "", "more than %d descriptors in all, across every file and domain of the configuration (aliases count once per use); the count passed it here", MaxDescriptors)
+				p.rd.fail(item.Line, "", "more than %d descriptors in all, across every file and domain of the configuration (aliases count once per use); the count passed it here", MaxDescriptors)
 			}
 			return
 		}
@@ -505,13 +478,13 @@ func (p *parser) where(d *Domain, chain string) string {
 func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, s scope, depth int) {
 	parentWhere := p.where(d, s.chain)
 	if m.Kind != yaml.MappingNode {
-		p.fail(m.Line, parentWhere, "a descriptor must be a mapping with key and optionally value, rate_limit, descriptors")
+		p.rd.fail(m.Line, parentWhere, "a descriptor must be a mapping with key and optionally value, rate_limit, descriptors")
 		return
 	}
 	f := p.readDescriptor(m, parentWhere)
 	if f.key == "" {
 		if !hasField(m, "key") {
-			p.fail(m.Line, parentWhere, "key is missing")
+			p.rd.fail(m.Line, parentWhere, "key is missing")
 		}
 		return
 	}
@@ -520,7 +493,7 @@ func (p *parser) descriptor(d *Domain, lvl *level, m *yaml.Node, s scope, depth 
 	if !p.place(lvl, &f, where) {
 		return
 	}
-	p.levelFlags(&f, where)
+	f.levelFlags(p.rd, where)
 	p.descriptorRule(d, &f, where, path, s)
 	if f.children != nil {
 		n := f.n
@@ -550,12 +523,12 @@ var descriptorFlags = []string{"shadow_mode", "quota_mode", "detailed_metric", "
 // readDescriptor reads descriptor m's fields, reporting the unknown
 // ones and those of the wrong kind.
 func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
-	f := descriptorFields{n: &node{file: p.name, line: m.Line}}
-	p.fields(m, where, func(name string, k, v *yaml.Node) {
+	f := descriptorFields{n: &node{file: p.rd.file, line: m.Line}}
+	p.rd.fields(m, where, func(name string, k, v *yaml.Node) {
 		switch name {
 		case "key":
 			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-				p.fail(v.Line, where, "key must be a non-empty string")
+				p.rd.fail(v.Line, where, "key must be a non-empty string")
 				return
 			}
 			f.key, f.keyLine = v.Value, k.Line
@@ -565,7 +538,7 @@ func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
 			// "value: 0100" means the text 0100, not the number 64.
 			switch {
 			case v.Kind != yaml.ScalarNode:
-				p.fail(v.Line, where, "value must be a string")
+				p.rd.fail(v.Line, where, "value must be a string")
 			case v.ShortTag() != "!!null":
 				f.n.value = v.Value
 			}
@@ -583,9 +556,9 @@ func (p *parser) readDescriptor(m *yaml.Node, where string) descriptorFields {
 			}
 			f.flags[name] = v
 		case "all_or_nothing":
-			p.fail(k.Line, where, "all_or_nothing is a domain setting: give it beside domain and descriptors")
+			p.rd.fail(k.Line, where, "all_or_nothing is a domain setting: give it beside domain and descriptors")
 		default:
-			p.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, descriptors, algorithm, metadata or one of %s", name, strings.Join(descriptorFlags, ", "))
+			p.rd.fail(k.Line, where, "unknown field %q; want key, value, rate_limit, descriptors, algorithm, metadata or one of %s", name, strings.Join(descriptorFlags, ", "))
 		}
 	})
 	return f
@@ -628,9 +601,9 @@ func (p *parser) place(lvl *level, f *descriptorFields, where string) bool {
 	n.composite = compositeKey(n.key, n.value)
 	if prev := lvl.nodes[n.composite]; prev != nil {
 		if prev.key == n.key {
-			p.fail(f.keyLine, where, "defined twice at this level (first at %s)", p.at(prev))
+			p.rd.fail(f.keyLine, where, "defined twice at this level (first at %s)", p.at(prev))
 		} else {
-			p.fail(f.keyLine, where, "its key_value %q is also that of the descriptor at %s: descriptors are matched by key_value, as in envoyproxy/ratelimit, so one of them could never match", n.composite, p.at(prev))
+			p.rd.fail(f.keyLine, where, "its key_value %q is also that of the descriptor at %s: descriptors are matched by key_value, as in envoyproxy/ratelimit, so one of them could never match", n.composite, p.at(prev))
 		}
 		return false
 	}
@@ -645,7 +618,7 @@ func (p *parser) place(lvl *level, f *descriptorFields, where string) bool {
 // at names where n was read: its line, and its file when it is not the
 // one being read (merged domains).
 func (p *parser) at(n *node) string {
-	if n.file != p.name {
+	if n.file != p.rd.file {
 		return fmt.Sprintf("%s:%d", n.file, n.line)
 	}
 	return fmt.Sprintf("line %d", n.line)

@@ -10,22 +10,22 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
 // levelFlags reads the flags that act on the descriptor's level, rate
 // limit or not: value_to_metric and share_threshold.
-func (p *parser) levelFlags(f *descriptorFields, where string) {
+func (f *descriptorFields) levelFlags(rd *reader, where string) {
 	n := f.n
 	if v := f.flags["value_to_metric"]; v != nil {
-		n.valueToMetric, _ = p.boolean(v, where, "value_to_metric")
+		n.valueToMetric, _ = rd.boolean(v, where, "value_to_metric")
 	}
 	if v := f.flags["share_threshold"]; v != nil {
-		n.share, _ = p.boolean(v, where, "share_threshold")
+		n.share, _ = rd.boolean(v, where, "share_threshold")
 		if n.share && n.glob == nil {
-			p.fail(v.Line, where, "share_threshold needs a wildcard ('*') in the key or value, and %q has none: it makes the values the wildcard matches share one limit", n.composite)
+			rd.fail(v.Line, where, "share_threshold needs a wildcard ('*') in the key or value, and %q has none: it makes the values the wildcard matches share one limit", n.composite)
 		}
 	}
 }
@@ -37,19 +37,20 @@ func (p *parser) levelFlags(f *descriptorFields, where string) {
 func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path string, s scope) {
 	n := f.n
 	if f.rl != nil {
-		if n.rule = p.rateLimit(d, f.rl, where, path); n.rule != nil {
+		if n.rule = readRateLimit(p.rd, d, f.rl, where, path); n.rule != nil {
+			p.cfg.rules = append(p.cfg.rules, n.rule)
 			n.rule.nodes = append(slices.Clip(s.nodes), n)
 		}
 	}
 	if f.algo != nil {
-		p.setAlgorithm(f, where)
+		f.setAlgorithm(p.rd, where)
 	}
-	p.ruleFlag(f, where, "shadow_mode", func(r *Rule) { r.ShadowMode = true })
-	p.ruleFlag(f, where, "quota_mode", func(r *Rule) { r.QuotaMode = true })
-	p.ruleFlag(f, where, "detailed_metric", func(r *Rule) { r.DetailedMetric = true })
-	p.chargeOverLimit(d, f, where)
+	f.ruleFlag(p.rd, where, "shadow_mode", func(r *Rule) { r.ShadowMode = true })
+	f.ruleFlag(p.rd, where, "quota_mode", func(r *Rule) { r.QuotaMode = true })
+	f.ruleFlag(p.rd, where, "detailed_metric", func(r *Rule) { r.DetailedMetric = true })
+	f.chargeOverLimit(p.rd, d, where)
 	if f.metadata != nil {
-		p.setMetadata(f, where)
+		f.setMetadata(p.rd, p.md.read(f.metadata, where), where)
 	}
 	if n.rule != nil && !n.rule.Unlimited && p.opts.Check != nil {
 		p.checkRule(n.rule, f.rl, f.algo, where)
@@ -58,17 +59,17 @@ func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path stri
 
 // setAlgorithm applies the descriptor's algorithm to its rule. A
 // rate_limit that failed to read has no rule and is not reported again.
-func (p *parser) setAlgorithm(f *descriptorFields, where string) {
-	a, ok := p.algorithm(f.algo, where)
+func (f *descriptorFields) setAlgorithm(rd *reader, where string) {
+	a, ok := rd.algorithm(f.algo, where)
 	r := f.n.rule
 	switch {
 	case !ok:
 	case r == nil && f.rl == nil:
-		p.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
+		rd.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
 	case r != nil && r.Unlimited:
-		p.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
+		rd.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
 	case r != nil && r.Calendar != 0 && a != limiter.SlidingWindowCounter:
-		p.fail(f.algo.Line, where, "a calendar rate_limit is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the %s", strings.ToLower(r.Unit.String()))
+		rd.fail(f.algo.Line, where, "a calendar rate_limit is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the %s", strings.ToLower(r.Unit.String()))
 	case r != nil:
 		r.Algorithm = a
 	}
@@ -79,19 +80,19 @@ func (p *parser) setAlgorithm(f *descriptorFields, where string) {
 // descriptor without a rate_limit (upstream ignores it there: it does not
 // reach nested descriptors) or with an unlimited one. A rate_limit that
 // failed to read has no rule and is not reported again.
-func (p *parser) ruleFlag(f *descriptorFields, where, name string, set func(*Rule)) {
+func (f *descriptorFields) ruleFlag(rd *reader, where, name string, set func(*Rule)) {
 	v := f.flags[name]
 	if v == nil {
 		return
 	}
-	on, ok := p.boolean(v, where, name)
+	on, ok := rd.boolean(v, where, name)
 	r := f.n.rule
 	switch {
 	case !ok || !on:
 	case r == nil && f.rl == nil:
-		p.fail(v.Line, where, "%s applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)", name)
+		rd.fail(v.Line, where, "%s applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)", name)
 	case r != nil && r.Unlimited:
-		p.fail(v.Line, where, "%s has no use with unlimited: true", name)
+		rd.fail(v.Line, where, "%s has no use with unlimited: true", name)
 	case r != nil:
 		set(r)
 	}
@@ -101,7 +102,7 @@ func (p *parser) ruleFlag(f *descriptorFields, where, name string, set func(*Rul
 // charge_over_limit, true or false, else its domain's. Either value is
 // refused on a descriptor without a rate_limit, or with an unlimited one:
 // it would act on nothing (it does not reach nested descriptors).
-func (p *parser) chargeOverLimit(d *Domain, f *descriptorFields, where string) {
+func (f *descriptorFields) chargeOverLimit(rd *reader, d *Domain, where string) {
 	r := f.n.rule
 	if r != nil && !r.Unlimited {
 		r.ChargeOverLimit = d.ChargeOverLimit
@@ -110,57 +111,58 @@ func (p *parser) chargeOverLimit(d *Domain, f *descriptorFields, where string) {
 	if v == nil {
 		return
 	}
-	on, ok := p.boolean(v, where, "charge_over_limit")
+	on, ok := rd.boolean(v, where, "charge_over_limit")
 	switch {
 	case !ok:
 	case r == nil && f.rl == nil:
-		p.fail(v.Line, where, "charge_over_limit applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors; to charge a whole domain, give it beside domain)")
+		rd.fail(v.Line, where, "charge_over_limit applies to this descriptor's own rate_limit, and it has none (it does not reach nested descriptors; to charge a whole domain, give it beside domain)")
 	case r != nil && r.Unlimited:
-		p.fail(v.Line, where, "charge_over_limit has no use with unlimited: true")
+		rd.fail(v.Line, where, "charge_over_limit has no use with unlimited: true")
 	case r != nil:
 		r.ChargeOverLimit = on
 	}
 }
 
-// setMetadata gives the descriptor's metadata to its rule.
-func (p *parser) setMetadata(f *descriptorFields, where string) {
-	md := p.metadata(f.metadata, where)
+// setMetadata gives the descriptor's metadata, md as read (nil when
+// there is none or it failed to read), to its rule.
+func (f *descriptorFields) setMetadata(rd *reader, md *structpb.Struct, where string) {
 	r := f.n.rule
 	switch {
 	case md == nil:
 	case r == nil && f.rl == nil:
-		p.fail(f.metadata.Line, where, "metadata is answered with this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
+		rd.fail(f.metadata.Line, where, "metadata is answered with this descriptor's own rate_limit, and it has none (it does not reach nested descriptors)")
 	case r != nil && r.Unlimited:
-		p.fail(f.metadata.Line, where, "metadata has no use with unlimited: true (upstream never answers it)")
+		rd.fail(f.metadata.Line, where, "metadata has no use with unlimited: true (upstream never answers it)")
 	case r != nil:
 		r.Metadata = md
 	}
 }
 
-// rateLimit reads a rate_limit block.
-func (p *parser) rateLimit(d *Domain, m *yaml.Node, where, path string) *Rule {
+// readRateLimit reads a rate_limit block into a rule, or nil when the
+// block has a problem, reported to rd.
+func readRateLimit(rd *reader, d *Domain, m *yaml.Node, where, path string) *Rule {
 	if m.Kind != yaml.MappingNode {
-		p.fail(m.Line, where, "rate_limit must be a mapping, e.g. {unit: minute, requests_per_unit: 100}")
+		rd.fail(m.Line, where, "rate_limit must be a mapping, e.g. {unit: minute, requests_per_unit: 100}")
 		return nil
 	}
-	errs := len(p.errs)
-	b := &rateLimitBlock{m: m, where: where,
-		r: &Rule{Domain: d.Name, Path: path, File: p.name, Line: m.Line, UnitMultiplier: 1}}
-	p.fields(m, where, func(name string, k, v *yaml.Node) { p.rateLimitField(b, name, k, v) })
-	p.checkRateLimit(b)
-	if len(p.errs) > errs {
+	errs := len(rd.errs)
+	b := &rateLimitBlock{rd: rd, m: m, where: where,
+		r: &Rule{Domain: d.Name, Path: path, File: rd.file, Line: m.Line, UnitMultiplier: 1}}
+	rd.fields(m, where, b.field)
+	b.check()
+	if len(rd.errs) > errs {
 		return nil
 	}
-	if !b.r.Unlimited && !p.setWindow(b) {
+	if !b.r.Unlimited && !b.setWindow() {
 		return nil
 	}
-	p.cfg.rules = append(p.cfg.rules, b.r)
 	return b.r
 }
 
 // rateLimitBlock is a rate_limit block being read: the rule so far, and
-// what the checks after its fields need.
+// what the checks after its fields need; its problems go to rd.
 type rateLimitBlock struct {
+	rd       *reader
 	m        *yaml.Node
 	where    string
 	r        *Rule
@@ -174,89 +176,75 @@ type rateLimitBlock struct {
 	replacesLines []int
 }
 
-// rateLimitField reads one field of a rate_limit block into its rule.
-func (p *parser) rateLimitField(b *rateLimitBlock, name string, k, v *yaml.Node) {
-	r, where := b.r, b.where
+// field reads one field of the block into its rule.
+func (b *rateLimitBlock) field(name string, k, v *yaml.Node) {
+	rd, r, where := b.rd, b.r, b.where
 	switch name {
 	case "unit":
 		b.unitLine = k.Line
-		if u, ok := p.unit(v, where); ok {
+		if u, ok := rd.unit(v, where); ok {
 			r.Unit = u
 		}
 	case "requests_per_unit":
-		n, ok := p.uint32(v, where, name)
+		n, ok := rd.uint32(v, where, name)
 		if !ok {
 			return
 		}
 		r.RequestsPerUnit, b.haveRPU = n, true
 	case "unit_multiplier":
-		n, ok := p.uint32(v, where, name)
+		n, ok := rd.uint32(v, where, name)
 		if !ok {
 			return
 		}
 		if n == 0 {
-			p.fail(v.Line, where, "unit_multiplier must be at least 1")
+			rd.fail(v.Line, where, "unit_multiplier must be at least 1")
 			return
 		}
 		r.UnitMultiplier = n
 	case "unlimited":
-		r.Unlimited, _ = p.boolean(v, where, name)
+		r.Unlimited, _ = rd.boolean(v, where, name)
 	case "name":
 		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
-			p.fail(v.Line, where, "name must be a non-empty string")
+			rd.fail(v.Line, where, "name must be a non-empty string")
 			return
 		}
 		r.Name = v.Value
 	case "replaces":
-		r.Replaces, b.replacesLines = p.replaces(v, where)
+		r.Replaces, b.replacesLines = b.replaces(v)
 	case "calendar":
-		b.calendar, _ = p.boolean(v, where, name)
+		b.calendar, _ = rd.boolean(v, where, name)
 	case "time_zone":
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
-			p.fail(v.Line, where, "time_zone must be an IANA time zone name, e.g. Europe/Paris")
+			rd.fail(v.Line, where, "time_zone must be an IANA time zone name, e.g. Europe/Paris")
 			return
 		}
 		b.zone = v.Value
 	default:
-		p.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, calendar, time_zone", name)
+		rd.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, calendar, time_zone", name)
 	}
 }
 
-// unit reads a rate_limit's unit.
-func (p *parser) unit(v *yaml.Node, where string) (Unit, bool) {
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		p.fail(v.Line, where, "unit must be one of second, minute, hour, day, week, month, year")
-		return 0, false
-	}
-	u := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(v.Value)]
-	if _, ok := UnitDuration(Unit(u)); !ok {
-		p.fail(v.Line, where, "unknown unit %q; want second, minute, hour, day, week, month or year", v.Value)
-		return 0, false
-	}
-	return Unit(u), true
-}
-
-// checkRateLimit checks the block's fields together, once all are read.
-func (p *parser) checkRateLimit(b *rateLimitBlock) {
-	m, r, where := b.m, b.r, b.where
+// check checks the block's fields together, once all are read.
+func (b *rateLimitBlock) check() {
+	rd, m, r, where := b.rd, b.m, b.r, b.where
 	for i, name := range r.Replaces {
 		if name == r.Name {
-			p.fail(b.replacesLines[i], where, "rate_limit replaces itself (%q)", name)
+			rd.fail(b.replacesLines[i], where, "rate_limit replaces itself (%q)", name)
 		}
 	}
-	p.checkCalendar(b)
+	b.checkCalendar()
 	if r.Unlimited {
 		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
 			if hasField(m, f) {
-				p.fail(fieldLine(m, f, m.Line), where, "%s has no use with unlimited: true", f)
+				rd.fail(fieldLine(m, f, m.Line), where, "%s has no use with unlimited: true", f)
 			}
 		}
 	} else {
 		if b.unitLine == 0 && !hasField(m, "unit") {
-			p.fail(m.Line, where, "unit is missing (second, minute, hour, day, week, month or year)")
+			rd.fail(m.Line, where, "unit is missing (second, minute, hour, day, week, month or year)")
 		}
 		if !b.haveRPU && !hasField(m, "requests_per_unit") {
-			p.fail(m.Line, where, "requests_per_unit is missing (0 refuses every request)")
+			rd.fail(m.Line, where, "requests_per_unit is missing (0 refuses every request)")
 		}
 	}
 }
@@ -264,26 +252,26 @@ func (p *parser) checkRateLimit(b *rateLimitBlock) {
 // checkCalendar refuses what calendar: true and time_zone cannot go
 // with: no calendar (a zone alone), unlimited, a unit of seconds, a
 // unit_multiplier (a calendar limit counts one period: a month, not two).
-func (p *parser) checkCalendar(b *rateLimitBlock) {
-	m, r, where := b.m, b.r, b.where
+func (b *rateLimitBlock) checkCalendar() {
+	rd, m, r, where := b.rd, b.m, b.r, b.where
 	switch {
 	case !b.calendar && hasField(m, "time_zone"):
-		p.fail(fieldLine(m, "time_zone", m.Line), where, "time_zone is only for calendar: true")
+		rd.fail(fieldLine(m, "time_zone", m.Line), where, "time_zone is only for calendar: true")
 	case !b.calendar:
 	case r.Unlimited:
-		p.fail(fieldLine(m, "calendar", m.Line), where, "calendar has no use with unlimited: true")
+		rd.fail(fieldLine(m, "calendar", m.Line), where, "calendar has no use with unlimited: true")
 	case r.Unit == rlspb.RateLimitResponse_RateLimit_SECOND:
-		p.fail(fieldLine(m, "calendar", m.Line), where, "calendar: true needs a unit of minute, hour, day, week, month or year; a second is the same window either way")
+		rd.fail(fieldLine(m, "calendar", m.Line), where, "calendar: true needs a unit of minute, hour, day, week, month or year; a second is the same window either way")
 	case r.UnitMultiplier != 1:
-		p.fail(fieldLine(m, "unit_multiplier", m.Line), where, "unit_multiplier must be 1 (or absent) with calendar: true: a calendar limit counts one %s at a time", strings.ToLower(r.Unit.String()))
+		rd.fail(fieldLine(m, "unit_multiplier", m.Line), where, "unit_multiplier must be 1 (or absent) with calendar: true: a calendar limit counts one %s at a time", strings.ToLower(r.Unit.String()))
 	}
 }
 
 // setWindow sets the rule's window, unit_multiplier units, or its
 // calendar, and reports whether it could: a window fits in a
 // time.Duration, a calendar's zone is known.
-func (p *parser) setWindow(b *rateLimitBlock) bool {
-	r := b.r
+func (b *rateLimitBlock) setWindow() bool {
+	rd, r := b.rd, b.r
 	if b.calendar {
 		c, err := limiter.NewCalendar(calendarUnits[r.Unit], b.zone)
 		if err != nil {
@@ -292,7 +280,7 @@ func (p *parser) setWindow(b *rateLimitBlock) bool {
 			if errors.As(err, &ae) {
 				what = ae.Field + " " + ae.Reason
 			}
-			p.fail(fieldLine(b.m, "time_zone", b.m.Line), b.where, "%s", what)
+			rd.fail(fieldLine(b.m, "time_zone", b.m.Line), b.where, "%s", what)
 			return false
 		}
 		r.Calendar = c
@@ -300,7 +288,7 @@ func (p *parser) setWindow(b *rateLimitBlock) bool {
 	}
 	unit, _ := UnitDuration(r.Unit)
 	if int64(r.UnitMultiplier) > math.MaxInt64/int64(unit) {
-		p.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
+		rd.fail(b.unitLine, b.where, "a window of %d %ss is too long", r.UnitMultiplier, strings.ToLower(r.Unit.String()))
 		return false
 	}
 	r.Window = unit * time.Duration(r.UnitMultiplier)
@@ -331,31 +319,23 @@ func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
 			what = "algorithm " + what
 		}
 	}
-	p.fail(line, where, "beyond this node's limits: %s", what)
-}
-
-func fieldLine(m *yaml.Node, name string, def int) int {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == name {
-			return m.Content[i].Line
-		}
-	}
-	return def
+	p.rd.fail(line, where, "beyond this node's limits: %s", what)
 }
 
 // replaces reads rate_limit.replaces: the names, and the line of each.
-func (p *parser) replaces(v *yaml.Node, where string) (names []string, lines []int) {
+func (b *rateLimitBlock) replaces(v *yaml.Node) (names []string, lines []int) {
+	rd, where := b.rd, b.where
 	if v.Kind != yaml.SequenceNode {
-		p.fail(v.Line, where, "replaces must be a list of {name: ...}")
+		rd.fail(v.Line, where, "replaces must be a list of {name: ...}")
 		return nil, nil
 	}
 	for _, item := range v.Content {
 		item = deref(item)
 		if item.Kind != yaml.MappingNode {
-			p.fail(item.Line, where, "replaces must be a list of {name: ...}")
+			rd.fail(item.Line, where, "replaces must be a list of {name: ...}")
 			continue
 		}
-		if name := p.replacesName(item, where); name != "" {
+		if name := b.replacesName(item); name != "" {
 			names, lines = append(names, name), append(lines, item.Line)
 		}
 	}
@@ -364,56 +344,22 @@ func (p *parser) replaces(v *yaml.Node, where string) (names []string, lines []i
 
 // replacesName reads one item of replaces, {name: ...}; "" when it has
 // none that is usable, reported.
-func (p *parser) replacesName(item *yaml.Node, where string) string {
+func (b *rateLimitBlock) replacesName(item *yaml.Node) string {
+	rd, where := b.rd, b.where
 	var name string
-	p.fields(item, where, func(f string, k, fv *yaml.Node) {
+	rd.fields(item, where, func(f string, k, fv *yaml.Node) {
 		if f != "name" {
-			p.fail(k.Line, where, "unknown field %q in replaces; want name", f)
+			rd.fail(k.Line, where, "unknown field %q in replaces; want name", f)
 			return
 		}
 		if fv.Kind != yaml.ScalarNode || fv.ShortTag() == "!!null" || fv.Value == "" {
-			p.fail(fv.Line, where, "replaces: name must be a non-empty string")
+			rd.fail(fv.Line, where, "replaces: name must be a non-empty string")
 			return
 		}
 		name = fv.Value
 	})
 	if name == "" && !hasField(item, "name") {
-		p.fail(item.Line, where, "replaces: name is missing")
+		rd.fail(item.Line, where, "replaces: name is missing")
 	}
 	return name
-}
-
-func (p *parser) algorithm(v *yaml.Node, where string) (limiter.Algorithm, bool) {
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
-		p.fail(v.Line, where, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
-		return 0, false
-	}
-	a, err := limiter.ParseAlgorithm(v.Value)
-	if err != nil {
-		p.fail(v.Line, where, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", v.Value)
-		return 0, false
-	}
-	return a, true
-}
-
-func (p *parser) uint32(v *yaml.Node, where, field string) (uint32, bool) {
-	n, msg, ok := yamlconf.Int(v, field, 32)
-	if !ok {
-		p.fail(v.Line, where, "%s", msg)
-		return 0, false
-	}
-	if n < 0 || n > math.MaxUint32 {
-		p.fail(v.Line, where, "%s must be between 0 and %d, got %d", field, uint32(math.MaxUint32), n)
-		return 0, false
-	}
-	return uint32(n), true
-}
-
-func (p *parser) boolean(v *yaml.Node, where, field string) (bool, bool) {
-	var b bool
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-		p.fail(v.Line, where, "%s must be true or false, got %q", field, v.Value)
-		return false, false
-	}
-	return b, true
 }
