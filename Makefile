@@ -95,7 +95,8 @@ chaos: build
 
 # The simulation: SEEDS seeds from FROM of the whole cluster on simulated
 # time (package sim), shared out over the cores; a failing seed says how
-# to replay it (make sim SEED=n). About 3½ min for 1,000 seeds on 2 cores.
+# to replay it (make sim SEED=n). About 3 min for 1,000 seeds on an idle
+# 2-core machine (500 in 95 s, 2026-11-29; docs/chaos.md, "Simulation").
 SEEDS ?= 1000
 FROM  ?= 1
 SEED  ?= 0
