@@ -53,7 +53,6 @@ type mode struct {
 }
 
 // runWith is run, started as m says.
-
 func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode) int {
 	opts, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -66,23 +65,7 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode
 		fmt.Fprintln(stderr, "peerlimit-node:", err)
 		return 2
 	}
-	opts.node.Logger = slog.New(logHandler(stderr, opts.logFormat, opts.logLevel))
-	if opts.node.Tracing.Enabled { // the SDK's export errors, otherwise on the standard logger
-		otel.SetErrorHandler(tracing.LogErrors(opts.node.Logger))
-	}
-	for _, note := range m.notes {
-		// Warn: upstream's default level, so that what a variable no
-		// longer does is seen without asking for more.
-		opts.node.Logger.Warn("ratelimit mode: " + note)
-	}
-	for _, why := range opts.deprecated {
-		opts.node.Logger.Warn("deprecated flag", "why", why)
-	}
-	if fc := opts.faultClock; fc.Enabled() {
-		opts.node.Now = wallclock.Steady(faultclock.New(fc, wallclock.System()), wallclock.DefaultMaxSlew)
-		opts.node.Logger.Warn("FAULT INJECTION: this node's wall clock is wrong on purpose; never serve real traffic so",
-			"offset", fc.Offset, "drift", fc.Drift, "step", fc.Step, "step_after", fc.StepAfter)
-	}
+	prepare(&opts, stderr, m)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -102,34 +85,8 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode
 		return 1
 	}
 	defer stopSide()
-	// Reloads run beside this loop, one at a time, so that a SIGTERM is
-	// seen at once even while one is under way: a reload must never hold
-	// the node up (the loaders refuse what could block them, a named pipe
-	// or a device; a file system that hangs is not theirs to refuse).
-	reloads := make(chan struct{}, 1)
-	go func() {
-		for range reloads {
-			// Policies, credentials, Envoy RLS config, in turn. Each part
-			// logs (and counts) its own outcome and keeps the old settings
-			// when a file is unusable, so the error needs nothing more here.
-			_ = n.Reload()
-		}
-	}()
-	for running := true; running; {
-		select {
-		case <-ctx.Done():
-			running = false
-		case <-hup:
-			select {
-			case reloads <- struct{}{}:
-				opts.node.Logger.Info("SIGHUP: reloading")
-			default:
-				opts.node.Logger.Info("SIGHUP: a reload is waiting already; it will read the files as they are then")
-			}
-		}
-	}
-	close(reloads) // a reload under way finishes on its own, or not: the shutdown does not wait for it
-	stop()         // a second signal now kills the process at once
+	serveUntilSignal(ctx, hup, n, opts.node.Logger)
+	stop() // a second signal now kills the process at once
 	opts.node.Logger.Info("signal received, shutting down", "timeout", opts.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
 	defer cancel()
@@ -138,6 +95,61 @@ func runWith(args []string, getenv func(string) string, stderr io.Writer, m mode
 		return 1
 	}
 	return 0
+}
+
+// prepare sets opts' logger and clock, and logs what the operator must
+// see at once: the mode's notes, deprecated flags, an injected fault.
+func prepare(opts *options, stderr io.Writer, m mode) {
+	opts.node.Logger = slog.New(logHandler(stderr, opts.logFormat, opts.logLevel))
+	if opts.node.Tracing.Enabled { // the SDK's export errors, otherwise on the standard logger
+		otel.SetErrorHandler(tracing.LogErrors(opts.node.Logger))
+	}
+	for _, note := range m.notes {
+		// Warn: upstream's default level, so that what a variable no
+		// longer does is seen without asking for more.
+		opts.node.Logger.Warn("ratelimit mode: " + note)
+	}
+	for _, why := range opts.deprecated {
+		opts.node.Logger.Warn("deprecated flag", "why", why)
+	}
+	if fc := opts.faultClock; fc.Enabled() {
+		opts.node.Now = wallclock.Steady(faultclock.New(fc, wallclock.System()), wallclock.DefaultMaxSlew)
+		opts.node.Logger.Warn("FAULT INJECTION: this node's wall clock is wrong on purpose; never serve real traffic so",
+			"offset", fc.Offset, "drift", fc.Drift, "step", fc.Step, "step_after", fc.StepAfter)
+	}
+}
+
+// serveUntilSignal reloads on each SIGHUP until ctx ends (SIGINT,
+// SIGTERM). Reloads run beside this loop, one at a time, so that a
+// SIGTERM is seen at once even while one is under way: a reload must
+// never hold the node up (the loaders refuse what could block them, a
+// named pipe or a device; a file system that hangs is not theirs to
+// refuse). A reload under way when it returns finishes on its own, or
+// not: the shutdown does not wait for it.
+func serveUntilSignal(ctx context.Context, hup <-chan os.Signal, n *node.Node, log *slog.Logger) {
+	reloads := make(chan struct{}, 1)
+	defer close(reloads)
+	go func() {
+		for range reloads {
+			// Policies, credentials, Envoy RLS config, in turn. Each part
+			// logs (and counts) its own outcome and keeps the old settings
+			// when a file is unusable, so the error needs nothing more here.
+			_ = n.Reload()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			select {
+			case reloads <- struct{}{}:
+				log.Info("SIGHUP: reloading")
+			default:
+				log.Info("SIGHUP: a reload is waiting already; it will read the files as they are then")
+			}
+		}
+	}
 }
 
 // serveSideListeners serves, each alone on an address of its own and

@@ -116,9 +116,36 @@ func Split(line string) ([]string, error) {
 // what curl prints and the response's status; an error is a command
 // line it does not know, or no answer.
 func Curl(ctx context.Context, hc *http.Client, args []string) (string, int, error) {
-	var url, method, data string
-	var hasData, include bool
-	hdr := http.Header{}
+	c, err := parseCurl(args)
+	if err != nil {
+		return "", 0, err
+	}
+	req, err := c.request(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", 0, fmt.Errorf("curl %s: %w", c.url, err)
+	}
+	defer resp.Body.Close()
+	out, err := printed(resp, c.include)
+	if err != nil {
+		return "", 0, fmt.Errorf("curl %s: %w", c.url, err)
+	}
+	return out, resp.StatusCode, nil
+}
+
+// curlCmd is a curl command line as Curl understands it.
+type curlCmd struct {
+	url, method, data string
+	hasData, include  bool
+	hdr               http.Header
+}
+
+// parseCurl reads curl's arguments (without "curl").
+func parseCurl(args []string) (curlCmd, error) {
+	c := curlCmd{hdr: http.Header{}}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() (string, error) {
@@ -131,72 +158,87 @@ func Curl(ctx context.Context, hc *http.Client, args []string) (string, int, err
 		var err error
 		switch {
 		case a == "-d" || a == "--data":
-			data, err = next()
-			hasData = true
+			c.data, err = next()
+			c.hasData = true
 		case a == "-H" || a == "--header":
 			var h string
 			if h, err = next(); err == nil {
 				k, v, ok := strings.Cut(h, ":")
 				if !ok {
-					return "", 0, fmt.Errorf("curl -H %q: not Name: value", h)
+					return c, fmt.Errorf("curl -H %q: not Name: value", h)
 				}
-				hdr.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+				c.hdr.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 			}
 		case a == "-X" || a == "--request":
-			method, err = next()
+			c.method, err = next()
 		case strings.HasPrefix(a, "-") && len(a) > 1 && !strings.HasPrefix(a, "--"):
-			for _, f := range a[1:] {
-				switch f {
-				case 's', 'S', 'N':
-				case 'i':
-					include = true
-				default:
-					return "", 0, fmt.Errorf("curl %s: flag not supported by this runner", a)
-				}
-			}
+			err = c.shortFlags(a)
 		case strings.HasPrefix(a, "-"):
-			return "", 0, fmt.Errorf("curl %s: flag not supported by this runner", a)
-		case url != "":
-			return "", 0, fmt.Errorf("curl: two URLs, %q and %q", url, a)
+			return c, fmt.Errorf("curl %s: flag not supported by this runner", a)
+		case c.url != "":
+			return c, fmt.Errorf("curl: two URLs, %q and %q", c.url, a)
 		default:
-			url = a
+			c.url = a
 		}
 		if err != nil {
-			return "", 0, err
+			return c, err
 		}
 	}
-	if url == "" {
-		return "", 0, errors.New("curl: no URL")
+	if c.url == "" {
+		return c, errors.New("curl: no URL")
 	}
+	return c, nil
+}
+
+// shortFlags takes a group of one-letter flags (-sS, -i).
+func (c *curlCmd) shortFlags(a string) error {
+	for _, f := range a[1:] {
+		switch f {
+		case 's', 'S', 'N':
+		case 'i':
+			c.include = true
+		default:
+			return fmt.Errorf("curl %s: flag not supported by this runner", a)
+		}
+	}
+	return nil
+}
+
+// request is the HTTP request c sends: a POST with -d unless -X says
+// otherwise, form-encoded unless a header says otherwise, as curl does.
+func (c curlCmd) request(ctx context.Context) (*http.Request, error) {
+	url := c.url
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
 	}
+	method := c.method
 	if method == "" {
 		method = http.MethodGet
-		if hasData {
+		if c.hasData {
 			method = http.MethodPost
 		}
 	}
 	var body io.Reader
-	if hasData {
-		body = strings.NewReader(data)
-		if hdr.Get("Content-Type") == "" {
-			hdr.Set("Content-Type", "application/x-www-form-urlencoded") // as curl -d does
+	if c.hasData {
+		body = strings.NewReader(c.data)
+		if c.hdr.Get("Content-Type") == "" {
+			c.hdr.Set("Content-Type", "application/x-www-form-urlencoded") // as curl -d does
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
-		return "", 0, fmt.Errorf("curl %s: %w", url, err)
+		return nil, fmt.Errorf("curl %s: %w", url, err)
 	}
-	req.Header = hdr
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", 0, fmt.Errorf("curl %s: %w", url, err)
-	}
-	defer resp.Body.Close()
+	req.Header = c.hdr
+	return req, nil
+}
+
+// printed is what curl prints of resp: its body, after the status line
+// and the headers (sorted) with -i.
+func printed(resp *http.Response, include bool) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return "", 0, fmt.Errorf("curl %s: reading the body: %w", url, err)
+		return "", fmt.Errorf("reading the body: %w", err)
 	}
 	var out bytes.Buffer
 	if include {
@@ -214,7 +256,7 @@ func Curl(ctx context.Context, hc *http.Client, args []string) (string, int, err
 		out.WriteString("\n")
 	}
 	out.Write(b)
-	return out.String(), resp.StatusCode, nil
+	return out.String(), nil
 }
 
 // Step is one command of a transcript and the output the page shows.
