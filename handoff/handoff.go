@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/peerlimit/peerlimit/limiter"
@@ -139,41 +140,79 @@ func (s *Sender) Serve(stop <-chan struct{}, interval time.Duration) {
 // owner, tells every owner it handed all it held (done), and returns how
 // many keys stayed behind because the owner could not be reached (they go
 // in a later round).
+//
+// Each owner is served on its own, at once: a handoff to an owner that
+// does not answer (killed, its connection not yet known dead) holds up
+// neither the handoffs nor the HandoffDone of the others. A round that
+// went owner by owner made a dead owner's call, up to the peer keepalive
+// timeout, delay every other owner's HandoffDone, and the heirs of the
+// dead member's partitions answered their keys degraded meanwhile
+// (compose-test: a fresh key 2 of 10 degraded after the kill was
+// confirmed; TestADeadOwnerHoldsUpNoOtherOwner).
 func (s *Sender) Run(ctx context.Context) (left int) {
 	r := s.d.Ring()
-	failed := map[string]bool{}
-	for owner, parts := range s.misplaced(r) {
-		if owner.ID == s.d.Self {
-			continue // leaving, but the ring has no one else yet
-		}
-		if n := s.send(ctx, owner, parts); n > 0 {
+	misplaced := s.misplaced(r)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, owner := range s.owners(r, misplaced) {
+		wg.Go(func() {
+			n := 0
+			if parts := misplaced[owner]; len(parts) > 0 {
+				n = s.send(ctx, owner, parts)
+			}
+			if n == 0 {
+				s.done(ctx, r, owner)
+			}
+			mu.Lock()
 			left += n
-			failed[owner.ID] = true
-		}
+			mu.Unlock()
+		})
 	}
-	s.done(ctx, r, failed)
+	wg.Wait()
 	return left
 }
 
-// done tells each other member of r, but those a handoff to failed this
-// round, that this node holds nothing of the partitions r gives it that
-// it has not handed over (peer.Peers.HandoffDone): a member that has
-// just joined or restarted keeps their keys with the members that decided
-// them meanwhile, or marks their answers degraded, until every member has
-// said so (Receiver.Pending). A partition this node decided more of since
-// its snapshot (checks forwarded here meanwhile) is not done: it goes in
-// the next round. A member that cannot be told hears it next round.
-func (s *Sender) done(ctx context.Context, r *ring.Ring, failed map[string]bool) {
-	byOwner := map[ring.Member][]int{}
-	for p := range r.PartitionCount() {
-		if owner := r.PartitionOwner(p); owner.ID != s.d.Self && !failed[owner.ID] && s.d.Store.PartitionLen(p) == 0 {
-			byOwner[owner] = append(byOwner[owner], p)
+// owners returns every member of r but this node, and every owner of a
+// misplaced partition, once each.
+func (s *Sender) owners(r *ring.Ring, misplaced map[ring.Member][]int) []ring.Member {
+	seen := map[ring.Member]bool{}
+	var out []ring.Member
+	add := func(m ring.Member) {
+		if m.ID != s.d.Self && !seen[m] {
+			seen[m] = true
+			out = append(out, m)
 		}
 	}
-	for owner, parts := range byOwner {
-		if err := s.d.Peers.HandoffDone(ctx, peer.Route{ID: owner.ID, Addr: owner.Addr}, parts); err != nil {
-			s.log.Debug("telling an owner its partitions are handed over", "owner", owner.ID, "err", err)
+	for _, m := range r.Members() {
+		add(m)
+	}
+	for m := range misplaced {
+		add(m) // leaving, but the ring has no one else yet: itself, skipped
+	}
+	return out
+}
+
+// done tells owner that this node holds nothing of the partitions r
+// gives it that it has not handed over (peer.Peers.HandoffDone), once the
+// handoff to owner this round, if any, delivered everything: a member
+// that has just joined or restarted keeps their keys with the members
+// that decided them meanwhile, or marks their answers degraded, until
+// every member has said so (Receiver.Pending). A partition this node
+// decided more of since its snapshot (checks forwarded here meanwhile) is
+// not done: it goes in the next round. An owner that cannot be told hears
+// it next round.
+func (s *Sender) done(ctx context.Context, r *ring.Ring, owner ring.Member) {
+	var parts []int
+	for p := range r.PartitionCount() {
+		if r.PartitionOwner(p).ID == owner.ID && s.d.Store.PartitionLen(p) == 0 {
+			parts = append(parts, p)
 		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	if err := s.d.Peers.HandoffDone(ctx, peer.Route{ID: owner.ID, Addr: owner.Addr}, parts); err != nil {
+		s.log.Debug("telling an owner its partitions are handed over", "owner", owner.ID, "err", err)
 	}
 }
 

@@ -257,3 +257,37 @@ func TestRefusedStatesAreReported(t *testing.T) {
 	assert.Equal(t, "h-1", got[0].Attrs["request_id"])
 	assert.Equal(t, "a", got[0].Attrs["from"])
 }
+
+// An owner that does not answer (killed, its connection not yet known
+// dead) holds up no other owner: their handoffs and HandoffDone go at
+// once, not after the dead one's call gives up. A round that went owner
+// by owner kept the heirs of a killed member's partitions answering
+// degraded, waiting for the HandoffDone stuck behind it (compose-test).
+func TestADeadOwnerHoldsUpNoOtherOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 10*time.Second)
+		p.setRing(t, "a", "b", "c")
+		c := p.start(t, "c")
+		for _, k := range append(p.keys("b", 5), p.keys("c", 5)...) {
+			_, err := p.a.store.Check(p.now, req(k, 1)) // a's fallback decided them
+			require.NoError(t, err)
+		}
+		p.net.Pause("b") // its calls wait, as a dead host's do until the keepalive gives up
+
+		left := make(chan int, 1)
+		go func() { left <- p.a.sender.Run(bg) }()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-left:
+			t.Fatal("the round ended while b did not answer")
+		default:
+		}
+		assert.Zero(t, c.count(t, p.now, p.keys("b", 1)[0]), "b's keys wait for b")
+		assert.EqualValues(t, 1, c.count(t, p.now, p.keys("c", 1)[0]), "c's keys reached c without waiting for b")
+		assert.Equal(t, 2, p.net.Calls("a", "c"), "the handoff to c and its HandoffDone, at once")
+
+		p.net.Resume("b")
+		assert.Zero(t, <-left, "b took its keys when it answered")
+	})
+}
