@@ -131,7 +131,7 @@ func selectScenarios(only string) []jepsenlite.Scenario {
 // -docker-project, on a compose project, and the nodes' description for
 // the log.
 func (o options) config(absBin string, p jepsenlite.Profile, log *slog.Logger) (jepsenlite.Config, string) {
-	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
+	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs, o.seed), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
 	mode := "processes on " + o.baseIP + "…"
 	if o.project != "" {
 		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: o.project})
@@ -194,6 +194,9 @@ func printResult(stdout io.Writer, name string, res *jepsenlite.Result) bool {
 		calendar := ""
 		if res.Calendar.Windows > 0 {
 			calendar = fmt.Sprintf(", calendar worst %.2f× (excess %d)", res.Calendar.Worst, res.Calendar.Excess)
+		}
+		if l := res.Link; l != nil {
+			calendar += fmt.Sprintf(", p99 %s, %.2f checks per forward, %.0f forwards failed", l.P99.Round(100*time.Microsecond), l.ChecksPerForward(), l.ForwardErrors)
 		}
 		fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×%s\n",
 			name, res.All.Ops, 100*res.All.AnsweredShare(), res.Log.Worst, res.CounterFixed.Worst, calendar)
