@@ -68,7 +68,9 @@ func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Dur
 	if h.End > 0 {
 		l.Throughput = float64(len(lat)) / h.End.Seconds()
 	}
-	d := func(name string, labels ...string) float64 { return after.sum(name, labels...) - before.sum(name, labels...) }
+	d := func(name string, labels ...string) float64 {
+		return after.sum(name, labels...) - before.sum(name, labels...)
+	}
 	l.Forwards = d("peerlimit_forward_batch_size_count")
 	l.Forwarded = d("peerlimit_forward_batch_size_sum")
 	l.ForwardErrors = d("peerlimit_forward_duration_seconds_count", `result="error"`)
