@@ -12,9 +12,10 @@ import (
 )
 
 // LinkResult is how the cluster did over slow links: the clients' view
-// (throughput, latency of checks sent to random nodes), the nodes' own
-// forwarding counters over the run (their /metrics at the end less at the
-// start), and the delayer's counters.
+// (throughput, latency of checks sent to random nodes, from the moment the
+// links are slow), the nodes' own forwarding counters over the whole run
+// (their /metrics at the end less at the start), and the delayer's
+// counters.
 type LinkResult struct {
 	// Answered checks per second over the run, against Offered (the
 	// workload's closed-loop rate: throughput cannot exceed it).
@@ -55,9 +56,17 @@ func (l *LinkResult) OverPromise() string {
 // nodes' metrics before and after it.
 func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Duration, before, after nodeMetrics, st DelayStats) *LinkResult {
 	l := &LinkResult{Offered: offered, ForwardTimeout: forwardTimeout, Delayer: st, MaxP99: sc.MaxP99}
+	// The clients' numbers count from the moment the links are slow.
+	var from time.Duration
+	for _, ev := range h.Events {
+		if ev.Fault {
+			from = ev.End
+			break
+		}
+	}
 	var lat []time.Duration
 	for _, op := range h.Ops {
-		if op.Answered() {
+		if op.Answered() && op.Invoke >= from {
 			lat = append(lat, op.Latency())
 		}
 	}
@@ -65,8 +74,8 @@ func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Dur
 	if n := len(lat); n > 0 {
 		l.P50, l.P99, l.Max = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]
 	}
-	if h.End > 0 {
-		l.Throughput = float64(len(lat)) / h.End.Seconds()
+	if h.End > from {
+		l.Throughput = float64(len(lat)) / (h.End - from).Seconds()
 	}
 	d := func(name string, labels ...string) float64 {
 		return after.sum(name, labels...) - before.sum(name, labels...)

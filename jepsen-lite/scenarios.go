@@ -63,11 +63,14 @@ func slowLinkScenarios() []Scenario {
 	jittery := Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond}
 	n1 := func(e *Env) ([]string, []string) { return []string{e.ID(0)}, []string{e.ID(1), e.ID(2)} }
 	const p99 = 250 * time.Millisecond // NodeArgs' --forward-timeout
+	// slowAt leaves the monitor time to see the cluster converge
+	// before the links slow down (the start's convergence is checked).
+	const slowAt = 2 * time.Second
 	return []Scenario{
 		{
 			Name: "latency", About: "20 ms ± 10 ms each way between n1 and the others (n2 – n3 fast), for the whole run",
 			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99,
-			Steps: []Step{{Name: "slow n1 ↔ n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+			Steps: []Step{{At: slowAt, Name: "slow n1 ↔ n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.DelayBoth(ctx, a, b, jittery)
 			}}},
@@ -75,7 +78,7 @@ func slowLinkScenarios() []Scenario {
 		{
 			Name: "asymmetric", About: "20 ms ± 10 ms from n1 to the others only; their answers come back at once",
 			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99,
-			Steps: []Step{{Name: "slow n1 → n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+			Steps: []Step{{At: slowAt, Name: "slow n1 → n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.Delay(ctx, a, b, jittery)
 			}}},
@@ -86,7 +89,7 @@ func slowLinkScenarios() []Scenario {
 			// Linux, more than the round trip), so some forwards time out
 			// and their checks are answered degraded: few may be.
 			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.02, FullOnly: true,
-			Steps: []Step{{Name: "slow, lossy n1 ↔ n2 n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+			Steps: []Step{{At: slowAt, Name: "slow, lossy n1 ↔ n2 n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.DelayBoth(ctx, a, b, Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Loss: 0.02})
 			}}},
@@ -94,7 +97,7 @@ func slowLinkScenarios() []Scenario {
 		{
 			Name: "wan", About: "six nodes in three regions of two (n1 n2 | n3 n4 | n5 n6), 40 ms round trip between regions (20 ms ± 2 ms each way), none within",
 			Nodes: 6, Duration: 25 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99, FullOnly: true,
-			Steps: []Step{{Name: "three regions 40 ms apart", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+			Steps: []Step{{At: slowAt, Name: "three regions 40 ms apart", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				region := func(i int) []string { return []string{e.ID(2 * i), e.ID(2*i + 1)} }
 				l := Link{Delay: 20 * time.Millisecond, Jitter: 2 * time.Millisecond}
 				var errs []error
