@@ -80,8 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 // options are the command's flags.
 type options struct {
 	bin, profile, out, only, baseIP, project, nodeArgs string
-	seed                                     uint64
-	promises, defects                        bool
+	seed                                               uint64
+	promises, defects                                  bool
 }
 
 // parseFlags reads args; flag reports its errors and the usage to stderr.
