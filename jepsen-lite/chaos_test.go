@@ -37,7 +37,7 @@ func buildNode(t *testing.T) string {
 // skipped with the reason, never passed.
 func TestChaosShortProfile(t *testing.T) {
 	if testing.Short() {
-		t.Skip("chaos scenarios take about 90 s; -short skips them")
+		t.Skip("chaos scenarios take about 100 s; -short skips them")
 	}
 	bin := buildNode(t)
 	out := t.TempDir()

@@ -105,6 +105,17 @@ func NewDelayer(cfg DelayerConfig) (*Delayer, error) {
 		q.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
 	}
+	// A rule no packet matches: iptables without the NFQUEUE target (or
+	// the comment match) fails here, and the scenario is skipped, rather
+	// than at its first step.
+	probe := []string{d.cfg.Chain, "-s", "127.255.255.254", "-d", "127.255.255.254", "-m", "comment", "--comment", DelayComment,
+		"-j", "NFQUEUE", "--queue-num", strconv.Itoa(int(num)), "--queue-bypass"}
+	if err := d.run(append([]string{"-A"}, probe...)...); err != nil {
+		_ = d.run("-X", cfg.Chain)
+		q.Close()
+		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
+	}
+	_ = d.run(append([]string{"-D"}, probe...)...)
 	if err := d.run("-I", "OUTPUT", "1", "-m", "comment", "--comment", DelayComment, "-j", cfg.Chain); err != nil {
 		_ = d.run("-X", cfg.Chain)
 		q.Close()
