@@ -86,7 +86,7 @@ bench-scale:
 
 # jepsen-lite: every chaos scenario against real node processes on
 # 127.0.0.11.., with kills, pauses, iptables partitions (needs root;
-# otherwise those are reported as skipped), scaling and full restarts. About 8½ min;
+# otherwise those are reported as skipped), scaling, full restarts and slow links (the delayer, also root). About 10 min;
 # the report, charts, histories and node logs go to CHAOS_OUT.
 CHAOS_PROFILE ?= full
 CHAOS_OUT     ?= out/chaos

@@ -37,7 +37,10 @@ type Backend interface {
 	Cut(ctx context.Context, a, b string) error
 	// Lose drops each packet between two nodes with probability p.
 	Lose(ctx context.Context, a, b string, p float64) error
-	// Heal restores every link.
+	// Delay slows every link from a node of from to one of to, one way,
+	// as l says (Link: delay, jitter, loss), until Heal.
+	Delay(ctx context.Context, from, to []string, l Link) error
+	// Heal restores every link, cut or slowed.
 	Heal(ctx context.Context) error
 	// Answering reports whether the harness can reach the node: it runs,
 	// is not paused, and its published API is reachable.
@@ -56,6 +59,7 @@ const (
 	NeedNothing   Need = iota
 	NeedPartition      // cut a group of nodes off from the rest
 	NeedLinkCut        // cut one link, the others intact
+	NeedSlowLink       // delay, jitter and lose the packets of chosen links (Delayer)
 )
 
 // BackendFactory makes a scenario's backend; dir is the scenario's output

@@ -144,6 +144,9 @@ type Result struct {
 	MaxDegraded float64 `json:"max_degraded,omitempty"`
 	// Defect is its Scenario.Defect: a known defect, not fixed yet.
 	Defect string `json:"defect,omitempty"`
+	// Link is how the cluster did over slow links (Scenario.Needs
+	// NeedSlowLink), with its promise; nil otherwise.
+	Link *LinkResult `json:"link,omitempty"`
 	// Series is admitted requests over time relative to the limits'
 	// rate, per algorithm, in Bucket steps: the chart.
 	Bucket                   time.Duration `json:"bucket_ns"`
@@ -160,6 +163,8 @@ func (r *Result) Violations() []Violation {
 // OverPromise says how the run broke its scenario's MaxWorst, or "".
 func (r *Result) OverPromise() string {
 	switch degraded := share(r.All.Degraded, r.All.Answered); {
+	case r.Link.OverPromise() != "":
+		return r.Link.OverPromise()
 	case r.MaxDegraded > 0 && degraded > r.MaxDegraded:
 		return fmt.Sprintf("%.2f %% of answers degraded > the promised %.2f %%", 100*degraded, 100*r.MaxDegraded)
 	case r.MaxWorst <= 0:

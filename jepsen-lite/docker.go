@@ -199,6 +199,8 @@ func (b *dockerBackend) Supports(n Need) error {
 	switch {
 	case b.argsErr != nil:
 		return b.argsErr
+	case n == NeedSlowLink:
+		return fmt.Errorf("%w: slow links are made by the local backend's delayer (netfilter queue on loopback addresses)", ErrUnsupported)
 	case n == NeedLinkCut:
 		return fmt.Errorf("%w: docker network disconnect cuts a container off from every peer; one link cannot be cut", ErrUnsupported)
 	case n == NeedPartition && !b.subnet:
@@ -407,6 +409,10 @@ func (b *dockerBackend) Cut(context.Context, string, string) error {
 
 func (b *dockerBackend) Lose(context.Context, string, string, float64) error {
 	return b.Supports(NeedLinkCut)
+}
+
+func (b *dockerBackend) Delay(context.Context, []string, []string, Link) error {
+	return b.Supports(NeedSlowLink)
 }
 
 // Heal reconnects every isolated node with its address and aliases.

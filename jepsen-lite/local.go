@@ -11,8 +11,9 @@ import (
 
 // Local returns the backend of node processes started from bin, node i on
 // baseIP + i (127.0.0.11, .12, …), every node given args. Partitions are
-// iptables rules between the nodes' addresses (see Firewall).
-func Local(bin, baseIP string, args []string) BackendFactory {
+// iptables rules between the nodes' addresses (see Firewall); slow links
+// are a Delayer's, seeded with seed.
+func Local(bin, baseIP string, args []string, seed uint64) BackendFactory {
 	return func(ctx context.Context, sc Scenario, dir string) (Backend, error) {
 		procs, err := NewProcs(bin, dir, append(slices.Clone(args), sc.Args...))
 		if err != nil {
@@ -31,9 +32,15 @@ func Local(bin, baseIP string, args []string) BackendFactory {
 			}
 			b.ids = append(b.ids, id)
 		}
-		if sc.Needs != NeedNothing {
-			chain := "PLJEPSEN-" + strings.ReplaceAll(baseIP, ".", "-")[len("127-"):]
-			if b.fw, err = NewFirewall(chain); err != nil {
+		suffix := strings.ReplaceAll(baseIP, ".", "-")[len("127-"):]
+		switch sc.Needs {
+		case NeedNothing:
+		case NeedSlowLink:
+			if b.delay, err = NewDelayer(DefaultDelayerConfig("PLDELAY-"+suffix, seed)); err != nil {
+				b.fwErr = err
+			}
+		default:
+			if b.fw, err = NewFirewall("PLJEPSEN-" + suffix); err != nil {
 				b.fwErr = err
 			}
 		}
@@ -44,6 +51,7 @@ func Local(bin, baseIP string, args []string) BackendFactory {
 type localBackend struct {
 	procs *Procs
 	fw    *Firewall // nil without root or iptables; fwErr says why
+	delay *Delayer  // only for slow links; nil without them, or fwErr says why
 	fwErr error
 	ids   []string
 }
@@ -51,7 +59,8 @@ type localBackend struct {
 func (b *localBackend) Nodes() []string { return b.ids }
 
 func (b *localBackend) Supports(n Need) error {
-	if n != NeedNothing && b.fw == nil {
+	switch {
+	case n == NeedSlowLink && b.delay == nil, n != NeedNothing && n != NeedSlowLink && b.fw == nil:
 		return b.fwErr
 	}
 	return nil
@@ -112,22 +121,58 @@ func (b *localBackend) Lose(_ context.Context, x, y string, p float64) error {
 	return b.fw.Lose(b.procs.Spec(x).IP, b.procs.Spec(y).IP, p)
 }
 
-func (b *localBackend) Heal(context.Context) error {
-	if b.fw == nil {
+func (b *localBackend) Delay(_ context.Context, from, to []string, l Link) error {
+	if b.delay == nil {
 		return ErrUnsupported
 	}
-	return b.fw.Heal()
+	return b.delay.Delay(b.ips(from), b.ips(to), l)
+}
+
+func (b *localBackend) ips(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = b.procs.Spec(id).IP
+	}
+	return out
+}
+
+func (b *localBackend) Heal(context.Context) error {
+	switch {
+	case b.delay != nil:
+		return b.delay.Heal()
+	case b.fw != nil:
+		return b.fw.Heal()
+	}
+	return ErrUnsupported
+}
+
+// DelayStats are the delayer's counters, for the report; ok false when
+// the scenario slowed no link.
+func (b *localBackend) DelayStats() (DelayStats, bool) {
+	if b.delay == nil {
+		return DelayStats{}, false
+	}
+	return b.delay.Stats(), true
 }
 
 func (b *localBackend) Answering(id string) bool  { return b.procs.State(id) == Running }
 func (b *localBackend) GRPCAddr(id string) string { return b.procs.Spec(id).GRPCAddr() }
 
+// MetricsURL is where the node's metrics are, for the slow links' report.
+func (b *localBackend) MetricsURL(id string) string {
+	return "http://" + b.procs.Spec(id).HTTPAddr() + "/metrics"
+}
+
 func (b *localBackend) Close() error {
 	b.procs.Close()
+	var errs []error
 	if b.fw != nil {
-		return b.fw.Close()
+		errs = append(errs, b.fw.Close())
 	}
-	return nil
+	if b.delay != nil {
+		errs = append(errs, b.delay.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func offsetIP(base string, i int) (string, error) {

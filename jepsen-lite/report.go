@@ -42,6 +42,7 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 		"A window's bound is limit × deciders (1 when calm, every node while a fault is being detected, the step's number after) — ×2 for the counter's rolling windows; " +
 		"a calendar key's window is its period (a day in its zone), with the same bound. " +
 		"Only checks certainly decided inside a window count; see docs/chaos.md.\n")
+	writeLinkTable(&b, results)
 
 	for _, r := range results {
 		if r.Skipped != "" {

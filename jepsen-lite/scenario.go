@@ -69,6 +69,14 @@ type Scenario struct {
 	// limit, the counts the fault lost.
 	DayKeys   int
 	DaySpends []time.Duration
+	// MaxP99, if set, is the most the 99th percentile of the answered
+	// checks' latency may be: over a slow link that works, answers come
+	// within the forward timeout, not from the fallback after it.
+	MaxP99 time.Duration
+	// FullOnly keeps the scenario out of the test command's short
+	// profile (its time, or its flakiness on a loaded machine); make chaos
+	// runs it.
+	FullOnly bool
 	// Defect, if set, names a defect of the node that this scenario finds
 	// and that is not fixed yet (docs/chaos.md, "Found and not fixed"):
 	// the test command skips the scenario, saying so and why; make chaos
@@ -218,7 +226,20 @@ func (e *Env) Cut(ctx context.Context, a, b string) error {
 // still expects both sides to see each other.
 func (e *Env) Lose(ctx context.Context, a, b string, p float64) error { return e.b.Lose(ctx, a, b, p) }
 
-// Heal removes every cut.
+// Delay slows the links from every node of from to every node of to, one
+// way, as l says. A slow link is not a cut: the harness still expects both
+// sides to see each other.
+func (e *Env) Delay(ctx context.Context, from, to []string, l Link) error {
+	return e.b.Delay(ctx, from, to, l)
+}
+
+// DelayBoth slows the links between the nodes of a and those of b, both
+// ways.
+func (e *Env) DelayBoth(ctx context.Context, a, b []string, l Link) error {
+	return errors.Join(e.b.Delay(ctx, a, b, l), e.b.Delay(ctx, b, a, l))
+}
+
+// Heal removes every cut and slow link.
 func (e *Env) Heal(ctx context.Context) error {
 	if err := e.b.Heal(ctx); err != nil {
 		return err
@@ -385,9 +406,22 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	}
 	log.Info("cluster up", "nodes", sc.Nodes)
 
+	var before nodeMetrics
+	if sc.Needs == NeedSlowLink {
+		before = scrapeNodes(ctx, metricsURLs(b, env.ids[:sc.Nodes]))
+	}
 	h, stepErr := runWorkload(ctx, env, cfg, sc)
 	res = Analyze(h)
 	res.MaxWorst, res.MaxDegraded, res.Defect = sc.MaxWorst, sc.MaxDegraded, sc.Defect
+	if sc.Needs == NeedSlowLink {
+		after := scrapeNodes(ctx, metricsURLs(b, env.ids[:sc.Nodes]))
+		var st DelayStats
+		if d, ok := b.(interface{ DelayStats() (DelayStats, bool) }); ok {
+			st, _ = d.DelayStats()
+		}
+		args := slices.Concat(cfg.Profile.NodeArgs, sc.Args)
+		res.Link = linkResult(sc, h, offeredRate(sc, cfg.Profile), flagDuration(args, "forward-timeout", 0), before, after, st)
+	}
 	if stepErr != nil {
 		res.Errors = append(res.Errors, stepErr.Error())
 	}
@@ -395,6 +429,29 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 		return res, err
 	}
 	return res, nil
+}
+
+// metricsURLs are the nodes' /metrics, where the backend can tell.
+func metricsURLs(b Backend, ids []string) []string {
+	m, ok := b.(interface{ MetricsURL(id string) string })
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		out = append(out, m.MetricsURL(id))
+	}
+	return out
+}
+
+// offeredRate is the workload's checks per second, as runWorkload paces
+// it.
+func offeredRate(sc Scenario, p Profile) float64 {
+	load := p.Load
+	if sc.Load > 0 {
+		load = sc.Load
+	}
+	return load * float64(p.Limit) * float64(len(workloadKeys(sc, p, load))) / p.Window.Seconds()
 }
 
 // startCluster starts the first n nodes and waits until they all see

@@ -2,6 +2,7 @@ package jepsenlite
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 )
@@ -50,7 +51,69 @@ func Scenarios() []Scenario {
 
 // faultScenarios are the faults, against the profile's load.
 func faultScenarios() []Scenario {
-	return slices.Concat(nodeScenarios(), linkScenarios(), clockScenarios())
+	return slices.Concat(nodeScenarios(), linkScenarios(), slowLinkScenarios(), clockScenarios())
+}
+
+// slowLinkScenarios slow links down for the whole run (the Delayer:
+// netfilter queue, no netem). The promise: a link that is slow but works
+// is not taken for a cut (no storm of degraded answers, no over-admission
+// beyond 1.2×), and checks are answered within the forward timeout (p99),
+// by their owners. Each is measured (LinkResult) for docs/chaos.md.
+func slowLinkScenarios() []Scenario {
+	jittery := Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond}
+	n1 := func(e *Env) ([]string, []string) { return []string{e.ID(0)}, []string{e.ID(1), e.ID(2)} }
+	const p99 = 250 * time.Millisecond // NodeArgs' --forward-timeout
+	// slowAt leaves the monitor time to see the cluster converge
+	// before the links slow down (the start's convergence is checked).
+	const slowAt = 2 * time.Second
+	return []Scenario{
+		{
+			Name: "latency", About: "20 ms ± 10 ms each way between n1 and the others (n2 – n3 fast), for the whole run",
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99,
+			Steps: []Step{{At: slowAt, Name: "slow n1 ↔ n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+				a, b := n1(e)
+				return e.DelayBoth(ctx, a, b, jittery)
+			}}},
+		},
+		{
+			Name: "asymmetric", About: "20 ms ± 10 ms from n1 to the others only; their answers come back at once",
+			// In make chaos only: the test command's budget is tight, and
+			// latency covers the delayer (8.5 s there, reliable too).
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99, FullOnly: true,
+			Steps: []Step{{At: slowAt, Name: "slow n1 → n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+				a, b := n1(e)
+				return e.Delay(ctx, a, b, jittery)
+			}}},
+		},
+		{
+			Name: "latency-loss", About: "20 ms ± 10 ms and 2 % loss each way between n1 and the others, for the whole run",
+			// A lost segment waits for TCP's retransmission (≥ 200 ms on
+			// Linux, more than the round trip), so some forwards time out
+			// and their checks are answered degraded: few may be.
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.02, FullOnly: true,
+			Steps: []Step{{At: slowAt, Name: "slow, lossy n1 ↔ n2 n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+				a, b := n1(e)
+				return e.DelayBoth(ctx, a, b, Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Loss: 0.02})
+			}}},
+		},
+		{
+			Name: "wan", About: "six nodes in three regions of two (n1 n2 | n3 n4 | n5 n6), 40 ms round trip between regions (20 ms ± 2 ms each way), none within",
+			Nodes: 6, Duration: 25 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99, FullOnly: true,
+			Steps: []Step{{At: slowAt, Name: "three regions 40 ms apart", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
+				region := func(i int) []string { return []string{e.ID(2 * i), e.ID(2*i + 1)} }
+				l := Link{Delay: 20 * time.Millisecond, Jitter: 2 * time.Millisecond}
+				var errs []error
+				for i := range 3 {
+					for j := range 3 {
+						if i != j {
+							errs = append(errs, e.Delay(ctx, region(i), region(j), l))
+						}
+					}
+				}
+				return errors.Join(errs...)
+			}}},
+		},
+	}
 }
 
 // linkScenarios are single links that fail or work badly.

@@ -41,6 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
+	p.NodeArgs = append(p.NodeArgs, strings.Fields(o.nodeArgs)...)
 	scenarios := selectScenarios(o.only)
 	if len(scenarios) == 0 {
 		fmt.Fprintf(stderr, "jepsen-lite: -scenarios: none of %q exists\n", o.only)
@@ -78,9 +79,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // options are the command's flags.
 type options struct {
-	bin, profile, out, only, baseIP, project string
-	seed                                     uint64
-	promises, defects                        bool
+	bin, profile, out, only, baseIP, project, nodeArgs string
+	seed                                               uint64
+	promises, defects                                  bool
 }
 
 // parseFlags reads args; flag reports its errors and the usage to stderr.
@@ -96,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.defects, "defects", true, "run the scenarios that find a known defect of the node, not fixed yet (docs/chaos.md, \"Found and not fixed\"); false reports them as skipped, naming the defect")
 	fs.StringVar(&o.baseIP, "base-ip", "127.0.0.11", "the first node's loopback address; the others follow")
 	fs.StringVar(&o.project, "docker-project", "", "docker mode: the running compose project whose services n1, n2, n3 are the nodes (instead of processes)")
+	fs.StringVar(&o.nodeArgs, "node-args", "", "more flags for every node, space-separated, after the profile's (e.g. \"--forward-timeout=1s\"): to measure a setting; scenarios' own flags still come last")
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "workload randomness")
 	return o, fs.Parse(args)
 }
@@ -131,7 +133,7 @@ func selectScenarios(only string) []jepsenlite.Scenario {
 // -docker-project, on a compose project, and the nodes' description for
 // the log.
 func (o options) config(absBin string, p jepsenlite.Profile, log *slog.Logger) (jepsenlite.Config, string) {
-	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
+	cfg := jepsenlite.Config{Backend: jepsenlite.Local(absBin, o.baseIP, p.NodeArgs, o.seed), OutDir: o.out, Profile: p, Seed: o.seed, Logger: log}
 	mode := "processes on " + o.baseIP + "…"
 	if o.project != "" {
 		cfg.Backend = jepsenlite.Docker(jepsenlite.DockerConfig{Project: o.project})
@@ -144,6 +146,9 @@ func (o options) config(absBin string, p jepsenlite.Profile, log *slog.Logger) (
 func (o options) command(p jepsenlite.Profile) string {
 	if o.project != "" {
 		return "make compose-test"
+	}
+	if o.nodeArgs != "" {
+		return fmt.Sprintf("go run ./jepsen-lite/cmd/jepsen-lite -profile %s -node-args %q", p.Name, o.nodeArgs)
 	}
 	return fmt.Sprintf("make chaos CHAOS_PROFILE=%s", p.Name)
 }
@@ -194,6 +199,9 @@ func printResult(stdout io.Writer, name string, res *jepsenlite.Result) bool {
 		calendar := ""
 		if res.Calendar.Windows > 0 {
 			calendar = fmt.Sprintf(", calendar worst %.2f× (excess %d)", res.Calendar.Worst, res.Calendar.Excess)
+		}
+		if l := res.Link; l != nil {
+			calendar += fmt.Sprintf(", p99 %s, %.2f checks per forward, %.0f forwards failed", l.P99.Round(100*time.Microsecond), l.ChecksPerForward(), l.ForwardErrors)
 		}
 		fmt.Fprintf(stdout, "%-10s ok: %d checks, answered %.2f %%, log worst %.2f×, counter fixed worst %.2f×%s\n",
 			name, res.All.Ops, 100*res.All.AnsweredShare(), res.Log.Worst, res.CounterFixed.Worst, calendar)
