@@ -38,7 +38,7 @@ func Run(seed uint64, logOut io.Writer, level slog.Level) Verdict {
 	w := newWorld(p, logOut, level)
 	v := Verdict{Plan: p}
 	for _, id := range ids(p.Nodes) {
-		if err := w.startMember(id); err != nil {
+		if err := w.startMember(id, 0); err != nil {
 			v.Errors = append(v.Errors, err.Error())
 		}
 	}
@@ -73,17 +73,25 @@ func Run(seed uint64, logOut io.Writer, level slog.Level) Verdict {
 	h := jepsenlite.History{Scenario: fmt.Sprint("seed ", seed), About: strings.TrimSpace(p.String()), Start: w.start, End: end,
 		Nodes: w.everyone(), Keys: wl.keys, Ops: wl.ops, Views: w.views, Events: w.events, Up: w.up, ClockRate: p.clockRate()}
 	v.Result = jepsenlite.Analyze(h)
-	v.Problems = judge(v.Result)
+	v.Problems = judge(v.Result, p.MaxWorst)
 	return v
 }
 
 // judge returns what the run broke: a window over its bound (or over one
-// decider's with no answer degraded), answers still degraded after the
-// cluster converged at the end, or no convergence at the end at all.
-func judge(r *jepsenlite.Result) []string {
+// decider's with no answer degraded), a window over the plan's promise
+// (Plan.MaxWorst), answers still degraded after the cluster converged at
+// the end, or no convergence at the end at all.
+func judge(r *jepsenlite.Result, maxWorst float64) []string {
 	var out []string
 	for _, vi := range r.Violations() {
 		out = append(out, vi.String())
+	}
+	// The promise is the log's (its sliding windows are exact), not the
+	// counter's fixed windows, which jepsen-lite's OverPromise judges
+	// too: a pause once put one at 1.64× in 500 seeds (seed 456, not
+	// again in three replays), within the counter's design bound.
+	if maxWorst > 0 && r.Log.Worst > maxWorst {
+		out = append(out, fmt.Sprintf("the plan's promise: log worst %.2f× (%s at %s) > the promised %.2f×", r.Log.Worst, r.Log.WorstKey, r.Log.WorstAt, maxWorst))
 	}
 	if r.Unsettled > 0 {
 		out = append(out, fmt.Sprintf("%d answers degraded more than %s after the cluster converged at the end", r.Unsettled, jepsenlite.Settle))
@@ -121,7 +129,7 @@ func (w *World) apply(st Step) error {
 	case Crash, PowerLoss:
 		w.kill(st.Nodes[0], st.Kind == PowerLoss)
 	case Restart:
-		err, fault = w.startMember(st.Nodes[0]), false
+		err, fault = w.startSlow(st.Nodes[0], st.join()), false
 	case Pause:
 		w.pause(st.Nodes[0], true)
 	case Resume:
@@ -134,16 +142,17 @@ func (w *World) apply(st Step) error {
 	case Loss, Latency:
 		w.slowLink(st)
 	case Heal:
+		w.healByMember(st)
 		w.heal()
 		fault = false
 	case Join:
-		err = w.startMember(st.Nodes[0])
+		err = w.startSlow(st.Nodes[0], st.join())
 	case Leave:
 		w.leave(st.Nodes[0])
 	case Rolling:
-		return w.rolling()
+		return w.rolling(st)
 	case FullStop, FullKill:
-		return w.full(st.Kind == FullKill)
+		return w.full(st)
 	}
 	w.event(st.describe(), fault, begin)
 	return err
@@ -161,7 +170,31 @@ func (w *World) partition(groups [][]string) {
 	}
 }
 
+// healByMember heals a partition as st says, one member of its second
+// group at a time, st.Delay apart: each one's links to the first group
+// come back together. Without Groups, nothing: heal does it all.
+func (w *World) healByMember(st Step) {
+	if st.Delay <= 0 || len(st.Groups) != 2 {
+		return
+	}
+	for i, b := range st.Groups[1] {
+		if i > 0 {
+			time.Sleep(st.Delay)
+		}
+		w.mu.Lock()
+		for _, a := range st.Groups[0] {
+			w.net.SetFaults(a, b, memnet.Faults{})
+			w.net.SetFaults(b, a, memnet.Faults{})
+			delete(w.cut, pairOf(a, b))
+		}
+		w.mu.Unlock()
+	}
+}
+
 func (w *World) slowLink(st Step) {
+	w.mu.Lock()
+	w.faulty = true
+	w.mu.Unlock()
 	f := memnet.Faults{DropRequests: st.Loss, Delay: st.Delay, Jitter: st.Jitter}
 	w.net.SetFaults(st.Nodes[0], st.Nodes[1], f)
 	if !st.OneWay {
@@ -170,8 +203,9 @@ func (w *World) slowLink(st Step) {
 }
 
 // rolling restarts every member in turn, each leaving gracefully and
-// starting again once the others have taken its keys over.
-func (w *World) rolling() error {
+// starting again once the others have taken its keys over, joining over
+// links slowed as st says.
+func (w *World) rolling(st Step) error {
 	var errs []error
 	for _, id := range w.everyoneUp() {
 		begin := w.now()
@@ -179,7 +213,7 @@ func (w *World) rolling() error {
 		w.event("rolling: leave "+id, true, begin)
 		time.Sleep(2 * time.Second)
 		begin = w.now()
-		errs = append(errs, w.startMember(id))
+		errs = append(errs, w.startSlow(id, st.join()))
 		w.event("rolling: start "+id, false, begin)
 		time.Sleep(2 * time.Second)
 	}
@@ -187,8 +221,9 @@ func (w *World) rolling() error {
 }
 
 // full stops (or kills) every member at once, then starts them all again
-// from their disks.
-func (w *World) full(kill bool) error {
+// from their disks, each joining over links slowed as st says.
+func (w *World) full(st Step) error {
+	kill := st.Kind == FullKill
 	ups := w.everyoneUp()
 	begin := w.now()
 	var wg sync.WaitGroup
@@ -207,7 +242,7 @@ func (w *World) full(kill bool) error {
 	begin = w.now()
 	var errs []error
 	for _, id := range ups {
-		errs = append(errs, w.startMember(id))
+		errs = append(errs, w.startSlow(id, st.join()))
 	}
 	w.event("every member started again", false, begin)
 	return errors.Join(errs...)
@@ -229,7 +264,7 @@ func (w *World) endFaults() {
 		_, known := w.disks[id]
 		w.mu.Unlock()
 		if !up && known && !w.left(id) {
-			_ = w.startMember(id)
+			_ = w.startMember(id, 0)
 		}
 	}
 	w.event("end of faults", false, begin)

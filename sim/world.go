@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peerlimit/peerlimit/cluster"
@@ -40,6 +41,7 @@ type World struct {
 	cut     map[[2]string]bool     // both ways, for the expectation
 	addrs   map[string]string      // every member started, by id: its gossip address
 	paused  map[string]bool
+	faulty  bool                     // a link fault is on (slowLink), until the heal
 	resumed map[string]chan struct{} // closed when a paused member resumes
 	up      map[string][]jepsenlite.Span
 	events  []jepsenlite.Event
@@ -71,6 +73,7 @@ func (w *World) config(id string) node.Config {
 	cfg := node.DefaultLocalConfig(id)
 	cfg.Replication.Interval = w.plan.ReplicationInterval
 	cfg.Lease.MinRate = w.plan.LeaseMinRate
+	cfg.Route.Fallback = w.plan.fallback()
 	cfg.Persist.Dir = "/data/" + id
 	cfg.Logger = w.log
 	cfg.Now = wallclock.Steady(faultclock.New(w.plan.Clocks[id], wallclock.System()), wallclock.DefaultMaxSlew)
@@ -79,8 +82,10 @@ func (w *World) config(id string) node.Config {
 
 // startMember starts member id on its disk (a new one the first time),
 // joined through the members up, as node.Start does: served before it
-// joins, its ring the members' from the join on.
-func (w *World) startMember(id string) error {
+// joins, its ring the members' from the join on. Until the join is done,
+// each membership its gossip delivers reaches its node lag late
+// (startSlow).
+func (w *World) startMember(id string, lag time.Duration) error {
 	w.mu.Lock()
 	fs := w.disks[id]
 	if fs == nil {
@@ -106,14 +111,22 @@ func (w *World) startMember(id string) error {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
 	peers.Serve(core.Service().Peer)
+	var joined atomic.Bool
+	onChange := func(view []cluster.Member) {
+		if lag > 0 && !joined.Load() {
+			time.Sleep(lag)
+		}
+		core.Membership(view)
+	}
 	c, err := cluster.Start(cluster.Config{ID: id, GRPCAddr: id + ":9090", Network: w.gossip, Join: seeds,
-		Profile: cluster.ProfileLocal, Restored: core.Restored(), Boot: core.Boot(), Logger: w.log.With("node", id), OnChange: core.Membership})
+		Profile: cluster.ProfileLocal, Restored: core.Restored(), Boot: core.Boot(), Logger: w.log.With("node", id), OnChange: onChange})
 	if err != nil {
 		core.Halt(true)
 		return fmt.Errorf("join %s: %w", id, err)
 	}
 	c.Sync() // the join's members, through the notifier: never after a newer view
 	core.Joined()
+	joined.Store(true)
 	core.Start(nil)
 	w.mu.Lock()
 	w.members[id] = &member{id: id, core: core, cluster: c}
@@ -121,6 +134,49 @@ func (w *World) startMember(id string) error {
 	w.up[id] = append(w.up[id], jepsenlite.Span{From: w.now()})
 	w.mu.Unlock()
 	return nil
+}
+
+// slowJoin is how a start's join is slowed (Step): its links' latency
+// while it joins, and how far its node's membership lags its gossip.
+type slowJoin struct {
+	Delay, Jitter, Lag time.Duration
+}
+
+// startSlow starts member id as startMember does, its join slowed as a
+// real one is. Its links to and from every member carry j.Delay (±
+// j.Jitter) until its join is done: a join takes a round trip per seed,
+// and the first seed reached has id in its ring, and forwards it checks,
+// while id still joins the others (memberlist's push-pull over
+// cluster.MemNetwork pays the delay once per connection, the peer calls
+// once each). And until then every membership id's gossip delivers
+// reaches its node j.Lag late, as a process starting under load runs
+// its notifier behind its gossip: over instant pipes both ends of a
+// push-pull learn of each other at the same instant, and the seed's
+// forwards could never reach id before id's ring held the members. With
+// another link fault on (the plans never overlap faults), only the lag.
+func (w *World) startSlow(id string, j slowJoin) error {
+	w.mu.Lock()
+	slow := j.Delay > 0 && !w.faulty && len(w.cut) == 0
+	w.mu.Unlock()
+	if !slow {
+		return w.startMember(id, j.Lag)
+	}
+	others := w.everyone()
+	f := memnet.Faults{Delay: j.Delay, Jitter: j.Jitter}
+	for _, o := range others {
+		if o != id {
+			w.net.SetFaults(id, o, f)
+			w.net.SetFaults(o, id, f)
+		}
+	}
+	err := w.startMember(id, j.Lag)
+	for _, o := range others {
+		if o != id {
+			w.net.SetFaults(id, o, memnet.Faults{})
+			w.net.SetFaults(o, id, memnet.Faults{})
+		}
+	}
+	return err
 }
 
 // kill stops member id at once, as kill -9 does: no leave, no handoff;
@@ -255,6 +311,7 @@ func (w *World) heal() {
 		}
 	}
 	w.cut = map[[2]string]bool{}
+	w.faulty = false
 	w.mu.Unlock()
 	w.net.Heal() // which resumes the paused too: pause them again
 	for _, id := range paused {
