@@ -101,7 +101,7 @@ SEEDS ?= 1000
 FROM  ?= 1
 SEED  ?= 0
 sim:
-	$(GO) test -count=1 -timeout 0 -run TestSimulation ./sim -sim.seeds $(SEEDS) -sim.from $(FROM) -sim.seed $(SEED)
+	$(GO) test -count=1 -timeout 0 -run TestSimulation ./sim -sim.hunt -sim.seeds $(SEEDS) -sim.from $(FROM) -sim.seed $(SEED)
 
 # The container image: the static binary on an empty base (Dockerfile), so
 # the build needs no image pull. IMAGE names it.

@@ -16,6 +16,8 @@ import (
 // with a full stop or kill, a promise exactly for plans of node faults,
 // and a heal one member at a time only of the partition before it.
 func TestPlanKeepsWhatTheCheckerNeeds(t *testing.T) {
+	sim.Hunt(true)
+	defer sim.Hunt(*hunt)
 	nodeFaults := []sim.Kind{sim.Crash, sim.PowerLoss, sim.Restart, sim.Pause, sim.Resume}
 	var promised, long, byMember, slowed int
 	for seed := uint64(1); seed <= 2000; seed++ {

@@ -22,6 +22,7 @@ var (
 	from   = flag.Uint64("sim.from", 1, "the first seed")
 	v      = flag.Bool("sim.v", false, "print every seed's plan and what the checker counted")
 	clocks = flag.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)")
+	hunt   = flag.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, a promise for node faults (sim.Hunt; make sim hunts)")
 )
 
 // TestSimulation runs seeds of the whole cluster on simulated time: each
@@ -33,6 +34,9 @@ var (
 func TestSimulation(t *testing.T) {
 	if !*clocks {
 		sim.NoClocks()
+	}
+	if *hunt {
+		sim.Hunt(true)
 	}
 	list := []uint64{*seed}
 	if *seed == 0 {
