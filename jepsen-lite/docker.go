@@ -36,7 +36,7 @@ type DockerConfig struct {
 func Docker(cfg DockerConfig) BackendFactory {
 	return func(ctx context.Context, sc Scenario, dir string) (Backend, error) {
 		if sc.Nodes > 3 {
-			return nil, fmt.Errorf("docker mode has 3 nodes, the scenario wants %d", sc.Nodes)
+			return nil, fmt.Errorf("%w: docker mode has 3 nodes, the scenario wants %d", ErrUnsupported, sc.Nodes)
 		}
 		b := &dockerBackend{cfg: cfg, ids: []string{"n1", "n2", "n3"}[:sc.Nodes], ctr: map[string]string{},
 			addr: map[string]netAddr{}, isolated: map[string]bool{}, extras: map[string]bool{},

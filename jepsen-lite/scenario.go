@@ -385,6 +385,9 @@ func Run(ctx context.Context, cfg Config, sc Scenario) (res *Result, err error) 
 	log := cfg.Logger.With("scenario", sc.Name)
 
 	b, err := cfg.Backend(ctx, sc, dir)
+	if errors.Is(err, ErrUnsupported) {
+		return &Result{Scenario: sc.Name, About: sc.About, Skipped: err.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -327,7 +327,8 @@ func restartScenarios() []Scenario {
 			// checker's bound (limit × deciders while the members leave,
 			// and no unmarked over-admission): issue 36 asked for
 			// exactly 1.00×, which this does not meet.
-			Nodes: 3, Duration: 30 * time.Second, DayKeys: 6, DaySpends: days,
+			Defect: "after a stop of the whole cluster a calendar-day key admitted 63 of its 60, no answer degraded (compose-test in docker mode, 1 of 2 runs on 2026-11-29; a leaver kept 25 keys on its disk when its handoff to a member already stopped failed); the local short profile passed it in 3 of 3 runs that day; not explained (docs/chaos.md, \"Found and not fixed\")",
+			Nodes:  3, Duration: 30 * time.Second, DayKeys: 6, DaySpends: days,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "stop n1 n2 n3 (SIGTERM)", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.StopAll(ctx, all(e)...) }},
 				{At: 13 * time.Second, Name: "start n1 n2 n3", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.StartAll(ctx, all(e)...) }},

@@ -47,6 +47,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jepsen-lite: -scenarios: none of %q exists\n", o.only)
 		return 2
 	}
+	if p.Name == "short" && o.only == "" {
+		// The short profile is the test command's: as there, the
+		// scenarios of the full profile only are left out.
+		scenarios = slices.DeleteFunc(scenarios, func(sc jepsenlite.Scenario) bool { return sc.FullOnly })
+	}
 	if !o.promises {
 		for i := range scenarios {
 			scenarios[i].MaxWorst = 0
