@@ -28,6 +28,7 @@ import (
 
 	"github.com/peerlimit/peerlimit/envoyrls/rlconfig"
 	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 	"github.com/peerlimit/peerlimit/policy"
@@ -656,7 +657,7 @@ func toJSON(r peer.Result) CheckResponse {
 const maxMessage = 1024
 
 func errorOf(err error) *Error {
-	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: limiter.Clip(err.Error(), maxMessage)}
+	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: logging.ClipTo(err.Error(), maxMessage)}
 }
 
 // writeError answers a failed request with the HTTP status its code maps to.

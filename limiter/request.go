@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/peerlimit/peerlimit/internal/logging"
 )
 
 // Algorithm selects how a key's rolling window is counted. The zero value is
@@ -286,17 +288,4 @@ const maxEcho = 128
 // Echo returns s, a value a client sent, as an error may repeat it: cut
 // to 128 bytes (at a rune boundary) and marked "…" when longer, so that a
 // 900 KB value does not come back in a 900 KB answer, nor a log line.
-func Echo(s string) string { return Clip(s, maxEcho) }
-
-// Clip returns s cut to n bytes (at a rune boundary) and marked "…" when
-// it is longer.
-func Clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func Echo(s string) string { return logging.ClipTo(s, maxEcho) }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peerlimit/peerlimit/internal/logging"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
 )
@@ -34,7 +35,7 @@ func Code(err error) codes.Code {
 // The message is capped at MaxMessage bytes: each value it repeats of the
 // caller's is capped already (limiter.Echo); this bounds the rest.
 func Status(err error) *status.Status {
-	msg := limiter.Clip(err.Error(), MaxMessage)
+	msg := logging.ClipTo(err.Error(), MaxMessage)
 	st := status.New(Code(err), msg)
 	if f := peer.FieldOf(err); f != "" {
 		if d, derr := st.WithDetails(&errdetails.BadRequest{

@@ -7,6 +7,7 @@ package logging
 import (
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Gate lets a log line through at most once per second. The zero value is
@@ -29,10 +30,17 @@ func (g *Gate) AllowAt(now time.Time) bool {
 
 // Clip shortens text a caller sent (an origin, a key) to at most 64 bytes
 // for a log line or a message, so a huge one costs nothing downstream.
-func Clip(s string) string {
-	const max = 64
-	if len(s) <= max {
+func Clip(s string) string { return ClipTo(s, 64) }
+
+// ClipTo returns s cut to n bytes, at a rune boundary, and marked "…"
+// when it is longer.
+func ClipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return s[:max] + "…"
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
