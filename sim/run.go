@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -284,24 +285,14 @@ func (w *World) left(id string) bool {
 func (w *World) everyone() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []string
-	for id := range w.disks {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(w.disks))
 }
 
 // everyoneUp is the members up now, sorted.
 func (w *World) everyoneUp() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []string
-	for id := range w.members {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(w.members))
 }
 
 // clockRate is what the checker needs of the clocks (History.ClockRate):
