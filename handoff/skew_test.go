@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/peerlimit/peerlimit/internal/testkit/windowed"
 	"github.com/peerlimit/peerlimit/limiter"
 )
 
@@ -54,35 +55,9 @@ func TestHandoffFromASenderBehindAdmitsNoMoreThanTheLimit(t *testing.T) {
 					admitted = append(admitted, p.now)
 				}
 			}
-			most, from := mostInAWindow(admitted, w, alg == limiter.SlidingWindowLog)
+			most, from := windowed.MostInAWindow(admitted, w, alg == limiter.SlidingWindowLog)
 			assert.LessOrEqual(t, most, limit, "%d admitted in the window from %s (real clock), over the limit", most, from.Sub(start))
 			assert.Greater(t, len(admitted), 2*limit, "the receiver admits again once the window has passed")
 		})
 	}
-}
-
-// mostInAWindow returns the most of admitted (sorted) that fall in one
-// window of w, and where that window starts: any window if sliding, else
-// the fixed windows that start at multiples of w.
-func mostInAWindow(admitted []time.Time, w time.Duration, sliding bool) (most int, from time.Time) {
-	fixed := func(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli() - t.UnixMilli()%w.Milliseconds()) }
-	for i, a := range admitted {
-		lo := a
-		if !sliding {
-			lo = fixed(a)
-			if i > 0 && fixed(admitted[i-1]).Equal(lo) {
-				continue // counted from the window's first admission
-			}
-		}
-		n := 0
-		for _, b := range admitted {
-			if !b.Before(lo) && b.Before(lo.Add(w)) {
-				n++
-			}
-		}
-		if n > most {
-			most, from = n, lo
-		}
-	}
-	return most, from
 }
