@@ -27,8 +27,12 @@ type KeyState struct {
 
 	// Counter state: the current window's id and the two counts.
 	WindowID, Prev, Curr int64
-	// Log state: timestamps (Unix ms) of the held hits, oldest first.
+	// Log state: timestamps (Unix ms) of the held hits, oldest first; of
+	// a Concurrency limit, the times its slots were taken.
 	Log []int64
+	// GCRA state: the bucket's theoretical arrival time (Unix ns), when it
+	// is full again.
+	TAT int64
 }
 
 // Transfer is a Store's face to the members it moves state to and from,

@@ -34,9 +34,13 @@ const (
 	// OpRelease closes the reservation refunding everything: OpSettle at a
 	// cost of 0. Hits must be 0.
 	OpRelease
+	// OpAcquire takes one slot of a Concurrency limit (Hits 1): OpHold
+	// whose TTL is the limit's Window. Its token frees the slot with
+	// OpRelease; a slot not released frees itself at the TTL.
+	OpAcquire
 )
 
-var opNames = [...]string{"CHECK", "REFUND", "CHARGE", "RESERVE", "HOLD", "SETTLE", "RELEASE"}
+var opNames = [...]string{"CHECK", "REFUND", "CHARGE", "RESERVE", "HOLD", "SETTLE", "RELEASE", "ACQUIRE"}
 
 // String returns the op's name as the public API spells it.
 func (o Op) String() string {
@@ -56,7 +60,7 @@ func ParseOp(s string) (Op, error) {
 			return Op(i), nil
 		}
 	}
-	return 0, &ArgumentError{Field: "op", Reason: fmt.Sprintf("unknown value %q; want one of CHECK, REFUND, CHARGE, RESERVE, HOLD, SETTLE, RELEASE", Echo(s))}
+	return 0, &ArgumentError{Field: "op", Reason: fmt.Sprintf("unknown value %q; want one of CHECK, REFUND, CHARGE, RESERVE, HOLD, SETTLE, RELEASE, ACQUIRE", Echo(s))}
 }
 
 // SetOp sets r's op, reservation and TTL (in ms, clamped as windows are)
@@ -81,7 +85,7 @@ func (r *Request) SetOp(op Op, reservation string, ttlMS int64, hitsGiven bool) 
 func (o Op) Admits() bool { return o == OpCheck || o.reserves() }
 
 // reserves reports whether o opens a reservation.
-func (o Op) reserves() bool { return o == OpReserve || o == OpHold }
+func (o Op) reserves() bool { return o == OpReserve || o == OpHold || o == OpAcquire }
 
 // closes reports whether o closes a reservation.
 func (o Op) closes() bool { return o == OpSettle || o == OpRelease }
@@ -140,10 +144,23 @@ func (c *Config) validateOp(r *Request) error {
 		// caller builds from it (an all-or-nothing batch's commit).
 		return &ArgumentError{"ttl_ms", "is only for RESERVE and HOLD, not " + r.Op.String()}
 	}
+	if err := validateConcurrencyOp(r); err != nil {
+		return err
+	}
 	switch r.Op {
 	case OpCheck:
 		if err := c.validate(r); err != nil {
 			return err
+		}
+	case OpAcquire:
+		if err := c.validate(r); err != nil {
+			return err
+		}
+		if r.Hits != 1 {
+			return &ArgumentError{"hits", fmt.Sprintf("must be 1 (or absent) to ACQUIRE: a request takes one slot, got %d", r.Hits)}
+		}
+		if r.TTL != 0 {
+			return &ArgumentError{"ttl_ms", "must be absent to ACQUIRE: a slot frees itself window_ms after it was taken"}
 		}
 	case OpRefund, OpCharge:
 		if err := c.validateAdjust(r); err != nil {
@@ -169,6 +186,25 @@ func (c *Config) validateOp(r *Request) error {
 		return &ArgumentError{"reservation", "is only for SETTLE and RELEASE, not " + r.Op.String()}
 	}
 	return nil
+}
+
+// validateConcurrencyOp checks that r's op and algorithm go together: a
+// Concurrency limit takes OpAcquire, OpRelease and a peek (OpCheck of 0
+// hits) only, and OpAcquire takes nothing else.
+func validateConcurrencyOp(r *Request) error {
+	switch {
+	case r.Op == OpAcquire && r.Algorithm != Concurrency:
+		return &ArgumentError{"op", fmt.Sprintf("ACQUIRE is for CONCURRENCY limits, not %s", r.Algorithm)}
+	case r.Algorithm != Concurrency:
+		return nil
+	case r.Op == OpAcquire, r.Op == OpRelease:
+		return nil
+	case r.Op == OpCheck && r.Hits == 0:
+		return nil
+	case r.Op == OpCheck:
+		return &ArgumentError{"op", "a CONCURRENCY limit takes ACQUIRE to take a slot, RELEASE to free it, or CHECK of 0 hits to peek; not CHECK of hits"}
+	}
+	return &ArgumentError{"op", "a CONCURRENCY limit takes ACQUIRE, RELEASE or a peek (CHECK of 0 hits), not " + r.Op.String()}
 }
 
 // validateClose checks a settle or a release: the limit's fields as a

@@ -22,31 +22,44 @@ const (
 	// SlidingWindowLog counts the rolling window exactly from the timestamps
 	// of the allowed hits; memory grows with the limit.
 	SlidingWindowLog
+	// GCRA is the generic cell rate algorithm: a token bucket of Burst
+	// hits refilled at Limit per Window, kept as one theoretical arrival
+	// time per key. Exact, constant memory (gcra.go).
+	GCRA
+	// Concurrency caps the requests in flight at Limit: OpAcquire takes a
+	// slot and returns its token, OpRelease frees it, and a slot not
+	// released frees itself Window after it was taken. Its state is a log
+	// of the slots' times, so it is replicated and handed off as a log is.
+	Concurrency
 )
+
+var algorithmNames = [...]string{"SLIDING_WINDOW_COUNTER", "SLIDING_WINDOW_LOG", "GCRA", "CONCURRENCY"}
 
 // String returns the algorithm's name as the public API spells it.
 func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindowCounter:
-		return "SLIDING_WINDOW_COUNTER"
-	case SlidingWindowLog:
-		return "SLIDING_WINDOW_LOG"
-	default:
-		return fmt.Sprintf("Algorithm(%d)", uint8(a))
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
 	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
 // ParseAlgorithm maps an API name to an Algorithm. The empty string is the
 // default, SlidingWindowCounter.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch s {
-	case "", "SLIDING_WINDOW_COUNTER":
+	if s == "" {
 		return SlidingWindowCounter, nil
-	case "SLIDING_WINDOW_LOG":
-		return SlidingWindowLog, nil
 	}
-	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", Echo(s))}
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, &ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %q; want SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, GCRA or CONCURRENCY", Echo(s))}
 }
+
+// Logged reports whether a's state is a log of times: the window log's
+// admitted hits, or a concurrency limit's slots.
+func (a Algorithm) Logged() bool { return a == SlidingWindowLog || a == Concurrency }
 
 // Request asks whether Key may consume Hits more under Limit per Window,
 // or per period of Calendar.
@@ -78,6 +91,17 @@ type Request struct {
 	// TTL is how long a reservation OpReserve or OpHold opens lasts
 	// unsettled; 0 is Config.ReservationTTL.
 	TTL time.Duration
+	// Burst is a GCRA bucket's size, the most hits it admits at once
+	// after a quiet spell; 0 means Limit. Only for GCRA.
+	Burst int64
+}
+
+// BurstOrLimit returns r's bucket size: Burst, or Limit when Burst is 0.
+func (r *Request) BurstOrLimit() int64 {
+	if r.Burst == 0 {
+		return r.Limit
+	}
+	return r.Burst
 }
 
 // Decision is the outcome of a Request.
@@ -165,14 +189,21 @@ func (c *Config) validate(r *Request) error {
 	case r.Window > c.MaxWindow:
 		return &ArgumentError{"window_ms", fmt.Sprintf("is %s; the maximum is %d", msText(r.Window), c.MaxWindow.Milliseconds())}
 	}
+	if r.Burst != 0 && r.Algorithm != GCRA {
+		return &ArgumentError{"burst", fmt.Sprintf("is only for GCRA, not %s", r.Algorithm)}
+	}
 	switch {
 	case r.Hits < 0:
 		return &ArgumentError{"hits", fmt.Sprintf("must not be negative, got %d", r.Hits)}
+	case r.Algorithm == GCRA:
+		return c.validateGCRA(r)
 	case r.Hits > r.Limit:
 		return &ArgumentError{"hits", fmt.Sprintf("%d exceeds the limit %d, so the request could never be allowed", r.Hits, r.Limit)}
 	}
 	switch r.Algorithm {
 	case SlidingWindowCounter:
+	case Concurrency:
+		return c.validateConcurrency(r)
 	case SlidingWindowLog:
 		if r.Limit > c.MaxLogLimit {
 			return &ArgumentError{"limit", fmt.Sprintf("%d exceeds the SLIDING_WINDOW_LOG maximum of %d: the log stores every admitted hit, so its memory grows with the limit; use SLIDING_WINDOW_COUNTER for high limits", r.Limit, c.MaxLogLimit)}
@@ -182,6 +213,52 @@ func (c *Config) validate(r *Request) error {
 		}
 	default:
 		return &ArgumentError{"algorithm", fmt.Sprintf("unknown value %d", r.Algorithm)}
+	}
+	return nil
+}
+
+// validateGCRA checks what a bucket needs beyond a window's fields: an
+// emission interval (Window / Limit) of at least a microsecond, so that
+// its rounding up to a whole nanosecond costs under 0.1 % of the rate; a
+// positive burst that refills within Config.MaxWindow, so that a
+// theoretical arrival time is never further ahead than a window can be;
+// and hits no more than the burst, which could never fit.
+func (c *Config) validateGCRA(r *Request) error {
+	burst := r.BurstOrLimit()
+	switch {
+	case r.Limit > r.Window.Microseconds():
+		return &ArgumentError{"limit", fmt.Sprintf("%d per %s is over GCRA's fastest rate of one hit per µs (at most %d per this window)",
+			r.Limit, msText(r.Window)+" ms", r.Window.Microseconds())}
+	case burst < 0:
+		return &ArgumentError{"burst", fmt.Sprintf("must be positive, got %d", burst)}
+	case burst > c.MaxWindow.Microseconds() || emissionInterval(r.Window, r.Limit)*time.Duration(burst) > c.MaxWindow:
+		return &ArgumentError{"burst", fmt.Sprintf("%d takes longer than the longest window (%d ms) to refill at %d per %s ms",
+			burst, c.MaxWindow.Milliseconds(), r.Limit, msText(r.Window))}
+	case r.Hits > burst:
+		return &ArgumentError{"hits", fmt.Sprintf("%d exceeds the burst %d, so the request could never be allowed", r.Hits, burst)}
+	}
+	return nil
+}
+
+// emissionInterval is a GCRA bucket's time per hit, window/limit rounded
+// up to a whole nanosecond: rounding up, a bucket never admits past its
+// rate. Requires limit > 0.
+func emissionInterval(window time.Duration, limit int64) time.Duration {
+	return (window + time.Duration(limit) - 1) / time.Duration(limit)
+}
+
+// validateConcurrency checks a concurrency limit: Limit slots, at most
+// Config.MaxLogLimit (each slot is a log entry), each freed at the
+// latest Window after it was taken, a window no longer than a
+// reservation may last (Config.MaxReservationTTL), since a slot is a
+// reservation's hold.
+func (c *Config) validateConcurrency(r *Request) error {
+	switch {
+	case r.Limit > c.MaxLogLimit:
+		return &ArgumentError{"limit", fmt.Sprintf("%d exceeds the CONCURRENCY maximum of %d slots", r.Limit, c.MaxLogLimit)}
+	case r.Window > c.MaxReservationTTL:
+		return &ArgumentError{"window_ms", fmt.Sprintf("is %s; a CONCURRENCY slot frees itself window_ms after it was taken, at most %d (--max-reservation-ttl)",
+			msText(r.Window), c.MaxReservationTTL.Milliseconds())}
 	}
 	return nil
 }

@@ -357,8 +357,11 @@ type KeyState struct {
 	// count, prev 0. The counts of one period are summed; otherwise the
 	// later period's is kept, and a period over by the receiver's clock
 	// adds nothing: a skew S moves a boundary by at most S.
-	Calendar      CalendarUnit `protobuf:"varint,9,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
-	TimeZone      string       `protobuf:"bytes,10,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	Calendar CalendarUnit `protobuf:"varint,9,opt,name=calendar,proto3,enum=peerlimit.v1.CalendarUnit" json:"calendar,omitempty"`
+	TimeZone string       `protobuf:"bytes,10,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// GCRA: the bucket's theoretical arrival time (Unix ns on the sender's
+	// clock; rebased as window_id is). The bucket is full again then.
+	TatNs         int64 `protobuf:"varint,11,opt,name=tat_ns,json=tatNs,proto3" json:"tat_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +464,13 @@ func (x *KeyState) GetTimeZone() string {
 		return x.TimeZone
 	}
 	return ""
+}
+
+func (x *KeyState) GetTatNs() int64 {
+	if x != nil {
+		return x.TatNs
+	}
+	return 0
 }
 
 type HandoffResponse struct {
@@ -1571,7 +1581,7 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12 \n" +
 	"\fsent_unix_ms\x18\x03 \x01(\x03R\n" +
-	"sentUnixMs\"\xd0\x02\n" +
+	"sentUnixMs\"\xe7\x02\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
@@ -1583,7 +1593,8 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x0elog_offsets_ms\x18\b \x03(\rR\flogOffsetsMs\x126\n" +
 	"\bcalendar\x18\t \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
 	"\ttime_zone\x18\n" +
-	" \x01(\tR\btimeZone\"E\n" +
+	" \x01(\tR\btimeZone\x12\x15\n" +
+	"\x06tat_ns\x18\v \x01(\x03R\x05tatNs\"E\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"L\n" +

@@ -295,6 +295,11 @@ func (m *KeyState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.TatNs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TatNs))
+		i--
+		dAtA[i] = 0x58
+	}
 	if len(m.TimeZone) > 0 {
 		i -= len(m.TimeZone)
 		copy(dAtA[i:], m.TimeZone)
@@ -1484,6 +1489,9 @@ func (m *KeyState) SizeVT() (n int) {
 	l = len(m.TimeZone)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.TatNs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TatNs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2794,6 +2802,25 @@ func (m *KeyState) UnmarshalVT(dAtA []byte) error {
 			}
 			m.TimeZone = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TatNs", wireType)
+			}
+			m.TatNs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.TatNs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -34,6 +34,15 @@ const (
 	// The timestamps of allowed hits; an exact rolling window, memory grows
 	// with the limit, so the limit is capped (10,000 by default).
 	Algorithm_SLIDING_WINDOW_LOG Algorithm = 1
+	// The generic cell rate algorithm: a token bucket of burst hits refilled
+	// at limit per window_ms, computed from one time per key (its
+	// theoretical arrival time). Exact, constant memory. docs/limiter.md,
+	// "GCRA".
+	Algorithm_GCRA Algorithm = 2
+	// At most limit requests in flight: ACQUIRE takes a slot and returns a
+	// token, RELEASE frees it; a slot not released frees itself window_ms
+	// after it was taken. docs/limiter.md, "Concurrency limits".
+	Algorithm_CONCURRENCY Algorithm = 3
 )
 
 // Enum value maps for Algorithm.
@@ -41,10 +50,14 @@ var (
 	Algorithm_name = map[int32]string{
 		0: "SLIDING_WINDOW_COUNTER",
 		1: "SLIDING_WINDOW_LOG",
+		2: "GCRA",
+		3: "CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"SLIDING_WINDOW_COUNTER": 0,
 		"SLIDING_WINDOW_LOG":     1,
+		"GCRA":                   2,
+		"CONCURRENCY":            3,
 	}
 )
 
@@ -167,6 +180,11 @@ const (
 	// Close a reservation refunding every hit of it (SETTLE at 0; hits
 	// absent or 0).
 	Op_RELEASE Op = 6
+	// Take one slot of a CONCURRENCY limit (hits absent or 1): admitted,
+	// reservation is the slot's token for RELEASE, and expires_in_ms when
+	// the slot frees itself (window_ms after it was taken). Only for
+	// CONCURRENCY, which takes only ACQUIRE, RELEASE and a peek (hits 0).
+	Op_ACQUIRE Op = 7
 )
 
 // Enum value maps for Op.
@@ -179,6 +197,7 @@ var (
 		4: "HOLD",
 		5: "SETTLE",
 		6: "RELEASE",
+		7: "ACQUIRE",
 	}
 	Op_value = map[string]int32{
 		"CHECK":   0,
@@ -188,6 +207,7 @@ var (
 		"HOLD":    4,
 		"SETTLE":  5,
 		"RELEASE": 6,
+		"ACQUIRE": 7,
 	}
 )
 
@@ -324,7 +344,12 @@ type CheckRequest struct {
 	// The IANA time zone of calendar, e.g. "Europe/Paris"; absent: UTC.
 	// Only with calendar. An unknown zone is INVALID_ARGUMENT naming
 	// time_zone.
-	TimeZone      string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	TimeZone string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// GCRA only: the most hits the bucket holds, so the most admitted at
+	// once after a quiet spell; absent: limit. Positive, at least hits, and
+	// refilled within the longest window (burst × window_ms / limit ≤ the
+	// node's --max-window): INVALID_ARGUMENT naming burst otherwise.
+	Burst         *int64 `protobuf:"varint,12,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,6 +459,13 @@ func (x *CheckRequest) GetTimeZone() string {
 		return x.TimeZone
 	}
 	return ""
+}
+
+func (x *CheckRequest) GetBurst() int64 {
+	if x != nil && x.Burst != nil {
+		return *x.Burst
+	}
+	return 0
 }
 
 type CheckResponse struct {
@@ -2035,7 +2067,7 @@ var File_peerlimit_v1_peerlimit_proto protoreflect.FileDescriptor
 
 const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\xf4\x02\n" +
+	"\x1cpeerlimit/v1/peerlimit.proto\x12\fpeerlimit.v1\"\x99\x03\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
@@ -2048,8 +2080,10 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x126\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
-	"\ttime_zone\x18\v \x01(\tR\btimeZoneB\a\n" +
-	"\x05_hits\"\xcf\x03\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZone\x12\x19\n" +
+	"\x05burst\x18\f \x01(\x03H\x01R\x05burst\x88\x01\x01B\a\n" +
+	"\x05_hitsB\b\n" +
+	"\x06_burst\"\xcf\x03\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2173,10 +2207,12 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\rnext_allow_ms\x18\t \x01(\x03R\vnextAllowMs\x126\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
-	"\ttime_zone\x18\v \x01(\tR\btimeZone*?\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZone*Z\n" +
 	"\tAlgorithm\x12\x1a\n" +
 	"\x16SLIDING_WINDOW_COUNTER\x10\x00\x12\x16\n" +
-	"\x12SLIDING_WINDOW_LOG\x10\x01*_\n" +
+	"\x12SLIDING_WINDOW_LOG\x10\x01\x12\b\n" +
+	"\x04GCRA\x10\x02\x12\x0f\n" +
+	"\vCONCURRENCY\x10\x03*_\n" +
 	"\fCalendarUnit\x12\x11\n" +
 	"\rCALENDAR_NONE\x10\x00\x12\n" +
 	"\n" +
@@ -2185,7 +2221,7 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x03DAY\x10\x03\x12\b\n" +
 	"\x04WEEK\x10\x04\x12\t\n" +
 	"\x05MONTH\x10\x05\x12\b\n" +
-	"\x04YEAR\x10\x06*W\n" +
+	"\x04YEAR\x10\x06*d\n" +
 	"\x02Op\x12\t\n" +
 	"\x05CHECK\x10\x00\x12\n" +
 	"\n" +
@@ -2196,7 +2232,8 @@ const file_peerlimit_v1_peerlimit_proto_rawDesc = "" +
 	"\x04HOLD\x10\x04\x12\n" +
 	"\n" +
 	"\x06SETTLE\x10\x05\x12\v\n" +
-	"\aRELEASE\x10\x06*q\n" +
+	"\aRELEASE\x10\x06\x12\v\n" +
+	"\aACQUIRE\x10\a*q\n" +
 	"\aSettled\x12\x17\n" +
 	"\x13SETTLED_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSETTLED_NOW\x10\x01\x12\x12\n" +

@@ -48,6 +48,11 @@ func (m *CheckRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Burst != nil {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.Burst))
+		i--
+		dAtA[i] = 0x60
+	}
 	if len(m.TimeZone) > 0 {
 		i -= len(m.TimeZone)
 		copy(dAtA[i:], m.TimeZone)
@@ -1530,6 +1535,9 @@ func (m *CheckRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Burst != nil {
+		n += 1 + protohelpers.SizeOfVarint(uint64(*m.Burst))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2401,6 +2409,26 @@ func (m *CheckRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.TimeZone = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Burst", wireType)
+			}
+			var v int64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Burst = &v
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
