@@ -141,8 +141,8 @@ func leaseKeyOf(r limiter.Request) leaseKey {
 // window must be long enough that a lost lease is moved to its last
 // moment long before its placeholders leave the window.
 func (b *Book) Leasable(req limiter.Request) bool {
-	if req.Hits <= 0 || req.Limit < 2 {
-		return false
+	if req.Hits <= 0 || req.Limit < 2 || req.Algorithm == limiter.Concurrency {
+		return false // a slot is taken by ACQUIRE, with a token, on the owner only
 	}
 	return req.Algorithm != limiter.SlidingWindowLog || req.Window >= minLogWindowLeases*b.cfg.Duration
 }

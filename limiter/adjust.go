@@ -41,7 +41,7 @@ func (s *Store) Refund(now time.Time, r Request) (d Decision, refunded int64, er
 	k := stateKey{r.Key, r.stateWindow()}
 	sh := s.shards.of(r.Key)
 	sh.mu.Lock()
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		d, refunded = s.refundLog(sh, k, ms, r)
 	} else {
 		d, refunded = s.refundCounter(sh, k, ms, r)
@@ -82,7 +82,7 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shards.hashed(r.Key)
 	sh.mu.Lock()
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		d, over, err = s.chargeLog(sh, k, ms, r)
 	} else {
 		d, over, err = s.chargeCounter(sh, k, ms, r)
@@ -97,6 +97,9 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 // validateAdjust is validate for a refund or a charge: hits must be
 // positive and may exceed the limit.
 func (c *Config) validateAdjust(r *Request) error {
+	if err := validateConcurrencyOp(r); err != nil {
+		return err
+	}
 	probe := *r
 	probe.Hits = max(min(r.Hits, r.Limit), 0) // the hits rules are checked below
 	if err := c.validate(&probe); err != nil {
@@ -147,13 +150,13 @@ func (s *Store) refundLog(sh *shard, k stateKey, now int64, r Request) (Decision
 		return decision(r.Limit, 0, true, 0, 0, 0, 0), 0
 	}
 	n0, c0 := st.n, len(st.ring)
-	n := st.refund(now, k.window, r.Hits)
-	res := decideLog(st, now, k.window, r.Limit, 0, 0) // the peek after: no room needed
+	n := st.refund(now, k.span(), r.Hits)
+	res := decideLog(st, now, k.span(), r.Limit, 0, 0) // the peek after: no room needed
 	sh.account(st, n0, c0)
 	if n > 0 {
 		sh.journalLog(k, st)
 	}
-	return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), n
+	return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.span())), n
 }
 
 // chargeCounter charges r.Hits to the counter of k at now (ms). Requires
@@ -192,13 +195,13 @@ func (s *Store) chargeLog(sh *shard, k stateKey, now int64, r Request) (Decision
 	}
 	bound := s.room.logDebtBound(r.Limit)
 	n0, c0 := st.n, len(st.ring)
-	res, fits := st.charge(now, k.window, r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
+	res, fits := st.charge(now, k.span(), r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
 	var err error
 	if !fits {
 		need := int(min(int64(st.n)+min(r.Hits, bound), bound)) // st is pruned
 		err = s.room.makeLogRoom(sh, now, k, c0, need)
 		if err == nil {
-			res, fits = st.charge(now, k.window, r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
+			res, fits = st.charge(now, k.span(), r.Limit, r.Hits, bound, s.room.logShare-sh.slots+c0)
 		}
 		if err == nil && !fits { // cannot happen: room was made
 			err = s.room.logFull(sh)
@@ -214,7 +217,7 @@ func (s *Store) chargeLog(sh *shard, k stateKey, now int64, r Request) (Decision
 		sh.putLog(k, st)
 	}
 	sh.journalLog(k, st)
-	d, over := chargeDecision(r.Limit, r.Hits, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window))
+	d, over := chargeDecision(r.Limit, r.Hits, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.span()))
 	return d, over, nil
 }
 

@@ -260,7 +260,10 @@ func inspectCalendar(st counterState, now, w, limit, hits int64) (KeyView, bool)
 // keyStateOf returns the KeyState of k, of algorithm a, without its
 // counts: its Window, or its Calendar.
 func keyStateOf(k stateKey, a Algorithm) KeyState {
-	if k.window < 0 {
+	switch {
+	case k.concurrency():
+		return KeyState{Key: k.key, Window: ms(k.span()), Algorithm: Concurrency}
+	case k.window < 0:
 		return KeyState{Key: k.key, Calendar: calendarOfWindow(k.window), Algorithm: a}
 	}
 	return KeyState{Key: k.key, Window: ms(k.window), Algorithm: a}

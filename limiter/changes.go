@@ -187,8 +187,8 @@ func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
 		}
 		return append(out, ks)
 	case logChange:
-		ks := keyStateOf(k, SlidingWindowLog)
-		ks.Log = c.log.live(now - c.window)
+		ks := keyStateOf(k, k.logAlgorithm())
+		ks.Log = c.log.live(now - k.span())
 		return append(out, ks)
 	}
 	return sh.appendLookup(out, k, now)
@@ -196,18 +196,22 @@ func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
 
 // appendLookup appends the state of k at now (ms) under each algorithm:
 // its counter and its log, each as its tombstone if it is gone or
-// expired. A calendar limit has a counter only. Requires sh.mu held.
+// expired. A calendar limit has a counter only, a concurrency limit a
+// log only. Requires sh.mu held.
 func (sh *shard) appendLookup(out []KeyState, k stateKey, now int64) []KeyState {
 	counter := keyStateOf(k, SlidingWindowCounter)
 	if st, ok := sh.counters[k]; ok && counterExpiryOf(k, &st) > now {
 		counter.WindowID, counter.Prev, counter.Curr = st.window, st.prev, st.curr
 	}
-	if k.window < 0 {
-		return append(out, counter)
-	}
-	log := keyStateOf(k, SlidingWindowLog)
+	log := keyStateOf(k, k.logAlgorithm())
 	if st, ok := sh.logs[k]; ok {
-		log.Log = st.live(now - k.window)
+		log.Log = st.live(now - k.span())
+	}
+	switch {
+	case k.concurrency():
+		return append(out, log)
+	case k.window < 0:
+		return append(out, counter)
 	}
 	return append(out, counter, log)
 }

@@ -23,13 +23,13 @@ func (a *Admin) DeleteLimit(now time.Time, r Request) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.touch(k) // a backup's copy must go too
-	if alg == SlidingWindowLog {
+	if alg.Logged() {
 		st, ok := sh.logs[k]
 		if !ok {
 			return false
 		}
 		sh.deleteLog(k, st)
-		return st.expiry(k.window) > ms
+		return st.expiry(k.span()) > ms
 	}
 	st, ok := sh.counters[k]
 	if !ok {
@@ -64,7 +64,7 @@ func (a *Admin) DeleteKey(now time.Time, key string) int {
 	}
 	for k, st := range sh.logs {
 		if k.key == key {
-			if st.expiry(k.window) > ms {
+			if st.expiry(k.span()) > ms {
 				live++
 			}
 			sh.touch(k)

@@ -82,10 +82,10 @@ func (t *Transfer) SnapshotPartition(i int, now time.Time) []KeyState {
 		}
 	}
 	for k, st := range sh.logs {
-		log := st.live(ms - k.window)
+		log := st.live(ms - k.span())
 		if len(log) > 0 {
-			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.window) * time.Millisecond,
-				Algorithm: SlidingWindowLog, Log: log})
+			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.span()) * time.Millisecond,
+				Algorithm: k.logAlgorithm(), Log: log})
 		}
 	}
 	return out
@@ -101,14 +101,14 @@ func (t *Transfer) Forget(now time.Time, states []KeyState) {
 	ms := max(now.UnixMilli(), 0)
 	for _, ks := range states {
 		k := stateKey{ks.Key, ks.stateWindow()}
-		if k.window == 0 || (k.window < 0 && ks.Algorithm != SlidingWindowCounter) {
+		if k.window == 0 || (k.window < 0 && ks.Algorithm != SlidingWindowCounter && ks.Algorithm != Concurrency) {
 			continue
 		}
 		sh := t.shards.of(ks.Key)
 		sh.mu.Lock()
 		sh.touch(k)
 		switch {
-		case ks.Algorithm == SlidingWindowLog:
+		case ks.Algorithm.Logged():
 			sh.forgetLog(k, ms, ks.Log)
 		case k.window < 0:
 			sh.forgetCalendar(k, ks)
@@ -126,7 +126,7 @@ func (sh *shard) forgetLog(k stateKey, now int64, sent []int64) {
 	if !ok {
 		return
 	}
-	rest := subtractSorted(st.live(now-k.window), sent)
+	rest := subtractSorted(st.live(now-k.span()), sent)
 	if len(rest) == 0 {
 		sh.deleteLog(k, st)
 		return
@@ -232,7 +232,7 @@ func (t *Transfer) merge(now time.Time, states []KeyState, added *[]KeyState) (m
 // added, the zero KeyState if nothing.
 func (t *Transfer) mergeOne(now int64, ks KeyState) (KeyState, error) {
 	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm, Calendar: ks.Calendar}
-	if ks.Algorithm == SlidingWindowLog {
+	if ks.Algorithm.Logged() {
 		probe.Limit = min(int64(len(ks.Log)), t.cfg.MaxLogLimit)
 	}
 	probe.Limit = max(probe.Limit, 1)
@@ -263,8 +263,11 @@ func (t *Transfer) mergeOne(now int64, ks KeyState) (KeyState, error) {
 
 // stateWindow is the window ks's key is stored under (Request.stateWindow).
 func (ks *KeyState) stateWindow() int64 {
-	if ks.Calendar != 0 {
+	switch {
+	case ks.Calendar != 0:
 		return ks.Calendar.stateWindow()
+	case ks.Algorithm == Concurrency:
+		return concurrencyWindow(ks.Window.Milliseconds())
 	}
 	return ks.Window.Milliseconds()
 }
@@ -283,7 +286,7 @@ func (ks KeyState) Expiry() int64 {
 			return 0
 		}
 		return c.endOf(ks.WindowID)
-	case ks.Algorithm == SlidingWindowLog && len(ks.Log) > 0:
+	case ks.Algorithm.Logged() && len(ks.Log) > 0:
 		return ks.Log[len(ks.Log)-1] + w
 	case ks.Curr > 0:
 		return (ks.WindowID + 2) * w
@@ -365,12 +368,12 @@ func (t *Transfer) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (
 // all of them if |S| ≥ W) may be admitted again: the rebase on arrival,
 // with the sender's clock reading, is what shifts them later.
 func (t *Transfer) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
-	in := placeLog(ks.Log, now, k.window)
+	in := placeLog(ks.Log, now, k.span())
 	cur, ok := sh.logs[k]
 	united, c0 := in, 0 // c0: the slots the shard counts for this key's log
 	if ok {
 		n0, p0 := cur.n, len(cur.ring)
-		cur.prune(now - k.window)
+		cur.prune(now - k.span())
 		sh.account(cur, n0, p0)
 		c0 = len(cur.ring)
 		united = make([]int64, 0, len(in)+int(cur.n))

@@ -65,7 +65,8 @@ func (a *Admin) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView
 	}
 	for k, st := range sh.logs {
 		if k.key == key {
-			if v, ok := inspectLog(st, ms, k.window, limit, hits); ok {
+			if v, ok := inspectLog(st, ms, k.span(), limit, hits); ok {
+				v.Algorithm = k.logAlgorithm()
 				out = append(out, v)
 			}
 		}

@@ -254,7 +254,7 @@ func (s *Store) Apply(now time.Time, r Request) (Decision, error) {
 			s.reservations.chargedHits.Add(uint64(r.Hits))
 		}
 		return d, err
-	case OpReserve, OpHold:
+	case OpReserve, OpHold, OpAcquire:
 		return s.reservations.Reserve(now, r)
 	case OpSettle, OpRelease:
 		return s.reservations.Settle(now, r)

@@ -99,7 +99,7 @@ func inRebaseRange(ms int64) bool { return ms > -maxRebaseMS && ms < maxRebaseMS
 func (s *KeyState) rebase(sent, d int64) {
 	switch {
 	case s.Calendar != 0:
-	case s.Algorithm == SlidingWindowLog:
+	case s.Algorithm.Logged():
 		s.rebaseLog(d)
 	case s.Algorithm == SlidingWindowCounter:
 		s.rebaseCounter(sent, d)

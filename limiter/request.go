@@ -254,6 +254,8 @@ func emissionInterval(window time.Duration, limit int64) time.Duration {
 // reservation's hold.
 func (c *Config) validateConcurrency(r *Request) error {
 	switch {
+	case r.Op == OpCheck && r.Hits != 0:
+		return validateConcurrencyOp(r) // Check, which does not look at ops, must not take a slot without a token
 	case r.Limit > c.MaxLogLimit:
 		return &ArgumentError{"limit", fmt.Sprintf("%d exceeds the CONCURRENCY maximum of %d slots", r.Limit, c.MaxLogLimit)}
 	case r.Window > c.MaxReservationTTL:
@@ -284,8 +286,11 @@ func validateCalendar(r *Request) error {
 // stateWindow is the window r's state is stored under: its window in ms,
 // or its calendar's (negative) code.
 func (r *Request) stateWindow() int64 {
-	if r.Calendar != 0 {
+	switch {
+	case r.Calendar != 0:
 		return r.Calendar.stateWindow()
+	case r.Algorithm == Concurrency:
+		return concurrencyWindow(r.Window.Milliseconds())
 	}
 	return r.Window.Milliseconds()
 }
@@ -311,7 +316,7 @@ func (r Request) FixedWindow(at int64) (id, end int64) {
 // limit add to its key: what Forget takes back to undo them.
 func (r Request) HitsAt(at, hits int64) KeyState {
 	ks := KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		ks.Log = make([]int64, hits)
 		for i := range ks.Log {
 			ks.Log[i] = at

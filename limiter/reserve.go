@@ -88,7 +88,7 @@ type reservationCounts struct {
 	reserved, denied, settled, released, expired, unknown, retried atomic.Uint64
 }
 
-// Reserve decides r (OpReserve or OpHold) as a check of r.Hits and, if it
+// Reserve decides r (OpReserve, OpHold or OpAcquire) as a check of r.Hits and, if it
 // admits them, opens a reservation: the decision's Adjust carries its
 // token and the time it has left (r.TTL, or Config.ReservationTTL). A
 // denied reservation opens nothing. It returns an error wrapping
@@ -98,13 +98,16 @@ func (rv *Reservations) Reserve(now time.Time, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	if !r.Op.reserves() {
-		return Decision{}, &ArgumentError{"op", "Reserve takes RESERVE or HOLD, not " + r.Op.String()}
+		return Decision{}, &ArgumentError{"op", "Reserve takes RESERVE, HOLD or ACQUIRE, not " + r.Op.String()}
 	}
 	if err := rv.takeReservationSlot(); err != nil {
 		return Decision{}, err
 	}
 	ttl := r.TTL
-	if ttl == 0 {
+	switch {
+	case r.Op == OpAcquire:
+		ttl = r.Window // a slot lasts as long as its entry counts
+	case ttl == 0:
 		ttl = rv.store.cfg.ReservationTTL
 	}
 	ms := max(now.UnixMilli(), 0)
@@ -114,7 +117,7 @@ func (rv *Reservations) Reserve(now time.Time, r Request) (Decision, error) {
 	d, at, err := rv.checkStamped(sh, k, ms, r)
 	var t token
 	if err == nil && d.Allowed {
-		t = token{version: tokenVersion, id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op == OpHold,
+		t = token{version: tokenVersion, id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op != OpReserve,
 			binding: bindingOf(&r)}
 		sh.remember(t.id, reservation{key: stateKey{strings.Clone(r.Key), k.window}, alg: r.Algorithm, hold: t.hold,
 			hits: t.hits, at: t.at, expires: t.expires, tokenExpires: t.expires})
@@ -158,7 +161,7 @@ func (rv *Reservations) takeReservationSlot() error {
 // clamps it). Requires sh.mu held.
 func (rv *Reservations) checkStamped(sh *shard, k stateKey, ms int64, r Request) (Decision, int64, error) {
 	r.Op = OpCheck
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		d, err := rv.store.checkLog(sh, k, ms, r)
 		if err != nil || !d.Allowed {
 			return d, 0, err

@@ -136,7 +136,7 @@ func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms int64, r Request,
 	}
 	c := r
 	c.Op, c.Hits = OpCharge, charge
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		d, over, err = rv.store.chargeLog(sh, k, ms, c)
 	} else {
 		d, over, err = rv.store.chargeCounter(sh, k, ms, c)
@@ -156,21 +156,21 @@ func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms int64, r Request,
 // Requires sh.mu held.
 func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at, n int64) (Decision, int64) {
 	var got int64
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		st, ok := sh.logs[k]
 		if !ok {
 			return decision(r.Limit, 0, true, 0, 0, 0, 0), 0
 		}
 		n0, c0 := st.n, len(st.ring)
 		if n > 0 {
-			got = st.removeAt(ms, k.window, at, n)
+			got = st.removeAt(ms, k.span(), at, n)
 		}
-		res := decideLog(st, ms, k.window, r.Limit, 0, 0) // a peek needs no room
+		res := decideLog(st, ms, k.span(), r.Limit, 0, 0) // a peek needs no room
 		sh.account(st, n0, c0)
 		if got > 0 {
 			sh.journalLog(k, st)
 		}
-		return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
+		return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.span())), got
 	}
 	if k.window < 0 {
 		got = rv.refundAt(sh, k, r.Algorithm, ms, at, n)
@@ -194,7 +194,7 @@ func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Requ
 func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision {
 	r.Op, r.Hits = OpCheck, 0
 	var d Decision
-	if r.Algorithm == SlidingWindowLog {
+	if r.Algorithm.Logged() {
 		d, _ = rv.store.checkLog(sh, k, ms, r) // a peek neither creates a key nor grows a log: no error
 	} else {
 		d, _ = rv.store.checkCounter(sh, k, ms, r)
@@ -207,13 +207,13 @@ func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms int64, r Request) D
 // count of at's window while it is the current or the previous one.
 // Requires sh.mu held.
 func (rv *Reservations) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64) int64 {
-	if alg == SlidingWindowLog {
+	if alg.Logged() {
 		st, ok := sh.logs[k]
 		if !ok {
 			return 0
 		}
 		n0, c0 := st.n, len(st.ring)
-		got := st.removeAt(now, k.window, at, n)
+		got := st.removeAt(now, k.span(), at, n)
 		sh.account(st, n0, c0)
 		if got > 0 {
 			sh.journalLog(k, st)

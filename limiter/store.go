@@ -354,7 +354,7 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 	var err error
 	sh.mu.Lock()
 	switch r.Algorithm {
-	case SlidingWindowLog:
+	case SlidingWindowLog, Concurrency:
 		d, err = s.checkLog(sh, k, ms, r)
 	default:
 		d, err = s.checkCounter(sh, k, ms, r)
@@ -390,7 +390,7 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 	at := ms
 	sh.mu.Lock()
 	switch r.Algorithm {
-	case SlidingWindowLog:
+	case SlidingWindowLog, Concurrency:
 		d, err = s.checkLog(sh, k, ms, r)
 		if st, ok := sh.logs[k]; ok && st.n > 0 && err == nil && d.Allowed {
 			at = st.newest() // the entries just pushed are the newest
@@ -452,12 +452,12 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	// The ring may grow to what the shard's share leaves after the
 	// other logs (sh.slots counts this one at c0).
 	n0, c0 := st.n, len(st.ring)
-	res := decideLog(st, now, k.window, r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
+	res := decideLog(st, now, k.span(), r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
 	var err error
 	if res.noRoom() {
 		err = s.room.makeLogRoom(sh, now, k, c0, int(st.n)+int(r.Hits))
 		if err == nil {
-			res = decideLog(st, now, k.window, r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
+			res = decideLog(st, now, k.span(), r.Limit, r.Hits, s.room.logShare-sh.slots+c0)
 		}
 		if err == nil && res.noRoom() { // cannot happen: room was made
 			err = s.room.logFull(sh)
@@ -475,7 +475,7 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 	if res.allowed && r.Hits > 0 {
 		sh.journalLog(k, st)
 	}
-	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.window)), nil
+	return decision(r.Limit, r.Hits, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(now, k.span())), nil
 }
 
 func decision(limit, hits int64, allowed bool, count, retryMS, resetMS, refillMS int64) Decision {
@@ -623,10 +623,10 @@ func (sh *shard) sampleLogs(now int64, skip stateKey, soonest int64) (victim sta
 		if n++; n > evictionSample {
 			break
 		}
-		if exp := l.expiry(k.window); exp <= now {
+		if exp := l.expiry(k.span()); exp <= now {
 			sh.deleteLog(k, l)
 			dropped++
-		} else if exp < soonest {
+		} else if exp < soonest && !k.concurrency() { // a slot is never evicted: its limit would admit one more in flight
 			victim, st, soonest = k, l, exp
 		}
 	}
@@ -656,7 +656,7 @@ func (s *Store) Sweep(now time.Time) int {
 			}
 		}
 		for k, st := range sh.logs {
-			if st.expiry(k.window) <= ms {
+			if st.expiry(k.span()) <= ms {
 				sh.deleteLog(k, st)
 				freed++
 			}

@@ -1,0 +1,225 @@
+package limiter
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func slots(n int64) Request {
+	return Request{Key: "gpu", Limit: n, Window: 10 * time.Second, Algorithm: Concurrency, Op: OpAcquire, Hits: 1}
+}
+
+func acquire(t *testing.T, s *Store, now time.Time, r Request) Decision {
+	t.Helper()
+	d, err := s.Apply(now, r)
+	require.NoError(t, err)
+	return d
+}
+
+func release(t *testing.T, s *Store, now time.Time, r Request, tok string) Adjustment {
+	t.Helper()
+	r.Op, r.Reservation, r.Hits = OpRelease, tok, 0
+	d, err := s.Apply(now, r)
+	require.NoError(t, err)
+	require.NotNil(t, d.Adjust)
+	return *d.Adjust
+}
+
+func inFlight(t *testing.T, s *Store, now time.Time, r Request) int64 {
+	t.Helper()
+	r.Op, r.Hits = OpCheck, 0
+	d, err := s.Apply(now, r)
+	require.NoError(t, err)
+	return d.CurrentCount
+}
+
+// N slots: the N+1st acquire waits for a release or for the oldest slot's
+// window; a release frees one slot, once however often it is retried.
+func TestConcurrencyHoldsAtMostNSlots(t *testing.T) {
+	s := newStore(t, 4, nil)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	r := slots(3)
+	var toks []string
+	for i := range 3 {
+		d := acquire(t, s, t0.Add(time.Duration(i)*time.Second), r)
+		require.True(t, d.Allowed, "slot %d", i)
+		assert.Equal(t, 10*time.Second, d.Adjust.ExpiresIn, "a slot lasts window_ms")
+		assert.EqualValues(t, 2-i, d.Remaining)
+		toks = append(toks, d.Adjust.Reservation)
+	}
+	d := acquire(t, s, t0.Add(3*time.Second), r)
+	assert.False(t, d.Allowed)
+	assert.Nil(t, d.Adjust, "a denied acquire holds nothing")
+	assert.Equal(t, 7*time.Second, d.RetryAfter, "the oldest slot frees itself 10 s after it was taken")
+	assert.EqualValues(t, 3, inFlight(t, s, t0.Add(3*time.Second), r))
+
+	adj := release(t, s, t0.Add(4*time.Second), r, toks[1])
+	assert.Equal(t, Adjustment{Refunded: 1, Settled: SettledNow}, adj)
+	assert.Equal(t, Adjustment{Refunded: 1, Settled: SettledBefore}, release(t, s, t0.Add(4*time.Second), r, toks[1]), "a retry frees nothing more")
+	assert.EqualValues(t, 2, inFlight(t, s, t0.Add(4*time.Second), r))
+	require.True(t, acquire(t, s, t0.Add(5*time.Second), r).Allowed)
+	assert.False(t, acquire(t, s, t0.Add(5*time.Second), r).Allowed)
+
+	// The slot taken at t0 and never released frees itself at t0+10 s.
+	assert.False(t, acquire(t, s, t0.Add(10*time.Second-time.Millisecond), r).Allowed)
+	assert.True(t, acquire(t, s, t0.Add(10*time.Second), r).Allowed)
+	// Releasing it after its window: nothing is left to free, and nothing else is.
+	before := inFlight(t, s, t0.Add(11*time.Second), r)
+	adj = release(t, s, t0.Add(11*time.Second), r, toks[0])
+	assert.Zero(t, adj.Refunded)
+	assert.Equal(t, before, inFlight(t, s, t0.Add(11*time.Second), r))
+}
+
+func TestConcurrencyRefusesWhatItIsNot(t *testing.T) {
+	s := newStore(t, 1, func(c *Config) { c.MaxLogLimit = 100 })
+	now := time.UnixMilli(1_700_000_000_000)
+	for _, c := range []struct {
+		name  string
+		edit  func(*Request)
+		field string
+	}{
+		{"a check of hits", func(r *Request) { r.Op = OpCheck }, "op"},
+		{"a refund", func(r *Request) { r.Op = OpRefund }, "op"},
+		{"a charge", func(r *Request) { r.Op = OpCharge }, "op"},
+		{"a reserve", func(r *Request) { r.Op = OpReserve }, "op"},
+		{"a hold", func(r *Request) { r.Op = OpHold }, "op"},
+		{"acquire on a log", func(r *Request) { r.Algorithm = SlidingWindowLog }, "op"},
+		{"acquire on a counter", func(r *Request) { r.Algorithm = SlidingWindowCounter }, "op"},
+		{"two slots at once", func(r *Request) { r.Hits = 2 }, "hits"},
+		{"no slot", func(r *Request) { r.Hits = 0 }, "hits"},
+		{"a ttl", func(r *Request) { r.TTL = time.Second }, "ttl_ms"},
+		{"zero slots", func(r *Request) { r.Limit = 0 }, "limit"},
+		{"more slots than a log holds", func(r *Request) { r.Limit = 101 }, "limit"},
+		{"no window", func(r *Request) { r.Window = 0 }, "window_ms"},
+		{"a slot longer than a reservation", func(r *Request) { r.Window = 2 * time.Hour }, "window_ms"},
+		{"a calendar", func(r *Request) { r.Window, r.Calendar = 0, mustCalendar(t, CalendarDay, "") }, "algorithm"},
+		{"a burst", func(r *Request) { r.Burst = 2 }, "burst"},
+	} {
+		r := slots(3)
+		c.edit(&r)
+		_, err := s.Apply(now, r)
+		var ae *ArgumentError
+		require.ErrorAs(t, err, &ae, c.name)
+		assert.Equal(t, c.field, ae.Field, "%s: %v", c.name, err)
+	}
+	assert.Zero(t, s.Stats().LogKeys, "nothing refused was stored")
+}
+
+// The same key and window under the window log and as a concurrency
+// limit are two limits.
+func TestConcurrencyIsItsOwnLimit(t *testing.T) {
+	s := newStore(t, 2, nil)
+	now := time.UnixMilli(1_700_000_000_000)
+	r := slots(1)
+	require.True(t, acquire(t, s, now, r).Allowed)
+	log := Request{Key: r.Key, Limit: 1, Window: r.Window, Algorithm: SlidingWindowLog, Hits: 1}
+	d, err := s.Check(now, log)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the log of the same key and window is another limit")
+	assert.False(t, acquire(t, s, now, r).Allowed)
+	views, err := s.Admin().Inspect(now, r.Key, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, views, 2)
+	assert.Equal(t, []Algorithm{SlidingWindowLog, Concurrency}, []Algorithm{views[0].Algorithm, views[1].Algorithm})
+	assert.True(t, s.Admin().DeleteLimit(now, r), "a reset frees the slots")
+	assert.True(t, acquire(t, s, now, r).Allowed)
+}
+
+// A new owner takes the slots with the partition (a handoff, or a
+// replica's copy through the journal) and frees one from its token.
+func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	for _, via := range []string{"handoff", "journal"} {
+		t.Run(via, func(t *testing.T) {
+			from := newStore(t, 4, func(c *Config) { c.TrackChanges = true })
+			to := newStore(t, 4, nil)
+			r := slots(2)
+			d := acquire(t, from, now, r)
+			require.True(t, acquire(t, from, now.Add(time.Second), r).Allowed)
+			p := from.Transfer().PartitionOf(r.Key)
+			var states []KeyState
+			if via == "handoff" {
+				states = from.Transfer().SnapshotPartition(p, now.Add(2*time.Second))
+			} else {
+				states = from.Changes().Take(nil, p, now.Add(2*time.Second))
+			}
+			require.Len(t, states, 1)
+			assert.Equal(t, Concurrency, states[0].Algorithm)
+			assert.Equal(t, r.Window, states[0].Window)
+			assert.Len(t, states[0].Log, 2)
+			merged, errs := to.Transfer().Merge(now.Add(2*time.Second), states)
+			require.Empty(t, errs)
+			require.Equal(t, 1, merged)
+
+			assert.False(t, acquire(t, to, now.Add(3*time.Second), r).Allowed, "the new owner holds both slots")
+			adj := release(t, to, now.Add(3*time.Second), r, d.Adjust.Reservation)
+			assert.Equal(t, Adjustment{Refunded: 1, Settled: SettledUnknown}, adj, "freed from the token: the new owner had no record")
+			assert.True(t, acquire(t, to, now.Add(3*time.Second), r).Allowed)
+
+			from.Transfer().Forget(now.Add(4*time.Second), states)
+			assert.Zero(t, inFlight(t, from, now.Add(4*time.Second), r), "the old owner forgets what it handed over")
+		})
+	}
+}
+
+// A concurrency limit is never evicted to make room for a new key: its
+// slots would be free again while their holders still run.
+func TestConcurrencySlotsAreNotEvicted(t *testing.T) {
+	s := newStore(t, 1, func(c *Config) { c.MaxKeys = 2 })
+	now := time.UnixMilli(1_700_000_000_000)
+	r := slots(1)
+	require.True(t, acquire(t, s, now, r).Allowed)
+	r2 := r
+	r2.Key = "gpu2"
+	require.True(t, acquire(t, s, now, r2).Allowed)
+	_, err := s.Check(now, Request{Key: "new", Limit: 5, Window: time.Second, Hits: 1})
+	require.ErrorIs(t, err, ErrCapacity)
+	assert.False(t, acquire(t, s, now, r).Allowed)
+	assert.False(t, acquire(t, s, now, r2).Allowed)
+}
+
+// Many goroutines acquiring and releasing at once never hold more than N
+// slots: the owner decides under the partition's lock.
+func TestConcurrencyIsExactUnderConcurrency(t *testing.T) {
+	seed := seedFromEnv(t, rand.Uint64())
+	t.Logf("seed %d (PEERLIMIT_SEED replays it)", seed)
+	s := newStore(t, 8, nil)
+	now := time.UnixMilli(1_700_000_000_000)
+	const n = 4
+	r := slots(n)
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			for range 200 {
+				d, err := s.Apply(now, r)
+				if err != nil || !d.Allowed {
+					continue
+				}
+				h := held.Add(1)
+				for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
+				}
+				if rng.IntN(4) == 0 {
+					continue // a holder that never releases: its slot stays until the window
+				}
+				held.Add(-1) // before the release answers: the slot is still taken
+				rel := r
+				rel.Op, rel.Reservation, rel.Hits = OpRelease, d.Adjust.Reservation, 0
+				_, err = s.Apply(now, rel)
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, peak.Load(), int64(n))
+	assert.Equal(t, held.Load(), inFlight(t, s, now, r), "every unreleased slot is counted, every released one freed")
+}
