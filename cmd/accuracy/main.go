@@ -14,6 +14,13 @@
 // verdicts are checked against the same exact rule on its own history, and
 // its worst rolling window must never exceed the limit.
 //
+// The same sequence drives a third store running GCRA at the same rate
+// with a burst of one limit (a token bucket of limit tokens refilled at
+// limit per window), judged twice: against GCRA's own formula recomputed
+// here (it must never differ), and against the exact log rule on GCRA's
+// own history, to show how a bucket's decisions differ from a rolling
+// window's under the same traffic.
+//
 // The simulation is deterministic. Time is simulated (no clock is read and
 // nothing sleeps), and every key draws from its own PCG stream derived from
 // -seed, the row's name and the key's index, so a row's numbers do not depend
@@ -197,6 +204,14 @@ type tally struct {
 	// floor(prev × (W−e)/W) + curr + 1 ≤ limit recomputed here. It makes sure
 	// the table measures the algorithm the package documents.
 	FormulaMismatches int64
+	// GCRAAllowed counts what the GCRA store admitted. GCRALooser counts
+	// requests it admitted that the exact rolling-window rule, on GCRA's
+	// own admitted history, would have denied; GCRAStricter the opposite.
+	// GCRAPeak is the most hits it admitted in one rolling window.
+	GCRAAllowed, GCRALooser, GCRAStricter, GCRAPeak int64
+	// GCRAMismatches counts requests where the GCRA store decided, or gave
+	// a retry time, otherwise than the bucket formula recomputed here.
+	GCRAMismatches int64
 }
 
 func newTally() tally { return tally{CounterPeakKey: -1} }
@@ -218,6 +233,11 @@ func (t *tally) merge(o tally) {
 	t.LogPeak = max(t.LogPeak, o.LogPeak)
 	t.LogMismatches += o.LogMismatches
 	t.FormulaMismatches += o.FormulaMismatches
+	t.GCRAAllowed += o.GCRAAllowed
+	t.GCRALooser += o.GCRALooser
+	t.GCRAStricter += o.GCRAStricter
+	t.GCRAPeak = max(t.GCRAPeak, o.GCRAPeak)
+	t.GCRAMismatches += o.GCRAMismatches
 }
 
 // simulate runs every row, one after the other, each with its keys spread
@@ -252,6 +272,10 @@ func simulateRow(o options, p pattern, sp spec) (row, error) {
 	if err != nil {
 		return row{}, fmt.Errorf("row %s: log store: %w", name, err)
 	}
+	buckets, err := limiter.New(limiter.DefaultConfig(), partition.DefaultCount)
+	if err != nil {
+		return row{}, fmt.Errorf("row %s: GCRA store: %w", name, err)
+	}
 	w := sp.Window.Milliseconds()
 	start := (epochMS + w - 1) / w * w
 	end := start + o.duration.Milliseconds()
@@ -268,7 +292,7 @@ func simulateRow(o options, p pattern, sp spec) (row, error) {
 			local := newTally()
 			for k := int(next.Add(1) - 1); k < o.keys; k = int(next.Add(1) - 1) {
 				src := p.newSource(keyRNG(o.seed, name, k), sp, start, end)
-				t, err := simulateKey(counter, logs, sp, "k"+strconv.Itoa(k), src)
+				t, err := simulateKey(stores{counter, logs, buckets}, sp, "k"+strconv.Itoa(k), src)
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -289,7 +313,7 @@ func simulateRow(o options, p pattern, sp spec) (row, error) {
 	}
 	// An evicted key restarts from nothing, which would show up here as
 	// limiter error; refuse to report such a row.
-	if ev := counter.Stats().Evictions + logs.Stats().Evictions; ev > 0 {
+	if ev := counter.Stats().Evictions + logs.Stats().Evictions + buckets.Stats().Evictions; ev > 0 {
 		return row{}, fmt.Errorf("row %s: the stores evicted %d keys; use fewer -keys", name, ev)
 	}
 	return row{Pattern: p.name, Spec: sp, Keys: o.keys, tally: total}, nil
@@ -307,13 +331,24 @@ func keyRNG(seed uint64, rowName string, k int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h^(uint64(k)+1)*0x9e3779b97f4a7c15))
 }
 
-// simulateKey feeds one key's requests to both stores and judges every
-// decision. Each request consumes one hit.
-func simulateKey(counter, logs *limiter.Store, sp spec, key string, src source) (tally, error) {
+// stores are the three a row's keys run against: the counter, the log and
+// GCRA.
+type stores struct{ counter, logs, buckets *limiter.Store }
+
+// simulateKey feeds one key's requests to the three stores and judges
+// every decision. Each request consumes one hit.
+func simulateKey(st stores, sp spec, key string, src source) (tally, error) {
 	w := sp.Window.Milliseconds()
 	creq := limiter.Request{Key: key, Limit: sp.Limit, Window: sp.Window, Algorithm: limiter.SlidingWindowCounter, Hits: 1}
 	lreq := creq
 	lreq.Algorithm = limiter.SlidingWindowLog
+	greq := creq
+	greq.Algorithm = limiter.GCRA // burst: the limit
+	counter, logs := st.counter, st.logs
+	var (
+		byBucket = rolling{w: w} // hits GCRA admitted
+		bucket   = newGCRAModel(sp)
+	)
 
 	var (
 		t         = newTally()
@@ -342,20 +377,71 @@ func simulateKey(counter, logs *limiter.Store, sp spec, key string, src source) 
 		if err != nil {
 			return t, fmt.Errorf("key %s: log check at %d ms: %w", key, ms, err)
 		}
+		dg, err := st.buckets.Check(now, greq)
+		if err != nil {
+			return t, fmt.Errorf("key %s: GCRA check at %d ms: %w", key, ms, err)
+		}
 		t.Requests++
 		t.judgeCounter(dc, byCounter.count(ms), sp.Limit)
 		t.checkFormula(dc, &formula, ms, sp.Limit)
 		t.judgeLog(dl, byLog.count(ms), sp.Limit)
+		t.judgeGCRA(dg, &bucket, byBucket.count(ms), ms, sp.Limit)
 		if dc.Allowed {
 			byCounter.admit(ms)
 		}
 		if dl.Allowed {
 			byLog.admit(ms)
 		}
+		if dg.Allowed {
+			byBucket.admit(ms)
+		}
 		last = dc
 	}
-	t.CounterPeak, t.LogPeak = byCounter.peak, byLog.peak
+	t.CounterPeak, t.LogPeak, t.GCRAPeak = byCounter.peak, byLog.peak, byBucket.peak
 	return t, nil
+}
+
+// judgeGCRA checks the GCRA store against the bucket formula recomputed
+// here, and compares its decision with the exact rolling-window rule on
+// its own history (exact: the hits it admitted in (T−W, T]).
+func (t *tally) judgeGCRA(d limiter.Decision, m *gcraModel, exact, ms, limit int64) {
+	allowed, retry := m.decide(ms)
+	if d.Allowed != allowed || (!allowed && d.RetryAfter != retry) {
+		t.GCRAMismatches++
+	}
+	want := exact+1 <= limit
+	switch {
+	case d.Allowed && !want:
+		t.GCRALooser++
+	case !d.Allowed && want:
+		t.GCRAStricter++
+	}
+	if d.Allowed {
+		t.GCRAAllowed++
+	}
+}
+
+// gcraModel is GCRA as docs/limiter.md states it, written independently
+// of the store: a theoretical arrival time tat (ns); a hit at now fits iff
+// max(tat, now) + T − now ≤ burst × T, T = ⌈W / limit⌉ ns; it then moves
+// tat there. A denied hit's retry time is that excess.
+type gcraModel struct {
+	tat, t, burst int64
+}
+
+func newGCRAModel(sp spec) gcraModel {
+	w := sp.Window.Nanoseconds()
+	return gcraModel{t: (w + sp.Limit - 1) / sp.Limit, burst: sp.Limit}
+}
+
+func (m *gcraModel) decide(ms int64) (bool, time.Duration) {
+	now := ms * int64(time.Millisecond)
+	next := max(m.tat, now) + m.t
+	if over := next - now - m.burst*m.t; over > 0 {
+		return false, time.Duration(over)
+	}
+	m.tat = next
+	return true, 0
 }
 
 // judgeCounter compares the counter's decision with the exact rule on the
@@ -478,6 +564,14 @@ func checkInvariants(rows []row) error {
 		}
 		if r.CounterPeak > 2*r.Spec.Limit {
 			errs = append(errs, fmt.Errorf("%s: the counter admitted %d hits in one window, over twice its limit %d", name, r.CounterPeak, r.Spec.Limit))
+		}
+		if r.GCRAMismatches > 0 {
+			errs = append(errs, fmt.Errorf("%s: the GCRA store disagreed with the bucket's formula %d times", name, r.GCRAMismatches))
+		}
+		// A bucket admits at most burst + rate × span over any span; a
+		// rolling window spans under W, so burst + limit = 2 × limit.
+		if r.GCRAPeak > 2*r.Spec.Limit {
+			errs = append(errs, fmt.Errorf("%s: GCRA admitted %d hits in one window, over its burst plus a window's rate, %d", name, r.GCRAPeak, 2*r.Spec.Limit))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -693,6 +787,12 @@ type jsonRow struct {
 	LogPeakRatio        float64 `json:"log_peak_ratio"`
 	LogMismatches       int64   `json:"log_mismatches"`
 	FormulaMismatches   int64   `json:"formula_mismatches"`
+	GCRAAllowed         int64   `json:"gcra_allowed"`
+	GCRALooserPct       float64 `json:"gcra_allowed_where_log_denies_pct"`
+	GCRAStricterPct     float64 `json:"gcra_denied_where_log_allows_pct"`
+	GCRAPeak            int64   `json:"gcra_peak"`
+	GCRAPeakRatio       float64 `json:"gcra_peak_ratio"`
+	GCRAMismatches      int64   `json:"gcra_mismatches"`
 }
 
 type jsonReport struct {
@@ -715,6 +815,8 @@ func (r row) json() jsonRow {
 		CounterPeak:         r.CounterPeak, CounterPeakRatio: r.ratio(r.CounterPeak), CounterPeakKey: r.CounterPeakKey,
 		LogAllowed: r.LogAllowed, LogPeak: r.LogPeak, LogPeakRatio: r.ratio(r.LogPeak),
 		LogMismatches: r.LogMismatches, FormulaMismatches: r.FormulaMismatches,
+		GCRAAllowed: r.GCRAAllowed, GCRALooserPct: r.pct(r.GCRALooser), GCRAStricterPct: r.pct(r.GCRAStricter),
+		GCRAPeak: r.GCRAPeak, GCRAPeakRatio: r.ratio(r.GCRAPeak), GCRAMismatches: r.GCRAMismatches,
 	}
 }
 
@@ -767,6 +869,14 @@ func markdown(o options, rows []row) string {
 			r.Pattern, r.Spec, r.Requests, fmtPct(r.pct(r.CounterAllowed)),
 			fmtPct(r.pct(r.FalseAllows)), fmtPct(r.pct(r.FalseDenies)), fmtPct(r.pct(r.FalseAllows+r.FalseDenies)),
 			r.perRequestOfLimit(r.AbsEstimateError), r.ratio(r.CounterPeak), r.ratio(r.LogPeak))
+	}
+	b.WriteString("\nGCRA at the same rate, burst = limit, against the exact log's rule on GCRA's own history:\n\n")
+	b.WriteString("| pattern | limit | log admitted | GCRA admitted | GCRA allowed, log's rule denies | GCRA denied, log's rule allows | worst window / limit, GCRA |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.3f |\n",
+			r.Pattern, r.Spec, fmtPct(r.pct(r.LogAllowed)), fmtPct(r.pct(r.GCRAAllowed)),
+			fmtPct(r.pct(r.GCRALooser)), fmtPct(r.pct(r.GCRAStricter)), r.ratio(r.GCRAPeak))
 	}
 	return b.String()
 }

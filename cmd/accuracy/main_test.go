@@ -128,7 +128,7 @@ func TestJudgeMatchesBruteForce(t *testing.T) {
 			end := start + 20*sp.Window.Milliseconds()
 			name := p.name + " " + sp.String()
 
-			got, err := simulateKey(newStore(t), newStore(t), sp, "k", p.newSource(keyRNG(testSeed, name, 0), sp, start, end))
+			got, err := simulateKey(stores{newStore(t), newStore(t), newStore(t)}, sp, "k", p.newSource(keyRNG(testSeed, name, 0), sp, start, end))
 			require.NoError(t, err)
 
 			want := bruteForce(t, sp, p.newSource(keyRNG(testSeed, name, 0), sp, start, end))
