@@ -85,8 +85,11 @@ func newHTTPTarget(ctx context.Context, cfg *Config, keys []string) (*httpTarget
 		return nil, err
 	}
 	t := &httpTarget{cfg: cfg, keys: keys, algo: "SLIDING_WINDOW_COUNTER"}
-	if cfg.Algorithm == algoLog {
+	switch cfg.Algorithm {
+	case algoLog:
 		t.algo = "SLIDING_WINDOW_LOG"
+	case algoGCRA:
+		t.algo = "GCRA"
 	}
 	if token != "" {
 		t.auth = "Bearer " + token

@@ -24,7 +24,7 @@
 //	  -duration 10s                 hard bound on the run's time (always applies)
 //	  -count 0                      stop after this many checks (0: duration only)
 //	  -keys 10000 -dist uniform|zipf -zipf-s 1.1 -seed 1
-//	  -algorithm counter|log -limit 1000000000 -window 60s
+//	  -algorithm counter|log|gcra -limit 1000000000 -window 60s
 //	  -batch 1                      >1: peerlimit CheckBatch of N checks per call;
 //	                                Redis: a pipeline of N EVALSHA per round trip
 //	  -json PATH                    write the result as JSON ("-": stdout)
@@ -210,6 +210,7 @@ const (
 
 	algoCounter = "counter"
 	algoLog     = "log"
+	algoGCRA    = "gcra" // burst = -limit; peerlimit's APIs only
 )
 
 // defaultConfig is the configuration with every flag at its default.
@@ -265,7 +266,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&cfg.ZipfS, "zipf-s", cfg.ZipfS, "Zipf exponent s (> 1), with -dist zipf")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the key streams; same seed, same keys per worker")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "prefix of every key (key i is <prefix><i>)")
-	fs.StringVar(&cfg.Algorithm, "algorithm", cfg.Algorithm, "counter (sliding window counter) or log (sliding window log)")
+	fs.StringVar(&cfg.Algorithm, "algorithm", cfg.Algorithm, "counter (sliding window counter), log (sliding window log) or gcra (a token bucket, burst = -limit)")
 	fs.Int64Var(&cfg.Limit, "limit", cfg.Limit, "hits allowed per window")
 	fs.DurationVar(&cfg.Window, "window", cfg.Window, "the rolling window (whole ms for peerlimit, whole seconds for redis)")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "checks per call: peerlimit CheckBatch, Redis pipeline of EVALSHA")
@@ -391,8 +392,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("-dist must be uniform or zipf, got %q", c.Dist)
 	case c.Dist == distZipf && !(c.ZipfS > 1):
 		return fmt.Errorf("-zipf-s must be > 1 (math/rand/v2's Zipf), got %g", c.ZipfS)
-	case c.Algorithm != algoCounter && c.Algorithm != algoLog:
-		return fmt.Errorf("-algorithm must be counter or log, got %q", c.Algorithm)
+	case c.Algorithm != algoCounter && c.Algorithm != algoLog && c.Algorithm != algoGCRA:
+		return fmt.Errorf("-algorithm must be counter, log or gcra, got %q", c.Algorithm)
+	case c.Algorithm == algoGCRA && c.Target == targetRedis:
+		return errors.New("-algorithm gcra is peerlimit's: the Redis scripts are the seeds' two windows")
 	case c.Limit < 1:
 		return fmt.Errorf("-limit must be ≥ 1, got %d", c.Limit)
 	case c.Window <= 0:

@@ -34,8 +34,11 @@ type peerlimitTarget struct {
 
 func newPeerlimitTarget(ctx context.Context, cfg *Config, keys []string) (*peerlimitTarget, error) {
 	t := &peerlimitTarget{cfg: cfg, keys: keys, algo: pb.Algorithm_SLIDING_WINDOW_COUNTER}
-	if cfg.Algorithm == algoLog {
+	switch cfg.Algorithm {
+	case algoLog:
 		t.algo = pb.Algorithm_SLIDING_WINDOW_LOG
+	case algoGCRA:
+		t.algo = pb.Algorithm_GCRA
 	}
 	t.limit = client.Limit{Limit: cfg.Limit, Window: cfg.Window, Algorithm: client.Algorithm(t.algo)}
 
