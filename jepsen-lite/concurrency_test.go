@@ -81,7 +81,7 @@ func TestConcurrencyCountsAFailedReleaseAsMaybeApplied(t *testing.T) {
 // less the nodes' millisecond.
 func TestConcurrencyFreesAnUnreleasedSlotAtItsWindow(t *testing.T) {
 	ops := []Op{
-		acquired(1, 100*ms, 101*ms, "n1"),                                   // never released
+		acquired(1, 100*ms, 101*ms, "n1"),                                // never released
 		acquired(2, 110*ms, 111*ms, "n1"), released(2, 3000*ms, 3001*ms), // held to 3 s
 	}
 	r := Analyze(newKeysHistory(append(ops, acquired(3, 2150*ms, 2151*ms, "n1"))))
