@@ -55,7 +55,9 @@ type Scenario struct {
 	Load float64
 	// MaxWorst, if set, is what the scenario promises beyond the
 	// deciders' bound: no log window, no fixed counter window and no
-	// calendar period admits more than MaxWorst × the limit, whatever the
+	// calendar period admits more than MaxWorst × the limit, no GCRA
+	// interval more than MaxWorst × one decider's bound, and no
+	// concurrency key holds more than MaxWorst × its limit, whatever the
 	// fault. (peerlimit's replicas, relays, the share policy and the data
 	// directory hold faults to that.)
 	MaxWorst float64
