@@ -83,11 +83,15 @@ func TestChaosShortProfile(t *testing.T) {
 			// The checker had something to check.
 			assert.Greater(t, res.Log.Windows, 200)
 			assert.Greater(t, res.CounterFixed.Windows, 20)
+			assert.Greater(t, res.GCRA.Windows, 200)
+			assert.Greater(t, res.Concurrency.Windows, 20)
 			if sc.Name == "calm" {
 				assert.LessOrEqual(t, res.Log.Worst, 1.0, "no fault: the log never admits more than its limit")
 				assert.LessOrEqual(t, res.CounterFixed.Worst, 1.0, "no fault: the counter never admits more than its limit in its window")
 				assert.LessOrEqual(t, res.CounterSliding.Worst, 2.0)
-				assert.Zero(t, res.Log.ExcessCalm)
+				assert.LessOrEqual(t, res.GCRA.Worst, 1.0, "no fault: a bucket never admits more than burst + rate × the interval")
+				assert.LessOrEqual(t, res.Concurrency.Worst, 1.0, "no fault: never more slots held than the limit")
+				assert.Zero(t, res.Log.ExcessCalm+res.GCRA.ExcessCalm+res.Concurrency.ExcessCalm)
 			}
 			if t.Failed() {
 				logWarnings(t, filepath.Join(out, sc.Name))

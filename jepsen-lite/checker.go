@@ -103,14 +103,42 @@ type Violation struct {
 	// window said it was degraded. Whatever the phase's bound, a limiter
 	// that over-admits must say so.
 	Silent bool `json:"silent,omitempty"`
+	// Kind is what was counted: "" the admissions of a window from From;
+	// KindInterval a GCRA key's admissions in [From, To]; KindInFlight a
+	// concurrency key's slots held at To (Allowed), acquired from From.
+	Kind string        `json:"kind,omitempty"`
+	To   time.Duration `json:"to_ns,omitempty"`
+	// PerDecider is how one decider's bound is made, for the message
+	// ("burst 10 + ⌊20 per 1s × 501ms⌋ = 20"); "" for the limit.
+	PerDecider string `json:"per_decider,omitempty"`
 }
 
+// The kinds of Violation besides a window's.
+const (
+	KindInterval = "interval"
+	KindInFlight = "in flight"
+)
+
 func (v Violation) String() string {
-	if v.Silent {
-		return fmt.Sprintf("%s: %d allowed in the window from %s, over the limit's %d with no degraded answer (silent over-admission)",
-			v.Key, v.Allowed, v.From.Round(time.Millisecond), v.Bound)
+	from, to := v.From.Round(time.Millisecond), v.To.Round(time.Millisecond)
+	var what string
+	switch v.Kind {
+	case KindInterval:
+		what = fmt.Sprintf("%d allowed from %s to %s", v.Allowed, from, to)
+	case KindInFlight:
+		what = fmt.Sprintf("%d slots held at %s (acquired from %s)", v.Allowed, to, from)
+	default:
+		what = fmt.Sprintf("%d allowed in the window from %s", v.Allowed, from)
 	}
-	return fmt.Sprintf("%s: %d allowed in the window from %s, bound %d (%d deciders)", v.Key, v.Allowed, v.From.Round(time.Millisecond), v.Bound, v.Deciders)
+	switch {
+	case v.Silent && v.PerDecider != "":
+		return fmt.Sprintf("%s: %s, over one decider's %s with no degraded answer (silent over-admission)", v.Key, what, v.PerDecider)
+	case v.Silent:
+		return fmt.Sprintf("%s: %s, over the limit's %d with no degraded answer (silent over-admission)", v.Key, what, v.Bound)
+	case v.PerDecider != "":
+		return fmt.Sprintf("%s: %s, bound %d (%d deciders × (%s))", v.Key, what, v.Bound, v.Deciders, v.PerDecider)
+	}
+	return fmt.Sprintf("%s: %s, bound %d (%d deciders)", v.Key, what, v.Bound, v.Deciders)
 }
 
 // Result is the checker's verdict on one scenario.
@@ -138,6 +166,13 @@ type Result struct {
 	// Calendar: the calendar keys' periods (a day in its zone), where
 	// the bound is exact: the limit per period per decider.
 	Calendar Admission
+	// GCRA: the GCRA keys' intervals between two admissions, where the
+	// bound is exact: burst + rate × the interval per decider (gcra.go).
+	// Worst is allowed ÷ that, one decider's bound.
+	GCRA Admission
+	// Concurrency: the concurrency keys' slots held at each instant,
+	// where the bound is exact: the limit per decider (concurrency.go).
+	Concurrency Admission
 	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
 	MaxWorst float64 `json:"max_worst,omitempty"`
 	// MaxDegraded is its Scenario.MaxDegraded; 0: none.
@@ -157,7 +192,8 @@ type Result struct {
 
 // Violations lists every violation of every algorithm.
 func (r *Result) Violations() []Violation {
-	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations, r.Calendar.Violations)
+	return slices.Concat(r.Log.Violations, r.CounterFixed.Violations, r.CounterSliding.Violations, r.Calendar.Violations,
+		r.GCRA.Violations, r.Concurrency.Violations)
 }
 
 // OverPromise says how the run broke its scenario's MaxWorst, or "".
@@ -175,6 +211,10 @@ func (r *Result) OverPromise() string {
 		return fmt.Sprintf("counter fixed worst %.2f× > the promised %.2f×", r.CounterFixed.Worst, r.MaxWorst)
 	case r.Calendar.Worst > r.MaxWorst:
 		return fmt.Sprintf("calendar worst %.2f× > the promised %.2f×", r.Calendar.Worst, r.MaxWorst)
+	case r.GCRA.Worst > r.MaxWorst:
+		return fmt.Sprintf("gcra worst %.2f× > the promised %.2f×", r.GCRA.Worst, r.MaxWorst)
+	case r.Concurrency.Worst > r.MaxWorst:
+		return fmt.Sprintf("concurrency worst %.2f× > the promised %.2f×", r.Concurrency.Worst, r.MaxWorst)
 	}
 	return ""
 }
@@ -214,10 +254,21 @@ const Settle = 2 * time.Second
 // the admissions certainly decided inside it, at most limit × deciders,
 // where the deciders are the most of any phase the period overlaps.
 //
+// GCRA keys are checked over every interval from one admission's invoke
+// to another's completion: at most deciders × (burst + rate × the
+// interval) (gcra.go). Concurrency keys are checked at every instant:
+// the slots certainly held then, at most deciders × limit
+// (concurrency.go). Both with the windows' rules: the deciders of every
+// phase the admissions counted may have been decided in, plus the nodes
+// that answered them by fallback, and no more than one decider's bound
+// unless one of them said it was degraded.
+//
 // Excess counts, with the same certainty, admissions an exact limiter
 // would have refused: for the log, those an exact sliding log replaying
 // the admitted checks refuses; for the counter and the calendar keys,
-// those beyond the limit in one of their fixed windows or periods.
+// those beyond the limit in one of their fixed windows or periods; for
+// GCRA and concurrency keys, those an exact bucket or an exact count of
+// slots replaying the admissions refuses.
 func Analyze(h History) *Result {
 	r := &Result{Scenario: h.Scenario, About: h.About, Duration: h.End, History: h, Bucket: 250 * time.Millisecond}
 	r.Events = convergence(h)
@@ -234,10 +285,11 @@ func Analyze(h History) *Result {
 
 	byKey := map[int][]Op{}
 	for _, op := range h.Ops {
-		if op.Outcome == Allowed {
+		if op.Admitted() {
 			byKey[op.Key] = append(byKey[op.Key], op)
 		}
 	}
+	released := firstReleases(h.Ops)
 	for k, ks := range h.Keys {
 		ops := byKey[k]
 		sort.Slice(ops, func(i, j int) bool { return ops[i].Invoke < ops[j].Invoke })
@@ -248,10 +300,18 @@ func Analyze(h History) *Result {
 		// A node whose clock runs fast has windows that much shorter in
 		// real time (Scenario.ClockRate).
 		ks.Window = time.Duration(float64(ks.Window) / (1 + max(h.ClockRate, 0)))
-		if ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
+		switch ks.Algorithm {
+		case pb.Algorithm_SLIDING_WINDOW_LOG:
 			r.sliding(&r.Log, ks, ops, 1)
 			r.excessLog(&r.Log, ks, ops)
-		} else {
+		case pb.Algorithm_GCRA:
+			r.gcra(&r.GCRA, ks, ops)
+			r.excessGCRA(&r.GCRA, ks, ops)
+		case pb.Algorithm_CONCURRENCY:
+			slots := heldSlots(ks, ops, released)
+			r.inFlight(&r.Concurrency, ks, slots)
+			r.excessSlots(&r.Concurrency, ks, slots)
+		default:
 			r.sliding(&r.CounterSliding, ks, ops, 2)
 			r.fixed(&r.CounterFixed, h.Start, ks, ops, h.ClockRate)
 		}
@@ -364,27 +424,51 @@ func fallbackDeciders(ops []Op) int {
 // lost is how many of its admissions a kill may have lost from the
 // deciders' counts (Step.Loses): the bounds are that much higher.
 func (r *Result) check(a *Admission, ks KeySpec, from, to time.Duration, in []Op, factor, lost int) {
+	if v := r.judge(a, ks.Name, from, to, tallyOf(in), int(ks.Limit)*factor, float64(ks.Limit), lost); v != nil {
+		a.Violations = append(a.Violations, *v)
+	}
+}
+
+// tally is what a window (an interval, an instant) is charged with: how
+// many admissions, how many nodes decided some of them by fallback, and
+// whether any of them said it was degraded.
+type tally struct {
+	n, fallback int
+	degraded    bool
+}
+
+func tallyOf(in []Op) tally {
+	return tally{n: len(in), fallback: fallbackDeciders(in), degraded: anyDegraded(in)}
+}
+
+// judge records a window over [from, to] charged with t: one decider's
+// bound is one (in requests), and its worst is t.n ÷ per. It returns the
+// violation, if any (the caller keeps it): over one × the deciders (the
+// phases', plus the fallback's), or, with no admission marked degraded,
+// over one. lost raises both (Result.lost).
+func (r *Result) judge(a *Admission, key string, from, to time.Duration, t tally, one int, per float64, lost int) *Violation {
 	a.Windows++
 	d, calm := r.bound(from, to)
-	if fb := fallbackDeciders(in); fb > 0 {
+	if t.fallback > 0 {
 		if d < r.maxDeciders {
 			a.Raised++
 		}
-		d = min(d+fb, r.maxDeciders)
+		d = min(d+t.fallback, r.maxDeciders)
 	}
-	ratio := float64(len(in)) / float64(ks.Limit)
+	ratio := float64(t.n) / per
 	if ratio > a.Worst {
-		a.Worst, a.WorstKey, a.WorstAt = ratio, ks.Name, from
+		a.Worst, a.WorstKey, a.WorstAt = ratio, key, from
 	}
 	if calm && ratio > a.WorstCalm {
 		a.WorstCalm = ratio
 	}
-	switch one := int(ks.Limit) * factor; {
-	case len(in) > one*d+lost:
-		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one*d + lost, Deciders: d})
-	case len(in) > one+lost && !anyDegraded(in):
-		a.Violations = append(a.Violations, Violation{Key: ks.Name, From: from, Allowed: len(in), Bound: one + lost, Deciders: 1, Silent: true})
+	switch {
+	case t.n > one*d+lost:
+		return &Violation{Key: key, From: from, Allowed: t.n, Bound: one*d + lost, Deciders: d}
+	case t.n > one+lost && !t.degraded:
+		return &Violation{Key: key, From: from, Allowed: t.n, Bound: one + lost, Deciders: 1, Silent: true}
 	}
+	return nil
 }
 
 func anyDegraded(ops []Op) bool {
@@ -514,7 +598,7 @@ func (r *Result) series(h History) {
 	cnt, lg := make([]float64, n), make([]float64, n)
 	var capC, capL float64
 	for _, ks := range h.Keys {
-		if ks.IsCalendar() { // a day's budget has no rate to chart against
+		if !charted(ks) {
 			continue
 		}
 		if ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG {
@@ -524,7 +608,7 @@ func (r *Result) series(h History) {
 		}
 	}
 	for _, op := range h.Ops {
-		if op.Outcome != Allowed || h.Keys[op.Key].IsCalendar() {
+		if !op.Admitted() || !charted(h.Keys[op.Key]) {
 			continue
 		}
 		mid := (op.Invoke + op.Complete) / 2
@@ -547,4 +631,11 @@ func (r *Result) series(h History) {
 		}
 	}
 	r.SeriesCounter, r.SeriesLog = cnt, lg
+}
+
+// charted reports whether the chart counts the key's admissions: the
+// window algorithms' sliding keys. A day's budget has no rate to chart
+// against, a bucket's burst and a slot's hold none in one window.
+func charted(ks KeySpec) bool {
+	return !ks.IsCalendar() && (ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_COUNTER || ks.Algorithm == pb.Algorithm_SLIDING_WINDOW_LOG)
 }

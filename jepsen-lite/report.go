@@ -24,23 +24,28 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 		nodes = fmt.Sprintf("Each scenario runs on the containers of compose project %s, its services n1, n2, n3 first brought back to running, unpaused and connected.", dockerProject)
 	}
 	fmt.Fprintf(&b, "Reproduce: `%s`. %s "+
-		"%d keys (%d per algorithm), limit %d per %s, offered at %.1f× the limit's rate by %d clients to random nodes; client deadline %s.\n\n",
-		command, nodes, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout)
-	b.WriteString("| scenario | checks | answered | ≤ 100 ms | to up nodes: answered | degraded | log worst (bound) | counter fixed worst | counter rolling worst | calendar worst | excess log / counter / calendar | converged after | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"%d keys (%d per algorithm), limit %d per %s, offered at %.1f× the limit's rate by %d clients to random nodes; client deadline %s. "+
+		"%d GCRA keys (%d per %s, burst %d; the last offered %d× as much) and %d concurrency keys (%d slots, freed by a release after %s–%s or, one in %d never released, after %s), offered the same per key.\n\n",
+		command, nodes, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout,
+		p.GCRAKeys, gcraLimit, gcraWindow, gcraBurst, hotWeight, p.ConcurrencyKeys, concurrencyLimit, holdMin, holdMax, abandonEvery, concurrencyWindow)
+	b.WriteString("| scenario | checks | answered | ≤ 100 ms | to up nodes: answered | degraded | log worst (bound) | counter fixed worst | counter rolling worst | calendar worst | gcra worst | concurrency worst | excess log / counter / calendar / gcra / concurrency | converged after | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – | – | – | – | – | – | skipped: %s |\n", r.Scenario, r.Skipped)
+			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – | – | – | – | – | – | – | – | skipped: %s |\n", r.Scenario, r.Skipped)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %s | %d / %d / %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %s | %s | %s | %d / %d / %d / %d / %d | %s | %s |\n",
 			r.Scenario, r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), pct(r.Healthy.AnsweredShare()),
-			pct(share(r.All.Degraded, r.All.Ops)), r.Log.Worst, r.CounterFixed.Worst, r.CounterSliding.Worst, calendarWorst(r),
-			r.Log.Excess, r.CounterFixed.Excess, r.Calendar.Excess, convergedList(r), verdict(r))
+			pct(share(r.All.Degraded, r.All.Ops)), r.Log.Worst, r.CounterFixed.Worst, r.CounterSliding.Worst,
+			worstOf(r.Calendar), worstOf(r.GCRA), worstOf(r.Concurrency),
+			r.Log.Excess, r.CounterFixed.Excess, r.Calendar.Excess, r.GCRA.Excess, r.Concurrency.Excess, convergedList(r), verdict(r))
 	}
 	b.WriteString("\nWorst is allowed ÷ limit in the worst window of any key (sliding windows for the log, the counter's fixed windows, and rolling windows). " +
 		"A window's bound is limit × deciders (1 when calm, every node while a fault is being detected, the step's number after) — ×2 for the counter's rolling windows; " +
 		"a calendar key's window is its period (a day in its zone), with the same bound. " +
+		"A GCRA key is checked over every interval between two admissions, bound (burst + rate × the interval) × deciders, its worst allowed ÷ one decider's bound; " +
+		"a concurrency key at every instant, the slots certainly held then, bound limit × deciders. " +
 		"Only checks certainly decided inside a window count; see docs/chaos.md.\n")
 	writeLinkTable(&b, results)
 
@@ -64,9 +69,10 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 		for _, row := range []struct {
 			name string
 			a    Admission
-		}{{"log, sliding", r.Log}, {"counter, fixed", r.CounterFixed}, {"counter, rolling", r.CounterSliding}, {"calendar periods", r.Calendar}} {
-			if row.a.Windows == 0 && row.name == "calendar periods" {
-				continue // no calendar key in this scenario
+		}{{"log, sliding", r.Log}, {"counter, fixed", r.CounterFixed}, {"counter, rolling", r.CounterSliding}, {"calendar periods", r.Calendar},
+			{"gcra intervals", r.GCRA}, {"concurrency, in flight", r.Concurrency}} {
+			if row.a.Windows == 0 && row.name != "log, sliding" && !strings.HasPrefix(row.name, "counter") {
+				continue // no such key in this scenario
 			}
 			fmt.Fprintf(&b, "| %s | %d | %.2f× (%s at %s) | %.2f× | %d (%d) | %d | %d |\n", row.name, row.a.Windows, row.a.Worst,
 				row.a.WorstKey, fmtDur(row.a.WorstAt), row.a.WorstCalm, row.a.Excess, row.a.ExcessCalm, row.a.Raised, len(row.a.Violations))
@@ -108,12 +114,12 @@ func verdict(r *Result) string {
 	}
 }
 
-// calendarWorst is the calendar keys' worst period, or – without any.
-func calendarWorst(r *Result) string {
-	if r.Calendar.Windows == 0 {
+// worstOf is a kind of key's worst, or – without any such key.
+func worstOf(a Admission) string {
+	if a.Windows == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f×", r.Calendar.Worst)
+	return fmt.Sprintf("%.2f×", a.Worst)
 }
 
 func convergedList(r *Result) string {

@@ -55,7 +55,9 @@ type Scenario struct {
 	Load float64
 	// MaxWorst, if set, is what the scenario promises beyond the
 	// deciders' bound: no log window, no fixed counter window and no
-	// calendar period admits more than MaxWorst × the limit, whatever the
+	// calendar period admits more than MaxWorst × the limit, no GCRA
+	// interval more than MaxWorst × one decider's bound, and no
+	// concurrency key holds more than MaxWorst × its limit, whatever the
 	// fault. (peerlimit's replicas, relays, the share policy and the data
 	// directory hold faults to that.)
 	MaxWorst float64
@@ -346,10 +348,19 @@ func Expectation(obs []string, cut func(a, b string) bool) (expect map[string][]
 // run.
 type Profile struct {
 	Name string
-	// KeysPerAlgorithm keys use each algorithm, all with Limit per Window.
+	// KeysPerAlgorithm keys use each window algorithm (the counter, the
+	// log), all with Limit per Window.
 	KeysPerAlgorithm int
 	Limit            int64
 	Window           time.Duration
+	// GCRAKeys are GCRA buckets of gcraBurst refilled at gcraLimit per
+	// gcraWindow, offered what the others are; the last is hot, offered
+	// hotWeight times as much.
+	GCRAKeys int
+	// ConcurrencyKeys hold at most concurrencyLimit slots each, freed by
+	// their release or concurrencyWindow after they were taken (the
+	// Workload's holds), offered as many acquires as the others checks.
+	ConcurrencyKeys int
 	// Load is the offered rate per key as a multiple of Limit/Window:
 	// above 1, every key is saturated and over-admission shows.
 	Load    float64
@@ -454,7 +465,7 @@ func offeredRate(sc Scenario, p Profile) float64 {
 	if sc.Load > 0 {
 		load = sc.Load
 	}
-	return load * float64(p.Limit) * float64(len(workloadKeys(sc, p, load))) / p.Window.Seconds()
+	return load * float64(p.Limit) * float64(TotalWeight(workloadKeys(sc, p, load))) / p.Window.Seconds()
 }
 
 // startCluster starts the first n nodes and waits until they all see
@@ -468,16 +479,41 @@ func startCluster(ctx context.Context, env *Env, n int) error {
 	return waitConverged(ctx, env, 30*time.Second)
 }
 
-// workloadKeys are the scenario's keys: KeysPerAlgorithm for each
-// algorithm, all with the profile's limit and window, and the scenario's
-// calendar-day keys (Scenario.DayKeys). load is the offered rate per key
-// as a multiple of the profile's Limit/Window.
+// The GCRA and concurrency keys' own numbers (Profile.GCRAKeys,
+// Profile.ConcurrencyKeys). Offered the profile's 25 checks/s per key
+// (2.5 × 10 per second), a bucket of 20 per second is saturated (1.25×),
+// the hot one 3.75×; 25 acquires/s held 275 ms on average want about 7
+// slots of 5.
+const (
+	gcraLimit, gcraBurst = 20, 10
+	gcraWindow           = time.Second
+	hotWeight            = 3
+	concurrencyLimit     = 5
+	concurrencyWindow    = 2 * time.Second
+)
+
+// workloadKeys are the scenario's keys: KeysPerAlgorithm for each window
+// algorithm, all with the profile's limit and window, the profile's GCRA
+// and concurrency keys, and the scenario's calendar-day keys
+// (Scenario.DayKeys). load is the offered rate per key as a multiple of
+// the profile's Limit/Window.
 func workloadKeys(sc Scenario, p Profile, load float64) []KeySpec {
-	keys := make([]KeySpec, 0, 2*p.KeysPerAlgorithm+sc.DayKeys)
+	keys := make([]KeySpec, 0, 2*p.KeysPerAlgorithm+p.GCRAKeys+p.ConcurrencyKeys+sc.DayKeys)
 	for _, alg := range []pb.Algorithm{pb.Algorithm_SLIDING_WINDOW_COUNTER, pb.Algorithm_SLIDING_WINDOW_LOG} {
 		for i := range p.KeysPerAlgorithm {
 			keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:%s:%d", sc.Name, algName(alg), i), Algorithm: alg, Limit: p.Limit, Window: p.Window})
 		}
+	}
+	for i := range p.GCRAKeys {
+		ks := KeySpec{Name: fmt.Sprintf("jepsen:%s:gcra:%d", sc.Name, i), Algorithm: pb.Algorithm_GCRA, Limit: gcraLimit, Window: gcraWindow, Burst: gcraBurst}
+		if i == p.GCRAKeys-1 {
+			ks.Name, ks.Weight = fmt.Sprintf("jepsen:%s:gcra:hot:%d", sc.Name, i), hotWeight
+		}
+		keys = append(keys, ks)
+	}
+	for i := range p.ConcurrencyKeys {
+		keys = append(keys, KeySpec{Name: fmt.Sprintf("jepsen:%s:concurrency:%d", sc.Name, i), Algorithm: pb.Algorithm_CONCURRENCY,
+			Limit: concurrencyLimit, Window: concurrencyWindow})
 	}
 	// Each key is offered the same rate; a day's limit is what that rate
 	// reaches in the key's spend of the run's time.
@@ -507,7 +543,7 @@ func runWorkload(ctx context.Context, env *Env, cfg Config, sc Scenario) (Histor
 	}
 	keys := workloadKeys(sc, p, load)
 	wl := Workload{Keys: keys, Workers: p.Workers, Timeout: p.ClientTimeout,
-		Rate: load * float64(p.Limit) * float64(len(keys)) / p.Window.Seconds()}
+		Rate: load * float64(p.Limit) * float64(TotalWeight(keys)) / p.Window.Seconds()}
 
 	// The run's clock starts with the workload.
 	start := time.Now()

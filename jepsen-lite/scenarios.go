@@ -7,13 +7,16 @@ import (
 	"time"
 )
 
-// FullProfile is `make chaos`: 12 saturated keys, 2.5× their limits.
+// FullProfile is `make chaos`: 12 saturated window keys, 2.5× their
+// limits, 2 GCRA keys (one hot) and 2 concurrency keys.
 func FullProfile() Profile {
 	return Profile{
 		Name:             "full",
 		KeysPerAlgorithm: 6,
 		Limit:            10,
 		Window:           time.Second,
+		GCRAKeys:         2,
+		ConcurrencyKeys:  2,
 		Load:             2.5,
 		Workers:          16,
 		ClientTimeout:    time.Second,
