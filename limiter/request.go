@@ -308,9 +308,18 @@ func (r Request) FixedWindow(at int64) (id, end int64) {
 }
 
 // HitsAt returns the state that hits counted at at (Unix ms) under r's
-// limit add to its key: what Forget takes back to undo them.
+// limit add to its key: what Forget takes back to undo them. For GCRA it
+// is a bucket that took the hits at at, TAT = at + hits·T: Forget at now
+// takes back what of them has not drained by now, max(0, TAT − now), all
+// of them at at. A bucket that held a level before them drains them later
+// than that, so an undo after at takes back up to now − at of level too
+// little: over-denial, never a hit given twice.
 func (r Request) HitsAt(at, hits int64) KeyState {
 	ks := KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}
+	if r.Algorithm == GCRA {
+		ks.TAT = satAdd(satMul(max(at, 0), int64(time.Millisecond)), satMul(max(hits, 0), bucketOf(&r).t))
+		return ks
+	}
 	if r.Algorithm == SlidingWindowLog {
 		ks.Log = make([]int64, hits)
 		for i := range ks.Log {
