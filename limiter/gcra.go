@@ -395,7 +395,11 @@ func (s *KeyState) rebaseGCRA(d int64) {
 	if s.TAT <= 0 || d <= -maxMove || d >= maxMove {
 		return
 	}
-	s.TAT = max(satAdd(s.TAT, d*int64(time.Millisecond)), 0)
+	if dn := d * int64(time.Millisecond); dn > 0 {
+		s.TAT = satAdd(s.TAT, dn)
+	} else {
+		s.TAT = max(s.TAT+dn, 0) // TAT ≥ 0 > −MaxInt64/4: no overflow
+	}
 }
 
 // inspectGCRA views st at now (ns). With a limit (> 0; MaxInt64 when none
