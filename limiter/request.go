@@ -112,7 +112,8 @@ type Decision struct {
 	// negative.
 	Remaining int64
 	// CurrentCount is the count before this request: the floored estimate
-	// for the counter, the exact number of hits in the window for the log.
+	// for the counter, the exact number of hits in the window for the log,
+	// the bucket's level in hits (rounded up) for GCRA.
 	CurrentCount int64
 	// RetryAfter is zero when allowed. When denied it is the earliest time
 	// after which the same request would be allowed if no other traffic came.
@@ -127,7 +128,10 @@ type Decision struct {
 	// the hits counted in it weigh less and less over the next window. It runs
 	// down as time passes and is at most one window. For the log it is zero when
 	// the key holds no hit in the window; for the counter it is never zero
-	// (W − (now mod W), in (0, W]).
+	// (W − (now mod W), in (0, W]). For GCRA it is the time until one more
+	// hit fits (Remaining grows by one), zero when the bucket is empty.
+	// GCRA's durations are exact to the nanosecond; the windows' are whole
+	// milliseconds.
 	RefillAfter time.Duration
 	// Adjust is what an op other than a check reports; nil for a check.
 	Adjust *Adjustment
