@@ -30,6 +30,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzTrafficMatchesModel$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzGCRAMatchesModel$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./limiter -run '^$$' -fuzz '^FuzzReservationToken$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./httpapi -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME)

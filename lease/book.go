@@ -139,10 +139,18 @@ func leaseKeyOf(r limiter.Request) leaseKey {
 
 // Leasable reports whether req's limit may be leased at all: a log
 // window must be long enough that a lost lease is moved to its last
-// moment long before its placeholders leave the window.
+// moment long before its placeholders leave the window. A GCRA bucket is
+// never leased: its lent hits would drain from the grant on while the
+// holder admits them later, up to a lease's duration later, so the owner
+// would admit up to the lent hits past the burst, and a settlement's
+// forget of the unused ones finds part of them drained already. No
+// boundary bounds that, as a counter's fixed window bounds its lease.
 func (b *Book) Leasable(req limiter.Request) bool {
-	if req.Hits <= 0 || req.Limit < 2 || req.Algorithm == limiter.Concurrency {
-		return false // a slot is taken by ACQUIRE, with a token, on the owner only
+	if req.Hits <= 0 || req.Limit < 2 || req.Algorithm == limiter.GCRA || req.Algorithm == limiter.Concurrency {
+		// A slot is taken by ACQUIRE, with a token, on the owner only; a
+		// bucket's lent hits would drain before the holder admits them
+		// (docs/limiter.md, "GCRA").
+		return false
 	}
 	return req.Algorithm != limiter.SlidingWindowLog || req.Window >= minLogWindowLeases*b.cfg.Duration
 }

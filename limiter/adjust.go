@@ -26,6 +26,9 @@ import (
 //     previous window's, each bounded at 0. A hit taken from the previous
 //     window lowers the estimate by its weight there, less than 1.
 //   - log: up to r.Hits of its newest entries still in the window.
+//   - GCRA: the bucket's TAT moves back by r.Hits emission intervals,
+//     never before now; refunded is the level in hits (rounded up) when
+//     it held fewer.
 //
 // A key with no state gets none. It returns the decision a peek
 // (Check with Hits 0) would return after the refund, and how many hits it
@@ -41,9 +44,12 @@ func (s *Store) Refund(now time.Time, r Request) (d Decision, refunded int64, er
 	k := stateKey{r.Key, r.stateWindow()}
 	sh := s.shards.of(r.Key)
 	sh.mu.Lock()
-	if r.Algorithm.Logged() {
+	switch r.Algorithm {
+	case SlidingWindowLog, Concurrency:
 		d, refunded = s.refundLog(sh, k, ms, r)
-	} else {
+	case GCRA:
+		d, refunded = s.refundGCRA(sh, k, nanos(now), r)
+	default:
 		d, refunded = s.refundCounter(sh, k, ms, r)
 	}
 	sh.mu.Unlock()
@@ -58,6 +64,9 @@ func (s *Store) Refund(now time.Time, r Request) (d Decision, refunded int64, er
 //   - log: r.Hits entries at now, of which the log keeps its newest
 //     logDebtBound(limit) = min(2 × limit, MaxLogLimit) (see
 //     docs/limiter.md for why every decision under the limit stays exact).
+//   - GCRA: the bucket's TAT moves on by r.Hits emission intervals, from
+//     now if it was empty, past the burst if need be; over is in hits past
+//     the burst.
 //
 // The decision is Check's for the same request, except that the hits
 // were counted whatever it says: Allowed reports whether they fit under
@@ -82,9 +91,12 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := s.shards.hashed(r.Key)
 	sh.mu.Lock()
-	if r.Algorithm.Logged() {
+	switch r.Algorithm {
+	case SlidingWindowLog, Concurrency:
 		d, over, err = s.chargeLog(sh, k, ms, r)
-	} else {
+	case GCRA:
+		d, over, err = s.chargeGCRA(sh, k, nanos(now), r)
+	default:
 		d, over, err = s.chargeCounter(sh, k, ms, r)
 	}
 	if sh.hot != nil && err == nil {
@@ -95,13 +107,13 @@ func (s *Store) Charge(now time.Time, r Request) (d Decision, over int64, err er
 }
 
 // validateAdjust is validate for a refund or a charge: hits must be
-// positive and may exceed the limit.
+// positive and may exceed the limit (a GCRA's burst too).
 func (c *Config) validateAdjust(r *Request) error {
 	if err := validateConcurrencyOp(r); err != nil {
 		return err
 	}
 	probe := *r
-	probe.Hits = max(min(r.Hits, r.Limit), 0) // the hits rules are checked below
+	probe.Hits = max(min(r.Hits, r.Limit, r.BurstOrLimit()), 0) // the hits rules are checked below
 	if err := c.validate(&probe); err != nil {
 		return err
 	}

@@ -37,6 +37,31 @@ func BenchmarkCounterHotKeyDenied(b *testing.B) {
 	}
 }
 
+// A GCRA bucket's hot key under its rate: the one-hit-per-check hot path,
+// its TAT moved on each call.
+func BenchmarkGCRAHotKey(b *testing.B) {
+	s := newStore(b, partition.DefaultCount, nil)
+	req := Request{Key: "user:12345:/api/v1/search", Limit: 1 << 30, Window: time.Hour, Algorithm: GCRA, Hits: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Check(benchT0.Add(time.Duration(i)*time.Microsecond), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A GCRA bucket over its rate: every call is a denial.
+func BenchmarkGCRAHotKeyDenied(b *testing.B) {
+	s := newStore(b, partition.DefaultCount, nil)
+	req := Request{Key: "user:12345:/api/v1/search", Limit: 100, Window: time.Minute, Algorithm: GCRA, Hits: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Check(benchT0.Add(time.Duration(i)*time.Microsecond), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // A hot calendar quota (a month in Paris) under its limit: the counter's
 // hot path, the period read from its zone's cache.
 func BenchmarkCalendarHotKey(b *testing.B) {
@@ -151,6 +176,7 @@ func BenchmarkHotKeySummariesMemory(b *testing.B) {
 
 func BenchmarkCounterManyKeysParallel(b *testing.B) { benchmarkManyKeys(b, SlidingWindowCounter, 1000) }
 func BenchmarkLogManyKeysParallel(b *testing.B)     { benchmarkManyKeys(b, SlidingWindowLog, 100) }
+func BenchmarkGCRAManyKeysParallel(b *testing.B)    { benchmarkManyKeys(b, GCRA, 1000) }
 
 // BenchmarkMemoryPerKey reports the heap each key costs once its state is
 // full, measured as heap growth after GC divided by keys, with realistic key
@@ -172,6 +198,8 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		// cost.
 		{"calendar-month", SlidingWindowCounter, 100, 200_000, month},
 		{"log-limit-5", SlidingWindowLog, 5, 200_000, 0},
+		// A GCRA bucket: one TAT, whatever the limit.
+		{"gcra", GCRA, 100, 200_000, 0},
 		// Limits between: where the log's 4-byte entries start to
 		// outweigh what every key costs (docs/benchmarks.md).
 		{"log-limit-20", SlidingWindowLog, 20, 50_000, 0},

@@ -28,7 +28,10 @@ func (rv *Reservations) expireOne(sh *shard, id uint64, rec reservation, ms int6
 		return
 	}
 	rv.counts.expired.Add(1)
-	if rec.hold {
+	switch {
+	case rec.hold && rec.alg == GCRA: // as a refund at ms: what it leaves past ms is the same bucket
+		rv.refundedHits.Add(uint64(sh.refundGCRAAt(rec.key, rec.interval, ms*int64(time.Millisecond), rec.hits)))
+	case rec.hold:
 		rv.refundedHits.Add(uint64(rv.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))
 	}
 }

@@ -30,6 +30,9 @@ func requireAccounting(t *testing.T, s *Store) {
 			entries += int(st.n)
 			slots += len(st.ring)
 		}
+		for k := range sh.gcras {
+			keyBytes += len(k.key)
+		}
 		got := [3]int{sh.entries, sh.slots, sh.keyBytes}
 		sh.mu.Unlock()
 		require.Equal(t, [3]int{entries, slots, keyBytes}, got, "shard %d: entries, slots, key bytes", i)
@@ -201,12 +204,12 @@ func TestAccountingUnderRandomTraffic(t *testing.T) {
 			switch op := rng.IntN(100); {
 			case op < 80:
 				limit := int64(1 + rng.IntN(50))
-				_, err := s.Check(now, Request{Key: key, Limit: limit, Window: w, Algorithm: Algorithm(rng.IntN(2)), Hits: rng.Int64N(limit + 1)})
+				_, err := s.Check(now, Request{Key: key, Limit: limit, Window: w, Algorithm: Algorithm(rng.IntN(3)), Hits: rng.Int64N(limit + 1)})
 				if err != nil {
 					require.ErrorIs(t, err, ErrCapacity)
 				}
 			case op < 84:
-				s.Admin().Delete(now, key, w, Algorithm(rng.IntN(2)))
+				s.Admin().Delete(now, key, w, Algorithm(rng.IntN(3)))
 			case op < 86:
 				s.Admin().DeleteKey(now, key)
 			case op < 88:
@@ -257,6 +260,7 @@ func TestEstimateBytesTracksTheHeap(t *testing.T) {
 		{"counter", SlidingWindowCounter, 100, 50_000},
 		{"log-limit-5", SlidingWindowLog, 5, 50_000},
 		{"log-limit-1000", SlidingWindowLog, 1000, 1_000},
+		{"gcra", GCRA, 100, 50_000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			keys := benchKeys(c.keys)

@@ -18,7 +18,10 @@ import (
 // state. Rarer changes (a merge, a handoff's forget, a lease's move, a
 // reset) append a lookup record, read from the maps when taken; so does a
 // journaled state that is deleted (evicted, expired, reset), which then
-// goes as its tombstone, as the backup must drop its copy.
+// goes as its tombstone, as the backup must drop its copy. A GCRA
+// bucket's every change, a check's or a rarer one's, writes its record
+// (its TAT) as a counter's check does, and its deletion that record's
+// tombstone (TAT 0): it never needs a lookup.
 //
 // Records go in the order the changes were made, and a backup applies
 // them in order: a lookup record reads the state as it is when taken,
@@ -33,7 +36,8 @@ type changeKind uint8
 const (
 	counterChange changeKind = iota // counter holds the counts
 	logChange                       // log is the state, read when taken
-	lookupChange                    // read both maps when taken
+	lookupChange                    // read the counter's and the log's maps when taken
+	gcraChange                      // tat holds the bucket's TAT, 0 its tombstone
 )
 
 type change struct {
@@ -42,6 +46,7 @@ type change struct {
 	kind    changeKind
 	counter counterState
 	log     *logState
+	tat     int64 // Unix ns
 }
 
 func newJournal() *journal { return &journal{epoch: 1} }
@@ -115,7 +120,10 @@ type Changes struct {
 // (see Config.TrackChanges). A state that is gone or expired comes as
 // its tombstone, an empty state (no counts, no log), on which a backup
 // drops its copy; a key changed by something rarer than a check (see
-// journal) comes under both algorithms, as its state or its tombstone.
+// journal) comes under both window algorithms, as its state or its
+// tombstone (a GCRA bucket comes as its own). A bucket's TAT is read
+// against now's millisecond: one that drained within it still comes as
+// its state, which counts nothing.
 // The caller may reuse out: nothing appended refers to the store's
 // memory but key strings and fresh logs.
 func (c *Changes) Take(out []KeyState, i int, now time.Time) []KeyState {
@@ -189,6 +197,12 @@ func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
 	case logChange:
 		ks := keyStateOf(k, k.logAlgorithm())
 		ks.Log = c.log.live(now - k.span())
+		return append(out, ks)
+	case gcraChange:
+		ks := keyStateOf(k, GCRA)
+		if c.tat > now*int64(time.Millisecond) {
+			ks.TAT = c.tat
+		}
 		return append(out, ks)
 	}
 	return sh.appendLookup(out, k, now)

@@ -22,6 +22,14 @@ func (a *Admin) DeleteLimit(now time.Time, r Request) bool {
 	sh := a.shards.of(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if alg == GCRA {
+		st, ok := sh.gcras[k]
+		if !ok {
+			return false
+		}
+		sh.removeGCRA(k, st) // journals its tombstone: a backup's copy must go too
+		return st.tat > nanos(now)
+	}
 	sh.touch(k) // a backup's copy must go too
 	if alg.Logged() {
 		st, ok := sh.logs[k]
@@ -69,6 +77,15 @@ func (a *Admin) DeleteKey(now time.Time, key string) int {
 			}
 			sh.touch(k)
 			sh.deleteLog(k, st)
+		}
+	}
+	ns := nanos(now)
+	for k, st := range sh.gcras {
+		if k.key == key {
+			if st.tat > ns {
+				live++
+			}
+			sh.removeGCRA(k, st)
 		}
 	}
 	return live

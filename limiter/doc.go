@@ -1,5 +1,6 @@
-// Package limiter implements the two sliding-window rate-limiting algorithms
-// of peerlimit and the sharded in-memory store that holds their state.
+// Package limiter implements the rate-limiting algorithms of peerlimit (two
+// sliding windows and GCRA) and the sharded in-memory store that holds
+// their state.
 //
 // Sliding window counter: time is cut into fixed windows aligned to the Unix
 // epoch (window id = floor(t / W)). A key keeps the count of the current and
@@ -25,8 +26,21 @@
 // Memory per key grows with the limit, 4 bytes per admitted hit, which is why
 // the log's limit is capped (Config.MaxLogLimit).
 //
+// GCRA (gcra.go): a bucket of B hits (Request.Burst, or the limit) that
+// drains at Limit per Window, kept as one theoretical arrival time TAT (Unix
+// ns) per key. With T = Window/Limit rounded up to a whole ns and level =
+// max(0, TAT − now), a request of n hits is allowed iff max(TAT, now) + n·T
+// − now ≤ B·T, and then TAT = max(TAT, now) + n·T. It answers the level in
+// hits before (ceil(level/T)), the hits that still fit after
+// (floor((B·T − level)/T)), the exact retry time (the excess over B·T), the
+// time until the bucket is empty (reset) and until one more hit fits
+// (refill). Its buckets are kept apart from the windows' states (a map of
+// their own), and their levels add across members in a handoff as counter
+// counts do. docs/limiter.md, "GCRA", states every rule.
+//
 // The store never reads a clock: every call takes the time of the decision,
 // so that the edge of the system (the node that receives a request) owns the
 // clock and tests can drive time precisely. Time is kept in whole
-// milliseconds.
+// milliseconds, but GCRA's, in nanoseconds (an emission interval may be a
+// microsecond).
 package limiter

@@ -24,6 +24,14 @@ func FuzzCheck(f *testing.F) {
 	f.Add("k", int64(5), int64(0), uint8(1), int64(1), int64(0), uint8(CalendarMinute), "UTC")
 	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(0), uint8(CalendarDay), "Mars/Olympus_Mons")
 	f.Add("k", int64(5), int64(0), uint8(0), int64(1), int64(0), uint8(9), "Local")
+	// GCRA (algorithm 2): a bucket, at its fastest rate, past it, past
+	// its burst, at the end of time, and refused with a calendar.
+	f.Add("k", int64(5), int64(1_000), uint8(2), int64(3), int64(1745000145000), uint8(0), "")
+	f.Add("k", int64(1_000), int64(1), uint8(2), int64(1_000), int64(1745000145001), uint8(0), "")
+	f.Add("k", int64(1_001), int64(1), uint8(2), int64(1), int64(0), uint8(0), "")
+	f.Add("k", int64(5), int64(60_000), uint8(2), int64(6), int64(1745000145000), uint8(0), "")
+	f.Add("k", int64(1<<30), int64(31_622_400_000), uint8(2), int64(1<<29), int64(1<<62), uint8(0), "")
+	f.Add("k", int64(5), int64(0), uint8(2), int64(1), int64(0), uint8(CalendarDay), "UTC")
 	s := newStore(f, 7, func(cfg *Config) { cfg.MaxKeys = 64 })
 	f.Fuzz(func(t *testing.T, key string, limit, windowMS int64, algo uint8, hits, nowMS int64, unit uint8, zone string) {
 		req := Request{Key: key, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Algorithm: Algorithm(algo), Hits: hits}

@@ -88,12 +88,13 @@ func (t *Transfer) SnapshotPartition(i int, now time.Time) []KeyState {
 				Algorithm: k.logAlgorithm(), Log: log})
 		}
 	}
-	return out
+	return sh.snapshotGCRAs(out, nanos(now))
 }
 
 // Forget removes from the store what states describe, after they were
 // handed to another node: counter counts are subtracted per window, log
-// entries removed one for one. What was admitted since the snapshot stays;
+// entries removed one for one, a GCRA bucket's level as of now taken out
+// of the key's (mergeGCRA). What was admitted since the snapshot stays;
 // a key left with nothing is deleted. A state that came from another
 // node's clock is best forgotten in the form MergeAdded returned for it,
 // which Forget takes back exactly.
@@ -106,6 +107,11 @@ func (t *Transfer) Forget(now time.Time, states []KeyState) {
 		}
 		sh := t.shards.of(ks.Key)
 		sh.mu.Lock()
+		if ks.Algorithm == GCRA { // journals its own change
+			sh.forgetGCRA(k, nanos(now), ks)
+			sh.mu.Unlock()
+			continue
+		}
 		sh.touch(k)
 		switch {
 		case ks.Algorithm.Logged():
@@ -181,7 +187,8 @@ func subtractSorted(a, b []int64) []int64 {
 
 // Merge adds states into the store, combining each with what the store
 // already holds for the same key: counter counts are summed per window
-// (after rolling both to the later window), log entries are united. Both
+// (after rolling both to the later window), log entries are united, GCRA
+// levels are summed (mergeGCRA). Both
 // sides may have served the key (a partition, a handoff in flight), and
 // every hit either side admitted still counts.
 //
@@ -211,9 +218,9 @@ func (t *Transfer) MergeAdded(now time.Time, states []KeyState) (added []KeyStat
 
 // merge implements Merge, appending to added (if not nil) what it added.
 func (t *Transfer) merge(now time.Time, states []KeyState, added *[]KeyState) (merged int, errs []error) {
-	ms := max(now.UnixMilli(), 0)
+	ms, ns := max(now.UnixMilli(), 0), nanos(now)
 	for _, ks := range states {
-		in, err := t.mergeOne(ms, ks)
+		in, err := t.mergeOne(ms, ns, ks)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("merge %q: %w", ks.Key, err))
 			continue
@@ -228,9 +235,9 @@ func (t *Transfer) merge(now time.Time, states []KeyState, added *[]KeyState) (m
 
 // mergeOne checks ks against the bounds a request meets (key, window,
 // algorithm; a log longer than MaxLogLimit is trimmed by mergeLog, not
-// refused), then merges it under its partition's lock. It returns what it
-// added, the zero KeyState if nothing.
-func (t *Transfer) mergeOne(now int64, ks KeyState) (KeyState, error) {
+// refused), then merges it under its partition's lock, at now (ms; ns for
+// a GCRA bucket). It returns what it added, the zero KeyState if nothing.
+func (t *Transfer) mergeOne(now, ns int64, ks KeyState) (KeyState, error) {
 	probe := Request{Key: ks.Key, Limit: 1, Window: ks.Window, Algorithm: ks.Algorithm, Calendar: ks.Calendar}
 	if ks.Algorithm.Logged() {
 		probe.Limit = min(int64(len(ks.Log)), t.cfg.MaxLogLimit)
@@ -244,11 +251,16 @@ func (t *Transfer) mergeOne(now int64, ks KeyState) (KeyState, error) {
 		return KeyState{}, &ArgumentError{"state", "negative count"}
 	case ks.Calendar != 0 && ks.Prev != 0:
 		return KeyState{}, &ArgumentError{"state", "a calendar limit has no previous window's count"}
+	case ks.TAT < 0:
+		return KeyState{}, &ArgumentError{"state", "negative theoretical arrival time"}
 	}
 	k := stateKey{ks.Key, ks.stateWindow()}
 	sh := t.shards.of(ks.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if ks.Algorithm == GCRA { // journals its own change
+		return t.mergeGCRA(sh, k, ns, ks)
+	}
 	sh.touch(k)
 	switch {
 	case ks.Calendar != 0:
@@ -276,10 +288,13 @@ func (ks *KeyState) stateWindow() int64 {
 // computes it: a sliding counter's current count weighs in until the end
 // of the next window, a log entry for one window, a calendar count until
 // its period ends. A state whose calendar this process does not know
-// counts nothing (the store would refuse it).
+// counts nothing (the store would refuse it). A GCRA bucket counts until
+// its TAT, rounded up to the millisecond.
 func (ks KeyState) Expiry() int64 {
 	w := ks.Window.Milliseconds()
 	switch {
+	case ks.Algorithm == GCRA:
+		return gcraExpiry(ks.TAT)
 	case ks.Calendar != 0:
 		c, ok := ks.Calendar.cal()
 		if !ok || ks.Curr <= 0 {
@@ -518,4 +533,4 @@ func (s KeyState) ID() StateID {
 
 // Empty reports whether s counts nothing: a key's tombstone, among what
 // Changes.Take returns.
-func (s KeyState) Empty() bool { return s.Prev <= 0 && s.Curr <= 0 && len(s.Log) == 0 }
+func (s KeyState) Empty() bool { return s.Prev <= 0 && s.Curr <= 0 && len(s.Log) == 0 && s.TAT <= 0 }

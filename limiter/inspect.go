@@ -26,6 +26,10 @@ type KeyView struct {
 	Previous, Current int64
 	// The log's hits in the window, oldest first.
 	Entries []time.Time
+	// TAT is a GCRA bucket's theoretical arrival time: when it is empty
+	// again. Its Count is its level in hits of the inspected limit (whose
+	// burst is taken to be the limit), 0 when Inspect was given none.
+	TAT time.Time
 	// NextAllow is the time until the inspected hits more would be
 	// allowed under the inspected limit, if no other traffic came: 0 when
 	// they would be now. Meaningful only when Inspect was given a limit.
@@ -67,6 +71,13 @@ func (a *Admin) Inspect(now time.Time, key string, limit, hits int64) ([]KeyView
 		if k.key == key {
 			if v, ok := inspectLog(st, ms, k.span(), limit, hits); ok {
 				v.Algorithm = k.logAlgorithm()
+				out = append(out, v)
+			}
+		}
+	}
+	for k, st := range sh.gcras {
+		if k.key == key {
+			if v, ok := inspectGCRA(st, nanos(now), k.window, limit, hits); ok {
 				out = append(out, v)
 			}
 		}

@@ -68,6 +68,8 @@ func offset(sent, now time.Time) (s, d int64, ok bool) {
 //     window id, its count Curr and the window before's Prev; what fell
 //     in older windows has left every sliding window at now, and is
 //     dropped.
+//   - A GCRA bucket: its TAT moves by δ, as a log's entries do (a TAT
+//     moved before the epoch is 0: the bucket is empty here either way).
 //   - A calendar quota: unchanged. Its window id is a civil period's
 //     start in a zone, not a multiple of a duration; a skew S moves its
 //     boundary by at most S (Merge).
@@ -103,6 +105,8 @@ func (s *KeyState) rebase(sent, d int64) {
 		s.rebaseLog(d)
 	case s.Algorithm == SlidingWindowCounter:
 		s.rebaseCounter(sent, d)
+	case s.Algorithm == GCRA:
+		s.rebaseGCRA(d)
 	}
 }
 

@@ -112,7 +112,8 @@ type Decision struct {
 	// negative.
 	Remaining int64
 	// CurrentCount is the count before this request: the floored estimate
-	// for the counter, the exact number of hits in the window for the log.
+	// for the counter, the exact number of hits in the window for the log,
+	// the bucket's level in hits (rounded up) for GCRA.
 	CurrentCount int64
 	// RetryAfter is zero when allowed. When denied it is the earliest time
 	// after which the same request would be allowed if no other traffic came.
@@ -127,7 +128,10 @@ type Decision struct {
 	// the hits counted in it weigh less and less over the next window. It runs
 	// down as time passes and is at most one window. For the log it is zero when
 	// the key holds no hit in the window; for the counter it is never zero
-	// (W − (now mod W), in (0, W]).
+	// (W − (now mod W), in (0, W]). For GCRA it is the time until one more
+	// hit fits (Remaining grows by one), zero when the bucket is empty.
+	// GCRA's durations are exact to the nanosecond; the windows' are whole
+	// milliseconds.
 	RefillAfter time.Duration
 	// Adjust is what an op other than a check reports; nil for a check.
 	Adjust *Adjustment
@@ -313,9 +317,18 @@ func (r Request) FixedWindow(at int64) (id, end int64) {
 }
 
 // HitsAt returns the state that hits counted at at (Unix ms) under r's
-// limit add to its key: what Forget takes back to undo them.
+// limit add to its key: what Forget takes back to undo them. For GCRA it
+// is a bucket that took the hits at at, TAT = at + hits·T: Forget at now
+// takes back what of them has not drained by now, max(0, TAT − now), all
+// of them at at. A bucket that held a level before them drains them later
+// than that, so an undo after at takes back up to now − at of level too
+// little: over-denial, never a hit given twice.
 func (r Request) HitsAt(at, hits int64) KeyState {
 	ks := KeyState{Key: r.Key, Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar}
+	if r.Algorithm == GCRA {
+		ks.TAT = satAdd(satMul(max(at, 0), int64(time.Millisecond)), satMul(max(hits, 0), bucketOf(&r).t))
+		return ks
+	}
 	if r.Algorithm.Logged() {
 		ks.Log = make([]int64, hits)
 		for i := range ks.Log {

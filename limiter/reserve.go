@@ -37,6 +37,7 @@ type reservation struct {
 	settled      bool
 	hits         int64
 	at           int64 // ms
+	interval     int64 // GCRA: its limit's emission interval (ns), to give a hold's hits back at its expiry
 	expires      int64 // ms: when the record is forgotten
 	tokenExpires int64 // ms: what its token says (an unknown settle's record may be forgotten sooner)
 	cost         int64 // a settled one's cost (0: released)
@@ -114,13 +115,13 @@ func (rv *Reservations) Reserve(now time.Time, r Request) (Decision, error) {
 	k := stateKey{r.Key, r.stateWindow()}
 	sh, h := rv.store.shards.hashed(r.Key)
 	sh.mu.Lock()
-	d, at, err := rv.checkStamped(sh, k, ms, r)
+	d, at, err := rv.checkStamped(sh, k, ms, nanos(now), r)
 	var t token
 	if err == nil && d.Allowed {
 		t = token{version: tokenVersion, id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op != OpReserve,
 			binding: bindingOf(&r)}
 		sh.remember(t.id, reservation{key: stateKey{strings.Clone(r.Key), k.window}, alg: r.Algorithm, hold: t.hold,
-			hits: t.hits, at: t.at, expires: t.expires, tokenExpires: t.expires})
+			hits: t.hits, at: t.at, expires: t.expires, tokenExpires: t.expires, interval: holdInterval(&r)})
 	}
 	if sh.hot != nil && err == nil {
 		sh.hot.observe(ms, h, r.Key, d.Allowed)
@@ -155,12 +156,17 @@ func (rv *Reservations) takeReservationSlot() error {
 		rv.store.cfg.MaxReservations, ErrCapacity)
 }
 
-// checkStamped checks r at now (ms) and returns, beside the decision,
-// the time its hits were counted at: now, or later when the key's state
-// was stamped later (a clock that stepped back is clamped, as Check
-// clamps it). Requires sh.mu held.
-func (rv *Reservations) checkStamped(sh *shard, k stateKey, ms int64, r Request) (Decision, int64, error) {
+// checkStamped checks r at now (ms; ns for GCRA) and returns, beside the
+// decision, the time (ms) its hits were counted at: now, or later when the
+// key's state was stamped later (a clock that stepped back is clamped, as
+// Check clamps it). A GCRA bucket counts at now: its refunds take hits
+// back whenever they were counted. Requires sh.mu held.
+func (rv *Reservations) checkStamped(sh *shard, k stateKey, ms, ns int64, r Request) (Decision, int64, error) {
 	r.Op = OpCheck
+	if r.Algorithm == GCRA {
+		d, err := rv.store.checkGCRA(sh, k, ns, r)
+		return d, ms, err
+	}
 	if r.Algorithm.Logged() {
 		d, err := rv.store.checkLog(sh, k, ms, r)
 		if err != nil || !d.Allowed {

@@ -58,7 +58,7 @@ func (rv *Reservations) Settle(now time.Time, r Request) (Decision, error) {
 	ms := max(now.UnixMilli(), 0)
 	sh := rv.store.shards.of(r.Key)
 	sh.mu.Lock()
-	d, adj, err := rv.settleLocked(sh, k, ms, r, t)
+	d, adj, err := rv.settleLocked(sh, k, ms, nanos(now), r, t)
 	sh.mu.Unlock()
 	if err != nil {
 		return Decision{}, err
@@ -68,8 +68,8 @@ func (rv *Reservations) Settle(now time.Time, r Request) (Decision, error) {
 	return d, nil
 }
 
-// settleLocked is Settle under sh.mu.
-func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms int64, r Request, t token) (Decision, Adjustment, error) {
+// settleLocked is Settle under sh.mu, at ms (ns: the same time, for GCRA).
+func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms, ns int64, r Request, t token) (Decision, Adjustment, error) {
 	rec, found := sh.lookup(t.id)
 	switch {
 	case found && !rec.matches(k, r.Algorithm, &t):
@@ -89,17 +89,17 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms int64, r Request,
 			return Decision{}, Adjustment{}, &ConflictError{"hits", fmt.Sprintf("this reservation was settled before at a cost of %d (refunded %d, over %d), "+
 				"and a retry must repeat it; got %d. Nothing was applied", rec.cost, rec.refunded, rec.over, r.Hits)}
 		}
-		d := rv.peekLocked(sh, k, ms, r)
+		d := rv.peekLocked(sh, k, ms, ns, r)
 		return d, Adjustment{Refunded: rec.refunded, Over: rec.over, Settled: SettledBefore}, nil
 	case !found && t.expires <= ms:
 		cost := max(r.Hits-t.hits, 0)
 		if t.hold {
 			cost = r.Hits
 		}
-		d, _, over, err := rv.adjustLocked(sh, k, ms, r, t.at, 0, cost)
+		d, _, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, 0, cost)
 		return d, Adjustment{Over: over, Settled: SettledExpired}, err
 	}
-	d, refunded, over, err := rv.adjustLocked(sh, k, ms, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
+	d, refunded, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
 	if err != nil {
 		return Decision{}, Adjustment{}, err
 	}
@@ -124,21 +124,24 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms int64, r Request,
 }
 
 // adjustLocked settles a reservation's difference on k: it charges
-// charge hits at ms if charge > 0, else refunds up to refund hits counted
-// at at (ms) (a settle does one or the other), and returns the decision
-// after, what it refunded and how far over the limit the charge went.
-// Requires sh.mu held.
-func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
+// charge hits at ms (ns for GCRA) if charge > 0, else refunds up to
+// refund hits counted at at (ms) (a settle does one or the other), and
+// returns the decision after, what it refunded and how far over the limit
+// the charge went. Requires sh.mu held.
+func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms, ns int64, r Request, at, refund, charge int64) (d Decision, refunded, over int64, err error) {
 	if charge == 0 {
-		d, refunded = rv.refundAtThenPeek(sh, k, ms, r, at, refund)
+		d, refunded = rv.refundAtThenPeek(sh, k, ms, ns, r, at, refund)
 		rv.refundedHits.Add(uint64(refunded))
 		return d, refunded, 0, nil
 	}
 	c := r
 	c.Op, c.Hits = OpCharge, charge
-	if r.Algorithm.Logged() {
+	switch r.Algorithm {
+	case SlidingWindowLog, Concurrency:
 		d, over, err = rv.store.chargeLog(sh, k, ms, c)
-	} else {
+	case GCRA:
+		d, over, err = rv.store.chargeGCRA(sh, k, ns, c)
+	default:
 		d, over, err = rv.store.chargeCounter(sh, k, ms, c)
 	}
 	if err != nil {
@@ -147,15 +150,24 @@ func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms int64, r Request,
 	rv.chargedHits.Add(uint64(charge))
 	// A charge's CurrentCount is the count before it, a check's; a settle
 	// answers with the count after it, whichever way it went.
-	d.CurrentCount = rv.peekLocked(sh, k, ms, r).CurrentCount
+	d.CurrentCount = rv.peekLocked(sh, k, ms, ns, r).CurrentCount
 	return d, refunded, over, nil
 }
 
 // refundAtThenPeek is refundAt followed by a peek, with one lookup of
-// k's state: a settle at or below its reservation, the common one.
-// Requires sh.mu held.
-func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Request, at, n int64) (Decision, int64) {
+// k's state: a settle at or below its reservation, the common one. A GCRA
+// bucket's refund is a refund's (Store.Refund), whenever its hits were
+// counted. Requires sh.mu held.
+func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms, ns int64, r Request, at, n int64) (Decision, int64) {
 	var got int64
+	if r.Algorithm == GCRA {
+		if n == 0 {
+			return rv.peekLocked(sh, k, ms, ns, r), 0
+		}
+		c := r
+		c.Hits = n
+		return rv.store.refundGCRA(sh, k, ns, c)
+	}
 	if r.Algorithm.Logged() {
 		st, ok := sh.logs[k]
 		if !ok {
@@ -174,7 +186,7 @@ func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Requ
 	}
 	if k.window < 0 {
 		got = rv.refundAt(sh, k, r.Algorithm, ms, at, n)
-		return rv.peekLocked(sh, k, ms, r), got
+		return rv.peekLocked(sh, k, ms, ns, r), got
 	}
 	st, ok := sh.counters[k]
 	if ok && n > 0 {
@@ -190,13 +202,17 @@ func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms int64, r Requ
 	return decision(r.Limit, 0, res.allowed, res.count, res.retryAfter, res.resetAfter, st.refillAfter(ms, k.window)), got
 }
 
-// peekLocked is a check of 0 hits of k's limit at ms. Requires sh.mu held.
-func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms int64, r Request) Decision {
+// peekLocked is a check of 0 hits of k's limit at ms (ns for GCRA).
+// Requires sh.mu held.
+func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms, ns int64, r Request) Decision {
 	r.Op, r.Hits = OpCheck, 0
 	var d Decision
-	if r.Algorithm.Logged() {
+	switch r.Algorithm {
+	case SlidingWindowLog, Concurrency:
 		d, _ = rv.store.checkLog(sh, k, ms, r) // a peek neither creates a key nor grows a log: no error
-	} else {
+	case GCRA:
+		d, _ = rv.store.checkGCRA(sh, k, ns, r)
+	default:
 		d, _ = rv.store.checkCounter(sh, k, ms, r)
 	}
 	return d
@@ -204,9 +220,14 @@ func (rv *Reservations) peekLocked(sh *shard, k stateKey, ms int64, r Request) D
 
 // refundAt takes back up to n hits of k counted at at (ms), as seen at
 // now: the log's entries stamped at, still in the window; the counter's
-// count of at's window while it is the current or the previous one.
-// Requires sh.mu held.
+// count of at's window while it is the current or the previous one. A
+// GCRA bucket's refund needs its emission interval, which alg does not
+// give: its callers refund it themselves (refundGCRAAt), and it takes
+// nothing here. Requires sh.mu held.
 func (rv *Reservations) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, n int64) int64 {
+	if alg == GCRA {
+		return 0
+	}
 	if alg.Logged() {
 		st, ok := sh.logs[k]
 		if !ok {

@@ -246,6 +246,7 @@ type shard struct {
 	mu       sync.Mutex
 	counters map[stateKey]counterState
 	logs     map[stateKey]*logState
+	gcras    map[stateKey]gcraState
 	peak     int // largest size since the maps were last rebuilt
 	// Running totals, kept under mu wherever state changes, so that the
 	// log budget is one comparison and a scrape never walks the maps.
@@ -263,7 +264,7 @@ type shard struct {
 	_    [8]byte // keep neighbouring shards' locks off one cache line
 }
 
-func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) }
+func (sh *shard) len() int { return len(sh.counters) + len(sh.logs) + len(sh.gcras) }
 
 // putCounter stores a new key's counter. Requires sh.mu held.
 func (sh *shard) putCounter(k stateKey, st counterState) {
@@ -326,6 +327,7 @@ func New(cfg Config, partitions int) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].counters = make(map[stateKey]counterState)
 		s.shards[i].logs = make(map[stateKey]*logState)
+		s.shards[i].gcras = make(map[stateKey]gcraState)
 		if cfg.TrackChanges {
 			s.shards[i].journal = newJournal()
 		}
@@ -356,6 +358,8 @@ func (s *Store) Check(now time.Time, r Request) (Decision, error) {
 	switch r.Algorithm {
 	case SlidingWindowLog, Concurrency:
 		d, err = s.checkLog(sh, k, ms, r)
+	case GCRA:
+		d, err = s.checkGCRA(sh, k, nanos(now), r)
 	default:
 		d, err = s.checkCounter(sh, k, ms, r)
 	}
@@ -395,6 +399,8 @@ func (s *Store) CheckPlaced(now time.Time, r Request) (Decision, int64, error) {
 		if st, ok := sh.logs[k]; ok && st.n > 0 && err == nil && d.Allowed {
 			at = st.newest() // the entries just pushed are the newest
 		}
+	case GCRA: // a bucket counts its hits at now, whatever its TAT
+		d, err = s.checkGCRA(sh, k, nanos(now), r)
 	default:
 		d, err = s.checkCounter(sh, k, ms, r)
 		if st, ok := sh.counters[k]; ok {
@@ -554,11 +560,15 @@ func (rm *room) makeRoom(sh *shard, now int64) error {
 	}
 	// No key has window 0, so nothing is skipped.
 	victimL, victimLog, droppedLogs := sh.sampleLogs(now, stateKey{}, soonest)
-	if dropped += droppedLogs; dropped > 0 {
+	if victimLog != nil {
+		soonest = victimLog.expiry(victimL.window)
+	}
+	victimG, victimGS, isG, droppedGCRAs := sh.sampleGCRAs(now, soonest)
+	if dropped += droppedLogs + droppedGCRAs; dropped > 0 {
 		rm.expired.Add(uint64(dropped))
 		return nil
 	}
-	if rm.overflow == OverflowReject || (victimLog == nil && victimC == nil) {
+	if rm.overflow == OverflowReject || (victimLog == nil && victimC == nil && !isG) {
 		rm.rejections.Add(1)
 		if rm.overflow == OverflowEvict {
 			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar limits, which are never evicted: %w",
@@ -568,6 +578,8 @@ func (rm *room) makeRoom(sh *shard, now int64) error {
 			sh.len(), rm.maxKeys, ErrCapacity)
 	}
 	switch {
+	case isG: // empties sooner than any sampled log or counter
+		sh.deleteGCRA(victimG, victimGS)
 	case victimLog != nil: // expires sooner than any sampled counter
 		sh.deleteLog(victimL, victimLog)
 	case victimC != nil:
@@ -661,6 +673,7 @@ func (s *Store) Sweep(now time.Time) int {
 				freed++
 			}
 		}
+		freed += sh.sweepGCRAs(nanos(now))
 		sh.compact()
 		sh.mu.Unlock()
 	}
@@ -684,13 +697,18 @@ func (sh *shard) compact() {
 	for k, v := range sh.logs {
 		logs[k] = v
 	}
-	sh.counters, sh.logs, sh.peak = counters, logs, sh.len()
+	gcras := make(map[stateKey]gcraState, len(sh.gcras))
+	for k, v := range sh.gcras {
+		gcras[k] = v
+	}
+	sh.counters, sh.logs, sh.gcras, sh.peak = counters, logs, gcras, sh.len()
 }
 
 // Stats is a snapshot of the store's bookkeeping.
 type Stats struct {
 	CounterKeys int
 	LogKeys     int
+	GCRAKeys    int
 	LogEntries  int // hits held by all logs
 	// LogSlots is the entries the logs allocated, room to grow included:
 	// what Config.MaxLogEntries bounds.
@@ -710,9 +728,13 @@ type Stats struct {
 // with BenchmarkMemoryPerKey (126 B for a counter and 176 B for a log of
 // limit 5, both with a 37-byte key): a map slot at Go's load factor, the
 // key string's size-class rounding, and the log's heap-allocated header.
+// A GCRA bucket's slot holds 16 bytes of state where a counter's holds
+// 32: with the map's slack, 25–30 B less per key than a counter in
+// TestEstimateBytesTracksTheHeap, which the estimate takes as 24.
 const (
 	counterKeyOverhead = 88
 	logKeyOverhead     = 112
+	gcraKeyOverhead    = 64
 	logSlotBytes       = 4
 )
 
@@ -721,7 +743,7 @@ const (
 // holds up to twice its slots, and a map shrinks only once Sweep rebuilds
 // it.
 func (st Stats) EstimateBytes() int64 {
-	return int64(st.CounterKeys)*counterKeyOverhead + int64(st.LogKeys)*logKeyOverhead +
+	return int64(st.CounterKeys)*counterKeyOverhead + int64(st.LogKeys)*logKeyOverhead + int64(st.GCRAKeys)*gcraKeyOverhead +
 		int64(st.KeyBytes) + int64(st.LogSlots)*logSlotBytes
 }
 
@@ -735,6 +757,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Lock()
 		st.CounterKeys += len(sh.counters)
 		st.LogKeys += len(sh.logs)
+		st.GCRAKeys += len(sh.gcras)
 		st.LogEntries += sh.entries
 		st.LogSlots += sh.slots
 		st.KeyBytes += sh.keyBytes

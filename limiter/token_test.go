@@ -356,7 +356,7 @@ func FuzzReservationToken(f *testing.F) {
 		require.NoError(t, err)
 		sh := st.shards.of(r.Key)
 		sh.mu.Lock()
-		_, _, err = st.reservations.checkStamped(sh, stateKey{r.Key, r.stateWindow()}, fuzzReservation.at, Request{Key: r.Key, Limit: 10,
+		_, _, err = st.reservations.checkStamped(sh, stateKey{r.Key, r.stateWindow()}, fuzzReservation.at, fuzzReservation.at*int64(time.Millisecond), Request{Key: r.Key, Limit: 10,
 			Window: time.Minute, Algorithm: r.Algorithm, Hits: 3})
 		sh.remember(fuzzReservation.id, reservation{key: stateKey{r.Key, r.stateWindow()}, alg: r.Algorithm, hits: 3,
 			at: fuzzReservation.at, expires: fuzzReservation.expires, tokenExpires: fuzzReservation.expires})

@@ -20,7 +20,8 @@ func FuzzRestore(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	l.Own([]limiter.KeyState{counter("a", 1), {Key: "l", Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: []int64{5, 6}}})
+	l.Own([]limiter.KeyState{counter("a", 1), {Key: "l", Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: []int64{5, 6}},
+		{Key: "g", Window: time.Second, Algorithm: limiter.GCRA, TAT: 1_750_000_000_123_456_789}})
 	l.Replicated("n2", peer.Replication{Whole: []int{1}, States: []limiter.KeyState{counter("r", 2)}})
 	l.Dropped([]int{1})
 	_ = l.Close()

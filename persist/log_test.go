@@ -114,6 +114,25 @@ func TestALogRestoresWhatItWasGiven(t *testing.T) {
 	assert.Empty(t, r.Dropped)
 }
 
+// A GCRA bucket's TAT is written and restored to the nanosecond, as
+// its own state and as a replica's; its tombstone (TAT 0) drops it.
+func TestALogRestoresGCRABuckets(t *testing.T) {
+	fs := crashfs.New()
+	l, _ := open(t, fs, newSource(), me)
+	bucket := func(key string, tat int64) limiter.KeyState {
+		return limiter.KeyState{Key: key, Window: time.Second, Algorithm: limiter.GCRA, TAT: tat}
+	}
+	l.Own([]limiter.KeyState{bucket("a", 1_750_000_000_123_456_789), bucket("b", 1_750_000_000_000_000_001)})
+	l.Own([]limiter.KeyState{bucket("b", 0)}) // b's tombstone
+	l.Replicated("n2", peer.Replication{Whole: []int{3}, States: []limiter.KeyState{bucket("r", 1_750_000_000_999_999_999)}})
+	require.NoError(t, l.Close())
+
+	_, r := open(t, fs, newSource(), me)
+	assert.Equal(t, []limiter.KeyState{bucket("a", 1_750_000_000_123_456_789)}, r.Own)
+	require.Len(t, r.Replicas, 1)
+	assert.Equal(t, []limiter.KeyState{bucket("r", 1_750_000_000_999_999_999)}, r.Replicas[0].States)
+}
+
 // A replication is journaled as the replica store applied it, already on
 // this node's clock (the node rebased it on arrival): with no sent stamp,
 // so that a restore applies it as it is and never rebases it again.

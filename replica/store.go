@@ -236,10 +236,9 @@ func (s *Store) drop(p int) int {
 	return n
 }
 
-// empty reports whether ks counts nothing: a key's tombstone.
-func empty(ks limiter.KeyState) bool {
-	return ks.Prev <= 0 && ks.Curr <= 0 && len(ks.Log) == 0
-}
+// empty reports whether ks counts nothing: a key's tombstone
+// (limiter.KeyState.Empty: a GCRA bucket's TAT counts too).
+func empty(ks limiter.KeyState) bool { return ks.Empty() }
 
 // Origin returns the member that last replicated partition p to this
 // node (zero if none did).

@@ -13,7 +13,7 @@ import (
 // log as one base time and 32-bit offsets from it.
 func ToProtoKeyState(s limiter.KeyState) *pb.KeyState {
 	out := &pb.KeyState{Key: s.Key, WindowMs: s.Window.Milliseconds(), Algorithm: pb.Algorithm(s.Algorithm),
-		WindowId: s.WindowID, Prev: s.Prev, Curr: s.Curr}
+		WindowId: s.WindowID, Prev: s.Prev, Curr: s.Curr, TatNs: s.TAT}
 	out.Calendar, out.TimeZone = CalendarToProto(s.Calendar)
 	if len(s.Log) > 0 {
 		out.LogBaseMs, out.LogOffsetsMs = logOffsets(s.Log)
@@ -33,7 +33,7 @@ func logOffsets(log []int64) (base int64, offs []uint32) {
 // FromProtoKeyState converts a received key state; the store validates it.
 func FromProtoKeyState(s *pb.KeyState) limiter.KeyState {
 	out := limiter.KeyState{Key: s.GetKey(), Algorithm: limiter.Algorithm(min(max(s.GetAlgorithm(), 0), 255)),
-		WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr(), Calendar: calendarFromMember(s.GetCalendar(), s.GetTimeZone())}
+		WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr(), TAT: s.GetTatNs(), Calendar: calendarFromMember(s.GetCalendar(), s.GetTimeZone())}
 	if ms := s.GetWindowMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
 		out.Window = time.Duration(ms) * time.Millisecond
 	}
@@ -54,7 +54,7 @@ func ToProtoKeyStates(states []limiter.KeyState) []*pb.KeyState {
 	for i, s := range states {
 		m := &slab[i]
 		m.Key, m.WindowMs, m.Algorithm = s.Key, s.Window.Milliseconds(), pb.Algorithm(s.Algorithm)
-		m.WindowId, m.Prev, m.Curr = s.WindowID, s.Prev, s.Curr
+		m.WindowId, m.Prev, m.Curr, m.TatNs = s.WindowID, s.Prev, s.Curr, s.TAT
 		if s.Calendar != 0 {
 			m.Calendar, m.TimeZone = CalendarToProto(s.Calendar)
 		}
