@@ -278,7 +278,11 @@ func TestRunWritesTableAndJSON(t *testing.T) {
 	table, err := os.ReadFile(out)
 	require.NoError(t, err)
 	assert.Contains(t, string(table), rep.Command)
-	assert.Equal(t, len(rep.Rows)+2, strings.Count(string(table), "\n|"), "header, rule and one line per row")
+	assert.Equal(t, 2*(len(rep.Rows)+2), strings.Count(string(table), "\n|"), "two tables (the counter's, GCRA's): header, rule and one line per row each")
+	for _, r := range rep.Rows {
+		assert.Zero(t, r.GCRAMismatches, "%s: the GCRA store differs from the bucket's formula", r.Pattern)
+		assert.LessOrEqual(t, r.GCRAPeakRatio, 2.0, r.Pattern)
+	}
 }
 
 func TestHelpIsNotAnError(t *testing.T) {
