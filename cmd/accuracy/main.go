@@ -14,11 +14,13 @@
 // verdicts are checked against the same exact rule on its own history, and
 // its worst rolling window must never exceed the limit.
 //
-// The same sequence drives a third store running GCRA at the same rate
-// with a burst of one limit (a token bucket of limit tokens refilled at
-// limit per window), judged twice: against GCRA's own formula recomputed
-// here (it must never differ), and against the exact log rule on GCRA's
-// own history, to show how a bucket's decisions differ from a rolling
+// The same sequence drives two GCRA buckets (bucketShapes): one at the
+// limit's rate with a burst of one limit, the token bucket most would
+// configure, and one at half the rate with half the burst, the largest
+// bucket that never admits more than the limit in a rolling window. Each
+// is judged twice: against GCRA's own formula recomputed here (it must
+// never differ), and against the exact log rule on the bucket's own
+// history, to show how a bucket's decisions differ from a rolling
 // window's under the same traffic.
 //
 // The simulation is deterministic. Time is simulated (no clock is read and
@@ -204,14 +206,35 @@ type tally struct {
 	// floor(prev × (W−e)/W) + curr + 1 ≤ limit recomputed here. It makes sure
 	// the table measures the algorithm the package documents.
 	FormulaMismatches int64
-	// GCRAAllowed counts what the GCRA store admitted. GCRALooser counts
-	// requests it admitted that the exact rolling-window rule, on GCRA's
-	// own admitted history, would have denied; GCRAStricter the opposite.
-	// GCRAPeak is the most hits it admitted in one rolling window.
-	GCRAAllowed, GCRALooser, GCRAStricter, GCRAPeak int64
-	// GCRAMismatches counts requests where the GCRA store decided, or gave
-	// a retry time, otherwise than the bucket formula recomputed here.
-	GCRAMismatches int64
+	// Buckets are the GCRA buckets' outcomes, one per bucketShapes.
+	Buckets [len(bucketShapes)]bucketTally
+}
+
+// bucketTally is one GCRA bucket's outcomes. Allowed counts what the
+// GCRA store admitted. Looser counts requests it admitted that the exact
+// rolling-window rule, on the bucket's own admitted history, would have
+// denied; Stricter the opposite. Peak is the most hits it admitted in one
+// rolling window. Mismatches counts requests where the store decided, or
+// gave a retry time, otherwise than the bucket formula recomputed here.
+type bucketTally struct {
+	Allowed, Looser, Stricter, Peak, Mismatches int64
+}
+
+// bucketShape is a GCRA bucket for a limit L per W: Rate hits per W and
+// a burst of Burst, each a fraction of L.
+type bucketShape struct {
+	Name        string
+	Rate, Burst float64
+}
+
+// bucketShapes: the limit's rate with a burst of the limit (up to 2L in a
+// window: a full bucket, then a window's refill), and half of each (at
+// most L/2 + L/2 = L in any window: checkInvariants holds it to that).
+var bucketShapes = [...]bucketShape{{"rate L/W, burst L", 1, 1}, {"rate L/2W, burst L/2", 0.5, 0.5}}
+
+// of returns the shape's rate and burst for limit, at least 1 each.
+func (b bucketShape) of(limit int64) (rate, burst int64) {
+	return max(int64(float64(limit)*b.Rate), 1), max(int64(float64(limit)*b.Burst), 1)
 }
 
 func newTally() tally { return tally{CounterPeakKey: -1} }
@@ -233,11 +256,14 @@ func (t *tally) merge(o tally) {
 	t.LogPeak = max(t.LogPeak, o.LogPeak)
 	t.LogMismatches += o.LogMismatches
 	t.FormulaMismatches += o.FormulaMismatches
-	t.GCRAAllowed += o.GCRAAllowed
-	t.GCRALooser += o.GCRALooser
-	t.GCRAStricter += o.GCRAStricter
-	t.GCRAPeak = max(t.GCRAPeak, o.GCRAPeak)
-	t.GCRAMismatches += o.GCRAMismatches
+	for i := range t.Buckets {
+		b, ob := &t.Buckets[i], o.Buckets[i]
+		b.Allowed += ob.Allowed
+		b.Looser += ob.Looser
+		b.Stricter += ob.Stricter
+		b.Peak = max(b.Peak, ob.Peak)
+		b.Mismatches += ob.Mismatches
+	}
 }
 
 // simulate runs every row, one after the other, each with its keys spread
@@ -342,13 +368,11 @@ func simulateKey(st stores, sp spec, key string, src source) (tally, error) {
 	creq := limiter.Request{Key: key, Limit: sp.Limit, Window: sp.Window, Algorithm: limiter.SlidingWindowCounter, Hits: 1}
 	lreq := creq
 	lreq.Algorithm = limiter.SlidingWindowLog
-	greq := creq
-	greq.Algorithm = limiter.GCRA // burst: the limit
 	counter, logs := st.counter, st.logs
-	var (
-		byBucket = rolling{w: w} // hits GCRA admitted
-		bucket   = newGCRAModel(sp)
-	)
+	var buckets [len(bucketShapes)]bucketRun
+	for i, shape := range bucketShapes {
+		buckets[i] = newBucketRun(creq, shape, i)
+	}
 
 	var (
 		t         = newTally()
@@ -377,48 +401,71 @@ func simulateKey(st stores, sp spec, key string, src source) (tally, error) {
 		if err != nil {
 			return t, fmt.Errorf("key %s: log check at %d ms: %w", key, ms, err)
 		}
-		dg, err := st.buckets.Check(now, greq)
-		if err != nil {
-			return t, fmt.Errorf("key %s: GCRA check at %d ms: %w", key, ms, err)
+		for i := range buckets {
+			if err := buckets[i].check(st.buckets, &t.Buckets[i], ms, sp.Limit); err != nil {
+				return t, fmt.Errorf("key %s: %w", key, err)
+			}
 		}
 		t.Requests++
 		t.judgeCounter(dc, byCounter.count(ms), sp.Limit)
 		t.checkFormula(dc, &formula, ms, sp.Limit)
 		t.judgeLog(dl, byLog.count(ms), sp.Limit)
-		t.judgeGCRA(dg, &bucket, byBucket.count(ms), ms, sp.Limit)
 		if dc.Allowed {
 			byCounter.admit(ms)
 		}
 		if dl.Allowed {
 			byLog.admit(ms)
 		}
-		if dg.Allowed {
-			byBucket.admit(ms)
-		}
 		last = dc
 	}
-	t.CounterPeak, t.LogPeak, t.GCRAPeak = byCounter.peak, byLog.peak, byBucket.peak
+	t.CounterPeak, t.LogPeak = byCounter.peak, byLog.peak
+	for i := range buckets {
+		t.Buckets[i].Peak = buckets[i].admitted.peak
+	}
 	return t, nil
 }
 
-// judgeGCRA checks the GCRA store against the bucket formula recomputed
-// here, and compares its decision with the exact rolling-window rule on
-// its own history (exact: the hits it admitted in (T−W, T]).
-func (t *tally) judgeGCRA(d limiter.Decision, m *gcraModel, exact, ms, limit int64) {
-	allowed, retry := m.decide(ms)
-	if d.Allowed != allowed || (!allowed && d.RetryAfter != retry) {
-		t.GCRAMismatches++
+// bucketRun is one key's GCRA bucket of one shape: its request (a key of
+// its own, so that the shapes share a store), the formula it must follow,
+// and the hits it admitted.
+type bucketRun struct {
+	req      limiter.Request
+	model    gcraModel
+	admitted rolling
+}
+
+func newBucketRun(base limiter.Request, shape bucketShape, i int) bucketRun {
+	r := base
+	r.Key = base.Key + "/" + strconv.Itoa(i)
+	r.Algorithm = limiter.GCRA
+	r.Limit, r.Burst = shape.of(base.Limit)
+	return bucketRun{req: r, model: newGCRAModel(r.Window, r.Limit, r.Burst), admitted: rolling{w: base.Window.Milliseconds()}}
+}
+
+// check decides a hit at ms on the store, checks it against the bucket
+// formula, and compares it with the exact rolling-window rule for limit
+// on the bucket's own history (the hits it admitted in (T−W, T]).
+func (b *bucketRun) check(s *limiter.Store, t *bucketTally, ms, limit int64) error {
+	d, err := s.Check(time.UnixMilli(ms), b.req)
+	if err != nil {
+		return fmt.Errorf("GCRA check at %d ms: %w", ms, err)
 	}
-	want := exact+1 <= limit
+	allowed, retry := b.model.decide(ms)
+	if d.Allowed != allowed || (!allowed && d.RetryAfter != retry) {
+		t.Mismatches++
+	}
+	want := b.admitted.count(ms)+1 <= limit
 	switch {
 	case d.Allowed && !want:
-		t.GCRALooser++
+		t.Looser++
 	case !d.Allowed && want:
-		t.GCRAStricter++
+		t.Stricter++
 	}
 	if d.Allowed {
-		t.GCRAAllowed++
+		t.Allowed++
+		b.admitted.admit(ms)
 	}
+	return nil
 }
 
 // gcraModel is GCRA as docs/limiter.md states it, written independently
@@ -429,9 +476,9 @@ type gcraModel struct {
 	tat, t, burst int64
 }
 
-func newGCRAModel(sp spec) gcraModel {
-	w := sp.Window.Nanoseconds()
-	return gcraModel{t: (w + sp.Limit - 1) / sp.Limit, burst: sp.Limit}
+func newGCRAModel(window time.Duration, rate, burst int64) gcraModel {
+	w := window.Nanoseconds()
+	return gcraModel{t: (w + rate - 1) / rate, burst: burst}
 }
 
 func (m *gcraModel) decide(ms int64) (bool, time.Duration) {
@@ -565,13 +612,16 @@ func checkInvariants(rows []row) error {
 		if r.CounterPeak > 2*r.Spec.Limit {
 			errs = append(errs, fmt.Errorf("%s: the counter admitted %d hits in one window, over twice its limit %d", name, r.CounterPeak, r.Spec.Limit))
 		}
-		if r.GCRAMismatches > 0 {
-			errs = append(errs, fmt.Errorf("%s: the GCRA store disagreed with the bucket's formula %d times", name, r.GCRAMismatches))
-		}
-		// A bucket admits at most burst + rate × span over any span; a
-		// rolling window spans under W, so burst + limit = 2 × limit.
-		if r.GCRAPeak > 2*r.Spec.Limit {
-			errs = append(errs, fmt.Errorf("%s: GCRA admitted %d hits in one window, over its burst plus a window's rate, %d", name, r.GCRAPeak, 2*r.Spec.Limit))
+		for i, b := range r.Buckets {
+			if b.Mismatches > 0 {
+				errs = append(errs, fmt.Errorf("%s: the GCRA store (%s) disagreed with the bucket's formula %d times", name, bucketShapes[i].Name, b.Mismatches))
+			}
+			// A bucket admits at most burst + rate × span over any span,
+			// and a rolling window spans under W.
+			rate, burst := bucketShapes[i].of(r.Spec.Limit)
+			if b.Peak > rate+burst {
+				errs = append(errs, fmt.Errorf("%s: GCRA (%s) admitted %d hits in one window, over its burst plus a window's rate, %d", name, bucketShapes[i].Name, b.Peak, rate+burst))
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -766,33 +816,39 @@ func (p *retryProber) next(last limiter.Decision) (int64, bool) {
 // jsonRow is a row as -json prints it: raw counts plus the derived figures
 // of the table, so that scripts need not recompute them.
 type jsonRow struct {
-	Pattern             string  `json:"pattern"`
-	Limit               int64   `json:"limit"`
-	WindowMS            int64   `json:"window_ms"`
-	Keys                int     `json:"keys"`
-	Requests            int64   `json:"requests"`
-	CounterAllowed      int64   `json:"counter_allowed"`
-	FalseAllows         int64   `json:"false_allows"`
-	FalseDenies         int64   `json:"false_denies"`
-	WrongAllowedPct     float64 `json:"wrongly_allowed_pct"`
-	WrongDeniedPct      float64 `json:"wrongly_denied_pct"`
-	WrongTotalPct       float64 `json:"wrong_total_pct"`
-	MeanAbsErrorOfLimit float64 `json:"mean_abs_estimate_error_of_limit"`
-	MeanErrorOfLimit    float64 `json:"mean_signed_estimate_error_of_limit"`
-	CounterPeak         int64   `json:"counter_peak"`
-	CounterPeakRatio    float64 `json:"counter_peak_ratio"`
-	CounterPeakKey      int     `json:"counter_peak_key"`
-	LogAllowed          int64   `json:"log_allowed"`
-	LogPeak             int64   `json:"log_peak"`
-	LogPeakRatio        float64 `json:"log_peak_ratio"`
-	LogMismatches       int64   `json:"log_mismatches"`
-	FormulaMismatches   int64   `json:"formula_mismatches"`
-	GCRAAllowed         int64   `json:"gcra_allowed"`
-	GCRALooserPct       float64 `json:"gcra_allowed_where_log_denies_pct"`
-	GCRAStricterPct     float64 `json:"gcra_denied_where_log_allows_pct"`
-	GCRAPeak            int64   `json:"gcra_peak"`
-	GCRAPeakRatio       float64 `json:"gcra_peak_ratio"`
-	GCRAMismatches      int64   `json:"gcra_mismatches"`
+	Pattern             string       `json:"pattern"`
+	Limit               int64        `json:"limit"`
+	WindowMS            int64        `json:"window_ms"`
+	Keys                int          `json:"keys"`
+	Requests            int64        `json:"requests"`
+	CounterAllowed      int64        `json:"counter_allowed"`
+	FalseAllows         int64        `json:"false_allows"`
+	FalseDenies         int64        `json:"false_denies"`
+	WrongAllowedPct     float64      `json:"wrongly_allowed_pct"`
+	WrongDeniedPct      float64      `json:"wrongly_denied_pct"`
+	WrongTotalPct       float64      `json:"wrong_total_pct"`
+	MeanAbsErrorOfLimit float64      `json:"mean_abs_estimate_error_of_limit"`
+	MeanErrorOfLimit    float64      `json:"mean_signed_estimate_error_of_limit"`
+	CounterPeak         int64        `json:"counter_peak"`
+	CounterPeakRatio    float64      `json:"counter_peak_ratio"`
+	CounterPeakKey      int          `json:"counter_peak_key"`
+	LogAllowed          int64        `json:"log_allowed"`
+	LogPeak             int64        `json:"log_peak"`
+	LogPeakRatio        float64      `json:"log_peak_ratio"`
+	LogMismatches       int64        `json:"log_mismatches"`
+	FormulaMismatches   int64        `json:"formula_mismatches"`
+	Buckets             []jsonBucket `json:"gcra"`
+}
+
+// jsonBucket is one GCRA shape's figures in a jsonRow.
+type jsonBucket struct {
+	Shape       string  `json:"shape"`
+	Allowed     int64   `json:"allowed"`
+	LooserPct   float64 `json:"allowed_where_log_denies_pct"`
+	StricterPct float64 `json:"denied_where_log_allows_pct"`
+	Peak        int64   `json:"peak"`
+	PeakRatio   float64 `json:"peak_ratio"`
+	Mismatches  int64   `json:"mismatches"`
 }
 
 type jsonReport struct {
@@ -815,9 +871,17 @@ func (r row) json() jsonRow {
 		CounterPeak:         r.CounterPeak, CounterPeakRatio: r.ratio(r.CounterPeak), CounterPeakKey: r.CounterPeakKey,
 		LogAllowed: r.LogAllowed, LogPeak: r.LogPeak, LogPeakRatio: r.ratio(r.LogPeak),
 		LogMismatches: r.LogMismatches, FormulaMismatches: r.FormulaMismatches,
-		GCRAAllowed: r.GCRAAllowed, GCRALooserPct: r.pct(r.GCRALooser), GCRAStricterPct: r.pct(r.GCRAStricter),
-		GCRAPeak: r.GCRAPeak, GCRAPeakRatio: r.ratio(r.GCRAPeak), GCRAMismatches: r.GCRAMismatches,
+		Buckets: r.jsonBuckets(),
 	}
+}
+
+func (r row) jsonBuckets() []jsonBucket {
+	out := make([]jsonBucket, len(r.Buckets))
+	for i, b := range r.Buckets {
+		out[i] = jsonBucket{Shape: bucketShapes[i].Name, Allowed: b.Allowed, LooserPct: r.pct(b.Looser), StricterPct: r.pct(b.Stricter),
+			Peak: b.Peak, PeakRatio: r.ratio(b.Peak), Mismatches: b.Mismatches}
+	}
+	return out
 }
 
 // pct is n as a percentage of the row's requests.
@@ -870,13 +934,15 @@ func markdown(o options, rows []row) string {
 			fmtPct(r.pct(r.FalseAllows)), fmtPct(r.pct(r.FalseDenies)), fmtPct(r.pct(r.FalseAllows+r.FalseDenies)),
 			r.perRequestOfLimit(r.AbsEstimateError), r.ratio(r.CounterPeak), r.ratio(r.LogPeak))
 	}
-	b.WriteString("\nGCRA at the same rate, burst = limit, against the exact log's rule on GCRA's own history:\n\n")
-	b.WriteString("| pattern | limit | log admitted | GCRA admitted | GCRA allowed, log's rule denies | GCRA denied, log's rule allows | worst window / limit, GCRA |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|\n")
+	b.WriteString("\nGCRA buckets for the same limit L per W, against the exact log's rule on each bucket's own history:\n\n")
+	b.WriteString("| pattern | limit | bucket | log admitted | bucket admitted | allowed, log's rule denies | denied, log's rule allows | worst window / limit |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.3f |\n",
-			r.Pattern, r.Spec, fmtPct(r.pct(r.LogAllowed)), fmtPct(r.pct(r.GCRAAllowed)),
-			fmtPct(r.pct(r.GCRALooser)), fmtPct(r.pct(r.GCRAStricter)), r.ratio(r.GCRAPeak))
+		for i, k := range r.Buckets {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.3f |\n",
+				r.Pattern, r.Spec, bucketShapes[i].Name, fmtPct(r.pct(r.LogAllowed)), fmtPct(r.pct(k.Allowed)),
+				fmtPct(r.pct(k.Looser)), fmtPct(r.pct(k.Stricter)), r.ratio(k.Peak))
+		}
 	}
 	return b.String()
 }

@@ -278,10 +278,15 @@ func TestRunWritesTableAndJSON(t *testing.T) {
 	table, err := os.ReadFile(out)
 	require.NoError(t, err)
 	assert.Contains(t, string(table), rep.Command)
-	assert.Equal(t, 2*(len(rep.Rows)+2), strings.Count(string(table), "\n|"), "two tables (the counter's, GCRA's): header, rule and one line per row each")
+	assert.Equal(t, (len(rep.Rows)+2)+(len(bucketShapes)*len(rep.Rows)+2), strings.Count(string(table), "\n|"),
+		"two tables (the counter's, GCRA's): header, rule and a line per row, and per row and bucket")
 	for _, r := range rep.Rows {
-		assert.Zero(t, r.GCRAMismatches, "%s: the GCRA store differs from the bucket's formula", r.Pattern)
-		assert.LessOrEqual(t, r.GCRAPeakRatio, 2.0, r.Pattern)
+		require.Len(t, r.Buckets, len(bucketShapes))
+		for _, b := range r.Buckets {
+			assert.Zero(t, b.Mismatches, "%s, %s: the GCRA store differs from the bucket's formula", r.Pattern, b.Shape)
+		}
+		assert.LessOrEqual(t, r.Buckets[0].PeakRatio, 2.0, r.Pattern)
+		assert.LessOrEqual(t, r.Buckets[1].PeakRatio, 1.0, "%s: half the rate and half the burst never exceed the limit", r.Pattern)
 	}
 }
 
