@@ -12,7 +12,6 @@ import (
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
-
 // GCRA's burst and CONCURRENCY's ACQUIRE come in through the public API
 // and travel to the owner as they came, through the wire's own codec.
 func TestGCRAAndConcurrencyRequestsRoundTrip(t *testing.T) {
