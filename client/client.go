@@ -37,7 +37,7 @@ import (
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
-// Algorithm selects how a limit's rolling window is counted. Its values
+// Algorithm selects how a limit counts. Its values
 // are the API's (peerlimit.v1.Algorithm): the client needs none of the
 // server's packages.
 type Algorithm uint8
@@ -49,6 +49,16 @@ const (
 	// SlidingWindowLog counts the rolling window exactly; limits are capped
 	// (10,000 by default) because its memory grows with the limit.
 	SlidingWindowLog
+	// GCRA is a token bucket of Limit.Burst hits (Limit.Limit when Burst
+	// is 0) refilled at Limit per Window: exact, in constant memory per
+	// key. A check is the same as for the windows.
+	GCRA
+	// Concurrency allows at most Limit requests in flight: Acquire takes a
+	// slot, Release frees it, and a slot never released frees itself
+	// Window after it was taken. CheckN of 0 peeks at the slots in use;
+	// a check of hits, Reserve, Settle, Refund and Charge are refused
+	// (codes.InvalidArgument naming op).
+	Concurrency
 )
 
 // String returns the algorithm's name as the API spells it.
@@ -60,7 +70,8 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm reads an algorithm's API name (SLIDING_WINDOW_COUNTER,
-// SLIDING_WINDOW_LOG); the empty string is the default, the counter.
+// SLIDING_WINDOW_LOG, GCRA, CONCURRENCY); the empty string is the
+// default, the counter.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	if s == "" {
 		return SlidingWindowCounter, nil
@@ -68,7 +79,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	if v, ok := pb.Algorithm_value[s]; ok {
 		return Algorithm(v), nil
 	}
-	return 0, fmt.Errorf("invalid algorithm: unknown value %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", s)
+	return 0, fmt.Errorf("invalid algorithm: unknown value %q; want SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, GCRA or CONCURRENCY", s)
 }
 
 // CalendarUnit makes a Limit calendar-aligned: Limit hits per calendar
@@ -124,6 +135,12 @@ type Limit struct {
 	// TimeZone is Calendar's IANA time zone, e.g. "Europe/Paris"; "" is
 	// UTC.
 	TimeZone string
+	// Burst is a GCRA limit's bucket size: the most hits admitted at once
+	// after a quiet spell, while Limit per Window is the rate it refills
+	// at. 0 means Limit; a negative Burst, or one on another algorithm,
+	// is codes.InvalidArgument naming burst. The same key with another
+	// burst is the same bucket, decided by the burst each check gives.
+	Burst int64
 }
 
 // Decision is the cluster's answer to a check.
@@ -835,8 +852,8 @@ func toProto(key string, l Limit, hits int64) *pb.CheckRequest {
 // checkSlab holds the messages of one batch call, each with its optional
 // hits, in one array: one allocation per call instead of two per check.
 type checkSlab []struct {
-	req  pb.CheckRequest
-	hits int64
+	req         pb.CheckRequest
+	hits, burst int64
 }
 
 func (s checkSlab) put(i int, key string, l Limit, hits int64) *pb.CheckRequest {
@@ -845,6 +862,10 @@ func (s checkSlab) put(i int, key string, l Limit, hits int64) *pb.CheckRequest 
 	m := &w.req
 	m.Key, m.Limit, m.WindowMs, m.Algorithm, m.Hits = key, l.Limit, l.Window.Milliseconds(), pb.Algorithm(l.Algorithm), &w.hits
 	m.Calendar, m.TimeZone = pb.CalendarUnit(l.Calendar), l.TimeZone
+	if l.Burst != 0 { // 0 is absent: the limit; the node refuses any other non-positive one
+		w.burst = l.Burst
+		m.Burst = &w.burst
+	}
 	return m
 }
 

@@ -275,7 +275,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 // The client's algorithms are the server's, by value and by name, though
 // the client imports none of the server's packages.
 func TestAlgorithmsAreTheServers(t *testing.T) {
-	for _, a := range []limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog} {
+	for _, a := range []limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog, limiter.GCRA, limiter.Concurrency} {
 		c, err := client.ParseAlgorithm(a.String())
 		require.NoError(t, err)
 		assert.Equal(t, uint8(a), uint8(c))
@@ -286,4 +286,5 @@ func TestAlgorithmsAreTheServers(t *testing.T) {
 	assert.Equal(t, client.SlidingWindowCounter, c, "the default")
 	_, err = client.ParseAlgorithm("FIXED_WINDOW")
 	assert.ErrorContains(t, err, "invalid algorithm")
+	assert.ErrorContains(t, err, "GCRA or CONCURRENCY")
 }

@@ -252,6 +252,9 @@ func (c MiddlewareConfig) Validate() error {
 	case c.Limit.Window <= 0 || c.Limit.Window%time.Millisecond != 0:
 		errs = append(errs, fmt.Errorf("Limit.Window must be a positive whole number of milliseconds, got %s", c.Limit.Window))
 	}
+	if c.Limit.Algorithm == Concurrency {
+		errs = append(errs, errors.New("Limit.Algorithm CONCURRENCY counts requests in flight, which a check or a reservation cannot: take a slot with Client.Acquire and free it with Client.Release"))
+	}
 	if c.Key == nil {
 		errs = append(errs, errors.New("Key is nil; use e.g. client.KeyByIP"))
 	}

@@ -120,6 +120,13 @@ func (c *Client) reserve(ctx context.Context, r Reservation, req *pb.CheckReques
 		return Reservation{}, status.Errorf(codes.InvalidArgument, "invalid ttl_ms: %s is not a whole number of milliseconds", ttl)
 	}
 	req.Op, req.TtlMs = pb.Op_RESERVE, ttl.Milliseconds()
+	return c.open(ctx, r, req)
+}
+
+// open sends req, an op that opens a reservation (RESERVE, ACQUIRE), and
+// fills in r from the answer: its decision and, when admitted, its token
+// and when it expires.
+func (c *Client) open(ctx context.Context, r Reservation, req *pb.CheckRequest) (Reservation, error) {
 	res, err := c.send(ctx, r.Key, req)
 	if err != nil {
 		return Reservation{}, err
@@ -157,7 +164,9 @@ func (c *Client) Settle(ctx context.Context, r Reservation, cost int64) (Settlem
 }
 
 // Release closes r refunding every hit of it: the work did not happen.
-// It is Settle at a cost of 0, and as idempotent. A Release after a
+// It is Settle at a cost of 0, and as idempotent. Release also frees a
+// slot Acquire took (Settle of a slot is refused, naming op: a slot has
+// no cost to settle). A Release after a
 // Settle changes nothing and answers SettledBefore with the settle's
 // numbers (a deferred Release after the work settled is harmless); of a
 // denied reservation it does nothing and returns nil, as Settle.

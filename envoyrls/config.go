@@ -102,6 +102,11 @@ type Rule struct {
 	// count starting again from 0 there, instead of upstream's fixed
 	// windows (a month of 30 days). Zero: upstream's meaning.
 	Calendar limiter.Calendar
+	// Burst (burst beside unit, with algorithm: GCRA beside rate_limit, a
+	// peerlimit extension) is a GCRA rule's bucket size: the most hits
+	// admitted at once, while requests_per_unit per window is the rate it
+	// refills at. Zero: requests_per_unit.
+	Burst int64
 	// ShadowMode counts and reports the rule as usual, but its descriptor
 	// is always answered OK.
 	ShadowMode bool
@@ -130,6 +135,15 @@ type Rule struct {
 	current *rlspb.RateLimitResponse_RateLimit // the answer's current_limit, shared
 	header  string                             // the policy name, a Structured Field String
 	policy  string                             // the RateLimit-Policy value
+}
+
+// capacity is the most hits one check of r can ever be allowed: a GCRA
+// rule's burst when it gives one, else requests_per_unit.
+func (r *Rule) capacity() int64 {
+	if r.Burst != 0 {
+		return r.Burst // only a GCRA rule keeps one (checkBurst)
+	}
+	return int64(r.RequestsPerUnit)
 }
 
 // span is the longest the rule's window lasts: its Window, or its

@@ -39,6 +39,10 @@ func FuzzParseConfig(f *testing.F) {
 		"domain: a\ndescriptors: [{key: k, rate_limit: {unit: month, requests_per_unit: 5, calendar: true, time_zone: Europe/Paris}}, {key: j, rate_limit: {unit: week, requests_per_unit: 1, calendar: true}}]\n",
 		"domain: a\ndescriptors: [{key: k, algorithm: SLIDING_WINDOW_LOG, rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 5, calendar: true, time_zone: Nowhere}}]\n",
 		"domain: a\ndescriptors: [{key: k, rate_limit: {unlimited: true, calendar: true, time_zone: UTC}}, {key: j, rate_limit: {unit: day, requests_per_unit: 1, time_zone: UTC}}]\n",
+		// algorithm: GCRA with burst, our extension; CONCURRENCY, refused.
+		"domain: a\ndescriptors: [{key: k, algorithm: GCRA, rate_limit: {unit: second, requests_per_unit: 10, burst: 50}}, {key: j, algorithm: GCRA, rate_limit: {unit: hour, requests_per_unit: 3}}]\n",
+		"domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1, burst: 0}}, {key: j, algorithm: CONCURRENCY, rate_limit: {unit: minute, requests_per_unit: 2, burst: 4294967295}}]\n",
+		"domain: a\ndescriptors: [{key: k, algorithm: GCRA, rate_limit: {unit: year, requests_per_unit: 1, burst: 99, calendar: true}}, {key: j, rate_limit: {unlimited: true, burst: 1}}]\n",
 		"\xff",
 		"",
 	} {

@@ -45,6 +45,7 @@ func (p *parser) descriptorRule(d *Domain, f *descriptorFields, where, path stri
 	if f.algo != nil {
 		f.setAlgorithm(p.rd, where)
 	}
+	f.checkBurst(p.rd, where)
 	f.ruleFlag(p.rd, where, "shadow_mode", func(r *Rule) { r.ShadowMode = true })
 	f.ruleFlag(p.rd, where, "quota_mode", func(r *Rule) { r.QuotaMode = true })
 	f.ruleFlag(p.rd, where, "detailed_metric", func(r *Rule) { r.DetailedMetric = true })
@@ -68,11 +69,31 @@ func (f *descriptorFields) setAlgorithm(rd *reader, where string) {
 		rd.fail(f.algo.Line, where, "algorithm needs a rate_limit on the same descriptor")
 	case r != nil && r.Unlimited:
 		rd.fail(f.algo.Line, where, "algorithm has no use with unlimited: true")
-	case r != nil && r.Calendar != 0 && a != limiter.SlidingWindowCounter:
+	case a == limiter.Concurrency:
+		rd.fail(f.algo.Line, where, "algorithm CONCURRENCY is not served over Envoy's rate limit service: a slot is freed by RELEASE with its token, "+
+			"and Envoy sends no token back (apply_on_stream_done asks again with the same descriptors, which would take another slot, and "+
+			"hits_addend cannot be negative, envoyproxy/envoy#41219); limit concurrency through peerlimit's own API (ACQUIRE and RELEASE)")
+	case r != nil && r.Calendar != 0 && a == limiter.SlidingWindowLog:
 		rd.fail(f.algo.Line, where, "a calendar rate_limit is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the %s", strings.ToLower(r.Unit.String()))
+	case r != nil && r.Calendar != 0 && a != limiter.SlidingWindowCounter:
+		rd.fail(f.algo.Line, where, "a calendar rate_limit is counted by SLIDING_WINDOW_COUNTER only, not %s, which has no calendar periods", a)
 	case r != nil:
 		r.Algorithm = a
 	}
+}
+
+// checkBurst refuses a rate_limit's burst (read by readRateLimit) on a
+// rule that is not GCRA: it would act on nothing. An algorithm refused
+// has been reported already, and is not reported again as burst's.
+func (f *descriptorFields) checkBurst(rd *reader, where string) {
+	r := f.n.rule
+	if r == nil || r.Burst == 0 || r.Algorithm == limiter.GCRA {
+		return
+	}
+	if f.algo == nil || f.algo.Value == r.Algorithm.String() {
+		rd.fail(fieldLine(f.rl, "burst", f.rl.Line), where, "burst is only for algorithm: GCRA (beside rate_limit), not %s", r.Algorithm)
+	}
+	r.Burst = 0
 }
 
 // ruleFlag applies the descriptor's flag called name, when true, to its
@@ -219,8 +240,18 @@ func (b *rateLimitBlock) field(name string, k, v *yaml.Node) {
 			return
 		}
 		b.zone = v.Value
+	case "burst":
+		n, ok := rd.uint32(v, where, name)
+		if !ok {
+			return
+		}
+		if n == 0 {
+			rd.fail(v.Line, where, "burst must be at least 1 (absent: requests_per_unit)")
+			return
+		}
+		r.Burst = int64(n)
 	default:
-		rd.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, calendar, time_zone", name)
+		rd.fail(k.Line, where, "unknown field %q in rate_limit; want unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, calendar, time_zone, burst", name)
 	}
 }
 
@@ -234,7 +265,7 @@ func (b *rateLimitBlock) check() {
 	}
 	b.checkCalendar()
 	if r.Unlimited {
-		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
+		for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier", "burst"} {
 			if hasField(m, f) {
 				rd.fail(fieldLine(m, f, m.Line), where, "%s has no use with unlimited: true", f)
 			}
@@ -299,7 +330,7 @@ func (b *rateLimitBlock) setWindow() bool {
 // line of the field it refuses.
 func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
 	err := p.opts.Check(limiter.Request{Key: "envoy", Limit: int64(max(r.RequestsPerUnit, 1)), Window: r.Window, Algorithm: r.Algorithm,
-		Calendar: r.Calendar, Hits: 1})
+		Calendar: r.Calendar, Burst: r.Burst, Hits: 1})
 	if err == nil {
 		return
 	}
@@ -312,6 +343,8 @@ func (p *parser) checkRule(r *Rule, rl, algo *yaml.Node, where string) {
 			line, what = fieldLine(rl, "requests_per_unit", rl.Line), "requests_per_unit "+what
 		case "window_ms":
 			line, what = fieldLine(rl, "unit", rl.Line), fmt.Sprintf("the window (%s) in milliseconds %s", r.Window, what)
+		case "burst":
+			line, what = fieldLine(rl, "burst", rl.Line), "burst "+what
 		case "algorithm":
 			if algo != nil {
 				line = algo.Line

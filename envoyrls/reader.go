@@ -75,12 +75,12 @@ func (rd *reader) unit(v *yaml.Node, where string) (Unit, bool) {
 
 func (rd *reader) algorithm(v *yaml.Node, where string) (limiter.Algorithm, bool) {
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
-		rd.fail(v.Line, where, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		rd.fail(v.Line, where, "algorithm must be SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG or GCRA")
 		return 0, false
 	}
 	a, err := limiter.ParseAlgorithm(v.Value)
 	if err != nil {
-		rd.fail(v.Line, where, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", v.Value)
+		rd.fail(v.Line, where, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG or GCRA", v.Value)
 		return 0, false
 	}
 	return a, true

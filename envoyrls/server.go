@@ -292,7 +292,7 @@ func (s *Server) checks(plans []plan, req *rlspb.RateLimitRequest, dom *Domain) 
 		hits := p.checkHits(req, d)
 		p.all = dom.AllOrNothing && p.op == limiter.OpCheck && p.hits > 0 && !r.ShadowMode && !r.QuotaMode && !s.cfg.QuotaMode
 		lr := limiter.Request{Key: p.key(dom.Name, d.GetEntries(), s.d.MaxKeyBytes), Limit: int64(r.RequestsPerUnit),
-			Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar, Hits: hits, Op: p.op}
+			Window: r.Window, Algorithm: r.Algorithm, Calendar: r.Calendar, Burst: r.Burst, Hits: hits, Op: p.op}
 		if s.d.Validate != nil {
 			if err := s.d.Validate(lr); err != nil {
 				return nil, descriptorError(i, err)
@@ -329,7 +329,8 @@ func (p *plan) key(domain string, entries []*rlscommon.RateLimitDescriptor_Entry
 //   - charge_over_limit: a charge (OpCharge) of its hits, counted even
 //     past the limit; of 0 hits, a peek;
 //   - otherwise a check (OpCheck), except that more hits than the limit
-//     are a peek, noted in p.tooMany: they can never fit.
+//     (a GCRA rule's burst) are a peek, noted in p.tooMany: they can
+//     never fit.
 func (p *plan) checkHits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDescriptor) int64 {
 	hits := int64(max(req.GetHitsAddend(), 1)) // 0 is unset: one hit
 	if h := d.GetHitsAddend(); h != nil {
@@ -345,7 +346,7 @@ func (p *plan) checkHits(req *rlspb.RateLimitRequest, d *rlscommon.RateLimitDesc
 		return hits
 	case hits > 0 && p.rule.ChargeOverLimit:
 		p.op = limiter.OpCharge
-	case hits > int64(p.rule.RequestsPerUnit):
+	case hits > p.rule.capacity():
 		p.hits, p.tooMany = hits, true
 		return 0
 	}

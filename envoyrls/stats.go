@@ -290,7 +290,7 @@ func (b *boundMetrics) stats(dc *domainCounters, p *plan, entries []*rlscommon.R
 	default:
 		c = b.ruleStats[r.index]
 	}
-	limit := int64(r.RequestsPerUnit)
+	limit := r.capacity()
 	before := limit - max(p.d.Remaining, 0)
 	switch {
 	case p.op == limiter.OpCharge && p.check >= 0:

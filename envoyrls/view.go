@@ -26,7 +26,7 @@ func (c *RuleSet) View(loadedAt time.Time) *rlconfig.View {
 	for _, r := range c.rules {
 		rule := rlconfig.Rule{Key: r.Domain + "." + r.Path, Domain: r.Domain, Path: r.Path,
 			Name: r.Name, Replaces: r.Replaces, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
-			RequestsPerUnit: r.RequestsPerUnit, WindowMS: r.Window.Milliseconds(), Algorithm: r.Algorithm.String(),
+			RequestsPerUnit: r.RequestsPerUnit, WindowMS: r.Window.Milliseconds(), Algorithm: r.Algorithm.String(), Burst: r.Burst,
 			Unlimited: r.Unlimited, ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, ChargeOverLimit: r.ChargeOverLimit,
 			DetailedMetric: r.DetailedMetric, File: r.File, Line: r.Line}
 		if r.Calendar != 0 {

@@ -175,6 +175,9 @@ type CheckRequest struct {
 	// name, in any case: "month" or "MONTH") and time_zone.
 	Calendar string `json:"calendar,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
+	// Burst is peerlimit.v1.CheckRequest's burst: a GCRA bucket's size,
+	// absent for the limit; an explicit 0 or less is refused naming it.
+	Burst *int64 `json:"burst,omitempty"`
 }
 
 // CheckResponse is the JSON form of peerlimit.v1.CheckResponse.
@@ -264,6 +267,8 @@ type PolicyInfo struct {
 	// window is then 0.
 	Calendar string `json:"calendar,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
+	// Burst is a GCRA policy's bucket size, absent when it is the limit.
+	Burst int64 `json:"burst,omitempty"`
 }
 
 type errorBody struct {
@@ -467,7 +472,7 @@ func policiesJSON(set *policy.Set) Policies {
 	out.File, out.Digest = set.File, set.Digest
 	for _, p := range set.All() {
 		info := PolicyInfo{Name: p.Name, Algorithm: p.Algorithm.String(),
-			Limit: p.Limit, WindowMS: p.Window.Milliseconds(), Window: p.Window.String()}
+			Limit: p.Limit, WindowMS: p.Window.Milliseconds(), Window: p.Window.String(), Burst: p.Burst}
 		info.Calendar, info.TimeZone = calendarJSON(p.Calendar)
 		out.Policies = append(out.Policies, info)
 	}
@@ -587,6 +592,10 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 	if err != nil {
 		return limiter.Request{}, err
 	}
+	burst, err := parseBurst(c.Burst)
+	if err != nil {
+		return limiter.Request{}, err
+	}
 	var r limiter.Request
 	if c.Policy != "" {
 		given := route.InlineField(c.Limit, c.WindowMS, c.Algorithm != "")
@@ -596,18 +605,34 @@ func (h *handler) request(c CheckRequest) (limiter.Request, error) {
 			given = "calendar"
 		case c.TimeZone != "":
 			given = "time_zone"
+		case c.Burst != nil:
+			given = "burst"
 		}
 		if r, err = h.c.PolicyRequest(c.Policy, c.Key, c.Hits, given); err != nil {
 			return r, err
 		}
 	} else {
 		r = limiter.NewRequest(c.Key, c.Limit, c.WindowMS, algo, c.Hits)
-		r.Calendar = cal
+		r.Calendar, r.Burst = cal, burst
 	}
 	if op == limiter.OpCheck && c.Reservation == "" && c.TTLMS == 0 {
 		return r, nil
 	}
 	return r, r.SetOp(op, c.Reservation, c.TTLMS, c.Hits != nil)
+}
+
+// parseBurst reads a JSON request's optional burst as Request.Burst,
+// where 0 means absent (the limit): an explicit burst must be positive,
+// or it is refused naming the field rather than read as absent. The gRPC
+// face's twin is protoconv.BurstFromAPI.
+func parseBurst(burst *int64) (int64, error) {
+	switch {
+	case burst == nil:
+		return 0, nil
+	case *burst <= 0:
+		return 0, &limiter.ArgumentError{Field: "burst", Reason: fmt.Sprintf("must be positive, got %d; leave it out for a bucket of limit hits", *burst)}
+	}
+	return *burst, nil
 }
 
 // parseCalendar reads a JSON request's calendar and time_zone; bad

@@ -31,6 +31,8 @@ func FuzzParsePolicies(f *testing.F) {
 		"monthly: {limit: 100000, calendar: month, time_zone: Europe/Paris}\nd: {limit: 5, calendar: DAY}\n",
 		"a: {limit: 5, calendar: week, window: 1h, algorithm: SLIDING_WINDOW_LOG, time_zone: Nowhere/Else}",
 		"a: {limit: 5, window: 1h, time_zone: UTC}",
+		"u: {algorithm: GCRA, limit: 10, window: 1s, burst: 50}\nc: {algorithm: CONCURRENCY, limit: 20, window: 30s}\n",
+		"u: {algorithm: GCRA, limit: 1, window: 1h, burst: 0}\nv: {limit: 1, window: 1s, burst: 2}\nw: {algorithm: GCRA, limit: 9, calendar: day}",
 		"\xff",
 		"",
 	} {
@@ -61,7 +63,11 @@ func FuzzParsePolicies(f *testing.F) {
 				require.Positive(t, p.Window)
 			}
 			require.Zero(t, p.Window%time.Millisecond)
-			require.NoError(t, store.Validate(p.Request("k", 1)), "policy %q", p.Name)
+			require.NoError(t, store.Validate(p.Probe()), "policy %q", p.Name)
+			if p.Burst != 0 {
+				require.Equal(t, limiter.GCRA, p.Algorithm, "burst is GCRA's")
+				require.Positive(t, p.Burst)
+			}
 			got, ok := set.Lookup(p.Name)
 			require.True(t, ok)
 			require.Equal(t, p, got)

@@ -6,6 +6,13 @@
 //	login:   {algorithm: SLIDING_WINDOW_LOG, limit: 5, window: 1m}
 //	search:  {limit: 100, window: 1s}
 //	monthly: {limit: 100000, calendar: month, time_zone: Europe/Paris}
+//	upload:  {algorithm: GCRA, limit: 10, window: 1s, burst: 50}
+//	conns:   {algorithm: CONCURRENCY, limit: 20, window: 30s}
+//
+// A GCRA policy is a token bucket refilled at limit per window, holding
+// burst hits (limit when absent). A CONCURRENCY policy allows limit
+// requests in flight, each slot freeing itself window after it was taken
+// if it is never released.
 //
 // A policy with calendar (minute, hour, day, week, month or year) is
 // calendar-aligned in its time_zone (UTC by default): its count starts
@@ -46,13 +53,27 @@ type Policy struct {
 	Limit     int64
 	Window    time.Duration // 0 with a Calendar
 	Calendar  limiter.Calendar
+	// Burst is a GCRA policy's bucket size; 0 means Limit.
+	Burst int64
 	// Line is where the policy is defined in its file, for messages.
 	Line int
 }
 
 // Request returns the limiter request for key under p, consuming hits.
 func (p Policy) Request(key string, hits int64) limiter.Request {
-	return limiter.Request{Key: key, Limit: p.Limit, Window: p.Window, Algorithm: p.Algorithm, Calendar: p.Calendar, Hits: hits}
+	return limiter.Request{Key: key, Limit: p.Limit, Window: p.Window, Algorithm: p.Algorithm, Calendar: p.Calendar,
+		Burst: p.Burst, Hits: hits}
+}
+
+// Probe is the request that checking p against a node's caps asks
+// about: a check of one hit, or for a CONCURRENCY policy, which takes no
+// check of hits, the ACQUIRE of one slot.
+func (p Policy) Probe() limiter.Request {
+	r := p.Request("policy", 1)
+	if p.Algorithm == limiter.Concurrency {
+		r.Op = limiter.OpAcquire
+	}
+	return r
 }
 
 // Set is the policies of one file, immutable once parsed and so safe for
@@ -229,7 +250,7 @@ func (p *parser) name(kn *yaml.Node) (string, bool) {
 func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 	pol := Policy{Name: name, Line: line}
 	if vn.Kind != yaml.MappingNode {
-		p.fail(vn.Line, name, "want a mapping with limit, window and optionally algorithm, e.g. {limit: 5, window: 1m}")
+		p.fail(vn.Line, name, "want a mapping with limit, window and optionally algorithm and burst, e.g. {limit: 5, window: 1m}")
 		return pol, false
 	}
 	errs := len(p.errs)
@@ -259,6 +280,9 @@ func (p *parser) policy(name string, line int, vn *yaml.Node) (Policy, bool) {
 	} else if line, ok := seen["time_zone"]; ok {
 		p.fail(line, name, "time_zone is only for a calendar policy: give calendar (minute, hour, day, week, month or year) instead of window")
 	}
+	if line, ok := seen["burst"]; ok && pol.Algorithm != limiter.GCRA {
+		p.fail(line, name, "burst is only for algorithm GCRA, not %s", pol.Algorithm)
+	}
 	if len(p.errs) > errs {
 		return pol, false
 	}
@@ -283,8 +307,12 @@ func (p *parser) calendar(pol *Policy, cal calendarFields, seen map[string]int) 
 	if line, ok := seen["window"]; ok {
 		p.fail(line, pol.Name, "window must not be given with calendar, whose period is the window")
 	}
-	if pol.Algorithm == limiter.SlidingWindowLog {
+	switch pol.Algorithm {
+	case limiter.SlidingWindowCounter:
+	case limiter.SlidingWindowLog:
 		p.fail(seen["algorithm"], pol.Name, "a calendar policy is counted by SLIDING_WINDOW_COUNTER only: a log would hold every hit of the period")
+	default:
+		p.fail(seen["algorithm"], pol.Name, "a calendar policy is counted by SLIDING_WINDOW_COUNTER only, not %s, which has no calendar periods", pol.Algorithm)
 	}
 	if cal.unit == limiter.NoCalendar {
 		return // reported by field
@@ -340,20 +368,33 @@ func (p *parser) field(pol *Policy, cal *calendarFields, fk, fv *yaml.Node) {
 		if w, ok := p.window(name, fv); ok {
 			pol.Window = w
 		}
+	case "burst":
+		n, msg, ok := yamlconf.Int(fv, "burst", 64)
+		if !ok {
+			p.fail(fv.Line, name, "%s", msg)
+			return
+		}
+		if n <= 0 {
+			p.fail(fv.Line, name, "burst must be positive, got %d; leave it out for a bucket of limit hits", n)
+			return
+		}
+		pol.Burst = n
 	default:
-		p.fail(fk.Line, name, "unknown field %q; want limit, window (or calendar and time_zone) and algorithm", field)
+		p.fail(fk.Line, name, "unknown field %q; want limit, window (or calendar and time_zone), algorithm and burst", field)
 	}
 }
+
+const algorithmChoice = "SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, GCRA or CONCURRENCY"
 
 // algorithm reads policy name's algorithm field.
 func (p *parser) algorithm(name string, fv *yaml.Node) (limiter.Algorithm, bool) {
 	if !isString(fv) {
-		p.fail(fv.Line, name, "algorithm must be SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		p.fail(fv.Line, name, "algorithm must be %s", algorithmChoice)
 		return 0, false
 	}
 	a, err := limiter.ParseAlgorithm(fv.Value)
 	if err != nil || fv.Value == "" {
-		p.fail(fv.Line, name, "unknown algorithm %q; want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG", fv.Value)
+		p.fail(fv.Line, name, "unknown algorithm %q; want %s", fv.Value, algorithmChoice)
 		return 0, false
 	}
 	return a, true
@@ -384,7 +425,7 @@ func (p *parser) window(name string, fv *yaml.Node) (time.Duration, bool) {
 // a refusal at the line of the field refused (seen maps fields to their
 // lines), or of the policy (line) when check names no field.
 func (p *parser) withinCaps(pol Policy, line int, seen map[string]int) bool {
-	err := p.check(pol.Request("policy", 1))
+	err := p.check(pol.Probe())
 	if err == nil {
 		return true
 	}
@@ -397,8 +438,8 @@ func (p *parser) withinCaps(pol Policy, line int, seen map[string]int) bool {
 			line, what = seen["limit"], "limit "+what
 		case "window_ms":
 			line, what = seen["window"], "window (in ms) "+what
-		case "algorithm":
-			line, what = seen["algorithm"], "algorithm "+what
+		case "algorithm", "burst":
+			line, what = seen[ae.Field], ae.Field+" "+what
 		case "calendar", "time_zone":
 			line, what = seen[ae.Field], ae.Field+" "+what
 		}

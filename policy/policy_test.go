@@ -101,7 +101,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"unknown algorithm", "a: {limit: 1, window: 1s}\nlogin: {limit: 5, window: 1m, algorithm: TOKEN_BUCKET}",
 			`p.yaml:2: policy "login": unknown algorithm "TOKEN_BUCKET"`},
 		{"lower-case algorithm", "login: {limit: 5, window: 1m, algorithm: sliding_window_log}", `unknown algorithm "sliding_window_log"`},
-		{"unknown field", "login:\n  limit: 5\n  window: 1m\n  burst: 10\n", `p.yaml:4: policy "login": unknown field "burst"; want limit, window (or calendar and time_zone) and algorithm`},
+		{"unknown field", "login:\n  limit: 5\n  window: 1m\n  rate: 10\n", `p.yaml:4: policy "login": unknown field "rate"; want limit, window (or calendar and time_zone), algorithm and burst`},
 		{"field twice", "login:\n  limit: 5\n  window: 1m\n  limit: 6\n", `p.yaml:4: policy "login": limit given twice (first at line 2)`},
 		{"missing limit", "x: {limit: 1, window: 1s}\n\nlogin: {window: 1m}", `p.yaml:3: policy "login": limit is missing`},
 		{"missing window", "login:\n  limit: 5\n", `p.yaml:2: policy "login": window is missing`},
@@ -131,7 +131,24 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"calendar log", "q:\n  limit: 5\n  calendar: day\n  algorithm: SLIDING_WINDOW_LOG\n", `p.yaml:4: policy "q": a calendar policy is counted by SLIDING_WINDOW_COUNTER only`},
 		{"time zone without calendar", "q:\n  limit: 5\n  window: 1h\n  time_zone: Europe/Paris\n", `p.yaml:4: policy "q": time_zone is only for a calendar policy`},
 		{"calendar not a string", "q: {limit: 5, calendar: 7}", `p.yaml:1: policy "q": calendar must be minute, hour`},
+		// GCRA's burst and the algorithms without calendar periods.
+		{"burst without GCRA", "login:\n  limit: 5\n  window: 1m\n  burst: 10\n", `p.yaml:4: policy "login": burst is only for algorithm GCRA, not SLIDING_WINDOW_COUNTER`},
+		{"burst on CONCURRENCY", "c: {algorithm: CONCURRENCY, limit: 5, window: 1m, burst: 10}", `p.yaml:1: policy "c": burst is only for algorithm GCRA, not CONCURRENCY`},
+		{"zero burst", "u:\n  algorithm: GCRA\n  limit: 5\n  window: 1s\n  burst: 0\n", `p.yaml:5: policy "u": burst must be positive, got 0`},
+		{"negative burst", "u: {algorithm: GCRA, limit: 5, window: 1s, burst: -2}", `p.yaml:1: policy "u": burst must be positive, got -2`},
+		{"fractional burst", "u: {algorithm: GCRA, limit: 5, window: 1s, burst: 1.5}", `p.yaml:1: policy "u": burst must be a whole number, got "1.5"`},
+		{"lower-case gcra", "u: {algorithm: gcra, limit: 5, window: 1s}", `p.yaml:1: policy "u": unknown algorithm "gcra"; want SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, GCRA or CONCURRENCY`},
+		{"calendar GCRA", "q:\n  limit: 5\n  calendar: day\n  algorithm: GCRA\n", `p.yaml:4: policy "q": a calendar policy is counted by SLIDING_WINDOW_COUNTER only, not GCRA`},
+		{"calendar CONCURRENCY", "q: {limit: 5, calendar: day, algorithm: CONCURRENCY}", `p.yaml:1: policy "q": a calendar policy is counted by SLIDING_WINDOW_COUNTER only, not CONCURRENCY`},
 		// The node's caps, through its store's validation.
+		{"burst refilling slower than the longest window", "u:\n  algorithm: GCRA\n  limit: 1\n  window: 1h\n  burst: 100000\n",
+			`p.yaml:5: policy "u": beyond this node's limits: burst 100000 takes longer than the longest window`},
+		{"GCRA faster than a hit per µs", "u:\n  algorithm: GCRA\n  limit: 5000\n  window: 1ms\n",
+			`p.yaml:3: policy "u": beyond this node's limits: limit 5000 per 1 ms is over GCRA's fastest rate`},
+		{"concurrency slots over the cap", "c: {algorithm: CONCURRENCY, limit: 20000, window: 1m}",
+			`p.yaml:1: policy "c": beyond this node's limits: limit 20000 exceeds the CONCURRENCY maximum of 10000 slots`},
+		{"concurrency slot lifetime over the cap", "c:\n  algorithm: CONCURRENCY\n  limit: 5\n  window: 100h\n",
+			`p.yaml:4: policy "c": beyond this node's limits: window (in ms) is 360000000; a CONCURRENCY slot frees itself`},
 		{"log limit over the cap", "login: {algorithm: SLIDING_WINDOW_LOG, limit: 20000, window: 1m}",
 			`p.yaml:1: policy "login": beyond this node's limits: limit 20000 exceeds the SLIDING_WINDOW_LOG maximum of 10000`},
 		{"window over the cap", "login:\n  limit: 5\n  window: 9000h\n",
@@ -276,4 +293,26 @@ func TestCalendarPolicies(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, utc, daily.Calendar)
 	assert.Zero(t, daily.Window)
+}
+
+// A GCRA policy carries its burst to the request (absent: 0, the
+// limit); a CONCURRENCY policy is limit slots lasting window each, and is
+// checked against the node's caps as the ACQUIRE of a slot, since it
+// takes no check of hits.
+func TestGCRAAndConcurrencyPolicies(t *testing.T) {
+	src := "upload: {algorithm: GCRA, limit: 10, window: 1s, burst: 50}\n" +
+		"steady: {algorithm: GCRA, limit: 10, window: 1s}\n" +
+		"conns: {algorithm: CONCURRENCY, limit: 20, window: 30s}\n"
+	set, err := Parse("p.yaml", []byte(src), storeCheck(t))
+	require.NoError(t, err)
+	upload, _ := set.Lookup("upload")
+	assert.Equal(t, limiter.Request{Key: "k", Limit: 10, Window: time.Second, Algorithm: limiter.GCRA, Burst: 50, Hits: 3},
+		upload.Request("k", 3))
+	steady, _ := set.Lookup("steady")
+	assert.Zero(t, steady.Burst, "no burst: the limit")
+	conns, _ := set.Lookup("conns")
+	assert.Equal(t, Policy{Name: "conns", Algorithm: limiter.Concurrency, Limit: 20, Window: 30 * time.Second, Line: 3}, conns)
+	assert.Equal(t, limiter.Request{Key: "policy", Limit: 20, Window: 30 * time.Second, Algorithm: limiter.Concurrency,
+		Op: limiter.OpAcquire, Hits: 1}, conns.Probe())
+	assert.Equal(t, limiter.OpCheck, upload.Probe().Op)
 }

@@ -15,12 +15,12 @@ import (
 // nil *Metrics observes nothing. Labels never carry keys or ids: their
 // values are the fixed sets below.
 type Metrics struct {
-	checks      [2][4][3]prometheus.Counter // [algorithm][route][outcome]
-	peerChecks  [2][3]prometheus.Counter    // [algorithm][outcome]
-	forwards    [3]prometheus.Counter       // [ok, failed, refused]
-	fallbacks   [4]prometheus.Counter       // by FallbackPolicy
-	rescues     [2]prometheus.Counter       // answered by the owner through a relay, by its heir
-	fwdDuration [2]prometheus.Observer      // [ok, error]
+	checks      [len(algorithms)][4][3]prometheus.Counter // [algorithm][route][outcome]
+	peerChecks  [len(algorithms)][3]prometheus.Counter    // [algorithm][outcome]
+	forwards    [3]prometheus.Counter                     // [ok, failed, refused]
+	fallbacks   [4]prometheus.Counter                     // by FallbackPolicy
+	rescues     [2]prometheus.Counter                     // answered by the owner through a relay, by its heir
+	fwdDuration [2]prometheus.Observer                    // [ok, error]
 	fwdSize     prometheus.Observer
 	batchSize   prometheus.Observer
 	all         [2]prometheus.Counter // all-or-nothing batches: [refused, admitted]
@@ -52,7 +52,9 @@ var (
 	outcomeNames = [...]string{"allowed", "denied", "error"}
 	routeNames   = [...]string{"local", "forwarded", "fallback", "leased"}
 	forwardNames = [...]string{"ok", "failed", "refused"}
-	algorithms   = [...]limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog}
+	// algorithms are every algorithm, indexed by value: an algorithm
+	// missing here would go uncounted (check and peerCheck skip it).
+	algorithms = [...]limiter.Algorithm{limiter.SlidingWindowCounter, limiter.SlidingWindowLog, limiter.GCRA, limiter.Concurrency}
 )
 
 // NewMetrics registers the request path's metrics with reg.

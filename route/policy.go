@@ -43,7 +43,7 @@ func (s *core) Policy(name string) (policy.Policy, error) {
 func (s *core) PolicyRequest(name, key string, hits *int64, given string) (limiter.Request, error) {
 	if given != "" {
 		return limiter.Request{}, &limiter.ArgumentError{Field: given,
-			Reason: fmt.Sprintf("must not be given with policy %q, which sets limit, window_ms and algorithm", limiter.Echo(name))}
+			Reason: fmt.Sprintf("must not be given with policy %q, which sets limit, window_ms, algorithm and burst", limiter.Echo(name))}
 	}
 	p, err := s.Policy(name)
 	if err != nil {

@@ -189,6 +189,8 @@ func (s *Server) request(in *pb.CheckRequest) (limiter.Request, error) {
 		given = "calendar"
 	case in.GetTimeZone() != "":
 		given = "time_zone"
+	case in.Burst != nil:
+		given = "burst"
 	}
 	r, err := s.svc.PolicyRequest(in.GetPolicy(), in.GetKey(), in.Hits, given)
 	if err != nil {

@@ -587,7 +587,7 @@ func TestFromProto(t *testing.T) {
 	assert.Equal(t, limiter.SlidingWindowCounter, r.Algorithm)
 	assert.Equal(t, int64(1), r.Hits)
 
-	_, err = protoconv.FromProto(&pb.CheckRequest{Algorithm: pb.Algorithm(2)})
+	_, err = protoconv.FromProto(&pb.CheckRequest{Algorithm: pb.Algorithm(4)}) // one past CONCURRENCY
 	assert.Equal(t, "algorithm", peer.FieldOf(err))
 	assert.Equal(t, codes.InvalidArgument, grpcapi.Code(err))
 }

@@ -32,7 +32,7 @@ const (
 	exitOK     = 0
 	exitError  = 1 // the call failed: unreachable, refused, invalid
 	exitUsage  = 2 // the command line is wrong
-	exitDenied = 3 // check: the cluster answered, and said no
+	exitDenied = 3 // check, reserve, acquire: the cluster answered, and said no
 	exitClosed = 4 // release: the reservation was settled or released before, nothing was released now
 )
 
@@ -41,14 +41,17 @@ const usageText = `Usage: peerlimit-node <command> [flags] [args]
 Commands:
   serve          run a node (the default: "peerlimit-node --flags" is "serve --flags")
   check KEY      ask a node for a decision: --policy NAME, or --limit N --window D [--algorithm A]
-                 (or --calendar UNIT [--time-zone Z] instead of --window); --hits N (0 peeks)
+                 (or --calendar UNIT [--time-zone Z] instead of --window); --hits N (0 peeks);
+                 --algorithm gcra takes --burst N, the bucket's size (default the limit)
   reserve KEY    admit --hits N (an estimate) as check does and open a reservation, printing its token; --ttl D
   settle KEY     close a reservation at its real cost: --reservation TOKEN --hits COST; the unused part is
                  refunded, a cost above it charged as debt; a retry counts once
   release KEY    close a reservation refunding all of it: --reservation TOKEN
   refund KEY     give back --hits N, never below what the window holds
   charge KEY     count --hits N even past the limit (debt)
-                 (reserve, settle, release, refund and charge take check's limit flags: the same limit)
+  acquire KEY    take a slot of an --algorithm concurrency limit (--limit slots, each freeing itself
+                 --window after it was taken), printing its token; free it with release --reservation
+                 (reserve, settle, release, refund, charge and acquire take check's limit flags: the same limit)
   members        the members a node sees and their share of the ring
   ring KEY...    which member owns each key (its partition and owner, as the node sees the ring)
   reset KEY      clear a key's state on its owner: --policy NAME, --window D [--algorithm A],
@@ -69,8 +72,8 @@ certificate does not name the address); against one with API tokens give
 default http://127.0.0.1:<port of PEERLIMIT_HTTP_ADDR, else 8080>; https:// or
 --tls-ca-file for TLS).
 
-Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied,
-4 release of a reservation already settled or released (nothing released now).
+Exit codes: 0 ok (check, reserve, acquire: allowed), 1 error, 2 usage, 3 check, reserve or acquire
+denied, 4 release of a reservation or slot already settled or released (nothing released now).
 
 Load testing is cmd/loadgen's job: go run ./cmd/loadgen --help.
 `
@@ -89,7 +92,7 @@ func dispatch(args []string, getenv func(string) string, stdout, stderr io.Write
 		return runUpstream(rest, getenv, stderr)
 	case "check":
 		return cmdCheck(rest, getenv, stdout, stderr)
-	case "reserve", "settle", "release", "refund", "charge":
+	case "reserve", "settle", "release", "refund", "charge", "acquire":
 		return cmdOp(cmd, pb.Op(pb.Op_value[strings.ToUpper(cmd)]), rest, getenv, stdout, stderr)
 	case "members":
 		return cmdMembers(rest, getenv, stdout, stderr)
@@ -279,7 +282,7 @@ type limitFlags struct {
 func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.policy, "policy", "", "a policy of the node's --policies file, instead of --window and --algorithm")
 	fs.DurationVar(&l.window, "window", 0, "the rolling window, e.g. 1m or 500ms")
-	fs.StringVar(&l.algorithm, "algorithm", "", "SLIDING_WINDOW_COUNTER (the default) or SLIDING_WINDOW_LOG")
+	fs.StringVar(&l.algorithm, "algorithm", "", "sliding_window_counter (the default), sliding_window_log, gcra or concurrency, in any case")
 	fs.StringVar(&l.calendar, "calendar", "", "a calendar-aligned quota instead of --window: minute, hour, day, week, month or year; the count starts again at each boundary")
 	fs.StringVar(&l.timeZone, "time-zone", "", "the IANA time zone of --calendar, e.g. Europe/Paris (default UTC)")
 }
@@ -322,7 +325,7 @@ func (l *limitFlags) request(key string, limit int64) (*pb.CheckRequest, error) 
 func (l *limitFlags) inline() (bool, inlineLimit, error) {
 	a, err := limiter.ParseAlgorithm(strings.ToUpper(l.algorithm))
 	if err != nil {
-		return false, inlineLimit{}, errors.New("--algorithm: want SLIDING_WINDOW_COUNTER or SLIDING_WINDOW_LOG")
+		return false, inlineLimit{}, errors.New("--algorithm: want sliding_window_counter, sliding_window_log, gcra or concurrency")
 	}
 	u, err := limiter.ParseCalendarUnit(l.calendar)
 	if err != nil {
@@ -356,20 +359,24 @@ var opUsage = map[pb.Op][2]string{
 	pb.Op_RELEASE: {"KEY --reservation TOKEN", ""},
 	pb.Op_REFUND:  {"KEY", "hits given back (may exceed the limit)"},
 	pb.Op_CHARGE:  {"KEY", "hits counted even past the limit"},
+	pb.Op_ACQUIRE: {"KEY", ""},
 }
 
 // cmdOp runs check and the commands of the other ops: one request of op
-// for KEY under --policy or --limit/--window/--algorithm, printed for
-// people or as the HTTP API's JSON.
+// for KEY under --policy or --limit/--window/--algorithm [--burst],
+// printed for people or as the HTTP API's JSON.
 func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	c := newCommand(name, opUsage[op][0], getenv, stdout, stderr)
 	c.grpcFlags()
 	var lf limitFlags
 	lf.register(c.fs)
-	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window or --calendar)")
+	limit := c.fs.Int64("limit", 0, "hits allowed per window (with --window or --calendar); of --algorithm concurrency, the slots")
+	burst := c.fs.Int64("burst", 0, "--algorithm gcra only: the bucket's size, the most hits admitted at once (default: --limit)")
 	hits := new(int64)
 	switch op {
 	case pb.Op_RELEASE:
+	case pb.Op_ACQUIRE: // always one slot
+		*hits = 1
 	case pb.Op_SETTLE: // required: no default to print beside "required"
 		c.fs.Int64Var(hits, "hits", 0, opUsage[op][1])
 	default:
@@ -394,10 +401,13 @@ func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, std
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	if req.Burst, err = burstFlag(c.given("burst"), *burst, req.Algorithm); err != nil {
+		return c.usageError("%v", err)
+	}
 	req.Hits, req.Op, req.TtlMs, req.Reservation = hits, op, ttl.Milliseconds(), token
 	switch {
 	case (op == pb.Op_SETTLE || op == pb.Op_RELEASE) && token == "":
-		return c.usageError("give --reservation TOKEN, as reserve printed it")
+		return c.usageError("give --reservation TOKEN, as reserve or acquire printed it")
 	case op == pb.Op_SETTLE && !c.given("hits"):
 		return c.usageError("give --hits COST, the real cost")
 	case ttl%time.Millisecond != 0:
@@ -415,13 +425,29 @@ func cmdOp(name string, op pb.Op, args []string, getenv func(string) string, std
 	} else {
 		printOp(stdout, op, *hits, resp)
 	}
-	if !resp.Allowed && (op == pb.Op_CHECK || op == pb.Op_RESERVE) {
+	if !resp.Allowed && (op == pb.Op_CHECK || op == pb.Op_RESERVE || op == pb.Op_ACQUIRE) {
 		return exitDenied
 	}
 	if op == pb.Op_RELEASE && resp.Settled == pb.Settled_SETTLED_BEFORE {
 		return exitClosed
 	}
 	return exitOK
+}
+
+// burstFlag is --burst as the request carries it: absent unless given,
+// and given only positive and with --algorithm gcra (an error is a usage
+// error). A policy's burst is the policy's: algo is then the default,
+// and --burst refused.
+func burstFlag(given bool, burst int64, algo pb.Algorithm) (*int64, error) {
+	switch {
+	case !given:
+		return nil, nil
+	case algo != pb.Algorithm_GCRA:
+		return nil, errors.New("--burst is only for --algorithm gcra (a policy gives its own)")
+	case burst <= 0:
+		return nil, fmt.Errorf("--burst must be positive, got %d; leave it out for a bucket of --limit hits", burst)
+	}
+	return &burst, nil
 }
 
 // given reports whether the flag name was set on the command line.
@@ -460,9 +486,12 @@ func printOp(w io.Writer, op pb.Op, hits int64, resp *pb.CheckResponse) {
 	case op == pb.Op_RESERVE && resp.Allowed:
 		fmt.Fprintf(w, "reserved %d: %d of %d remaining, expires in %s, reservation %s; decided by %s",
 			hits, resp.Remaining, resp.Limit, ms(resp.ExpiresInMs), resp.Reservation, resp.Owner)
+	case op == pb.Op_ACQUIRE && resp.Allowed:
+		fmt.Fprintf(w, "acquired a slot: %d of %d free, frees itself in %s, reservation %s; decided by %s",
+			resp.Remaining, resp.Limit, ms(resp.ExpiresInMs), resp.Reservation, resp.Owner)
 	case resp.Allowed:
 		fmt.Fprintf(w, "allowed: %d of %d remaining, resets in %s; decided by %s", resp.Remaining, resp.Limit, ms(resp.ResetAfterMs), resp.Owner)
-	case op == pb.Op_CHECK || op == pb.Op_RESERVE:
+	case op == pb.Op_CHECK || op == pb.Op_RESERVE || op == pb.Op_ACQUIRE:
 		fmt.Fprintf(w, "denied: retry after %s (count %d of %d); decided by %s", ms(resp.RetryAfterMs), resp.CurrentCount, resp.Limit, resp.Owner)
 	default: // counted whatever the limit said: the key is in debt
 		fmt.Fprintf(w, "in debt: the next hit waits %s (limit %d); decided by %s", ms(resp.RetryAfterMs), resp.Limit, resp.Owner)

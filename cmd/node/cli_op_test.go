@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/peerlimit/peerlimit/httpapi"
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
 func TestCLIReserveSettleReleaseRefundCharge(t *testing.T) {
@@ -85,4 +89,69 @@ func TestCLIReserveSettleReleaseRefundCharge(t *testing.T) {
 	code, _, errOut = run("settle", "--reservation", "not-a-token", "--hits", "1")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "peerlimit-node settle: InvalidArgument: invalid reservation:")
+}
+
+// --burst is GCRA's, positive, and sent only when given; --algorithm
+// takes the four names in any case.
+func TestCLIBurstAndAlgorithmFlags(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		algo  pb.Algorithm
+		burst *int64
+	}{
+		{[]string{"--algorithm", "gcra", "--burst", "50"}, pb.Algorithm_GCRA, proto.Int64(50)},
+		{[]string{"--algorithm", "GCRA"}, pb.Algorithm_GCRA, nil},
+		{[]string{"--algorithm", "Concurrency"}, pb.Algorithm_CONCURRENCY, nil},
+		{[]string{"--algorithm", "sliding_window_log"}, pb.Algorithm_SLIDING_WINDOW_LOG, nil},
+		{nil, pb.Algorithm_SLIDING_WINDOW_COUNTER, nil},
+	} {
+		var lf limitFlags
+		fs := flag.NewFlagSet("check", flag.ContinueOnError)
+		lf.register(fs)
+		burst := fs.Int64("burst", 0, "")
+		require.NoError(t, fs.Parse(append([]string{"--window", "1s"}, c.args...)))
+		req, err := lf.request("k", 10)
+		require.NoError(t, err, "%q", c.args)
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "burst" })
+		req.Burst, err = burstFlag(given, *burst, req.Algorithm)
+		require.NoError(t, err, "%q", c.args)
+		assert.Equal(t, c.algo, req.Algorithm, "%q", c.args)
+		assert.Equal(t, c.burst, req.Burst, "%q", c.args)
+	}
+}
+
+// acquire prints the slot's token as reserve prints a reservation's, and
+// a denied one exits 3.
+func TestCLIAcquirePrints(t *testing.T) {
+	var out strings.Builder
+	printOp(&out, pb.Op_ACQUIRE, 1, &pb.CheckResponse{Allowed: true, Limit: 5, Remaining: 4, ExpiresInMs: 30000, Reservation: "tok", Owner: "n1"})
+	assert.Equal(t, "acquired a slot: 4 of 5 free, frees itself in 30s, reservation tok; decided by n1\n", out.String())
+	out.Reset()
+	printOp(&out, pb.Op_ACQUIRE, 1, &pb.CheckResponse{Limit: 5, CurrentCount: 5, RetryAfterMs: 2000, Owner: "n1"})
+	assert.Equal(t, "denied: retry after 2s (count 5 of 5); decided by n1\n", out.String())
+}
+
+// What a node refuses of GCRA and CONCURRENCY before any store decides:
+// an error naming the field, exit 1.
+func TestCLIGCRAAndConcurrencyRefusals(t *testing.T) {
+	c := testcluster.New(t, 1, nil)
+	addr := c.Node(0).GRPCAddr()
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"check", "--limit", "3", "--window", "1s", "--algorithm", "gcra", "--burst", "2", "--hits", "3", "k"}, "hits"},
+		{[]string{"acquire", "--limit", "3", "--window", "1s", "k"}, "op"},
+		{[]string{"reserve", "--limit", "3", "--window", "1s", "--algorithm", "concurrency", "k"}, "op"},
+		{[]string{"release", "--limit", "3", "--window", "1s", "--algorithm", "concurrency", "k"}, ""},
+	} {
+		code, _, errOut := cli(t, append(tc.args, "--addr", addr)...)
+		if tc.field == "" {
+			assert.Equal(t, exitUsage, code, "%q: %s", tc.args, errOut) // no --reservation
+			continue
+		}
+		assert.Equal(t, exitError, code, "%q: %s", tc.args, errOut)
+		assert.Contains(t, errOut, "InvalidArgument: invalid "+tc.field, "%q", tc.args)
+	}
 }

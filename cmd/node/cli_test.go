@@ -181,6 +181,13 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"check", "--limit", "3", "--calendar", "day", "--window", "1h", "k"},
 		{"check", "--limit", "3", "--window", "1h", "--time-zone", "Europe/Paris", "k"},
 		{"check", "--policy", "p", "--calendar", "day", "k"},
+		{"check", "--limit", "3", "--window", "1s", "--burst", "5", "k"},
+		{"check", "--limit", "3", "--window", "1s", "--algorithm", "concurrency", "--burst", "5", "k"},
+		{"check", "--limit", "3", "--window", "1s", "--algorithm", "gcra", "--burst", "0", "k"},
+		{"check", "--limit", "3", "--window", "1s", "--algorithm", "gcra", "--burst", "-2", "k"},
+		{"check", "--policy", "p", "--burst", "5", "k"},
+		{"acquire", "--limit", "3", "--window", "1s", "--algorithm", "concurrency", "--hits", "1", "k"},
+		{"acquire", "--limit", "3", "--window", "1s", "--algorithm", "concurrency", "--ttl", "1s", "k"},
 		{"healthcheck", "extra"},
 	} {
 		code, _, errOut := cli(t, args...)
@@ -189,8 +196,8 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 	code, out, _ := cli(t, "help")
 	assert.Equal(t, exitOK, code)
-	assert.Contains(t, out, "Exit codes: 0 ok (check, reserve: allowed), 1 error, 2 usage, 3 check or reserve denied,\n"+
-		"4 release of a reservation already settled or released (nothing released now).")
+	assert.Contains(t, out, "Exit codes: 0 ok (check, reserve, acquire: allowed), 1 error, 2 usage, 3 check, reserve or acquire\n"+
+		"denied, 4 release of a reservation or slot already settled or released (nothing released now).")
 	assert.Contains(t, out, "cmd/loadgen")
 	code, _, errOut := cli(t, "check", "--help")
 	assert.Equal(t, exitOK, code)

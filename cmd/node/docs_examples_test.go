@@ -46,7 +46,7 @@ var notRun = map[string]string{
 // a command without --addr gets node 1's (the default's), and `TOKEN`,
 // or a token a transcript showed, is the token the command before
 // printed. A curl must answer 2xx and a command exit 0 (a transcript's
-// check or reserve may also be denied, 3); a JSON block right after a
+// check, reserve or acquire may also be denied, 3); a JSON block right after a
 // command is its answer: the same fields, the same strings and booleans
 // (numbers aside); a transcript's output must be the page's, numbers and
 // durations aside.
@@ -227,7 +227,7 @@ func (r *exampleRunner) run(where, line string, transcript bool) (string, bool) 
 		}
 		var stdout, stderr bytes.Buffer
 		code := dispatch(args, func(string) string { return "" }, &stdout, &stderr)
-		ok := code == exitOK || transcript && code == exitDenied && (args[0] == "check" || args[0] == "reserve")
+		ok := code == exitOK || transcript && code == exitDenied && (args[0] == "check" || args[0] == "reserve" || args[0] == "acquire")
 		if !assert.True(t, ok, "%s: %s\nexit %d: %s%s", where, line, code, stdout.String(), stderr.String()) {
 			return "", false
 		}

@@ -100,7 +100,7 @@ func newFlagSet(stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: peerlimit-node [serve] [flags]\n\nRuns a node. Every flag can also be set by its environment variable\nPEERLIMIT_<NAME>, e.g. --grpc-addr as PEERLIMIT_GRPC_ADDR. A flag beats the\nenvironment. SIGTERM or SIGINT leaves gracefully; SIGHUP reloads --policies,\n--envoy-rls-config and the credential files. With --watch-config (default)\n--policies and --envoy-rls-config also reload by themselves when they change\non disk (a Kubernetes ConfigMap update included).\n\n")
 		fs.PrintDefaults()
-		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, reserve, settle, release, refund, charge, members, ring,\nreset, top, inspect, healthcheck, ratelimit.\n")
+		fmt.Fprintf(stderr, "\nOther commands (peerlimit-node help): check, reserve, settle, release, refund, charge, acquire,\nmembers, ring, reset, top, inspect, healthcheck, ratelimit.\n")
 	}
 	return fs
 }

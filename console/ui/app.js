@@ -583,8 +583,17 @@ function inspectView(r) {
   return [head, ...limits.map(limitView)];
 }
 
+// algorithmNames are the API's algorithm names as the page says them; an
+// algorithm a newer owner knows and this page does not shows as it came.
+const algorithmNames = {
+  SLIDING_WINDOW_COUNTER: 'sliding window counter',
+  SLIDING_WINDOW_LOG: 'sliding window log',
+  GCRA: 'GCRA token bucket',
+  CONCURRENCY: 'concurrency slots',
+};
+
 function limitView(l) {
-  const algo = l.algorithm === 'SLIDING_WINDOW_LOG' ? 'sliding window log' : 'sliding window counter';
+  const algo = algorithmNames[l.algorithm] || l.algorithm;
   const rows = [];
   const row = (k, v) => rows.push(el('dt', {}, k), el('dd', {}, v));
   if (l.counter && l.calendar) {

@@ -54,8 +54,11 @@ type Rule struct {
 	ChargeOverLimit bool `json:"charge_over_limit,omitempty"`
 	// Calendar: unit is a calendar unit in TimeZone (calendar: true and
 	// time_zone, our extension); window_ms is then 0.
-	Calendar       bool   `json:"calendar,omitempty"`
-	TimeZone       string `json:"time_zone,omitempty"`
+	Calendar bool   `json:"calendar,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	// Burst: a GCRA rule's bucket size (burst, our extension); absent:
+	// requests_per_unit.
+	Burst          int64  `json:"burst,omitempty"`
 	DetailedMetric bool   `json:"detailed_metric"`
 	File           string `json:"file"`
 	Line           int    `json:"line"`
@@ -67,8 +70,9 @@ type Rule struct {
 //	messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
 //
 // and after upstream's fields, always in this order, peerlimit's own:
-// quota_mode, unit_multiplier, algorithm, and unlimited, and for a
-// calendar rule its zone (", calendar: Europe/Paris"). Comment lines
+// quota_mode, unit_multiplier, algorithm, and unlimited, for a calendar
+// rule its zone (", calendar: Europe/Paris"), and for a GCRA rule with a
+// burst the burst (", burst: 50"). Comment lines
 // (#) first say where the rules come from, their digest and when they
 // were put in force.
 func (v *View) WriteText(w io.Writer) error {
@@ -83,6 +87,9 @@ func (v *View) WriteText(w io.Writer) error {
 		calendar := ""
 		if r.Calendar {
 			calendar = ", calendar: " + r.TimeZone
+		}
+		if r.Burst != 0 {
+			calendar += fmt.Sprintf(", burst: %d", r.Burst)
 		}
 		_, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t, unit_multiplier: %d, algorithm: %s, unlimited: %t%s\n",
 			r.Key, r.Unit, r.RequestsPerUnit, r.ShadowMode, r.QuotaMode, r.UnitMultiplier, r.Algorithm, r.Unlimited, calendar)

@@ -32,7 +32,25 @@ func FromProto(in *pb.CheckRequest) (limiter.Request, error) {
 	if r.Calendar, err = CalendarFromProto(in.GetCalendar(), in.GetTimeZone()); err != nil {
 		return limiter.Request{}, err
 	}
+	if r.Burst, err = BurstFromAPI(in.Burst); err != nil {
+		return limiter.Request{}, err
+	}
 	return r, SetOp(&r, in)
+}
+
+// BurstFromAPI converts a public request's optional burst to
+// limiter.Request.Burst, where 0 means absent (the limit): an explicit
+// burst must therefore be positive, or it is refused naming the field
+// rather than read as "absent". Every public face (gRPC, HTTP) converts
+// burst through here.
+func BurstFromAPI(burst *int64) (int64, error) {
+	switch {
+	case burst == nil:
+		return 0, nil
+	case *burst <= 0:
+		return 0, &limiter.ArgumentError{Field: "burst", Reason: fmt.Sprintf("must be positive, got %d; leave it out for a bucket of limit hits", *burst)}
+	}
+	return *burst, nil
 }
 
 // CalendarFromProto converts a public request's calendar and time_zone;
@@ -107,6 +125,7 @@ func FromForwarded(in *pb.CheckRequest) (limiter.Request, error) {
 	}
 	r := limiter.NewRequest(in.GetKey(), in.GetLimit(), in.GetWindowMs(), limiter.Algorithm(a), in.Hits)
 	r.Calendar = calendarFromMember(in.GetCalendar(), in.GetTimeZone())
+	r.Burst = in.GetBurst() // a member sends only a positive burst; any other is the store's to refuse
 	if op := in.GetOp(); op != pb.Op_CHECK || in.GetReservation() != "" || in.GetTtlMs() != 0 {
 		// An unknown op too is the store's to refuse, naming the field.
 		_ = r.SetOp(limiter.Op(min(max(op, 0), 255)), in.GetReservation(), in.GetTtlMs(), true) // a member always sends hits
@@ -122,8 +141,13 @@ func AlgorithmFromProto(a pb.Algorithm) (limiter.Algorithm, error) {
 		return limiter.SlidingWindowCounter, nil
 	case pb.Algorithm_SLIDING_WINDOW_LOG:
 		return limiter.SlidingWindowLog, nil
+	case pb.Algorithm_GCRA:
+		return limiter.GCRA, nil
+	case pb.Algorithm_CONCURRENCY:
+		return limiter.Concurrency, nil
 	}
-	return 0, &limiter.ArgumentError{Field: "algorithm", Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0) or SLIDING_WINDOW_LOG (1)", a)}
+	return 0, &limiter.ArgumentError{Field: "algorithm",
+		Reason: fmt.Sprintf("unknown value %d; want SLIDING_WINDOW_COUNTER (0), SLIDING_WINDOW_LOG (1), GCRA (2) or CONCURRENCY (3)", a)}
 }
 
 // ToProtoRequest converts a validated limiter request for the wire.
@@ -277,8 +301,9 @@ func (s ResultSlab) Put(i int, r peer.Result) *pb.CheckResult {
 type RequestSlab []wireRequest
 
 type wireRequest struct {
-	req  pb.CheckRequest
-	hits int64
+	req   pb.CheckRequest
+	hits  int64
+	burst int64
 }
 
 // NewRequestSlab returns a slab for n checks.
@@ -293,6 +318,10 @@ func (s RequestSlab) Put(i int, r limiter.Request) *pb.CheckRequest {
 	m.Op, m.Reservation, m.TtlMs = pb.Op(r.Op), r.Reservation, r.TTL.Milliseconds()
 	if r.Calendar != 0 {
 		m.Calendar, m.TimeZone = CalendarToProto(r.Calendar)
+	}
+	if r.Burst != 0 {
+		w.burst = r.Burst
+		m.Burst = &w.burst
 	}
 	return m
 }
