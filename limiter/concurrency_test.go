@@ -123,11 +123,15 @@ func TestConcurrencyIsItsOwnLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "the log of the same key and window is another limit")
 	assert.False(t, acquire(t, s, now, r).Allowed)
+	st := s.Stats()
+	assert.Equal(t, 2, st.LogKeys, "both are logs")
+	assert.Equal(t, 1, st.ConcurrencyKeys)
 	views, err := s.Admin().Inspect(now, r.Key, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 2)
 	assert.Equal(t, []Algorithm{SlidingWindowLog, Concurrency}, []Algorithm{views[0].Algorithm, views[1].Algorithm})
 	assert.True(t, s.Admin().DeleteLimit(now, r), "a reset frees the slots")
+	assert.Zero(t, s.Stats().ConcurrencyKeys)
 	assert.True(t, acquire(t, s, now, r).Allowed)
 }
 

@@ -253,6 +253,8 @@ type shard struct {
 	entries  int // hits held by the logs
 	slots    int // ring slots the logs allocated (≥ entries): the budgeted memory
 	keyBytes int // bytes of the key strings held
+	// concurrencyKeys is how many of logs are concurrency limits'.
+	concurrencyKeys int
 	// journal holds what changed since Changes.Take last took it; nil
 	// unless Config.TrackChanges.
 	journal *journal
@@ -280,6 +282,9 @@ func (sh *shard) putLog(k stateKey, st *logState) {
 	k.key = strings.Clone(k.key)
 	sh.logs[k] = st
 	sh.keyBytes += len(k.key)
+	if k.concurrency() {
+		sh.concurrencyKeys++
+	}
 	sh.peak = max(sh.peak, sh.len())
 }
 
@@ -293,6 +298,9 @@ func (sh *shard) deleteLog(k stateKey, st *logState) {
 	sh.unjournal(k, st.mark, st.slot, logChange)
 	delete(sh.logs, k)
 	sh.keyBytes -= len(k.key)
+	if k.concurrency() {
+		sh.concurrencyKeys--
+	}
 	sh.entries -= int(st.n)
 	sh.slots -= len(st.ring)
 }
@@ -707,9 +715,11 @@ func (sh *shard) compact() {
 // Stats is a snapshot of the store's bookkeeping.
 type Stats struct {
 	CounterKeys int
-	LogKeys     int
-	GCRAKeys    int
-	LogEntries  int // hits held by all logs
+	LogKeys     int // window logs and concurrency limits: both are logs
+	// ConcurrencyKeys is how many of LogKeys are concurrency limits.
+	ConcurrencyKeys int
+	GCRAKeys        int
+	LogEntries      int // hits held by all logs
 	// LogSlots is the entries the logs allocated, room to grow included:
 	// what Config.MaxLogEntries bounds.
 	LogSlots int
@@ -757,6 +767,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Lock()
 		st.CounterKeys += len(sh.counters)
 		st.LogKeys += len(sh.logs)
+		st.ConcurrencyKeys += sh.concurrencyKeys
 		st.GCRAKeys += len(sh.gcras)
 		st.LogEntries += sh.entries
 		st.LogSlots += sh.slots

@@ -61,7 +61,9 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	g(c.keys, float64(st.CounterKeys), limiter.SlidingWindowCounter.String())
-	g(c.keys, float64(st.LogKeys), limiter.SlidingWindowLog.String())
+	g(c.keys, float64(st.LogKeys-st.ConcurrencyKeys), limiter.SlidingWindowLog.String())
+	g(c.keys, float64(st.GCRAKeys), limiter.GCRA.String())
+	g(c.keys, float64(st.ConcurrencyKeys), limiter.Concurrency.String())
 	g(c.entries, float64(st.LogEntries))
 	g(c.slots, float64(st.LogSlots))
 	g(c.bytes, float64(st.Bytes))
@@ -146,7 +148,7 @@ func (r *capacityReport) report(st limiter.Stats) {
 		msg = "store at capacity: refused checks with RESOURCE_EXHAUSTED"
 	}
 	r.log.Warn(msg, "evicted_keys", ev, "rejected_keys", rej, "evicted_logs", logEv, "rejected_logs", logRej,
-		"keys", st.CounterKeys+st.LogKeys, "max_keys", r.cfg.MaxKeys, "log_slots", st.LogSlots,
+		"keys", st.CounterKeys+st.LogKeys+st.GCRAKeys, "max_keys", r.cfg.MaxKeys, "log_slots", st.LogSlots,
 		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
