@@ -43,3 +43,26 @@ func (k stateKey) logAlgorithm() Algorithm {
 	}
 	return SlidingWindowLog
 }
+
+// releaseSlack is how far after its token's time a released slot's entry
+// may be found. A slot that travelled (a replica's copy, a handoff) was
+// rebased onto its new owner's clock and lands up to the call's transit
+// later (rebase.go), so after a failover the entry stamped at is not
+// there; the earliest entry within releaseSlack after it is taken for it.
+// The count is what it must be, one slot fewer; which slot frees itself
+// when may differ by up to releaseSlack. The cost, stated in
+// docs/limiter.md: a release the dead owner had applied, retried on the
+// heir, frees one more slot if one was taken within releaseSlack after it.
+const releaseSlack = 250 // ms
+
+// removeSlotsOrEntries takes back up to n entries of the log of k counted
+// at at (ms), as seen at now: exactly at for a window log; for a
+// concurrency limit's slots, at or, if none is there, the earliest within
+// releaseSlack after it. Requires the shard's lock held.
+func removeSlotsOrEntries(st *logState, k stateKey, now, at, n int64) int64 {
+	got := st.removeAt(now, k.span(), at, n)
+	if got < n && k.concurrency() {
+		got += st.removeBetween(now, k.span(), at+1, at+releaseSlack, n-got)
+	}
+	return got
+}

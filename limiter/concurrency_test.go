@@ -139,7 +139,7 @@ func TestConcurrencyIsItsOwnLimit(t *testing.T) {
 // replica's copy through the journal) and frees one from its token.
 func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	for _, via := range []string{"handoff", "journal"} {
+	for _, via := range []string{"handoff", "journal", "journal, 5 ms in transit"} {
 		t.Run(via, func(t *testing.T) {
 			from := newStore(t, 4, func(c *Config) { c.TrackChanges = true })
 			to := newStore(t, 4, nil)
@@ -157,6 +157,11 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 			assert.Equal(t, Concurrency, states[0].Algorithm)
 			assert.Equal(t, r.Window, states[0].Window)
 			assert.Len(t, states[0].Log, 2)
+			if via == "journal, 5 ms in transit" {
+				// Rebased on arrival, each slot lands 5 ms late: a release
+				// from its token must still find it (releaseSlack).
+				Rebase(states, now.Add(2*time.Second), now.Add(2*time.Second+5*time.Millisecond))
+			}
 			merged, errs := to.Transfer().Merge(now.Add(2*time.Second), states)
 			require.Empty(t, errs)
 			require.Equal(t, 1, merged)
@@ -166,9 +171,38 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 			assert.Equal(t, Adjustment{Refunded: 1, Settled: SettledUnknown}, adj, "freed from the token: the new owner had no record")
 			assert.True(t, acquire(t, to, now.Add(3*time.Second), r).Allowed)
 
+			if via == "journal, 5 ms in transit" {
+				return // the sender forgets what it sent, not what arrived rebased
+			}
 			from.Transfer().Forget(now.Add(4*time.Second), states)
 			assert.Zero(t, inFlight(t, from, now.Add(4*time.Second), r), "the old owner forgets what it handed over")
 		})
+	}
+}
+
+// A release finds its slot at its token's time, or, moved there by a
+// rebase, the earliest within releaseSlack after it; never one further.
+func TestReleaseFindsItsSlotWithinTheSlack(t *testing.T) {
+	s := newStore(t, 1, nil)
+	now := time.UnixMilli(1_700_000_000_000)
+	r := slots(3)
+	d := acquire(t, s, now, r)
+	tok := d.Adjust.Reservation
+	p := s.Transfer().PartitionOf(r.Key)
+	states := s.Transfer().SnapshotPartition(p, now)
+	for _, c := range []struct {
+		shift time.Duration
+		freed int64
+	}{{0, 1}, {releaseSlack * time.Millisecond, 1}, {(releaseSlack + 1) * time.Millisecond, 0}} {
+		heir := newStore(t, 1, nil)
+		moved := []KeyState{states[0]}
+		moved[0].Log = append([]int64(nil), states[0].Log...)
+		Rebase(moved, now, now.Add(c.shift))
+		_, errs := heir.Transfer().Merge(now.Add(c.shift), moved)
+		require.Empty(t, errs)
+		adj := release(t, heir, now.Add(time.Second), r, tok)
+		assert.Equal(t, c.freed, adj.Refunded, "a slot moved %s later", c.shift)
+		assert.Equal(t, 1-c.freed, inFlight(t, heir, now.Add(time.Second), r))
 	}
 }
 

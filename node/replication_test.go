@@ -21,7 +21,7 @@ func waitReplicated(t *testing.T, c *testcluster.Cluster) {
 		keys, replicas := 0, 0.0
 		for _, n := range c.Live() {
 			st := n.Store().Stats()
-			keys += st.CounterKeys + st.LogKeys
+			keys += st.CounterKeys + st.LogKeys + st.GCRAKeys
 			replicas += metrictest.Value(t, metrictest.Scrape("http://"+n.HTTPAddr()+"/metrics"), "peerlimit_replica_keys")
 		}
 		return float64(keys) == replicas, fmt.Sprintf("%d keys, %.0f replicas", keys, replicas)

@@ -96,7 +96,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"-keys 0", "-keys must be ≥ 1"},
 		{"-dist normal", `-dist must be uniform or zipf, got "normal"`},
 		{"-dist zipf -zipf-s 1", "-zipf-s must be > 1"},
-		{"-algorithm fixed", `-algorithm must be counter or log, got "fixed"`},
+		{"-algorithm fixed", `-algorithm must be counter, log or gcra, got "fixed"`},
 		{"-limit 0", "-limit must be ≥ 1"},
 		{"-batch 0", "-batch must be ≥ 1"},
 		{"-workers many", "parsing flags"},

@@ -95,13 +95,13 @@ func TestSIGHUPWithoutPoliciesKeepsServing(t *testing.T) {
 // A bad file at start is fatal, and says where.
 func TestBadPolicyFileFailsStart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("login:\n  limit: 5\n  window: 1m\n  burst: 10\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("login:\n  limit: 5\n  window: 1m\n  bursty: 10\n"), 0o600))
 	var stderr strings.Builder
 	code := run([]string{"--policies", path, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0"},
 		func(string) string { return "" }, &stderr)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "start failed")
-	assert.Contains(t, stderr.String(), path+`:4: policy \"login\": unknown field \"burst\"`)
+	assert.Contains(t, stderr.String(), path+`:4: policy \"login\": unknown field \"bursty\"`)
 }
 
 func TestPoliciesAndPprofFlags(t *testing.T) {
