@@ -12,16 +12,22 @@
 #   - the hop per forwarded check: (random − owner) node CPU per check ÷
 #     the forwarded share (N−1)/N.
 #
+# Every run is made twice, over two key distributions (BENCH_DISTS):
+# uniform over BENCH_KEYS, the worst case for budget leases, where no key
+# is warm anywhere; and Zipf (s = BENCH_ZIPF_S, 1.1) over BENCH_ZIPF_KEYS
+# (1,000,000), close to real traffic. Both are always reported.
+#
 # The nodes run with GOMAXPROCS=1 (BENCH_NODE_GOMAXPROCS), as one node per
 # machine would be; with 7 node processes on 2 cores they would otherwise
 # spin threads for both cores each. Runs are interleaved (random, owner,
 # random, …) and each figure is the median of BENCH_REPEATS runs. Results
 # (runs.tsv, one JSON per run, table.md, scale.svg, node logs) go to
-# BENCH_OUT, by default a new temporary directory. About 6 minutes with the
+# BENCH_OUT, by default a new temporary directory. About 12 minutes with the
 # defaults.
 #
 # Environment: BENCH_SCALE_NODES ("1 3 5 7"), BENCH_REPEATS (3),
 # BENCH_DURATION (6s), BENCH_WORKERS (128), BENCH_KEYS (10000),
+# BENCH_DISTS ("uniform zipf"), BENCH_ZIPF_S (1.1), BENCH_ZIPF_KEYS (1000000),
 # BENCH_NODE_GOMAXPROCS (1), BENCH_NODE_ARGS (extra flags for every node),
 # BENCH_OUT, GO (go).
 set -euo pipefail
@@ -32,6 +38,9 @@ repeats=${BENCH_REPEATS:-3}
 duration=${BENCH_DURATION:-6s}
 workers=${BENCH_WORKERS:-128}
 nkeys=${BENCH_KEYS:-10000}
+dists=${BENCH_DISTS:-uniform zipf}
+zipf_s=${BENCH_ZIPF_S:-1.1}
+zipf_keys=${BENCH_ZIPF_KEYS:-1000000}
 node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-1}
 read -r -a node_extra_args <<<"${BENCH_NODE_ARGS:-}"
 go=${GO:-go}
@@ -74,7 +83,7 @@ CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 	echo "go: $("$go" version)"
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "settings: sizes=$sizes repeats=$repeats duration=$duration workers=$workers keys=$nkeys node_gomaxprocs=$node_gomaxprocs node_args=${BENCH_NODE_ARGS:-}"
+	echo "settings: sizes=$sizes repeats=$repeats duration=$duration workers=$workers keys=$nkeys dists=$dists zipf_s=$zipf_s zipf_keys=$zipf_keys node_gomaxprocs=$node_gomaxprocs node_args=${BENCH_NODE_ARGS:-}"
 } >"$out/env.txt"
 cat "$out/env.txt"
 
@@ -109,7 +118,7 @@ stop_cluster() {
 }
 
 dur_s=$(duration_seconds "$duration")
-printf 'nodes\trun\troute\tnodes_cpu_s\tfwd_checks\tfwd_calls\tfwd_ok\tnode_checks\tidle_ms_per_s\n' >"$out/runs.tsv"
+printf 'nodes\trun\troute\tdist\tnodes_cpu_s\tfwd_checks\tfwd_calls\tfwd_ok\tnode_checks\tidle_ms_per_s\n' >"$out/runs.tsv"
 for n in $sizes; do
 	log "$n node(s): starting"
 	start_cluster "$n"
@@ -127,23 +136,26 @@ for n in $sizes; do
 	routes=(random owner)
 	[ "$n" = 1 ] && routes=(random) # one node owns every key: no hop either way
 	for rep in $(seq "$repeats"); do
+		for dist in $dists; do
 		for route in "${routes[@]}"; do
+			keys=(-keys "$nkeys" -dist uniform)
+			[ "$dist" = zipf ] && keys=(-keys "$zipf_keys" -dist zipf -zipf-s "$zipf_s")
 			args=(-target peerlimit -api grpc -endpoints "$endpoints" -route "$route" -workers "$workers" -duration "$duration"
-				-keys "$nkeys" -dist uniform -algorithm counter -limit "$limit" -window 60s -progress=false
-				-key-prefix "$(printf 'n%02dr%02d%s:' "$n" "$rep" "${route:0:1}")")
+				"${keys[@]}" -algorithm counter -limit "$limit" -window 60s -progress=false
+				-key-prefix "$(printf 'n%02dr%02d%s%s:' "$n" "$rep" "${route:0:1}" "${dist:0:1}")")
 			[ "$route" = owner ] && args+=(-coalesce=false)
-			json="$out/n$n-$route.r$rep.json"
+			json="$out/n$n-$route-$dist.r$rep.json"
 			before=$(scrape_forwarding "${http_ports[@]}")
 			cpu_before=$(cpu_ticks "${node_pids[@]}")
-			timeout --foreground -k 5 $((dur_s + 60)) bin/loadgen "${args[@]}" -json "$json" >"$out/n$n-$route.r$rep.log" 2>&1 || {
-				cat "$out/n$n-$route.r$rep.log" >&2
-				die "loadgen failed: $n nodes, $route, repeat $rep"
+			timeout --foreground -k 5 $((dur_s + 60)) bin/loadgen "${args[@]}" -json "$json" >"$out/n$n-$route-$dist.r$rep.log" 2>&1 || {
+				cat "$out/n$n-$route-$dist.r$rep.log" >&2
+				die "loadgen failed: $n nodes, $route, $dist, repeat $rep"
 			}
 			cpu_after=$(cpu_ticks "${node_pids[@]}")
 			after=$(scrape_forwarding "${http_ports[@]}")
 			nodes_cpu=$(awk -v t=$((cpu_after - cpu_before)) -v h="$clk_tck" 'BEGIN { printf "%.3f", t / h }')
 			read -r fc fn fok seen <<<"$(delta4 "$before" "$after")"
-			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$rep" "$route" "$nodes_cpu" "$fc" "$fn" "$fok" "$seen" "$idle_ms" >>"$out/runs.tsv"
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$rep" "$route" "$dist" "$nodes_cpu" "$fc" "$fn" "$fok" "$seen" "$idle_ms" >>"$out/runs.tsv"
 			python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -153,7 +165,8 @@ line = "%8.0f checks/s  p50 %6.0f us  p99 %6.0f us  errors %d  CPU us/check: nod
     r["checks_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r["errors"], per(cpu), per(r["cpu_seconds"]))
 if fn.isdigit() and int(fn):
     line += "  forward batches of %.2f" % (int(fc) / int(fn))
-print(line)' "$json" "$nodes_cpu" "$fc" "$fn" | while read -r line; do log "$n nodes, $route (repeat $rep): $line"; done
+print(line)' "$json" "$nodes_cpu" "$fc" "$fn" | while read -r line; do log "$n nodes, $route, $dist (repeat $rep): $line"; done
+		done
 		done
 	done
 	log "$n node(s): stopping"
@@ -168,16 +181,17 @@ import json, os, statistics, sys
 
 out = sys.argv[1]
 rows = [l.rstrip("\n").split("\t") for l in list(open(os.path.join(out, "runs.tsv")))[1:]]
-runs = {}  # (n, route) -> [dict]
+settings = open(os.path.join(out, "env.txt")).read()
+runs = {}  # (n, route, dist) -> [dict]
 for f in rows:
-    n, rep, route = int(f[0]), f[1], f[2]
-    r = json.load(open(os.path.join(out, f"n{n}-{route}.r{rep}.json")))
+    n, rep, route, dist = int(f[0]), f[1], f[2], f[3]
+    r = json.load(open(os.path.join(out, f"n{n}-{route}-{dist}.r{rep}.json")))
     d = dict(tput=r["checks_per_s"], p99=r["latency_us"]["p99"], checks=r["checks"], errors=r["errors"],
-             cpu=float(f[3]) * 1e6 / r["checks"] if r["checks"] else None, idle=float(f[8]))
-    fc, fn, fok, seen = f[4:8]
+             cpu=float(f[4]) * 1e6 / r["checks"] if r["checks"] else None, idle=float(f[9]))
+    fc, fn, fok, seen = f[5:9]
     d["batch"] = int(fc) / int(fn) if fn.isdigit() and fc.isdigit() and int(fn) else None
     d["fwd"] = int(fok) / int(seen) if fok.isdigit() and seen.isdigit() and int(seen) else None
-    runs.setdefault((n, route), []).append(d)
+    runs.setdefault((n, route, dist), []).append(d)
 
 def med(xs):
     xs = [x for x in xs if x is not None]
@@ -186,24 +200,30 @@ def med(xs):
 def fmt(x, d=1):
     return "–" if x is None else f"{x:,.{d}f}"
 
-sizes = sorted({n for n, _ in runs})
-lines = ["| nodes | random node, checks/s | owner, checks/s | random ÷ owner | nodes' CPU µs/check, random | owner | forwarded | "
-         "forward batch (checks) | hop µs per forwarded check | errors |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-chart = []
-for n in sizes:
-    rnd, own = runs.get((n, "random"), []), runs.get((n, "owner"), [])
+sizes = sorted({n for n, _, _ in runs})
+dists = sorted({d for _, _, d in runs}, key=lambda d: (d != "uniform", d))
+lines, chart = [], []
+for dist in dists:
+  setting = lambda k: next((w.split("=", 1)[1] for w in settings.split() if w.startswith(k + "=")), "?")
+  label = {"uniform": f"uniform over {int(setting('keys')):,} keys"}.get(dist, f"Zipf, s = {setting('zipf_s')}, over {int(setting('zipf_keys')):,} keys")
+  lines += ["", f"**{label}**", "",
+            "| nodes | random node, checks/s | owner, checks/s | random ÷ owner | nodes' CPU µs/check, random | owner | forwarded | "
+            "forward batch (checks) | hop µs per forwarded check | errors |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for n in sizes:
+    rnd, own = runs.get((n, "random", dist), []), runs.get((n, "owner", dist), [])
     rt, ot = med([d["tput"] for d in rnd]), med([d["tput"] for d in own])
     rc, oc = med([d["cpu"] for d in rnd]), med([d["cpu"] for d in own])
-    share = (n - 1) / n
-    hop = (rc - oc) / share if n > 1 and rc is not None and oc is not None else None
+    share = med([d["fwd"] for d in rnd]) or (n - 1) / n  # what was forwarded: leases admit some checks without a hop
+    hop = (rc - oc) / share if n > 1 and rc is not None and oc is not None and share else None
     ratio = rt / ot if rt and ot else None
     errors = sum(d["errors"] for d in rnd + own)
     lines.append(f"| {n} | {fmt(rt, 0)} | {fmt(ot, 0) if n > 1 else '–'} | {fmt(ratio, 2)} | {fmt(rc)} | {fmt(oc) if n > 1 else '–'} | "
                  f"{fmt(100 * med([d['fwd'] for d in rnd]) if med([d['fwd'] for d in rnd]) is not None else None, 0)}% | "
                  f"{fmt(med([d['batch'] for d in rnd]), 2)} | {fmt(hop)} | {errors} |")
-    chart.append((n, rc, oc if n > 1 else rc, hop))
-open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
+    if dist == "uniform":
+        chart.append((n, rc, oc if n > 1 else rc, hop))
+open(os.path.join(out, "table.md"), "w").write("\n".join(lines).lstrip("\n") + "\n")
 print("\n".join(lines))
 
 # The chart: nodes' CPU per check against N, random and owner, and the hop.
