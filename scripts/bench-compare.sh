@@ -4,7 +4,11 @@
 #
 #   - throughput and per-call latency of cmd/loadgen, for
 #     {counter, log} x {single checks, batches of 100} x
-#     {redis, peerlimit route=owner, peerlimit route=random}, plus, for
+#     {redis, peerlimit route=owner, peerlimit route=random}, over
+#     BENCH_KEYS uniform keys; the counter's single checks again over Zipf
+#     keys (s = BENCH_ZIPF_S, 1.1, over BENCH_ZIPF_KEYS, 1,000,000: close
+#     to real traffic, where budget leases take warm keys off the hop) to
+#     every target; plus, for
 #     single checks to a random node, HTTP/JSON (POST /v1/check) and
 #     Envoy's rate limit service (ShouldRateLimit), plus one idle case
 #     (counter, 1 worker, single checks, gRPC to a random node), each case
@@ -27,7 +31,8 @@
 # the defaults.
 #
 # Environment: BENCH_REPEATS (3), BENCH_DURATION (10s), BENCH_WORKERS (64),
-# BENCH_KEYS (10000), BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
+# BENCH_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_ZIPF_KEYS (1000000),
+# BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
 # BENCH_NODE_ARGS (extra flags for every node, e.g. "--replication-factor 0"),
 # BENCH_PERSIST (1: each node keeps its counts in a data directory of its
 # own under the work directory, --data-dir; docs/benchmarks.md, "Persistence"),
@@ -51,6 +56,8 @@ repeats=${BENCH_REPEATS:-3}
 duration=${BENCH_DURATION:-10s}
 workers=${BENCH_WORKERS:-64}
 nkeys=${BENCH_KEYS:-10000}
+zipf_s=${BENCH_ZIPF_S:-1.1}
+zipf_keys=${BENCH_ZIPF_KEYS:-1000000}
 redis_port=${BENCH_REDIS_PORT:-6399}
 node_gomaxprocs=${BENCH_NODE_GOMAXPROCS:-}
 ratelimit_bin=${BENCH_RATELIMIT_BIN:-}
@@ -130,7 +137,7 @@ CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 	echo "go: $("$go" version)"
 	echo "redis: $(redis-server --version)"
 	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "settings: repeats=$repeats duration=$duration workers=$workers keys=$nkeys node_gomaxprocs=${node_gomaxprocs:-default}"
+	echo "settings: repeats=$repeats duration=$duration workers=$workers keys=$nkeys zipf_s=$zipf_s zipf_keys=$zipf_keys node_gomaxprocs=${node_gomaxprocs:-default}"
 	[ -z "$ratelimit_bin" ] || echo "envoyproxy/ratelimit: $ratelimit_bin ($("$go" version -m "$ratelimit_bin" | awk '$1 == "mod" { print $2, $3 } $1 == "build" && $2 ~ /^vcs.revision=/ { print $2 }' | tr '\n' ' '))"
 } >"$out/env.txt"
 cat "$out/env.txt"
@@ -279,6 +286,10 @@ for algo in counter log; do
 		cases+=("$algo-batch100-$tgt")
 	done
 done
+for tgt in redis owner random http envoy; do
+	cases+=("counter-zipf-$tgt")
+done
+[ -z "$ratelimit_bin" ] || cases+=(counter-zipf-upstream)
 cases+=(counter-idle-random)
 dur_s=$(duration_seconds "$duration")
 total=$((${#cases[@]} * repeats))
@@ -298,7 +309,9 @@ for rep in $(seq "$repeats"); do
 		[ "$wl" = idle ] && nworkers=1
 		limit=$counter_limit
 		[ "$algo" = log ] && limit=$log_limit
-		args=(-workers "$nworkers" -duration "$duration" -keys "$nkeys" -dist uniform -batch "$batch" -progress=false)
+		keys=(-keys "$nkeys" -dist uniform)
+		[ "$wl" = zipf ] && keys=(-keys "$zipf_keys" -dist zipf -zipf-s "$zipf_s")
+		args=(-workers "$nworkers" -duration "$duration" "${keys[@]}" -batch "$batch" -progress=false)
 		# Envoy's limits come from the domain's rule (envoy-rls.yaml).
 		[ "$tgt" = envoy ] || [ "$tgt" = upstream ] || args+=(-algorithm "$algo" -limit "$limit" -window 60s)
 		# Every run gets its own keys (same length as loadgen's default
@@ -398,13 +411,15 @@ def med(xs):
 def fmt(x, d=0):
     return "–" if x is None else f"{x:,.{d}f}"
 
-WL = {"single": "single check", "batch100": "batch of 100", "idle": "single check, 1 worker (idle)"}
+WL = {"single": "single check", "batch100": "batch of 100", "idle": "single check, 1 worker (idle)",
+      "zipf": "single check, Zipf keys"}
 TGT = {"redis": "Redis + Lua", "owner": "peerlimit, route=owner", "random": "peerlimit, route=random",
        "http": "peerlimit, HTTP/JSON, random node", "envoy": "peerlimit, Envoy RLS, random node",
        "upstream": "envoyproxy/ratelimit + Redis, Envoy RLS, random instance"}
 ROWS = [r for a in ("counter", "log") for r in
         [(a, "single", t) for t in ("redis", "owner", "random", "http", "envoy", "upstream")] +
         [(a, "batch100", t) for t in ("redis", "owner", "random")]]
+ROWS += [("counter", "zipf", t) for t in ("redis", "owner", "random", "http", "envoy", "upstream")]
 ROWS += [(a, "idle", "random") for a in ("counter", "log")]
 
 stats = {}
@@ -482,20 +497,23 @@ for algo in ("counter", "log"):
                           f"(the forwarded calls' own p99 lies between the p99 and the p99.9 of all calls).")
 idle = "\n".join(idle_lines) or "(no idle case ran)"
 
-# Envoy's API, both sides 3 instances: peerlimit against envoyproxy/ratelimit + Redis.
-up, pe = stats.get("counter-single-upstream"), stats.get("counter-single-envoy")
-if up and pe and up["tput"]:
-    def server(s, tgt):
-        return {"upstream": None if s["nodes"] is None or s["redis"] is None else s["nodes"] + s["redis"]}.get(tgt, s["nodes"])
+# Envoy's API, both sides 3 instances: peerlimit against envoyproxy/ratelimit + Redis,
+# over uniform keys and over Zipf keys.
+def server(s, tgt):
+    return {"upstream": None if s["nodes"] is None or s["redis"] is None else s["nodes"] + s["redis"]}.get(tgt, s["nodes"])
+vs = []
+for wl, keys in (("single", "uniform keys"), ("zipf", "Zipf keys")):
+    up, pe = stats.get(f"counter-{wl}-upstream"), stats.get(f"counter-{wl}-envoy")
+    if not (up and pe and up["tput"]):
+        continue
     su, sp = server(up, "upstream"), server(pe, "envoy")
     cpu = f"{su / sp:.2f}× less server CPU per check ({fmt(sp, 1)} µs against {fmt(su, 1)} µs: ratelimit {fmt(up['nodes'], 1)} + Redis {fmt(up['redis'], 1)})" if su and sp else "CPU unknown"
     rounds = "; ".join(f"{r['checks_per_s'] / u['checks_per_s']:.2f}" for (_, r), (_, u) in
-                       zip(sorted(runs["counter-single-envoy"]), sorted(runs["counter-single-upstream"])) if u["checks_per_s"])
-    vs_upstream = (f"Envoy's ShouldRateLimit, counter, 3 instances each, a random instance per call: peerlimit answers "
-                   f"**{pe['tput'] / up['tput']:.2f}×** envoyproxy/ratelimit's checks/s (medians; per repeat: {rounds}) at {cpu}; "
-                   f"p99 {fmt(pe['p99'])} µs against {fmt(up['p99'])} µs.")
-else:
-    vs_upstream = "(not run: set BENCH_RATELIMIT_BIN to a build of envoyproxy/ratelimit's ./src/service_cmd)"
+                       zip(sorted(runs[f"counter-{wl}-envoy"]), sorted(runs[f"counter-{wl}-upstream"])) if u["checks_per_s"])
+    vs.append(f"Envoy's ShouldRateLimit, counter, {keys}, 3 instances each, a random instance per call: peerlimit answers "
+              f"**{pe['tput'] / up['tput']:.2f}×** envoyproxy/ratelimit's checks/s (medians; per repeat: {rounds}) at {cpu}; "
+              f"p99 {fmt(pe['p99'])} µs against {fmt(up['p99'])} µs; {fmt(pe['fwd'], 1)}% of peerlimit's checks forwarded.")
+vs_upstream = "\n".join("- " + v for v in vs) or "(not run: set BENCH_RATELIMIT_BIN to a build of envoyproxy/ratelimit's ./src/service_cmd)"
 
 # Memory: cmd/redismem against BenchmarkMemoryPerKey.
 mem_lines = []
