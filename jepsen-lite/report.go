@@ -18,12 +18,29 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# jepsen-lite report (%s profile)\n\n", p.Name)
+	writeSummary(&b, p, results, command, dockerProject)
+	writeLinkTable(&b, results)
+	for _, r := range results {
+		if r.Skipped != "" {
+			continue
+		}
+		writeScenario(&b, r)
+		if err := writeChartFile(filepath.Join(dir, r.Scenario+".svg"), r); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
+}
+
+// writeSummary writes the report's heading, how to reproduce it, the
+// workload, and one line per scenario.
+func writeSummary(b *strings.Builder, p Profile, results []*Result, command, dockerProject string) {
+	fmt.Fprintf(b, "# jepsen-lite report (%s profile)\n\n", p.Name)
 	nodes := "Each scenario starts a fresh cluster of real node processes on their own loopback addresses."
 	if dockerProject != "" {
 		nodes = fmt.Sprintf("Each scenario runs on the containers of compose project %s, its services n1, n2, n3 first brought back to running, unpaused and connected.", dockerProject)
 	}
-	fmt.Fprintf(&b, "Reproduce: `%s`. %s "+
+	fmt.Fprintf(b, "Reproduce: `%s`. %s "+
 		"%d keys (%d per algorithm), limit %d per %s, offered at %.1f× the limit's rate by %d clients to random nodes; client deadline %s. "+
 		"%d GCRA keys (%d per %s, burst %d; the last offered %d× as much) and %d concurrency keys (%d slots, freed by a release after %s–%s or, one in %d never released, after %s), offered the same per key.\n\n",
 		command, nodes, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout,
@@ -32,10 +49,10 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – | – | – | – | – | – | – | – | skipped: %s |\n", r.Scenario, r.Skipped)
+			fmt.Fprintf(b, "| %s | – | – | – | – | – | – | – | – | – | – | – | – | – | skipped: %s |\n", r.Scenario, r.Skipped)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %s | %s | %s | %d / %d / %d / %d / %d | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %.2f× | %.2f× | %.2f× | %s | %s | %s | %d / %d / %d / %d / %d | %s | %s |\n",
 			r.Scenario, r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), pct(r.Healthy.AnsweredShare()),
 			pct(share(r.All.Degraded, r.All.Ops)), r.Log.Worst, r.CounterFixed.Worst, r.CounterSliding.Worst,
 			worstOf(r.Calendar), worstOf(r.GCRA), worstOf(r.Concurrency),
@@ -47,56 +64,55 @@ func WriteReport(dir string, p Profile, results []*Result, command, dockerProjec
 		"A GCRA key is checked over every interval between two admissions, bound (burst + rate × the interval) × deciders, its worst allowed ÷ one decider's bound; " +
 		"a concurrency key at every instant, the slots certainly held then, bound limit × deciders. " +
 		"Only checks certainly decided inside a window count; see docs/chaos.md.\n")
-	writeLinkTable(&b, results)
+}
 
-	for _, r := range results {
-		if r.Skipped != "" {
-			continue
-		}
-		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n![admitted rate over time](%s.svg)\n\n", r.Scenario, r.About, r.Scenario)
-		if r.Defect != "" {
-			fmt.Fprintf(&b, "Known defect of the node, not fixed yet (docs/chaos.md): %s.\n\n", r.Defect)
-		}
-		b.WriteString("| step | at | took | converged after |\n|---|---|---|---|\n")
-		for _, ev := range r.Events {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(ev.Name), fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
-		}
-		fmt.Fprintf(&b, "\nAll checks: %d, answered %s (%s within 100 ms), %d timeouts, %d errors, %d degraded answers (%d of them more than %s after the last convergence). "+
-			"To nodes that were up: %d, answered %s (%s within 100 ms).\n\n",
-			r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), r.All.Timeouts, r.All.Errors, r.All.Degraded, r.Unsettled, Settle,
-			r.Healthy.Ops, pct(r.Healthy.AnsweredShare()), pct(r.Healthy.FastShare()))
-		b.WriteString("| windows | checked | worst | worst when calm | excess (calm) | bound raised by fallback | violations |\n|---|---|---|---|---|---|---|\n")
-		for _, row := range []struct {
-			name string
-			a    Admission
-		}{{"log, sliding", r.Log}, {"counter, fixed", r.CounterFixed}, {"counter, rolling", r.CounterSliding}, {"calendar periods", r.Calendar},
-			{"gcra intervals", r.GCRA}, {"concurrency, in flight", r.Concurrency}} {
-			if row.a.Windows == 0 && row.name != "log, sliding" && !strings.HasPrefix(row.name, "counter") {
-				continue // no such key in this scenario
-			}
-			fmt.Fprintf(&b, "| %s | %d | %.2f× (%s at %s) | %.2f× | %d (%d) | %d | %d |\n", row.name, row.a.Windows, row.a.Worst,
-				row.a.WorstKey, fmtDur(row.a.WorstAt), row.a.WorstCalm, row.a.Excess, row.a.ExcessCalm, row.a.Raised, len(row.a.Violations))
-		}
-		for _, v := range r.Violations() {
-			fmt.Fprintf(&b, "\n- VIOLATION %s", v)
-		}
-		for _, e := range r.Errors {
-			fmt.Fprintf(&b, "\n- ERROR %s", e)
-		}
-		b.WriteString("\n")
-		f, err := os.Create(filepath.Join(dir, r.Scenario+".svg"))
-		if err != nil {
-			return err
-		}
-		if err := WriteChart(f, r); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
+// writeScenario writes one scenario's section: its steps, its answers,
+// each kind of key's worst window, and what it violated.
+func writeScenario(b *strings.Builder, r *Result) {
+	fmt.Fprintf(b, "\n## %s\n\n%s.\n\n![admitted rate over time](%s.svg)\n\n", r.Scenario, r.About, r.Scenario)
+	if r.Defect != "" {
+		fmt.Fprintf(b, "Known defect of the node, not fixed yet (docs/chaos.md): %s.\n\n", r.Defect)
 	}
-	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
+	b.WriteString("| step | at | took | converged after |\n|---|---|---|---|\n")
+	for _, ev := range r.Events {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(ev.Name), fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
+	}
+	fmt.Fprintf(b, "\nAll checks: %d, answered %s (%s within 100 ms), %d timeouts, %d errors, %d degraded answers (%d of them more than %s after the last convergence). "+
+		"To nodes that were up: %d, answered %s (%s within 100 ms).\n\n",
+		r.All.Ops, pct(r.All.AnsweredShare()), pct(r.All.FastShare()), r.All.Timeouts, r.All.Errors, r.All.Degraded, r.Unsettled, Settle,
+		r.Healthy.Ops, pct(r.Healthy.AnsweredShare()), pct(r.Healthy.FastShare()))
+	b.WriteString("| windows | checked | worst | worst when calm | excess (calm) | bound raised by fallback | violations |\n|---|---|---|---|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		a    Admission
+	}{{"log, sliding", r.Log}, {"counter, fixed", r.CounterFixed}, {"counter, rolling", r.CounterSliding}, {"calendar periods", r.Calendar},
+		{"gcra intervals", r.GCRA}, {"concurrency, in flight", r.Concurrency}} {
+		if row.a.Windows == 0 && row.name != "log, sliding" && !strings.HasPrefix(row.name, "counter") {
+			continue // no such key in this scenario
+		}
+		fmt.Fprintf(b, "| %s | %d | %.2f× (%s at %s) | %.2f× | %d (%d) | %d | %d |\n", row.name, row.a.Windows, row.a.Worst,
+			row.a.WorstKey, fmtDur(row.a.WorstAt), row.a.WorstCalm, row.a.Excess, row.a.ExcessCalm, row.a.Raised, len(row.a.Violations))
+	}
+	for _, v := range r.Violations() {
+		fmt.Fprintf(b, "\n- VIOLATION %s", v)
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(b, "\n- ERROR %s", e)
+	}
+	b.WriteString("\n")
+}
+
+// writeChartFile writes r's chart to path.
+func writeChartFile(path string, r *Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteChart(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func verdict(r *Result) string {
