@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +30,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/peerlimit/peerlimit/internal/batch"
-	"github.com/peerlimit/peerlimit/internal/wire"
 	"github.com/peerlimit/peerlimit/partition"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -315,40 +312,10 @@ func (c Config) withDefaults() Config {
 
 // Client is safe for concurrent use. Close it when done.
 type Client struct {
-	cfg Config
-	log *slog.Logger
-
-	mu    sync.Mutex
-	nodes map[string]*node // by gRPC address; copied into snap on change
-	seeds map[string]bool
-	// snap is a read-only copy of nodes, so that the hot path finds a
-	// node without taking mu.
-	snap atomic.Pointer[map[string]*node]
-
-	view atomic.Pointer[view]
-
-	refresh chan struct{} // capacity 1: asks the refresher for a refresh now
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closed  atomic.Bool
-}
-
-// view is the cluster's ring as one node described it.
-type view struct {
-	owners []member // partition → owner
-}
-
-type member struct{ id, addr string }
-
-// node is a connection to one cluster node.
-type node struct {
-	addr      string
-	conn      *grpc.ClientConn
-	api       pb.RateLimiterClient
-	coalescer *coalescer // nil without coalescing
-
-	failures  atomic.Int32
-	downUntil atomic.Int64 // unix ns
+	// router owns the connections, the view of the cluster and its
+	// refresh, and the failover (router.go); a Client builds requests,
+	// hands them to it and reads the answers.
+	router *router
 }
 
 // ErrClosed is returned by calls on a closed Client.
@@ -362,64 +329,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	c := &Client{cfg: cfg, log: cfg.Logger.With("component", "peerlimit-client"),
-		nodes: map[string]*node{}, seeds: map[string]bool{},
-		refresh: make(chan struct{}, 1), stop: make(chan struct{})}
-	c.snap.Store(&map[string]*node{})
-	for _, ep := range cfg.Endpoints {
-		if _, err := c.node(ep); err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.seeds[ep] = true
-	}
-	if err := c.refreshView(ctx); err != nil {
-		c.log.Warn("no endpoint answered yet; will keep trying", "endpoints", cfg.Endpoints, "err", err)
-	}
-	c.wg.Add(1)
-	go c.refresher()
-	return c, nil
-}
-
-// node returns the connection to addr, opening it if needed.
-func (c *Client) node(addr string) (*node, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n, ok := c.nodes[addr]; ok {
-		return n, nil
-	}
-	opts := append(Credentials(c.cfg.TLS, c.cfg.Token, c.cfg.TokenWithoutTLS), wire.Dial()...)
-	conn, err := grpc.NewClient(addr, append(opts, c.cfg.DialOptions...)...)
+	r, err := newRouter(ctx, cfg.withDefaults())
 	if err != nil {
-		return nil, fmt.Errorf("peerlimit client: connect to %s: %w", addr, err)
+		return nil, err
 	}
-	n := &node{addr: addr, conn: conn, api: pb.NewRateLimiterClient(conn)}
-	if !c.cfg.DisableCoalescing {
-		if n.coalescer, err = newCoalescer(c.cfg, n.api); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-	}
-	c.nodes[addr] = n
-	c.publish()
-	return n, nil
-}
-
-// publish copies nodes into snap. Requires c.mu held.
-func (c *Client) publish() {
-	m := make(map[string]*node, len(c.nodes))
-	for a, n := range c.nodes {
-		m[a] = n
-	}
-	c.snap.Store(&m)
-}
-
-func (n *node) close() {
-	if n.coalescer != nil {
-		n.coalescer.close()
-	}
-	_ = n.conn.Close()
+	return &Client{router: r}, nil
 }
 
 // Check consumes one hit of key under l.
@@ -456,27 +370,11 @@ func (c *Client) CheckPolicyN(ctx context.Context, key, policy string, n int64) 
 }
 
 func (c *Client) check(ctx context.Context, key string, req *pb.CheckRequest) (Decision, error) {
-	res, err := c.send(ctx, key, req)
+	res, err := c.router.send(ctx, key, req)
 	if err != nil {
 		return Decision{}, err
 	}
 	return fromProto(res)
-}
-
-// send sends one request of any op to key's owner, coalesced with others
-// bound there unless coalescing is off: the message goes whole, so its
-// op, reservation and TTL travel with it.
-func (c *Client) send(ctx context.Context, key string, req *pb.CheckRequest) (*pb.CheckResult, error) {
-	return c.do(ctx, key, !c.cfg.DisableCoalescing, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
-		if nd.coalescer != nil {
-			return nd.coalescer.batcher.Do(ctx, req)
-		}
-		resp, err := nd.api.Check(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &pb.CheckResult{Result: &pb.CheckResult_Response{Response: resp}}, nil
-	})
 }
 
 // CheckBatch checks many keys in one call per node and answers each on its
@@ -485,14 +383,15 @@ func (c *Client) send(ctx context.Context, key string, req *pb.CheckRequest) (*p
 // client, a batch over the node's limit); per-check failures are in the
 // results.
 func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, error) {
-	if c.closed.Load() {
+	if c.router.closed.Load() {
 		return nil, ErrClosed
 	}
 	groups := map[string][]int{} // routing key → indexes
-	v := c.view.Load()
+	// Read once: the whole batch is split by one view of the ring.
+	v := c.router.routing()
 	for i, r := range reqs {
 		g := ""
-		if v != nil && !c.cfg.DisableOwnerRouting {
+		if v != nil {
 			g = v.owner(r.Key).addr
 		}
 		groups[g] = append(groups[g], i)
@@ -524,7 +423,7 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 			return
 		}
 		var resp *pb.CheckBatchResponse
-		_, err := c.do(ctx, reqs[idx[0]].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+		_, err := c.router.do(ctx, reqs[idx[0]].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 			var err error
 			resp, err = nd.api.CheckBatch(ctx, breq)
 			return nil, err
@@ -563,148 +462,6 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []Request) ([]Result, erro
 	return out, nil
 }
 
-// do runs call on the preferred node for key, then on the others until one
-// answers, the error is not the node's fault, or ctx ends. coalesced calls
-// go through a node's batcher, whose batch call has its own deadline.
-func (c *Client) do(ctx context.Context, key string, coalesced bool, call func(context.Context, *node) (*pb.CheckResult, error)) (*pb.CheckResult, error) {
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	// The common case, a healthy preferred node, takes no lock and builds
-	// no list; the ordered list of the others is made only after a failure.
-	want, first := c.preferred(key)
-	var lastErr error
-	if first != nil {
-		res, err, next := c.attempt(ctx, first, want, coalesced, call)
-		if !next {
-			return res, err
-		}
-		lastErr = err
-	}
-	for _, nd := range c.others(first) {
-		if ctx.Err() != nil {
-			break
-		}
-		res, err, next := c.attempt(ctx, nd, want, coalesced, call)
-		if !next {
-			return res, err
-		}
-		lastErr = err
-	}
-	if err := ctx.Err(); err != nil {
-		if lastErr != nil {
-			return nil, fmt.Errorf("peerlimit client: %w (last node error: %v)", err, lastErr)
-		}
-		return nil, err
-	}
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	if lastErr == nil {
-		lastErr = errors.New("no node known")
-	}
-	return nil, fmt.Errorf("peerlimit client: no node answered: %w", lastErr)
-}
-
-// attempt tries one node. next says whether to try another: the node
-// failed in a way another might not.
-func (c *Client) attempt(ctx context.Context, nd *node, want member, coalesced bool, call func(context.Context, *node) (*pb.CheckResult, error)) (res *pb.CheckResult, err error, next bool) {
-	actx := ctx
-	if dl, ok := ctx.Deadline(); !coalesced && (!ok || time.Until(dl) > c.cfg.AttemptTimeout) {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		defer cancel()
-	}
-	res, err = call(actx, nd)
-	if err == nil {
-		nd.up()
-		if want.id != "" && res != nil && res.GetResponse() != nil && res.GetResponse().GetOwner() != want.id {
-			c.kickRefresh() // our ring is stale
-		}
-		return res, nil, false
-	}
-	if !retryable(ctx, err) {
-		return nil, err, false
-	}
-	nd.down(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-	c.log.Debug("node failed; trying another", "node", nd.addr, "err", err)
-	c.kickRefresh()
-	return nil, err, true
-}
-
-// retryable reports whether another node might answer where this one
-// failed: transport failures and timeouts of the attempt, not of the
-// caller's context, nor the node's verdict on the request.
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if errors.Is(err, batch.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.Unknown:
-		return true
-	}
-	return false
-}
-
-// preferred returns the member that owns key (with owner routing and a
-// known ring) and the node to try first: the owner if it is healthy, else
-// any healthy node (map iteration order is random), else nil.
-func (c *Client) preferred(key string) (member, *node) {
-	var want member
-	if v := c.view.Load(); v != nil && !c.cfg.DisableOwnerRouting {
-		want = v.owner(key)
-	}
-	nodes := *c.snap.Load()
-	now := time.Now().UnixNano()
-	if nd, ok := nodes[want.addr]; ok && nd.downUntil.Load() <= now {
-		return want, nd
-	}
-	for _, nd := range nodes {
-		if nd.downUntil.Load() <= now {
-			return want, nd
-		}
-	}
-	return want, nil
-}
-
-// others orders the nodes other than skip: healthy ones in random order,
-// then the recently failed, as a last resort.
-func (c *Client) others(skip *node) []*node {
-	now := time.Now().UnixNano()
-	var healthy, failed []*node
-	for _, nd := range *c.snap.Load() {
-		switch {
-		case nd == skip:
-		case nd.downUntil.Load() > now:
-			failed = append(failed, nd)
-		default:
-			healthy = append(healthy, nd)
-		}
-	}
-	rand.Shuffle(len(healthy), func(i, j int) { healthy[i], healthy[j] = healthy[j], healthy[i] })
-	return append(healthy, failed...)
-}
-
-func (n *node) up() {
-	if n.failures.Load() != 0 {
-		n.failures.Store(0)
-		n.downUntil.Store(0)
-	}
-}
-
-func (n *node) down(base, maxBackoff time.Duration) {
-	f := min(n.failures.Add(1), 16)
-	d := min(base<<(f-1), maxBackoff)
-	n.downUntil.Store(time.Now().Add(d).UnixNano())
-}
-
-func (v *view) owner(key string) member {
-	return v.owners[Partition(key, len(v.owners))]
-}
-
 // Partition returns key's ring partition among count: XXH64 of the key's
 // bytes (seed 0) mod count, as the Members RPC documents and the nodes
 // compute it (package partition).
@@ -726,114 +483,10 @@ func OwnerOf(m *pb.MembersResponse, key string) (partition int, owner *pb.Member
 	return p, m.GetMembers()[i], nil
 }
 
-func (c *Client) kickRefresh() {
-	select {
-	case c.refresh <- struct{}{}:
-	default:
-	}
-}
-
-// refresher re-reads the members and the ring periodically and on demand.
-func (c *Client) refresher() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.RefreshInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		case <-c.refresh:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
-		if err := c.refreshView(ctx); err != nil {
-			c.log.Debug("refreshing members", "err", err)
-		}
-		cancel()
-	}
-}
-
-// refreshView asks nodes, healthy ones first, for the members and ring,
-// connects to new members and drops those gone (but never the endpoints).
-func (c *Client) refreshView(ctx context.Context) error {
-	_, first := c.preferred("")
-	nodes := c.others(first)
-	if first != nil {
-		nodes = append([]*node{first}, nodes...)
-	}
-	var lastErr error = errors.New("no node known")
-	for _, nd := range nodes {
-		resp, err := nd.api.Members(ctx, &pb.MembersRequest{})
-		if err != nil {
-			lastErr = err
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		c.apply(resp)
-		return nil
-	}
-	return lastErr
-}
-
-func (c *Client) apply(resp *pb.MembersResponse) {
-	members := resp.GetMembers()
-	alive := map[string]bool{}
-	for _, m := range members {
-		if m.GetState() == "alive" && m.GetGrpcAddr() != "" {
-			alive[m.GetGrpcAddr()] = true
-			if _, err := c.node(m.GetGrpcAddr()); err != nil {
-				c.log.Warn("connecting to member", "member", m.GetId(), "err", err)
-			}
-		}
-	}
-	c.mu.Lock()
-	var gone []*node
-	for addr, nd := range c.nodes {
-		if !alive[addr] && !c.seeds[addr] {
-			gone = append(gone, nd)
-			delete(c.nodes, addr)
-		}
-	}
-	if len(gone) > 0 {
-		c.publish()
-	}
-	c.mu.Unlock()
-	for _, nd := range gone {
-		nd.close()
-	}
-	owners := resp.GetPartitionOwners()
-	if resp.GetPartitionCount() == 0 || len(owners) != int(resp.GetPartitionCount()) {
-		return // a node without a ring: route to anyone
-	}
-	v := &view{owners: make([]member, len(owners))}
-	for p, i := range owners {
-		if int(i) >= len(members) {
-			return // malformed; keep the old view
-		}
-		v.owners[p] = member{id: members[i].GetId(), addr: members[i].GetGrpcAddr()}
-	}
-	c.view.Store(v)
-}
-
 // Close stops the refresher and closes every connection. Calls in flight
 // fail with ErrClosed or their context's error.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
-		return nil
-	}
-	close(c.stop)
-	c.wg.Wait()
-	c.mu.Lock()
-	nodes := c.nodes
-	c.nodes = map[string]*node{}
-	c.publish()
-	c.mu.Unlock()
-	for _, nd := range nodes {
-		nd.close()
-	}
-	return nil
+	return c.router.close()
 }
 
 // validate refuses what the wire cannot carry exactly; the node checks the

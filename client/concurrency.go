@@ -33,11 +33,11 @@ import (
 // asks another node) may hold a slot no one has the token of: it frees
 // itself at Window.
 func (c *Client) Acquire(ctx context.Context, key string, l Limit) (Reservation, error) {
-	req, err := opRequest(key, l, "", 1)
+	req, err := acquireRequest(key, l, "")
 	if err != nil {
 		return Reservation{}, err
 	}
-	return c.acquire(ctx, Reservation{Key: key, Limit: l, Hits: 1}, req)
+	return c.open(ctx, Reservation{Key: key, Limit: l, Hits: 1}, req)
 }
 
 // AcquirePolicy is Acquire under the named policy of the cluster's policy
@@ -46,14 +46,20 @@ func (c *Client) AcquirePolicy(ctx context.Context, key, policy string) (Reserva
 	if policy == "" {
 		return Reservation{}, status.Error(codes.InvalidArgument, "invalid policy: must not be empty")
 	}
-	req, err := opRequest(key, Limit{}, policy, 1)
+	req, err := acquireRequest(key, Limit{}, policy)
 	if err != nil {
 		return Reservation{}, err
 	}
-	return c.acquire(ctx, Reservation{Key: key, Policy: policy, Hits: 1}, req)
+	return c.open(ctx, Reservation{Key: key, Policy: policy, Hits: 1}, req)
 }
 
-func (c *Client) acquire(ctx context.Context, r Reservation, req *pb.CheckRequest) (Reservation, error) {
+// acquireRequest is the ACQUIRE of one slot of key under l, or under
+// policy when it is not empty.
+func acquireRequest(key string, l Limit, policy string) (*pb.CheckRequest, error) {
+	req, err := opRequest(key, l, policy, 1)
+	if err != nil {
+		return nil, err
+	}
 	req.Op = pb.Op_ACQUIRE
-	return c.open(ctx, r, req)
+	return req, nil
 }

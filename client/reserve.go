@@ -98,36 +98,42 @@ type Settlement struct {
 // hits, a reservation whose answer was lost (the client then asks
 // another node) stays counted: it expires as used.
 func (c *Client) Reserve(ctx context.Context, key string, l Limit, estimate int64, ttl time.Duration) (Reservation, error) {
-	req, err := opRequest(key, l, "", estimate)
+	req, err := reserveRequest(key, l, "", estimate, ttl)
 	if err != nil {
 		return Reservation{}, err
 	}
-	return c.reserve(ctx, Reservation{Key: key, Limit: l, Hits: estimate}, req, ttl)
+	return c.open(ctx, Reservation{Key: key, Limit: l, Hits: estimate}, req)
 }
 
 // ReservePolicy is Reserve under the named policy of the cluster's policy
 // file (--policies).
 func (c *Client) ReservePolicy(ctx context.Context, key, policy string, estimate int64, ttl time.Duration) (Reservation, error) {
-	req, err := opRequest(key, Limit{}, policy, estimate)
+	req, err := reserveRequest(key, Limit{}, policy, estimate, ttl)
 	if err != nil {
 		return Reservation{}, err
 	}
-	return c.reserve(ctx, Reservation{Key: key, Policy: policy, Hits: estimate}, req, ttl)
+	return c.open(ctx, Reservation{Key: key, Policy: policy, Hits: estimate}, req)
 }
 
-func (c *Client) reserve(ctx context.Context, r Reservation, req *pb.CheckRequest, ttl time.Duration) (Reservation, error) {
+// reserveRequest is the RESERVE of estimate hits of key under l, or under
+// policy when it is not empty, lasting ttl.
+func reserveRequest(key string, l Limit, policy string, estimate int64, ttl time.Duration) (*pb.CheckRequest, error) {
+	req, err := opRequest(key, l, policy, estimate)
+	if err != nil {
+		return nil, err
+	}
 	if ttl%time.Millisecond != 0 {
-		return Reservation{}, status.Errorf(codes.InvalidArgument, "invalid ttl_ms: %s is not a whole number of milliseconds", ttl)
+		return nil, status.Errorf(codes.InvalidArgument, "invalid ttl_ms: %s is not a whole number of milliseconds", ttl)
 	}
 	req.Op, req.TtlMs = pb.Op_RESERVE, ttl.Milliseconds()
-	return c.open(ctx, r, req)
+	return req, nil
 }
 
 // open sends req, an op that opens a reservation (RESERVE, ACQUIRE), and
 // fills in r from the answer: its decision and, when admitted, its token
 // and when it expires.
 func (c *Client) open(ctx context.Context, r Reservation, req *pb.CheckRequest) (Reservation, error) {
-	res, err := c.send(ctx, r.Key, req)
+	res, err := c.router.send(ctx, r.Key, req)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -183,7 +189,7 @@ func (c *Client) settle(ctx context.Context, r Reservation, op pb.Op, cost int64
 		return Settlement{}, err
 	}
 	req.Op, req.Reservation = op, r.Token
-	res, err := c.send(ctx, r.Key, req)
+	res, err := c.router.send(ctx, r.Key, req)
 	if err != nil {
 		return Settlement{}, err
 	}
@@ -253,7 +259,7 @@ func opRequest(key string, l Limit, policy string, hits int64) (*pb.CheckRequest
 // field, e.g. "invalid checks[2].key: ...". docs/limiter.md says what a
 // node failing between the holds and the commit can leave.
 func (c *Client) CheckAll(ctx context.Context, reqs []Request) ([]Result, bool, error) {
-	if c.closed.Load() {
+	if c.router.closed.Load() {
 		return nil, false, ErrClosed
 	}
 	if len(reqs) == 0 {
@@ -274,7 +280,7 @@ func (c *Client) CheckAll(ctx context.Context, reqs []Request) ([]Result, bool, 
 	}
 	var resp *pb.CheckBatchResponse
 	// Sent to the first key's owner, which then holds that key without a hop.
-	_, err := c.do(ctx, reqs[0].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+	_, err := c.router.do(ctx, reqs[0].Key, false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 		var err error
 		resp, err = nd.api.CheckBatch(ctx, breq)
 		return nil, err

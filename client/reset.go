@@ -62,7 +62,7 @@ func (c *Client) ResetAll(ctx context.Context, key string) (ResetResult, error) 
 // is idempotent, so a retry after a lost answer clears nothing twice.
 func (c *Client) reset(ctx context.Context, req *pb.ResetRequest) (ResetResult, error) {
 	var resp *pb.ResetResponse
-	_, err := c.do(ctx, req.GetKey(), false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
+	_, err := c.router.do(ctx, req.GetKey(), false, func(ctx context.Context, nd *node) (*pb.CheckResult, error) {
 		var err error
 		resp, err = nd.api.Reset(ctx, req)
 		return nil, err
