@@ -83,7 +83,7 @@ func (b gcraBucket) decide(s *gcraState, now, hits int64) gcraResult {
 		r.retryAfter = level - room // > 0; room ≥ 0, so no overflow
 	case hits > 0:
 		after = level + inc // ≤ B·T
-		s.tat = now + after
+		s.tat = satAdd(now, after) // B·T ≤ MaxWindow, which a node may set past the 146 years left to int64's ns
 	}
 	b.report(&r, after)
 	return r

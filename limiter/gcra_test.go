@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"testing"
@@ -660,6 +661,42 @@ func TestGCRAValidation(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Refund(t0, gcraReq("k", 10, time.Second, 3, 8))
 	require.NoError(t, err)
+}
+
+// A burst whose refill B·T is past int64's nanoseconds is refused as one
+// past the longest window, not let through by the product's wrap (1e10 ×
+// 1 s wraps negative): such a bucket took 9e9 hits at once, its TAT
+// wrapped before now, and Sweep then freed it as empty, admitting them
+// again at once.
+func TestGCRABurstWhoseRefillWrapsIsRefused(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.Unix(1_750_000_000, 0)
+	for _, r := range []Request{
+		gcraReq("k", 1, time.Second, 10_000_000_000, 9_000_000_000),
+		gcraReq("k", 1, 366*24*time.Hour, 300, 1), // 300 × 366 days wraps too
+	} {
+		_, err := s.Check(t0, r)
+		var ae *ArgumentError
+		require.True(t, errors.As(err, &ae), "%+v: %v", r, err)
+		assert.Equal(t, "burst", ae.Field, "%+v: %v", r, err)
+	}
+}
+
+// A node whose longest window is longer than the time int64's
+// nanoseconds have left keeps a bucket whose TAT would pass their end at
+// the end: it does not wrap before now, where Sweep would free it as
+// empty and the next check find it so.
+func TestGCRATATPastInt64SaturatesInsteadOfWrapping(t *testing.T) {
+	s := newStore(t, 1, func(c *Config) { c.MaxWindow = math.MaxInt64 })
+	t0 := time.Unix(1_750_000_000, 0)
+	r := gcraReq("k", 1, 250*365*24*time.Hour, 0, 1) // T = 250 years: now + T > 2^63 ns
+	d, err := s.Check(t0, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	s.Sweep(t0)
+	d, err = s.Check(t0, r)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the bucket holds its hit")
 }
 
 // HitsAt of a GCRA limit is a bucket that took the hits at at: Forget of
