@@ -82,7 +82,7 @@ func (b gcraBucket) decide(s *gcraState, now, hits int64) gcraResult {
 	case !r.allowed:
 		r.retryAfter = level - room // > 0; room ≥ 0, so no overflow
 	case hits > 0:
-		after = level + inc // ≤ B·T
+		after = level + inc        // ≤ B·T
 		s.tat = satAdd(now, after) // B·T ≤ MaxWindow, which a node may set past the 146 years left to int64's ns
 	}
 	b.report(&r, after)
