@@ -142,6 +142,21 @@ func (b gcraBucket) refund(s *gcraState, now, hits int64) int64 {
 	return min(hits, ceilDiv(level, b.t))
 }
 
+// undrained is how many of n hits a bucket of emission interval t
+// counted at at (Unix ms) still holds at now (ns), at the least: they
+// drain from at on, after whatever level the bucket held before them,
+// so at + n·t − now of them is left at the least (in whole hits, rounded
+// down). A reservation's refund takes back no more: the rest of its hits
+// has drained, and the bucket's level is then other hits', which a
+// refund of them would give away (over-admission past the burst).
+func undrained(at, now, t, n int64) int64 {
+	left := satAdd(satMul(max(at, 0), int64(time.Millisecond)), satMul(n, t)) - now
+	if left <= 0 {
+		return 0
+	}
+	return min(n, left/t)
+}
+
 // decision is r as a Decision of limit.
 func (r gcraResult) decision(limit int64) Decision {
 	return Decision{

@@ -386,8 +386,8 @@ func TestGCRAReservations(t *testing.T) {
 	assert.True(t, d.Allowed, "a reservation's expiry counts its hits as used: drained by now")
 }
 
-// A hold's expiry is a refund of its hits as of then: what drained stays
-// drained, the rest goes.
+// A hold's expiry is a refund of what of its hits has not drained: what
+// drained stays drained, and the hits counted after it stay counted.
 func TestGCRAHoldExpiryRefundsWhatIsLeft(t *testing.T) {
 	s := newStore(t, 1, nil)
 	t0 := time.Unix(1_750_000_000, 0)
@@ -399,11 +399,37 @@ func TestGCRAHoldExpiryRefundsWhatIsLeft(t *testing.T) {
 	_, err = s.Check(t0.Add(100*time.Millisecond), gcraReq("k", 10, time.Second, 0, 2)) // level 700 ms
 	require.NoError(t, err)
 	assert.Equal(t, 1, s.Reservations().Expire(t0.Add(300*time.Millisecond)))
-	// At 300 ms the level is 500 ms; the hold takes 600 ms back, down to empty.
+	// At 300 ms the level is 500 ms: 300 ms of the hold's, then the 2
+	// hits'. The hold takes its 3 back, not 6 (which would empty the
+	// bucket, and admit the 2 hits again).
 	d, err = s.Check(t0.Add(300*time.Millisecond), gcraReq("k", 10, time.Second, 0, 0))
 	require.NoError(t, err)
-	assert.Zero(t, d.ResetAfter)
-	assert.Equal(t, uint64(5), s.Reservations().Stats().RefundedHits, "what the level held, rounded up")
+	assert.Equal(t, 200*time.Millisecond, d.ResetAfter)
+	assert.Equal(t, uint64(3), s.Reservations().Stats().RefundedHits, "what of the hold had not drained")
+}
+
+// A settle refunds no more of a reservation's hits than have not
+// drained: once they have, the bucket's level is other hits', and giving
+// it back would admit past the burst.
+func TestGCRASettleRefundsNoDrainedHits(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.Unix(1_750_000_000, 0)
+	res := gcraReq("k", 10, time.Second, 0, 10) // T = 100 ms, B = 10
+	res.Op, res.TTL = OpReserve, 10*time.Second
+	d, err := s.Apply(t0, res)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	token := d.Adjust.Reservation
+	t1 := t0.Add(2 * time.Second) // the 10 hits drained by t0 + 1 s
+	d, err = s.Check(t1, gcraReq("k", 10, time.Second, 0, 10))
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "a full burst again")
+	d, err = s.Apply(t1, Request{Key: "k", Limit: 10, Window: time.Second, Algorithm: GCRA, Op: OpSettle, Reservation: token, Hits: 0})
+	require.NoError(t, err)
+	assert.Zero(t, d.Adjust.Refunded, "its hits had drained")
+	d, err = s.Check(t1, gcraReq("k", 10, time.Second, 0, 1))
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the burst taken at t1 stays counted")
 }
 
 // An all-or-nothing check holds each limit and releases them when one
