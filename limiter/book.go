@@ -29,8 +29,13 @@ func (rv *Reservations) expireOne(sh *shard, id uint64, rec reservation, ms int6
 	}
 	rv.counts.expired.Add(1)
 	switch {
-	case rec.hold && rec.alg == GCRA: // as a refund at ms: what it leaves past ms is the same bucket
-		rv.refundedHits.Add(uint64(sh.refundGCRAAt(rec.key, rec.interval, ms*int64(time.Millisecond), rec.hits)))
+	case rec.alg == Concurrency:
+		// A slot's hold lasts its window: its entry has left the log as
+		// the hold expires, and a refund, finding it gone, would take
+		// for it another holder's slot taken within releaseSlack after.
+	case rec.hold && rec.alg == GCRA: // as a refund at ms of what of its hits has not drained
+		ns := ms * int64(time.Millisecond)
+		rv.refundedHits.Add(uint64(sh.refundGCRAAt(rec.key, rec.interval, ns, undrained(rec.at, ns, rec.interval, rec.hits))))
 	case rec.hold:
 		rv.refundedHits.Add(uint64(rv.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))
 	}

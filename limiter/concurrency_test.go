@@ -206,6 +206,22 @@ func TestReleaseFindsItsSlotWithinTheSlack(t *testing.T) {
 	}
 }
 
+// A slot never released frees itself window_ms after it was taken, and
+// only itself: its hold's expiry finds its entry already out of the
+// window, and does not take, for it, another holder's slot taken within
+// the release slack after it (which frees itself 100 ms later).
+func TestAnExpiredSlotFreesNoOtherSlot(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	r := slots(3)
+	require.True(t, acquire(t, s, t0, r).Allowed)
+	require.True(t, acquire(t, s, t0.Add(100*time.Millisecond), r).Allowed)
+	at := t0.Add(r.Window)
+	assert.Equal(t, 1, s.Reservations().Expire(at), "the first slot's hold expires")
+	assert.EqualValues(t, 1, inFlight(t, s, at, r), "the second slot is held until its own window ends")
+	assert.EqualValues(t, 0, inFlight(t, s, at.Add(100*time.Millisecond), r))
+}
+
 // A concurrency limit is never evicted to make room for a new key: its
 // slots would be free again while their holders still run.
 func TestConcurrencySlotsAreNotEvicted(t *testing.T) {

@@ -82,8 +82,8 @@ func (b gcraBucket) decide(s *gcraState, now, hits int64) gcraResult {
 	case !r.allowed:
 		r.retryAfter = level - room // > 0; room ≥ 0, so no overflow
 	case hits > 0:
-		after = level + inc // ≤ B·T
-		s.tat = now + after
+		after = level + inc        // ≤ B·T
+		s.tat = satAdd(now, after) // B·T ≤ MaxWindow, which a node may set past the 146 years left to int64's ns
 	}
 	b.report(&r, after)
 	return r
@@ -140,6 +140,21 @@ func (b gcraBucket) refund(s *gcraState, now, hits int64) int64 {
 	}
 	s.tat = max(now, s.tat-satMul(hits, b.t))
 	return min(hits, ceilDiv(level, b.t))
+}
+
+// undrained is how many of n hits a bucket of emission interval t
+// counted at at (Unix ms) still holds at now (ns), at the least: they
+// drain from at on, after whatever level the bucket held before them,
+// so at + n·t − now of them is left at the least (in whole hits, rounded
+// down). A reservation's refund takes back no more: the rest of its hits
+// has drained, and the bucket's level is then other hits', which a
+// refund of them would give away (over-admission past the burst).
+func undrained(at, now, t, n int64) int64 {
+	left := satAdd(satMul(max(at, 0), int64(time.Millisecond)), satMul(n, t)) - now
+	if left <= 0 {
+		return 0
+	}
+	return min(n, left/t)
 }
 
 // decision is r as a Decision of limit.

@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"testing"
@@ -385,8 +386,8 @@ func TestGCRAReservations(t *testing.T) {
 	assert.True(t, d.Allowed, "a reservation's expiry counts its hits as used: drained by now")
 }
 
-// A hold's expiry is a refund of its hits as of then: what drained stays
-// drained, the rest goes.
+// A hold's expiry is a refund of what of its hits has not drained: what
+// drained stays drained, and the hits counted after it stay counted.
 func TestGCRAHoldExpiryRefundsWhatIsLeft(t *testing.T) {
 	s := newStore(t, 1, nil)
 	t0 := time.Unix(1_750_000_000, 0)
@@ -398,11 +399,37 @@ func TestGCRAHoldExpiryRefundsWhatIsLeft(t *testing.T) {
 	_, err = s.Check(t0.Add(100*time.Millisecond), gcraReq("k", 10, time.Second, 0, 2)) // level 700 ms
 	require.NoError(t, err)
 	assert.Equal(t, 1, s.Reservations().Expire(t0.Add(300*time.Millisecond)))
-	// At 300 ms the level is 500 ms; the hold takes 600 ms back, down to empty.
+	// At 300 ms the level is 500 ms: 300 ms of the hold's, then the 2
+	// hits'. The hold takes its 3 back, not 6 (which would empty the
+	// bucket, and admit the 2 hits again).
 	d, err = s.Check(t0.Add(300*time.Millisecond), gcraReq("k", 10, time.Second, 0, 0))
 	require.NoError(t, err)
-	assert.Zero(t, d.ResetAfter)
-	assert.Equal(t, uint64(5), s.Reservations().Stats().RefundedHits, "what the level held, rounded up")
+	assert.Equal(t, 200*time.Millisecond, d.ResetAfter)
+	assert.Equal(t, uint64(3), s.Reservations().Stats().RefundedHits, "what of the hold had not drained")
+}
+
+// A settle refunds no more of a reservation's hits than have not
+// drained: once they have, the bucket's level is other hits', and giving
+// it back would admit past the burst.
+func TestGCRASettleRefundsNoDrainedHits(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.Unix(1_750_000_000, 0)
+	res := gcraReq("k", 10, time.Second, 0, 10) // T = 100 ms, B = 10
+	res.Op, res.TTL = OpReserve, 10*time.Second
+	d, err := s.Apply(t0, res)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	token := d.Adjust.Reservation
+	t1 := t0.Add(2 * time.Second) // the 10 hits drained by t0 + 1 s
+	d, err = s.Check(t1, gcraReq("k", 10, time.Second, 0, 10))
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "a full burst again")
+	d, err = s.Apply(t1, Request{Key: "k", Limit: 10, Window: time.Second, Algorithm: GCRA, Op: OpSettle, Reservation: token, Hits: 0})
+	require.NoError(t, err)
+	assert.Zero(t, d.Adjust.Refunded, "its hits had drained")
+	d, err = s.Check(t1, gcraReq("k", 10, time.Second, 0, 1))
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the burst taken at t1 stays counted")
 }
 
 // An all-or-nothing check holds each limit and releases them when one
@@ -660,6 +687,42 @@ func TestGCRAValidation(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Refund(t0, gcraReq("k", 10, time.Second, 3, 8))
 	require.NoError(t, err)
+}
+
+// A burst whose refill B·T is past int64's nanoseconds is refused as one
+// past the longest window, not let through by the product's wrap (1e10 ×
+// 1 s wraps negative): such a bucket took 9e9 hits at once, its TAT
+// wrapped before now, and Sweep then freed it as empty, admitting them
+// again at once.
+func TestGCRABurstWhoseRefillWrapsIsRefused(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.Unix(1_750_000_000, 0)
+	for _, r := range []Request{
+		gcraReq("k", 1, time.Second, 10_000_000_000, 9_000_000_000),
+		gcraReq("k", 1, 366*24*time.Hour, 300, 1), // 300 × 366 days wraps too
+	} {
+		_, err := s.Check(t0, r)
+		var ae *ArgumentError
+		require.True(t, errors.As(err, &ae), "%+v: %v", r, err)
+		assert.Equal(t, "burst", ae.Field, "%+v: %v", r, err)
+	}
+}
+
+// A node whose longest window is longer than the time int64's
+// nanoseconds have left keeps a bucket whose TAT would pass their end at
+// the end: it does not wrap before now, where Sweep would free it as
+// empty and the next check find it so.
+func TestGCRATATPastInt64SaturatesInsteadOfWrapping(t *testing.T) {
+	s := newStore(t, 1, func(c *Config) { c.MaxWindow = math.MaxInt64 })
+	t0 := time.Unix(1_750_000_000, 0)
+	r := gcraReq("k", 1, 250*365*24*time.Hour, 0, 1) // T = 250 years: now + T > 2^63 ns
+	d, err := s.Check(t0, r)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	s.Sweep(t0)
+	d, err = s.Check(t0, r)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the bucket holds its hit")
 }
 
 // HitsAt of a GCRA limit is a bucket that took the hits at at: Forget of

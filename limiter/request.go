@@ -235,7 +235,7 @@ func (c *Config) validateGCRA(r *Request) error {
 			r.Limit, msText(r.Window)+" ms", r.Window.Microseconds())}
 	case burst < 0:
 		return &ArgumentError{"burst", fmt.Sprintf("must be positive, got %d", burst)}
-	case burst > c.MaxWindow.Microseconds() || emissionInterval(r.Window, r.Limit)*time.Duration(burst) > c.MaxWindow:
+	case burst > c.MaxWindow.Microseconds() || satMul(int64(emissionInterval(r.Window, r.Limit)), burst) > int64(c.MaxWindow): // B·T may wrap int64
 		return &ArgumentError{"burst", fmt.Sprintf("%d takes longer than the longest window (%d ms) to refill at %d per %s ms",
 			burst, c.MaxWindow.Milliseconds(), r.Limit, msText(r.Window))}
 	case r.Hits > burst:

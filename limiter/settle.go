@@ -99,7 +99,11 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms, ns int64, r Requ
 		d, _, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, 0, cost)
 		return d, Adjustment{Over: over, Settled: SettledExpired}, err
 	}
-	d, refunded, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, max(t.hits-r.Hits, 0), max(r.Hits-t.hits, 0))
+	refund := max(t.hits-r.Hits, 0)
+	if r.Algorithm == GCRA {
+		refund = min(refund, undrained(t.at, ns, bucketOf(&r).t, t.hits))
+	}
+	d, refunded, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, refund, max(r.Hits-t.hits, 0))
 	if err != nil {
 		return Decision{}, Adjustment{}, err
 	}
@@ -156,8 +160,8 @@ func (rv *Reservations) adjustLocked(sh *shard, k stateKey, ms, ns int64, r Requ
 
 // refundAtThenPeek is refundAt followed by a peek, with one lookup of
 // k's state: a settle at or below its reservation, the common one. A GCRA
-// bucket's refund is a refund's (Store.Refund), whenever its hits were
-// counted. Requires sh.mu held.
+// bucket's refund is a refund's (Store.Refund) of n, which its caller
+// bounds by what has not drained (undrained). Requires sh.mu held.
 func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms, ns int64, r Request, at, n int64) (Decision, int64) {
 	var got int64
 	if r.Algorithm == GCRA {

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"log/slog"
+	"math/bits"
 	"time"
 
 	"github.com/peerlimit/peerlimit/handoff"
@@ -147,7 +148,13 @@ func (c *core) decideShare(now time.Time, req limiter.Request, part, whole int) 
 	}
 	shared := req
 	shared.Limit = max(req.Limit*int64(part)/int64(whole), 1) // no overflow: part ≤ whole, and whole is a member count
-	over := req.Hits > shared.Limit                           // more than the whole share: refused, counting nothing
+	if req.Burst != 0 {
+		// A GCRA bucket's burst is its share too, in the shared limit's
+		// proportion (as the default burst, the limit, is): each side
+		// admitting the whole burst at once would admit it once a side.
+		shared.Burst = shareOf(req.Burst, shared.Limit, req.Limit)
+	}
+	over := req.Hits > shared.BurstOrLimit() // more than the whole share: refused, counting nothing
 	if over {
 		shared.Op, shared.Hits, shared.TTL = limiter.OpCheck, 0, 0 // a peek: a reservation over the share opens nothing
 	}
@@ -159,6 +166,14 @@ func (c *core) decideShare(now time.Time, req limiter.Request, part, whole int) 
 		d.Allowed = false
 	}
 	return peer.Result{Decision: d, Owner: c.deps.NodeID, Degraded: true}
+}
+
+// shareOf is max(1, floor(n × part ÷ whole)) for part ≤ whole, computed
+// in 128 bits: a burst times a limit may pass int64.
+func shareOf(n, part, whole int64) int64 {
+	hi, lo := bits.Mul64(uint64(n), uint64(part))
+	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole: the quotient is at most n
+	return max(int64(q), 1)
 }
 
 // asHeir decides req, whose owner cannot be reached, here from the
