@@ -34,7 +34,7 @@ func (rv *Reservations) expireOne(sh *shard, id uint64, rec reservation, ms int6
 		// the hold expires, and a refund, finding it gone, would take
 		// for it another holder's slot taken within releaseSlack after.
 	case rec.hold && rec.alg == GCRA: // as a refund at ms of what of its hits has not drained
-		ns := ms * int64(time.Millisecond)
+		ns := min(satMul(ms, int64(time.Millisecond)), maxGCRANanos)
 		rv.refundedHits.Add(uint64(sh.refundGCRAAt(rec.key, rec.interval, ns, undrained(rec.at, ns, rec.interval, rec.hits))))
 	case rec.hold:
 		rv.refundedHits.Add(uint64(rv.refundAt(sh, rec.key, rec.alg, ms, rec.at, rec.hits)))

@@ -200,7 +200,7 @@ func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
 		return append(out, ks)
 	case gcraChange:
 		ks := keyStateOf(k, GCRA)
-		if c.tat > now*int64(time.Millisecond) {
+		if c.tat > satMul(now, int64(time.Millisecond)) {
 			ks.TAT = c.tat
 		}
 		return append(out, ks)

@@ -579,7 +579,7 @@ func (rm *room) makeRoom(sh *shard, now int64) error {
 	if rm.overflow == OverflowReject || (victimLog == nil && victimC == nil && !isG) {
 		rm.rejections.Add(1)
 		if rm.overflow == OverflowEvict {
-			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar limits, which are never evicted: %w",
+			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar or concurrency limits, which are never evicted: %w",
 				sh.len(), rm.maxKeys, ErrCapacity)
 		}
 		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",

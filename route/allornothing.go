@@ -124,7 +124,11 @@ func answerAll(reqs []limiter.Request, held []peer.Result, admitted bool) []peer
 		if !admitted && h.Decision.Allowed {
 			// Held, then released: refused for another limit, counting nothing.
 			out[i].Decision.Allowed = false
-			out[i].Decision.Remaining = min(h.Decision.Remaining+reqs[i].Hits, h.Decision.Limit)
+			room := h.Decision.Limit
+			if reqs[i].Algorithm == limiter.GCRA {
+				room = reqs[i].BurstOrLimit() // a bucket holds its burst, which may pass its limit
+			}
+			out[i].Decision.Remaining = min(h.Decision.Remaining+reqs[i].Hits, room)
 		}
 	}
 	return out

@@ -104,3 +104,18 @@ func TestAllOrNothingMixesACalendarQuotaAndASlidingLimit(t *testing.T) {
 	assert.True(t, results[1].Decision.Allowed)
 	assert.EqualValues(t, 1, c.members["n2"].held(t, c.clock.Now(), quota))
 }
+
+// An all-or-nothing batch refused by another limit answers a GCRA item
+// with the room its bucket has, which its burst, not its rate, bounds.
+func TestAllOrNothingRefusedAnswersABucketsRoomUpToItsBurst(t *testing.T) {
+	c := newCluster(t, three)
+	n1 := c.members["n1"]
+	bucket := limiter.Request{Key: c.key(t, "n2", "bucket"), Limit: 2, Window: time.Second, Algorithm: limiter.GCRA, Burst: 10, Hits: 1}
+	spent := counterReq(c.key(t, "n3", "spent"), 1, time.Minute)
+	res := n1.svc.Check(bg, spent)
+	require.True(t, res.Decision.Allowed)
+	results, err := n1.svc.CheckAll(bg, []limiter.Request{bucket, spent})
+	require.NoError(t, err)
+	assert.False(t, results[0].Decision.Allowed, "refused with the batch")
+	assert.EqualValues(t, 10, results[0].Decision.Remaining, "the bucket's whole burst is still there")
+}
