@@ -31,8 +31,7 @@ func (rv *Reservations) expireOne(sh *shard, id uint64, rec reservation, ms int6
 	switch {
 	case rec.alg == Concurrency:
 		// A slot's hold lasts its window: its entry has left the log as
-		// the hold expires, and a refund, finding it gone, would take
-		// for it another holder's slot taken within releaseSlack after.
+		// the hold expires, and there is nothing to give back.
 	case rec.hold && rec.alg == GCRA: // as a refund at ms of what of its hits has not drained
 		ns := min(satMul(ms, int64(time.Millisecond)), maxGCRANanos)
 		rv.refundedHits.Add(uint64(sh.refundGCRAAt(rec.key, rec.interval, ns, undrained(rec.at, ns, rec.interval, rec.hits))))

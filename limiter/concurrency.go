@@ -44,25 +44,26 @@ func (k stateKey) logAlgorithm() Algorithm {
 	return SlidingWindowLog
 }
 
-// releaseSlack is how far after its token's time a released slot's entry
-// may be found. A slot that travelled (a replica's copy, a handoff) was
-// rebased onto its new owner's clock and lands up to the call's transit
-// later (rebase.go), so after a failover the entry stamped at is not
-// there; the earliest entry within releaseSlack after it is taken for it.
-// The count is what it must be, one slot fewer; which slot frees itself
-// when may differ by up to releaseSlack. The cost, stated in
-// docs/limiter.md: a release the dead owner had applied, retried on the
-// heir, frees one more slot if one was taken within releaseSlack after it.
-const releaseSlack = 250 // ms
+// slotRebaseFloor is the least clock difference (ms) by which a
+// concurrency limit's slots are rebased when they travel (a replica's
+// copy, a handoff). A release finds its slot by its token's time, exactly:
+// had the slots moved by the call's transit, as a log's entries do, a
+// release on the heir after a failover would find nothing, and the slot
+// would stay held until it freed itself. And no release may take another
+// slot near its time instead: a token whose slot was never here (acquired
+// on the other side of a partition, or before a reset) would then free a
+// slot still held, one more in flight, silently. So within this floor a
+// slot keeps its time, and a slot never released frees itself on the heir
+// up to the two clocks' difference early or late; beyond it (a clock
+// fault) the slots move as log entries do, and a release on the heir from
+// a token finds nothing (under-admission until the slot frees itself).
+const slotRebaseFloor = 250 // ms
 
-// removeSlotsOrEntries takes back up to n entries of the log of k counted
-// at at (ms), as seen at now: exactly at for a window log; for a
-// concurrency limit's slots, at or, if none is there, the earliest within
-// releaseSlack after it. Requires the shard's lock held.
-func removeSlotsOrEntries(st *logState, k stateKey, now, at, n int64) int64 {
-	got := st.removeAt(now, k.span(), at, n)
-	if got < n && k.concurrency() {
-		got += st.removeBetween(now, k.span(), at+1, at+releaseSlack, n-got)
+// rebaseSlots moves a concurrency limit's slots by d ms, unless the two
+// clocks agree within slotRebaseFloor (see there).
+func (s *KeyState) rebaseSlots(d int64) {
+	if -slotRebaseFloor <= d && d <= slotRebaseFloor {
+		return
 	}
-	return got
+	s.rebaseLog(d)
 }

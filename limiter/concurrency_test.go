@@ -158,8 +158,8 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 			assert.Equal(t, r.Window, states[0].Window)
 			assert.Len(t, states[0].Log, 2)
 			if via == "journal, 5 ms in transit" {
-				// Rebased on arrival, each slot lands 5 ms late: a release
-				// from its token must still find it (releaseSlack).
+				// 5 ms in transit: the slots keep their times
+				// (slotRebaseFloor), and a release from its token finds its own.
 				Rebase(states, now.Add(2*time.Second), now.Add(2*time.Second+5*time.Millisecond))
 			}
 			merged, errs := to.Transfer().Merge(now.Add(2*time.Second), states)
@@ -180,46 +180,35 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 	}
 }
 
-// A release finds its slot at its token's time, or, moved there by a
-// rebase, the earliest within releaseSlack after it; never one further.
-func TestReleaseFindsItsSlotWithinTheSlack(t *testing.T) {
+// A slot that travels keeps its time while the two clocks agree within
+// slotRebaseFloor, so that a release from its token finds it exactly;
+// past that it moves as a log entry does, and a release finds nothing
+// rather than take another slot (a slot frees itself at its window).
+func TestASlotTravelsAtItsOwnTime(t *testing.T) {
 	s := newStore(t, 1, nil)
 	now := time.UnixMilli(1_700_000_000_000)
 	r := slots(3)
 	d := acquire(t, s, now, r)
 	tok := d.Adjust.Reservation
+	later := acquire(t, s, now.Add(100*time.Millisecond), r) // another holder's slot, 100 ms later
+	require.True(t, later.Allowed)
 	p := s.Transfer().PartitionOf(r.Key)
-	states := s.Transfer().SnapshotPartition(p, now)
+	states := s.Transfer().SnapshotPartition(p, now.Add(100*time.Millisecond))
 	for _, c := range []struct {
 		shift time.Duration
 		freed int64
-	}{{0, 1}, {releaseSlack * time.Millisecond, 1}, {(releaseSlack + 1) * time.Millisecond, 0}} {
+	}{{0, 1}, {slotRebaseFloor * time.Millisecond, 1}, {-slotRebaseFloor * time.Millisecond, 1}, {(slotRebaseFloor + 1) * time.Millisecond, 0}, {-100 * time.Millisecond, 1}} {
 		heir := newStore(t, 1, nil)
 		moved := []KeyState{states[0]}
 		moved[0].Log = append([]int64(nil), states[0].Log...)
-		Rebase(moved, now, now.Add(c.shift))
-		_, errs := heir.Transfer().Merge(now.Add(c.shift), moved)
+		sent := now.Add(time.Second)
+		Rebase(moved, sent, sent.Add(c.shift))
+		_, errs := heir.Transfer().Merge(sent.Add(c.shift), moved)
 		require.Empty(t, errs)
-		adj := release(t, heir, now.Add(time.Second), r, tok)
-		assert.Equal(t, c.freed, adj.Refunded, "a slot moved %s later", c.shift)
-		assert.Equal(t, 1-c.freed, inFlight(t, heir, now.Add(time.Second), r))
+		adj := release(t, heir, now.Add(2*time.Second), r, tok)
+		assert.Equal(t, c.freed, adj.Refunded, "clocks %s apart", c.shift)
+		assert.Equal(t, 2-c.freed, inFlight(t, heir, now.Add(2*time.Second), r), "clocks %s apart: no other slot is freed", c.shift)
 	}
-}
-
-// A slot never released frees itself window_ms after it was taken, and
-// only itself: its hold's expiry finds its entry already out of the
-// window, and does not take, for it, another holder's slot taken within
-// the release slack after it (which frees itself 100 ms later).
-func TestAnExpiredSlotFreesNoOtherSlot(t *testing.T) {
-	s := newStore(t, 1, nil)
-	t0 := time.UnixMilli(1_700_000_000_000)
-	r := slots(3)
-	require.True(t, acquire(t, s, t0, r).Allowed)
-	require.True(t, acquire(t, s, t0.Add(100*time.Millisecond), r).Allowed)
-	at := t0.Add(r.Window)
-	assert.Equal(t, 1, s.Reservations().Expire(at), "the first slot's hold expires")
-	assert.EqualValues(t, 1, inFlight(t, s, at, r), "the second slot is held until its own window ends")
-	assert.EqualValues(t, 0, inFlight(t, s, at.Add(100*time.Millisecond), r))
 }
 
 // A concurrency limit is never evicted to make room for a new key: its

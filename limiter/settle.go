@@ -179,7 +179,7 @@ func (rv *Reservations) refundAtThenPeek(sh *shard, k stateKey, ms, ns int64, r 
 		}
 		n0, c0 := st.n, len(st.ring)
 		if n > 0 {
-			got = removeSlotsOrEntries(st, k, ms, at, n)
+			got = st.removeAt(ms, k.span(), at, n)
 		}
 		res := decideLog(st, ms, k.span(), r.Limit, 0, 0) // a peek needs no room
 		sh.account(st, n0, c0)
@@ -238,7 +238,7 @@ func (rv *Reservations) refundAt(sh *shard, k stateKey, alg Algorithm, now, at, 
 			return 0
 		}
 		n0, c0 := st.n, len(st.ring)
-		got := removeSlotsOrEntries(st, k, now, at, n)
+		got := st.removeAt(now, k.span(), at, n)
 		sh.account(st, n0, c0)
 		if got > 0 {
 			sh.journalLog(k, st)
@@ -282,23 +282,17 @@ func (s *counterState) refundAt(now, w, at, n int64) int64 {
 }
 
 // removeAt removes up to n entries stamped exactly at (ms) that are still
-// in window w at now, and returns how many.
-func (s *logState) removeAt(now, w, at, n int64) int64 { return s.removeBetween(now, w, at, at, n) }
-
-// removeBetween removes up to n entries stamped from from to to (ms, both
-// included), the earliest first, that are still in window w at now, and
-// returns how many. Entries are sorted, so those are one run; the newer
-// ones move back over the gap.
-func (s *logState) removeBetween(now, w, from, to, n int64) int64 {
+// in window w at now, and returns how many. Entries are sorted, so those
+// stamped at are one run; the newer ones move back over the gap.
+func (s *logState) removeAt(now, w, at, n int64) int64 {
 	if s.n == 0 {
 		return 0
 	}
 	now = max(now, s.newest())
 	s.prune(now - w)
 	count := int(s.n)
-	lo := sort.Search(count, func(i int) bool { return s.at(int32(i)) >= from })
-	hi := sort.Search(count, func(i int) bool { return s.at(int32(i)) > to })
-	hi = min(hi, lo+int(min(n, int64(count)))) // the earliest n of the run
+	lo := sort.Search(count, func(i int) bool { return s.at(int32(i)) >= at })
+	hi := sort.Search(count, func(i int) bool { return s.at(int32(i)) > at })
 	m := int32(min(int64(hi-lo), n))
 	if m == 0 {
 		return 0
