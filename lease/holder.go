@@ -103,14 +103,15 @@ func (sh *holderShard) find(h uint64) *hotSlot {
 }
 
 // bump counts one check of the key hashed h at now and returns its slot:
-// a key not counted takes its set's way with the lower rate. Requires
-// sh.mu held.
+// a key not counted takes its set's way with the lower rate, of two
+// equal (two keys seen once) the one that started first. Requires sh.mu
+// held.
 func (sh *holderShard) bump(h uint64, now int64) *hotSlot {
 	s := sh.find(h)
 	if s == nil {
 		set := sh.ways(h)
 		s = &set[0]
-		if set[1].rate(now) < s.rate(now) {
+		if r0, r1 := set[0].rate(now), set[1].rate(now); r1 < r0 || (r1 == r0 && set[1].start < set[0].start) {
 			s = &set[1]
 		}
 		*s = hotSlot{hash: h, start: now}

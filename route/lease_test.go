@@ -84,6 +84,49 @@ func TestLeasesSpreadAHotKeyAndKeepItsLimitExact(t *testing.T) {
 	}
 }
 
+// A warm key, 5 checks/s through each of the two members that do not own
+// it: each gets leases of about 8 hits over 1.6 s, so most checks take no
+// hop, and the limit stays exact: never over it while leases are out,
+// exactly it once they are settled, for both algorithms.
+func TestWarmKeyLeasesFromTwoNodesKeepItsLimitExact(t *testing.T) {
+	for _, req := range []limiter.Request{counterReq("", 60, time.Hour), logReq("", 60, time.Hour)} {
+		t.Run(req.Algorithm.String(), func(t *testing.T) {
+			c := newCluster(t, three, withLeases)
+			req.Key = c.key(t, "n2", "warm")
+			warm := func(n int) int { // n checks, alternately through n1 and n3, 100 ms apart
+				allowed := 0
+				for i := range n {
+					res := c.members[[]string{"n1", "n3"}[i%2]].svc.Check(bg, req)
+					require.NoError(t, res.Err)
+					assert.False(t, res.Degraded)
+					if res.Decision.Allowed {
+						allowed++
+					}
+					c.clock.Advance(100 * time.Millisecond)
+					c.settleAll()
+				}
+				return allowed
+			}
+			allowed := warm(50)
+			require.Equal(t, 50, allowed, "under the limit every check passes")
+			leased := metric(t, c.members["n1"].reg, "peerlimit_checks_total", "algorithm", req.Algorithm.String(), "route", "leased", "outcome", "allowed") +
+				metric(t, c.members["n3"].reg, "peerlimit_checks_total", "algorithm", req.Algorithm.String(), "route", "leased", "outcome", "allowed")
+			assert.Greater(t, leased, 0.6*50, "most checks admitted without a hop")
+			assert.Positive(t, metric(t, c.members["n2"].reg, "peerlimit_leases_total", "event", "granted"))
+
+			allowed += warm(100)
+			assert.LessOrEqual(t, allowed, 60, "never over the limit")
+			c.clock.Advance(10 * time.Second) // every lease ends; the loops settle them
+			c.settleAll()
+			c.settleAll()
+			allowed += warm(20)
+			assert.Equal(t, 60, allowed, "once settled, exactly the limit")
+			assert.EqualValues(t, 60, c.members["n2"].held(t, c.clock.Now(), req), "the owner's count is every admission")
+			assert.Zero(t, c.members["n2"].leases.Lent())
+		})
+	}
+}
+
 // Settling a log lease moves the hits the owner took at the grant to when
 // the holder admitted them: the owner's log is then what it would have
 // been without the lease.
