@@ -4,9 +4,13 @@
 // docs/design.md, "Budget leases", has the protocol, its guarantees and
 // its worst cases. In short:
 //
-//   - the holder asks (peer.Peers.Lease) once it forwards a key at
-//     Config.MinRate or more; the owner decides that check as a
-//     forward, and lends Hits: it takes them from the key at once, as if
+//   - the holder asks (peer.Peers.Lease) once it forwards a key often
+//     enough that a lease of Config.MaxDuration at most would cover
+//     Config.MinHits checks, for a lease as long as about MinHits checks
+//     take at the key's rate, never shorter than Config.Duration (hot
+//     keys) nor longer than MaxDuration (warm keys); the owner decides
+//     that check as a forward, caps the duration, and lends Hits: it
+//     takes them from the key at once, as if
 //     admitted then (a counter's current window, the log's entries at the
 //     grant time), so what it admits and what it lent never exceed the
 //     limit;
@@ -36,26 +40,54 @@ import (
 )
 
 // Config is budget leases' settings. Start from DefaultConfig.
+//
+// A node that forwards a key at r checks/s asks its owner for a lease of
+// MinHits ÷ r, clamped to [Duration, MaxDuration], and for the hits r
+// needs for it: a hot key (r ≥ MinHits ÷ Duration, 32/s by default) gets
+// Duration and more hits, a warm one MinHits hits for longer. It asks only
+// when r ≥ MinRate and r × MaxDuration ≥ MinHits (1.6/s by default):
+// below that a lease would not save enough forwards to pay for its call.
 type Config struct {
-	// Duration is how long a lease lasts: a node that forwards a key at
-	// MinRate or more asks its owner for part of the key's limit, and
-	// admits from it for this long without a hop. 0 turns leases off.
+	// Duration is the shortest lease: a hot key's. 0 turns leases off.
 	// Default 250 ms; at most 10 s.
 	Duration time.Duration
-	// MinRate is the rate (checks per second, from this node, of one key)
-	// from which this node asks for a lease: ordinary keys never reach
-	// it. Default 200.
+	// MaxDuration is the longest lease, asked for a warm key and granted
+	// by an owner: what a lease costs when its holder uses little of it
+	// (its unused hits denied to others until it ends) or is lost grows
+	// with it. Default 5 s; in [Duration, 30 s].
+	MaxDuration time.Duration
+	// MinHits is how many checks a lease should cover to be worth its
+	// call: a key's lease lasts as long as that many take at its rate
+	// (within [Duration, MaxDuration]). Default 8; in [1, 10,000].
+	MinHits int
+	// MinRate (checks per second, from this node, of one key) is a floor
+	// under the rate from which this node asks for a lease, on top of
+	// MinHits ÷ MaxDuration. Default 1: that quotient decides. 200 (its
+	// old default), with MaxDuration = Duration, leases hot keys only.
 	MinRate int
 }
 
 // DefaultConfig returns the defaults documented on Config.
-func DefaultConfig() Config { return Config{Duration: 250 * time.Millisecond, MinRate: 200} }
+func DefaultConfig() Config {
+	return Config{Duration: 250 * time.Millisecond, MaxDuration: 5 * time.Second, MinHits: 8, MinRate: 1}
+}
+
+// maxMaxDuration bounds MaxDuration: a lost lease's hits stay counted for
+// up to settleGraceLeases of its durations, and a log it is lent from
+// must span minLogWindowLeases of them.
+const maxMaxDuration = 30 * time.Second
 
 // Validate reports every unusable field, each a *field.Error naming it.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Duration < 0 || c.Duration > 10*time.Second || (c.Duration > 0 && c.Duration < 10*time.Millisecond) {
 		errs = append(errs, field.Errorf("Duration", "must be 0 (off) or in [10ms, 10s], got %s", c.Duration))
+	}
+	if c.MaxDuration < c.Duration || c.MaxDuration > maxMaxDuration {
+		errs = append(errs, field.Errorf("MaxDuration", "must be in [Duration (%s), %s], got %s", c.Duration, maxMaxDuration, c.MaxDuration))
+	}
+	if c.MinHits < 1 || c.MinHits > 10_000 {
+		errs = append(errs, field.Errorf("MinHits", "must be in [1, 10000], got %d", c.MinHits))
 	}
 	if c.MinRate < 1 {
 		errs = append(errs, field.Errorf("MinRate", "must be ≥ 1, got %d", c.MinRate))
@@ -121,7 +153,8 @@ func New(cfg Config, d Deps) (*Book, error) {
 	return b, nil
 }
 
-// Duration is how long a lease lasts.
+// Duration is how long the shortest lease lasts: a node tends its
+// leases every quarter of it.
 func (b *Book) Duration() time.Duration { return b.cfg.Duration }
 
 // leaseKey is one limit a lease is for.
@@ -139,7 +172,9 @@ func leaseKeyOf(r limiter.Request) leaseKey {
 
 // Leasable reports whether req's limit may be leased at all: a log
 // window must be long enough that a lost lease is moved to its last
-// moment long before its placeholders leave the window. A GCRA bucket is
+// moment long before its placeholders leave the window, for the
+// shortest lease (Duration); a longer one is cut to fit
+// (logLeaseCap). A GCRA bucket is
 // never leased: its lent hits would drain from the grant on while the
 // holder admits them later, up to a lease's duration later, so the owner
 // would admit up to the lent hits past the burst, and a settlement's
@@ -155,6 +190,18 @@ func (b *Book) Leasable(req limiter.Request) bool {
 	return req.Algorithm != limiter.SlidingWindowLog || req.Window >= minLogWindowLeases*b.cfg.Duration
 }
 
-// minLogWindowLeases is how many lease durations a log window must span to
-// be leased (see Leasable).
+// minLogWindowLeases is how many of a lease's durations a log window must
+// span for it to be lent (see Leasable and logLeaseCap).
 const minLogWindowLeases = 20
+
+// logLeaseCap is the longest lease req's limit may have: for the log,
+// 1/minLogWindowLeases of its window, so that a lost lease's
+// placeholders, moved to its last moment settleGraceLeases of its
+// durations after it ended, are still inside the window; no cap for the
+// counter (its owner cuts a lease at the fixed window's end).
+func logLeaseCap(req limiter.Request) time.Duration {
+	if req.Algorithm != limiter.SlidingWindowLog {
+		return maxMaxDuration
+	}
+	return req.Window / minLogWindowLeases
+}

@@ -18,7 +18,7 @@ import (
 func TestConfigValidate(t *testing.T) {
 	good := lease.DefaultConfig()
 	require.NoError(t, good.Validate())
-	assert.Equal(t, lease.Config{Duration: 250 * time.Millisecond, MinRate: 200}, good)
+	assert.Equal(t, lease.Config{Duration: 250 * time.Millisecond, MaxDuration: 5 * time.Second, MinHits: 8, MinRate: 1}, good)
 	for name, mutate := range map[string]func(*lease.Config){
 		"Duration": func(c *lease.Config) { c.Duration = time.Millisecond },
 		"MinRate":  func(c *lease.Config) { c.MinRate = 0 },

@@ -11,6 +11,7 @@ import (
 	"github.com/peerlimit/peerlimit/lease"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/partition"
+	"github.com/peerlimit/peerlimit/peer"
 )
 
 // A GCRA bucket is never leased (Book.Leasable says why): the owner lends
@@ -27,7 +28,7 @@ func TestAGCRABucketIsNeverLeased(t *testing.T) {
 	now := time.UnixMilli(1_750_000_000_000)
 	req := limiter.Request{Key: "hot", Limit: 1000, Window: time.Second, Algorithm: limiter.GCRA, Hits: 1}
 	assert.False(t, b.Leasable(req))
-	assert.Zero(t, b.Lend(now, "n2", req, 100, 999).ID, "no grant")
+	assert.Zero(t, b.Lend(now, "n2", req, peer.LeaseWant{Hits: 100}, 999).ID, "no grant")
 	assert.Zero(t, b.Lent())
 	d, err := store.Check(now, limiter.Request{Key: "hot", Limit: 1000, Window: time.Second, Algorithm: limiter.GCRA})
 	require.NoError(t, err)

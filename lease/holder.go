@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -25,38 +26,100 @@ type heldLease struct {
 	offsets []time.Duration // log only
 }
 
-// hotSlots is how many keys each holder shard tracks the forwarding rate
-// of; a key that loses its slot to another just starts counting again.
-const hotSlots = 64
+// The forwarding rate of keys, per holder shard, in a 2-way
+// set-associative table: a key's two ways are found from its hash, and a
+// key not there replaces the one of the two with the lower rate, so a
+// one-off key evicts another one-off, not a warm key that a stream of
+// a million cold keys would otherwise overwrite between its checks. A
+// key that loses its way starts counting again. Memory: 32 shards × 512
+// sets × 2 ways × 32 B = 1 MiB per node, allocated with the Book.
+const (
+	hotSets = 512
+	hotWays = 2
+)
 
-// hotSlice is the time over which a key's forwards are counted before the
-// count starts again: a rate of LeaseMinRate is LeaseMinRate × hotSlice
-// forwards in one slice.
-const hotSlice = 100 * time.Millisecond
+// rateSpan is how long a key's count runs before it is halved (its time
+// too, so that the rate stays): a rate is counted over the last one to
+// two spans of checks. Two seconds see a key at 1.6 checks/s (the
+// default MinHits ÷ MaxDuration) with a few checks counted.
+const rateSpan = 2 * time.Second
+
+// rateFloorSpan is the shortest time a rate is measured over: two checks
+// a microsecond apart are not a rate of a million a second.
+const rateFloorSpan = 100 * time.Millisecond
+
+// minAskCount is how many checks after its first a key must have been
+// seen from this node before it is asked for: a rate from one interval
+// is a guess; from two it is at least one.
+const minAskCount = 2
 
 type hotSlot struct {
 	hash  uint64
-	slice int64
-	n     int64
+	start int64   // Unix ns: the first check counted (not in n)
+	n     float32 // checks since start (scaled down when halved)
 	// quiet (Unix ns): the owner lent nothing when last asked (the key
 	// is at its limit, say), so the key is forwarded without asking until
-	// then, for a lease duration: a denied hot key must not turn every
+	// then, for the lease asked for: a denied hot key must not turn every
 	// forward into a Lease call.
 	quiet int64
 }
 
-// bump counts one check of the key hashed h at now and returns its slot.
-// Requires sh.mu held.
-func (sh *holderShard) bump(h uint64, now time.Time) *hotSlot {
-	slice := now.UnixNano() / int64(hotSlice)
-	s := &sh.hot[h%hotSlots]
-	switch {
-	case s.hash != h:
-		*s = hotSlot{hash: h, slice: slice}
-	case s.slice != slice:
-		s.slice, s.n = slice, 0
+// rate is s's key's checks per second at now.
+func (s *hotSlot) rate(now int64) float64 {
+	return float64(s.n) / (float64(max(now-s.start, int64(rateFloorSpan))) / float64(time.Second))
+}
+
+// age halves s's count once it ran a rateSpan, keeping its rate: the
+// rate follows the last one or two spans. A key not seen for two spans
+// starts again, from now (false: this check is the first).
+func (s *hotSlot) age(now int64) bool {
+	switch span := now - s.start; {
+	case span >= 2*int64(rateSpan):
+		s.start, s.n = now, 0
+		return false
+	case span >= int64(rateSpan):
+		s.n *= float32(float64(rateSpan/2) / float64(span))
+		s.start = now - int64(rateSpan/2)
 	}
-	s.n++
+	return true
+}
+
+// ways is the set of the key hashed h, in this shard (whose index took
+// h's low bits: the set takes high ones).
+func (sh *holderShard) ways(h uint64) *[hotWays]hotSlot {
+	return &sh.hot[(h>>32)%hotSets]
+}
+
+// find returns the slot counting the key hashed h, or nil. Requires
+// sh.mu held.
+func (sh *holderShard) find(h uint64) *hotSlot {
+	set := sh.ways(h)
+	for i := range set {
+		if set[i].hash == h {
+			return &set[i]
+		}
+	}
+	return nil
+}
+
+// bump counts one check of the key hashed h at now and returns its slot:
+// a key not counted takes its set's way with the lower rate, of two
+// equal (two keys seen once) the one that started first. Requires sh.mu
+// held.
+func (sh *holderShard) bump(h uint64, now int64) *hotSlot {
+	s := sh.find(h)
+	if s == nil {
+		set := sh.ways(h)
+		s = &set[0]
+		if r0, r1 := set[0].rate(now), set[1].rate(now); r1 < r0 || (r1 == r0 && set[1].start < set[0].start) {
+			s = &set[1]
+		}
+		*s = hotSlot{hash: h, start: now}
+		return s // the first check: the count starts here
+	}
+	if s.age(now) {
+		s.n++
+	}
 	return s
 }
 
@@ -65,7 +128,7 @@ type holderShard struct {
 	mu     sync.Mutex
 	held   map[leaseKey]*heldLease
 	asking map[leaseKey]bool
-	hot    [hotSlots]hotSlot
+	hot    [hotSets][hotWays]hotSlot
 	done   []*heldLease // spent or expired, to settle
 	_      [40]byte     // neighbouring shards' locks off one cache line
 }
@@ -88,37 +151,52 @@ func (b *Book) Admit(now time.Time, req limiter.Request) (limiter.Decision, bool
 // leases off), if one for its limit is
 // live and has the hits left (a spent or expired one is set aside for
 // settlement). Otherwise, with mayAsk, it reports whether this node should
-// ask req's owner for a lease now, and for how many hits: it forwards the
-// key at Config.MinRate or more (leased checks count too, so that the next
-// lease is asked for at the first forward after one ends), holds no live
-// lease for it, is not asking already, and the owner did not just refuse.
-// It then marks the key as asked for; the caller must then Ask, or Forgo
-// if it will not. One hash and one stripe lock per check, either way.
-func (b *Book) Take(now time.Time, req limiter.Request, mayAsk bool) (d limiter.Decision, admitted bool, want int64, ask bool) {
+// ask req's owner for a lease now, and which (wantFor): the key's rate
+// from this node pays for a lease (leased checks count too, so that the
+// next lease is asked for at the first forward after one ends), this node
+// holds no live lease for it, is not asking already, and the owner did
+// not just refuse. It then marks the key as asked for; the caller must
+// then Ask, or Forgo if it will not. One hash and one stripe lock per
+// check, either way, and no allocation.
+func (b *Book) Take(now time.Time, req limiter.Request, mayAsk bool) (d limiter.Decision, admitted bool, want peer.LeaseWant, ask bool) {
 	if b == nil || req.Hits <= 0 { // leases off; a peek asks the owner: a lease knows nothing of the count
-		return d, false, 0, false
+		return d, false, want, false
 	}
 	sh, h := b.shard(req.Key)
 	lk := leaseKeyOf(req)
+	ns := now.UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s := sh.bump(h, now)
+	s := sh.bump(h, ns)
 	if hl := sh.held[lk]; hl != nil {
 		if now.Before(hl.until) && hl.left >= req.Hits {
-			return hl.use(now, req), true, 0, false
+			return hl.use(now, req), true, want, false
 		}
 		delete(sh.held, lk)
 		sh.done = append(sh.done, hl)
 	}
-	threshold := max(int64(b.cfg.MinRate)*int64(hotSlice)/int64(time.Second), 1)
-	if !mayAsk || s.n < threshold || now.UnixNano() < s.quiet || sh.asking[lk] || !b.Leasable(req) {
-		return d, false, 0, false
+	if !mayAsk || s.n < minAskCount || ns < s.quiet || sh.asking[lk] || !b.Leasable(req) {
+		return d, false, want, false
 	}
-	sh.asking[lk] = true
-	// Enough for the lease's duration at the rate seen in this slice so
-	// far (at least 1 ms of it, so that a burst does not ask for a flood).
-	elapsed := max(now.UnixNano()-s.slice*int64(hotSlice), int64(time.Millisecond))
-	return d, false, max(s.n*int64(b.cfg.Duration)/elapsed, req.Hits), true
+	if want, ask = b.wantFor(s.rate(ns), req); ask {
+		sh.asking[lk] = true
+	}
+	return d, false, want, ask
+}
+
+// wantFor is the lease to ask for req's limit, whose key this node sees
+// at rate checks/s: for as long as Config.MinHits checks take at that
+// rate, within [Duration, MaxDuration] (and a log's cap), and the hits
+// the rate needs for it; none (false) when the rate is under MinRate or
+// a lease of MaxDuration would not cover MinHits checks.
+func (b *Book) wantFor(rate float64, req limiter.Request) (peer.LeaseWant, bool) {
+	if rate < float64(b.cfg.MinRate) || rate*b.cfg.MaxDuration.Seconds() < float64(b.cfg.MinHits) {
+		return peer.LeaseWant{}, false
+	}
+	d := time.Duration(float64(b.cfg.MinHits) / rate * float64(time.Second))
+	d = min(max(d, b.cfg.Duration), b.cfg.MaxDuration, logLeaseCap(req))
+	hits := int64(math.Ceil(rate*d.Seconds() - 1e-9)) // 5/s × 1.6 s is 8, not 9
+	return peer.LeaseWant{Hits: max(hits, req.Hits), Duration: d}, true
 }
 
 // use admits req from hl. Requires its shard's lock held.
@@ -144,19 +222,19 @@ func (hl *heldLease) decision(now time.Time, req limiter.Request, before int64) 
 		ResetAfter: max(hl.grant.ResetAfter-age, 0), RefillAfter: max(hl.grant.RefillAfter-age, 0)}
 }
 
-// Ask sends req to its owner as a lease request, for want hits, after
+// Ask sends req to its owner as a lease request, for want, after
 // Take said to: the owner decides req as a forward, and may lend hits for
 // later checks, which this node records. asked is when Take said so,
 // before the call: the lease's time runs from there, so it ends here
 // before it ends on the owner, whatever the clocks say. The error is the
 // call's (a *peer.CallError); nothing was lent then.
-func (b *Book) Ask(ctx context.Context, owner peer.Route, req limiter.Request, want int64, asked time.Time) (peer.Result, error) {
+func (b *Book) Ask(ctx context.Context, owner peer.Route, req limiter.Request, want peer.LeaseWant, asked time.Time) (peer.Result, error) {
 	b.metrics.event(eventAsked)
 	res, g, err := b.peers.Lease(ctx, owner, req, want)
 	if err != nil {
 		g = peer.LeaseGrant{}
 	}
-	b.answered(owner, req, asked, g)
+	b.answered(owner, req, asked, want.Duration, g)
 	if g.ID != 0 {
 		b.metrics.event(eventReceived)
 	}
@@ -165,22 +243,23 @@ func (b *Book) Ask(ctx context.Context, owner peer.Route, req limiter.Request, w
 
 // Forgo ends an ask Take called for that this node will not make (the
 // request is invalid, or no forward slot was free): the key is not asked
-// for again for a lease duration.
+// for again for the shortest lease duration.
 func (b *Book) Forgo(owner peer.Route, req limiter.Request, asked time.Time) {
-	b.answered(owner, req, asked, peer.LeaseGrant{})
+	b.answered(owner, req, asked, b.cfg.Duration, peer.LeaseGrant{})
 }
 
 // answered records the owner's answer to a lease this node asked for at
-// asked (before the call): a grant to admit from, or none.
-func (b *Book) answered(owner peer.Route, req limiter.Request, asked time.Time, g peer.LeaseGrant) {
+// asked (before the call): a grant to admit from, or none, after which
+// the key is not asked for again for quiet.
+func (b *Book) answered(owner peer.Route, req limiter.Request, asked time.Time, quiet time.Duration, g peer.LeaseGrant) {
 	sh, h := b.shard(req.Key)
 	lk := leaseKeyOf(req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	delete(sh.asking, lk)
 	if g.ID == 0 || g.Hits <= 0 {
-		if s := &sh.hot[h%hotSlots]; s.hash == h {
-			s.quiet = asked.Add(b.cfg.Duration).UnixNano()
+		if s := sh.find(h); s != nil {
+			s.quiet = asked.Add(max(quiet, b.cfg.Duration)).UnixNano()
 		}
 		return
 	}

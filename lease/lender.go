@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -76,14 +77,14 @@ func (b *Book) takeLent(id uint64, origin string) *lentLease {
 	return ll
 }
 
-// takeExpired removes and returns the leases that ended at or before
-// cutoff (ms).
-func (b *Book) takeExpired(cutoff int64) []*lentLease {
+// takeExpired removes and returns the leases whose grace after their end
+// has passed at now (ms).
+func (b *Book) takeExpired(now int64) []*lentLease {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []*lentLease
 	for id, ll := range b.lent {
-		if ll.end() <= cutoff {
+		if ll.end()+b.grace(ll).Milliseconds() <= now {
 			out = append(out, ll)
 			delete(b.lent, id)
 		}
@@ -91,18 +92,27 @@ func (b *Book) takeExpired(cutoff int64) []*lentLease {
 	return out
 }
 
-// settleGraceLeases is how many lease durations after a lease ends its
-// owner waits for the holder's settlement before counting it all used. The
-// holder settles within a quarter duration of the end, in a call it gives
-// one duration (at least 100 ms), so one duration of grace would do on an
-// idle machine; on a loaded one a settlement arriving a few hundred
+// settleGraceLeases is how many of a lease's durations (at least
+// Config.Duration) after it ends its owner waits for the holder's
+// settlement before counting it all used. The holder settles within a
+// quarter of Config.Duration of the end, in a call it gives one Duration
+// (at least 100 ms), so one duration of grace would do on an idle
+// machine; on a loaded one a settlement arriving a few hundred
 // milliseconds late found its lease expired, and the hits it gave back
 // stayed taken: under-admission in a healthy cluster. Ten durations (2.5 s
-// by default) outlast any stall short of a failure, and stay well inside
-// the shortest log window that may be leased (minLogWindowLeases
-// durations), so the placeholders still move before they could leave the
-// window.
+// for the shortest lease by default, 50 s for the longest) outlast any
+// stall short of a failure, and a lease's own duration stays well inside
+// the log window it may be lent from (at least minLogWindowLeases of
+// them, and of Config.Duration: logLeaseCap), so the placeholders move,
+// at end + grace ≤ grant + 11/20 of the window, before they could leave
+// it. Waiting longer costs nothing but the record: a lost lease's hits
+// count the same until it expires.
 const settleGraceLeases = 10
+
+// grace is how long after ll ends its owner waits for its settlement.
+func (b *Book) grace(ll *lentLease) time.Duration {
+	return settleGraceLeases * max(ll.dur, b.cfg.Duration)
+}
 
 // placeholders are the log entries ll took at its grant.
 func (ll *lentLease) placeholders() []int64 {
@@ -113,30 +123,25 @@ func (ll *lentLease) placeholders() []int64 {
 	return ph
 }
 
-// Lend lends origin up to want hits of req's limit, which the owner's
-// store has just allowed req under with room hits left, and returns the
-// grant (none: a zero ID). It takes the hits from the key at once, with
-// an ordinary decision of that many, so that what this node admits and
-// what it lent never exceed the limit: at most half of room, and none for
-// a limit that may not be leased (Leasable). A counter's lease ends with
-// the fixed window (a calendar limit's period) it was taken in, so that
-// its hits cannot move to another; one that would be shorter than a
-// quarter of the lease duration is not worth a call and is not lent.
-func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, room int64) peer.LeaseGrant {
-	hits := min(want, room/2)
-	if b == nil || hits < 1 || !b.Leasable(req) { // a nil Book lends nothing: leases off
+// Lend lends origin up to want.Hits hits of req's limit for up to
+// want.Duration (0, a member's from before durations were asked for:
+// Config.Duration), which the owner's store has just allowed req under
+// with room hits left, and returns the grant (none: a zero ID). It takes
+// the hits from the key at once, with an ordinary decision of that many,
+// so that what this node admits and what it lent never exceed the limit:
+// at most half of room, and none for a limit that may not be leased
+// (Leasable). The duration is capped (leaseFor), and the hits with it.
+func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want peer.LeaseWant, room int64) peer.LeaseGrant {
+	if b == nil || want.Hits < 1 || !b.Leasable(req) { // a nil Book lends nothing: leases off
 		return peer.LeaseGrant{}
 	}
 	ms := max(now.UnixMilli(), 0)
-	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, cal: req.Calendar,
-		hits: hits, dur: b.cfg.Duration}
-	if req.Algorithm == limiter.SlidingWindowCounter {
-		_, end := req.FixedWindow(ms)
-		left := time.Duration(end-ms-1) * time.Millisecond
-		if ll.dur = min(ll.dur, left); ll.dur < b.cfg.Duration/4 {
-			return peer.LeaseGrant{}
-		}
+	dur, hits := b.leaseFor(ms, req, want)
+	if hits = min(hits, room/2); hits < 1 {
+		return peer.LeaseGrant{}
 	}
+	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, cal: req.Calendar,
+		hits: hits, dur: dur}
 	take := req
 	take.Hits = hits
 	// Where the store put the hits, not this clock's now: the key may
@@ -151,6 +156,34 @@ func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want, roo
 	b.metrics.event(eventGranted)
 	b.metrics.hits(hitsLent, hits)
 	return peer.LeaseGrant{ID: id, Hits: hits, Duration: ll.dur, ResetAfter: d.ResetAfter, RefillAfter: d.RefillAfter}
+}
+
+// leaseFor is the lease this owner lends for want at ms (none: 0 hits):
+// as long as asked (0: Config.Duration), at most Config.MaxDuration, for
+// the log at most 1/minLogWindowLeases of its window (logLeaseCap), and
+// for the counter until the fixed window (a calendar limit's period) it
+// is taken in ends, so that its hits cannot move to another; one shorter
+// than a quarter of Config.Duration is not worth a call and is not lent.
+// A lease cut shorter than asked keeps the hits its holder's rate needs
+// for what is left of it, no more: the rest would sit unused.
+func (b *Book) leaseFor(ms int64, req limiter.Request, want peer.LeaseWant) (time.Duration, int64) {
+	asked := want.Duration
+	if asked <= 0 {
+		asked = b.cfg.Duration
+	}
+	dur := min(asked, b.cfg.MaxDuration, logLeaseCap(req))
+	if req.Algorithm == limiter.SlidingWindowCounter {
+		_, end := req.FixedWindow(ms)
+		dur = min(dur, time.Duration(end-ms-1)*time.Millisecond)
+	}
+	if dur < b.cfg.Duration/4 {
+		return 0, 0
+	}
+	hits := want.Hits
+	if dur < asked { // ⌈hits × dur ÷ asked⌉, in floats: no overflow, whatever a member asks
+		hits = min(max(int64(math.Ceil(float64(want.Hits)*(float64(dur)/float64(asked))-1e-9)), 1), want.Hits)
+	}
+	return dur, hits
 }
 
 // Settle settles the leases origin reports on, at now: for each lease it
@@ -200,13 +233,14 @@ func (b *Book) settle(now time.Time, ll *lentLease, u peer.LeaseUse) {
 }
 
 // Expire counts every lease lent that its holder has not settled
-// settleGraceLeases lease durations after it ended, at now, as all used,
+// settleGraceLeases of its durations after it ended (grace), at now, as
+// all used,
 // at its last moment: the log's placeholders move there, where they
 // outlast any hit the holder can have admitted, so a lost lease costs
 // under-admission only. It returns how many it expired. The node runs it
 // with SettleWithOwners.
 func (b *Book) Expire(now time.Time) int {
-	expired := b.takeExpired(now.UnixMilli() - settleGraceLeases*b.cfg.Duration.Milliseconds())
+	expired := b.takeExpired(now.UnixMilli())
 	for _, ll := range expired {
 		b.metrics.event(eventExpired)
 		if ll.algo == limiter.SlidingWindowLog {

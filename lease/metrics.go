@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peerlimit",
 		Name:      "leases_total",
-		Help: "Budget leases of hot keys, by event: asked, received (this node, forwarding a key at --lease-min-rate, asked its owner " +
+		Help: "Budget leases of hot and warm keys, by event: asked, received (this node, forwarding a key often enough for a lease of --lease-min-hits checks, asked its owner " +
 			"and got one), granted, settled, expired (this node, the owner, lent one; its holder settled it; or it was never settled " +
 			"and counted as all used), settle_failed (this node's settlement did not reach the owner).",
 	}, []string{"event"})

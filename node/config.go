@@ -61,8 +61,9 @@ type Config struct {
 	// Route is the request path: batch size, fallback when an owner is
 	// unreachable, the bound on forwarded checks in flight.
 	Route route.Config
-	// Lease is budget leases for hot keys: how long one lasts (0: off), and
-	// the rate from which a node asks for one.
+	// Lease is budget leases for hot and warm keys: how long one lasts
+	// (0: off), at most, how many checks it should cover, and the rate
+	// from which a node asks for one.
 	Lease lease.Config
 	// Peers tunes the calls to other members: batching, timeouts.
 	Peers peerrpc.Config

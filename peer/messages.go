@@ -93,6 +93,16 @@ type Replicated struct {
 	Boot string
 }
 
+// LeaseWant is the lease a holder asks for: Hits of one limit, for
+// Duration from when it asked (a duration, never a time: the members'
+// clocks need not agree). The owner may lend fewer hits and a shorter
+// lease. A zero Duration is a member's from before durations were asked
+// for: the owner's lease.Config.Duration.
+type LeaseWant struct {
+	Hits     int64
+	Duration time.Duration
+}
+
 // LeaseGrant is what an owner lends: Hits of one limit, usable for
 // Duration from when the holder asked. A zero ID lends nothing.
 type LeaseGrant struct {

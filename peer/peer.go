@@ -71,8 +71,9 @@ type Peers interface {
 	// invalid request is refused naming the field.
 	Inspect(ctx context.Context, to Route, q InspectQuery) (OwnerView, error)
 	// Lease asks to, req's owner, to decide req as Forward does and to
-	// lend this node up to want hits of its limit (a zero grant: none).
-	Lease(ctx context.Context, to Route, req limiter.Request, want int64) (Result, LeaseGrant, error)
+	// lend this node up to want.Hits hits of its limit for up to
+	// want.Duration (a zero grant: none).
+	Lease(ctx context.Context, to Route, req limiter.Request, want LeaseWant) (Result, LeaseGrant, error)
 	// Settle reports to how much of each lease it lent this node was
 	// used, and returns how many it settled.
 	Settle(ctx context.Context, to Route, uses []LeaseUse) (int, error)
@@ -122,8 +123,9 @@ type Handler interface {
 	// HandleInspect reads q.Key's state here, consuming nothing.
 	HandleInspect(ctx context.Context, origin string, q InspectQuery) (OwnerView, error)
 	// HandleLease decides req here, as HandleForward does, and may lend
-	// origin up to want hits of its limit.
-	HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (Result, LeaseGrant)
+	// origin up to want.Hits hits of its limit, for up to want.Duration
+	// (0: the owner's lease.Config.Duration).
+	HandleLease(ctx context.Context, origin string, req limiter.Request, want LeaseWant) (Result, LeaseGrant)
 	// HandleSettle settles the leases origin reports on and returns how
 	// many it settled.
 	HandleSettle(ctx context.Context, origin string, uses []LeaseUse) int

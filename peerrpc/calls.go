@@ -178,10 +178,10 @@ func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery)
 	return protoconv.FromProtoOwnerView(resp), nil
 }
 
-// Lease asks to, req's owner, to decide req and lend this node up to want
-// hits of its limit.
-func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant, error) {
-	in := &pb.LeaseRequest{Origin: p.self, Check: protoconv.ToProtoRequest(req), Want: want}
+// Lease asks to, req's owner, to decide req and lend this node up to
+// want.Hits hits of its limit for up to want.Duration.
+func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want peer.LeaseWant) (peer.Result, peer.LeaseGrant, error) {
+	in := &pb.LeaseRequest{Origin: p.self, Check: protoconv.ToProtoRequest(req), Want: want.Hits, DurationMs: want.Duration.Milliseconds()}
 	start := time.Now()
 	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.LeaseResponse, error) {
 		return c.Lease(ctx, in)

@@ -159,7 +159,7 @@ func (s *Server) Lease(ctx context.Context, in *pb.LeaseRequest) (*pb.LeaseRespo
 	if err != nil {
 		return protoconv.ToProtoLease(peer.Result{Err: err}, peer.LeaseGrant{}), nil
 	}
-	res, g := s.h.HandleLease(grpcapi.Incoming(ctx), in.GetOrigin(), req, max(in.GetWant(), 0))
+	res, g := s.h.HandleLease(grpcapi.Incoming(ctx), in.GetOrigin(), req, protoconv.FromProtoLeaseWant(in))
 	return protoconv.ToProtoLease(res, g), nil
 }
 

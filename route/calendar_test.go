@@ -50,16 +50,16 @@ func TestACalendarLeaseEndsWithItsPeriod(t *testing.T) {
 	req := calendarReq(t, c.key(t, "n2", "hot"), 1000, limiter.CalendarDay, "")
 	_, end := req.Calendar.Period(c.clock.Now().UnixMilli())
 	c.clock.Set(time.UnixMilli(end - 200))
-	for range 20 { // forwarded; the 20th asks for a lease
+	for range askAt { // forwarded; the last asks for a lease
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
 	require.Equal(t, 1, n1.leases.Held())
 	lent := int64(metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "lent"))
 	require.Positive(t, lent)
-	assert.EqualValues(t, 20+lent, n2.held(t, c.clock.Now(), req), "the lease's hits are taken from today's count")
+	assert.EqualValues(t, askAt+lent, n2.held(t, c.clock.Now(), req), "the lease's hits are taken from today's count")
 
-	c.clock.Set(time.UnixMilli(end)) // tomorrow: the lease has ended with today
-	res := n1.svc.Check(bg, req)
+	c.clock.Set(time.UnixMilli(end))          // tomorrow: the lease has ended with today
+	res := c.members["n3"].svc.Check(bg, req) // n1 would ask for tomorrow's lease
 	require.True(t, res.Decision.Allowed)
 	assert.Equal(t, "n2", res.Owner)
 	c.settleAll()

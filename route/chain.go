@@ -47,12 +47,12 @@ func (c chain) toOwner(ctx context.Context, owner peer.Route, req limiter.Reques
 }
 
 // leaseStep is what step 1 found: admitted from a lease this node holds
-// (d), or a lease to ask the owner for with the forward (want hits, from
-// asked), or neither (want 0).
+// (d), or a lease to ask the owner for with the forward (want, from
+// asked), or neither (no hits wanted).
 type leaseStep struct {
 	admitted bool
 	d        limiter.Decision
-	want     int64
+	want     peer.LeaseWant
 	asked    time.Time
 }
 
@@ -80,22 +80,22 @@ func (c chain) lease(owner peer.Route, req limiter.Request) leaseStep {
 // so. The answer, or why the owner could not decide req (cause, for the
 // next steps).
 func (c chain) forward(ctx context.Context, owner peer.Route, req limiter.Request, lease leaseStep) (_ routed, cause error) {
-	if lease.want == 0 {
+	if lease.want.Hits == 0 {
 		if err := c.store.Validate(req); err != nil { // refused where it arrived, not after a hop
 			return routed{peer.Result{Err: err}, routeForwarded}, nil
 		}
 	}
 	if c.inflight.acquire(1) == 0 {
-		if lease.want > 0 {
+		if lease.want.Hits > 0 {
 			c.deps.Leases.Forgo(owner, req, lease.asked)
 		}
 		return routed{c.overloaded(ctx, owner, 1), routeForwarded}, nil
 	}
-	fctx, span := c.startForward(ctx, owner, 1, lease.want > 0)
+	fctx, span := c.startForward(ctx, owner, 1, lease.want.Hits > 0)
 	var res peer.Result
 	var id string
 	var err error
-	if lease.want > 0 {
+	if lease.want.Hits > 0 {
 		res, err = c.deps.Leases.Ask(fctx, owner, req, lease.want, lease.asked)
 	} else {
 		res, id, err = c.deps.Peers.Forward(fctx, owner, req)

@@ -189,7 +189,7 @@ func (s *Handler) HandleRelay(ctx context.Context, origin string, reqs []limiter
 
 // HandleLease implements peer.Handler: decide req here, as a forward, and
 // lend origin hits of its limit when it is eligible (lease.Book.Lend).
-func (s *Handler) HandleLease(ctx context.Context, origin string, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
+func (s *Handler) HandleLease(ctx context.Context, origin string, req limiter.Request, want peer.LeaseWant) (peer.Result, peer.LeaseGrant) {
 	s.awaitSettled(ctx, req.Key) // as a forward waits: a partition just come here decides from its whole state
 	now := s.deps.Now()
 	res := s.decide(now, req)

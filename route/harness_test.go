@@ -116,7 +116,7 @@ func (c *cluster) start(t testing.TB, id string, o clusterOpts) *member {
 	deps := route.Deps{NodeID: id, Store: store, Now: c.clock.Now, Cluster: view,
 		Peers: m.peers, Metrics: metrics, Logger: slog.New(m.logs), Tracer: o.tracer}
 	// Leases off unless a test turns them on: at the harness's frozen
-	// clock any key checked 20 times from one member would be leased, and
+	// clock any key checked 3 times from one member would be leased, and
 	// most tests are about what forwarding does.
 	if o.leases {
 		lm, err := lease.NewMetrics(m.reg)

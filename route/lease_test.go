@@ -14,8 +14,13 @@ import (
 
 // withLeases turns budget leases on, as a node has them by default: at the
 // harness's clock, which moves only when a test moves it, a member asks
-// for a lease at its 20th forward of a key within 100 ms.
+// for a lease at its askAt-th forward of a key.
 func withLeases(o *clusterOpts) { o.leases = true }
+
+// askAt is the forward of a key, within 100 ms, at which a member asks
+// for a lease with the default settings: two checks after its first, a
+// rate of 20/s, for a lease of 8 hits (lease.Config.MinHits) and 400 ms.
+const askAt = 3
 
 // settleAll runs every member's lease loop once.
 func (c *cluster) settleAll() {
@@ -79,6 +84,49 @@ func TestLeasesSpreadAHotKeyAndKeepItsLimitExact(t *testing.T) {
 	}
 }
 
+// A warm key, 5 checks/s through each of the two members that do not own
+// it: each gets leases of about 8 hits over 1.6 s, so most checks take no
+// hop, and the limit stays exact: never over it while leases are out,
+// exactly it once they are settled, for both algorithms.
+func TestWarmKeyLeasesFromTwoNodesKeepItsLimitExact(t *testing.T) {
+	for _, req := range []limiter.Request{counterReq("", 60, time.Hour), logReq("", 60, time.Hour)} {
+		t.Run(req.Algorithm.String(), func(t *testing.T) {
+			c := newCluster(t, three, withLeases)
+			req.Key = c.key(t, "n2", "warm")
+			warm := func(n int) int { // n checks, alternately through n1 and n3, 100 ms apart
+				allowed := 0
+				for i := range n {
+					res := c.members[[]string{"n1", "n3"}[i%2]].svc.Check(bg, req)
+					require.NoError(t, res.Err)
+					assert.False(t, res.Degraded)
+					if res.Decision.Allowed {
+						allowed++
+					}
+					c.clock.Advance(100 * time.Millisecond)
+					c.settleAll()
+				}
+				return allowed
+			}
+			allowed := warm(50)
+			require.Equal(t, 50, allowed, "under the limit every check passes")
+			leased := metric(t, c.members["n1"].reg, "peerlimit_checks_total", "algorithm", req.Algorithm.String(), "route", "leased", "outcome", "allowed") +
+				metric(t, c.members["n3"].reg, "peerlimit_checks_total", "algorithm", req.Algorithm.String(), "route", "leased", "outcome", "allowed")
+			assert.Greater(t, leased, 0.6*50, "most checks admitted without a hop")
+			assert.Positive(t, metric(t, c.members["n2"].reg, "peerlimit_leases_total", "event", "granted"))
+
+			allowed += warm(100)
+			assert.LessOrEqual(t, allowed, 60, "never over the limit")
+			c.clock.Advance(10 * time.Second) // every lease ends; the loops settle them
+			c.settleAll()
+			c.settleAll()
+			allowed += warm(20)
+			assert.Equal(t, 60, allowed, "once settled, exactly the limit")
+			assert.EqualValues(t, 60, c.members["n2"].held(t, c.clock.Now(), req), "the owner's count is every admission")
+			assert.Zero(t, c.members["n2"].leases.Lent())
+		})
+	}
+}
+
 // Settling a log lease moves the hits the owner took at the grant to when
 // the holder admitted them: the owner's log is then what it would have
 // been without the lease.
@@ -86,14 +134,14 @@ func TestSettlingALogLeaseMovesItsHitsToTheirTimes(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1, n2 := c.members["n1"], c.members["n2"]
 	req := logReq(c.key(t, "n2", "hot"), 100, time.Minute)
-	for range 20 { // forwarded; the 20th asks for a lease
+	for range askAt { // forwarded; the last asks for a lease
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
 	granted := c.clock.Now()
 	require.Equal(t, 1, n1.leases.Held())
 	lent := metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "lent")
 	require.Positive(t, lent)
-	assert.EqualValues(t, 20+lent, n2.held(t, c.clock.Now(), req), "the lease's hits are taken at once")
+	assert.EqualValues(t, askAt+lent, n2.held(t, c.clock.Now(), req), "the lease's hits are taken at once")
 
 	for range 3 { // admitted from the lease, 40 ms apart
 		c.clock.Advance(40 * time.Millisecond)
@@ -101,16 +149,16 @@ func TestSettlingALogLeaseMovesItsHitsToTheirTimes(t *testing.T) {
 		require.True(t, res.Decision.Allowed)
 		assert.Equal(t, "n2", res.Owner)
 	}
-	c.clock.Advance(250 * time.Millisecond)
+	c.clock.Advance(400 * time.Millisecond) // the lease has ended
 	c.settleAll()
 	assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "settled"))
 	assert.EqualValues(t, lent-3, metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "returned"))
 	views, err := n2.store.Admin().Inspect(c.clock.Now(), req.Key, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, views, 1)
-	require.Len(t, views[0].Entries, 23)
+	require.Len(t, views[0].Entries, askAt+3)
 	assert.Equal(t, []time.Time{granted.Add(40 * time.Millisecond), granted.Add(80 * time.Millisecond), granted.Add(120 * time.Millisecond)},
-		views[0].Entries[20:], "the leased hits at the times they were admitted")
+		views[0].Entries[askAt:], "the leased hits at the times they were admitted")
 }
 
 // A settlement that reaches the owner late (its holder's machine stalled,
@@ -125,7 +173,7 @@ func TestALateSettlementIsStillApplied(t *testing.T) {
 			c := newCluster(t, three, withLeases)
 			n1, n2 := c.members["n1"], c.members["n2"]
 			req.Key = c.key(t, "n2", "hot")
-			for range 20 {
+			for range askAt {
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
 			require.Equal(t, 1, n1.leases.Held())
@@ -133,13 +181,13 @@ func TestALateSettlementIsStillApplied(t *testing.T) {
 			for range 5 {
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
-			c.clock.Advance(900 * time.Millisecond) // the lease ended 650 ms ago
-			n2.leases.Expire(c.clock.Now())         // the owner's loop runs before the holder's settlement arrives
+			c.clock.Advance(1050 * time.Millisecond) // the 400 ms lease ended 650 ms ago
+			n2.leases.Expire(c.clock.Now())          // the owner's loop runs before the holder's settlement arrives
 			n1.leases.SettleWithOwners(bg, c.clock.Now(), false)
 			assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "settled"))
 			assert.Zero(t, metric(t, n2.reg, "peerlimit_leases_total", "event", "expired"))
 			assert.EqualValues(t, lent-5, metric(t, n2.reg, "peerlimit_lease_hits_total", "direction", "returned"))
-			assert.EqualValues(t, 25, n2.held(t, c.clock.Now(), req), "the owner counts what was admitted, no more")
+			assert.EqualValues(t, askAt+5, n2.held(t, c.clock.Now(), req), "the owner counts what was admitted, no more")
 		})
 	}
 }
@@ -155,13 +203,13 @@ func TestALeaseIsTakenBackWhereTheStorePutIt(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1, n2 := c.members["n1"], c.members["n2"]
 	req := logReq(c.key(t, "n2", "hot"), 100, time.Hour)
-	for range 19 {
+	for range askAt - 1 {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
 	// A check stamped 5 ms later got the lock first.
 	_, err := n2.store.Check(c.clock.Now().Add(5*time.Millisecond), req)
 	require.NoError(t, err)
-	require.True(t, n1.svc.Check(bg, req).Decision.Allowed) // the 20th forward asks for a lease
+	require.True(t, n1.svc.Check(bg, req).Decision.Allowed) // the askAt-th forward asks for a lease
 	require.Equal(t, 1, n1.leases.Held())
 	for range 3 {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
@@ -169,7 +217,7 @@ func TestALeaseIsTakenBackWhereTheStorePutIt(t *testing.T) {
 	c.clock.Advance(time.Second)
 	c.settleAll()
 	require.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "settled"))
-	assert.EqualValues(t, 24, n2.held(t, c.clock.Now(), req), "19 + 1 forwarded, the later check, 3 from the lease: no placeholder left")
+	assert.EqualValues(t, askAt+1+3, n2.held(t, c.clock.Now(), req), "askAt forwarded, the later check, 3 from the lease: no placeholder left")
 }
 
 // A lease whose holder never settles (it crashed, or was cut off) counts
@@ -181,7 +229,7 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 			c := newCluster(t, three, withLeases)
 			n1, n2, n3 := c.members["n1"], c.members["n2"], c.members["n3"]
 			req.Key = c.key(t, "n2", "hot")
-			for range 20 {
+			for range askAt {
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
 			require.Equal(t, 1, n1.leases.Held())
@@ -192,12 +240,12 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 				require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 			}
 			c.net.Cut("n1", "n2")            // n1 is gone for the owner: its settlement never arrives
-			c.clock.Advance(3 * time.Second) // past its end and the owner's grace for a settlement
+			c.clock.Advance(5 * time.Second) // past its end (400 ms) and the owner's grace for a settlement (10 × 400 ms)
 			c.settleAll()
 			assert.EqualValues(t, 1, metric(t, n2.reg, "peerlimit_leases_total", "event", "expired"))
 			assert.EqualValues(t, 1, metric(t, n1.reg, "peerlimit_leases_total", "event", "settle_failed"))
 			assert.Zero(t, n2.leases.Lent())
-			admitted := 20 + used
+			admitted := askAt + used
 			// Everyone else gets what the lost lease leaves: the unused hits
 			// stay taken.
 			more := 0
@@ -206,7 +254,7 @@ func TestALostLeaseCostsUnderAdmissionOnly(t *testing.T) {
 					more++
 				}
 			}
-			assert.EqualValues(t, 100-20-lent, more, "the lost lease's %d unused hits stay taken", lent-used)
+			assert.EqualValues(t, 100-askAt-lent, more, "the lost lease's %d unused hits stay taken", lent-used)
 			assert.LessOrEqual(t, admitted+int64(more), int64(100))
 		})
 	}
@@ -220,7 +268,7 @@ func TestCounterLeasesEndWithTheirWindow(t *testing.T) {
 	n1, n2 := c.members["n1"], c.members["n2"]
 	req := counterReq(c.key(t, "n2", "hot"), 1000, time.Second) // windows start at whole seconds (t0)
 	c.clock.Advance(850 * time.Millisecond)                     // 150 ms before the end: a 149 ms lease
-	for range 20 {
+	for range askAt {
 		require.True(t, n1.svc.Check(bg, req).Decision.Allowed)
 	}
 	require.Equal(t, 1, n1.leases.Held())
@@ -249,34 +297,35 @@ func TestSettlementsCannotUndercount(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1, n2, n3 := c.members["n1"], c.members["n2"], c.members["n3"]
 	req := counterReq(c.key(t, "n2", "hot"), 1000, time.Hour)
-	for range 20 {
+	for range askAt {
 		n1.svc.Check(bg, req)
 	}
 	before := n2.held(t, c.clock.Now(), req)
-	require.Positive(t, before-20)
+	require.Positive(t, before-askAt)
 	assert.Zero(t, n2.svc.Peer.HandleSettle(bg, "n3", []peer.LeaseUse{{ID: 1, Used: 0}}), "not n3's lease")
 	_ = n3
 	assert.Equal(t, 1, n2.svc.Peer.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: -5}}))
-	assert.EqualValues(t, 20, n2.held(t, c.clock.Now(), req), "a negative use is none: every lent hit returns")
+	assert.EqualValues(t, askAt, n2.held(t, c.clock.Now(), req), "a negative use is none: every lent hit returns")
 	assert.Zero(t, n2.svc.Peer.HandleSettle(bg, "n1", []peer.LeaseUse{{ID: 1, Used: 0}}), "settled once")
 }
 
 // A hot key at its limit gets no lease; its forwarding node then stops
-// asking for a lease duration, so the key's checks stay plain forwards
-// (batched on the peer stream) instead of one Lease call each.
+// asking for as long as the lease it asked for, so the key's checks stay
+// plain forwards (batched on the peer stream) instead of one Lease call
+// each.
 func TestAKeyThatGetsNoLeaseIsNotAskedForAgainAtOnce(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1 := c.members["n1"]
-	req := counterReq(c.key(t, "n2", "hot"), 5, time.Hour)
+	req := counterReq(c.key(t, "n2", "hot"), askAt-1, time.Hour)
 	for range 100 {
 		n1.svc.Check(bg, req)
 	}
 	asked := metric(t, n1.reg, "peerlimit_leases_total", "event", "asked")
-	assert.EqualValues(t, 1, asked, "asked once, at the 20th forward, when the key was already at its limit")
-	c.clock.Advance(250 * time.Millisecond)
+	assert.EqualValues(t, 1, asked, "asked once, at the askAt-th forward, when the key was already at its limit")
+	c.clock.Advance(400 * time.Millisecond) // the lease asked for: 8 hits at 20/s
 	for range 100 {
 		n1.svc.Check(bg, req)
 	}
-	assert.EqualValues(t, 2, metric(t, n1.reg, "peerlimit_leases_total", "event", "asked"), "once more a lease duration later")
+	assert.EqualValues(t, 2, metric(t, n1.reg, "peerlimit_leases_total", "event", "asked"), "once more that lease's duration later")
 	assert.Zero(t, metric(t, n1.reg, "peerlimit_leases_total", "event", "received"))
 }

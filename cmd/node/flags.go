@@ -159,8 +159,10 @@ func defineLimiterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 // defineAPIFlags defines the bounds and the optional features of the gRPC
 // and HTTP APIs.
 func defineAPIFlags(fs *flag.FlagSet, c *node.Config) {
-	fs.DurationVar(&c.Lease.Duration, "lease-duration", c.Lease.Duration, "how long a budget lease of a hot key lasts: a node forwarding a key at --lease-min-rate admits part of its limit, lent by the owner, without a hop; 0 turns leases off")
-	fs.IntVar(&c.Lease.MinRate, "lease-min-rate", c.Lease.MinRate, "checks per second of one key, forwarded by this node, from which it asks the owner for a lease")
+	fs.DurationVar(&c.Lease.Duration, "lease-duration", c.Lease.Duration, "the shortest budget lease, a hot key's: a node forwarding a key often admits part of its limit, lent by the owner, without a hop, for about --lease-min-hits checks at the key's rate, within [--lease-duration, --lease-max-duration]; 0 turns leases off")
+	fs.DurationVar(&c.Lease.MaxDuration, "lease-max-duration", c.Lease.MaxDuration, "the longest budget lease, a warm key's, asked for and granted; a key forwarded at fewer than --lease-min-hits per --lease-max-duration is never leased; in [--lease-duration, 30s]")
+	fs.IntVar(&c.Lease.MinHits, "lease-min-hits", c.Lease.MinHits, "checks a budget lease should cover to be worth its call: a key's lease lasts as long as that many take at its rate from this node")
+	fs.IntVar(&c.Lease.MinRate, "lease-min-rate", c.Lease.MinRate, "checks per second of one key, forwarded by this node, under which it never asks the owner for a lease, on top of --lease-min-hits ÷ --lease-max-duration (1 leaves that to decide; 200 with --lease-max-duration = --lease-duration leases hot keys only, as before warm keys were)")
 	fs.IntVar(&c.Route.MaxBatch, "max-batch", c.Route.MaxBatch, "most checks in one batch call")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-grpc-msg-bytes", c.MaxRecvMsgBytes, "largest gRPC request, in bytes")
 	fs.Int64Var(&c.HTTP.MaxBodyBytes, "max-body-bytes", c.HTTP.MaxBodyBytes, "largest HTTP request body, in bytes")

@@ -174,6 +174,14 @@ func FromProtoLeaseUses(uses []*pb.LeaseUse) []peer.LeaseUse {
 	return out
 }
 
+// FromProtoLeaseWant is the lease a received request asks for: its hits
+// (negative: none) and duration, clamped to [0, 1 h] (0: the sender
+// asked for none, an older member: the owner's own duration).
+func FromProtoLeaseWant(in *pb.LeaseRequest) peer.LeaseWant {
+	return peer.LeaseWant{Hits: max(in.GetWant(), 0),
+		Duration: time.Duration(min(max(in.GetDurationMs(), 0), maxLeaseOffset.Milliseconds())) * time.Millisecond}
+}
+
 // ToProtoLease converts an owner's answer to a lease request.
 func ToProtoLease(res peer.Result, g peer.LeaseGrant) *pb.LeaseResponse {
 	return &pb.LeaseResponse{Result: ToProtoResult(res), Id: g.ID, Hits: g.Hits, DurationMs: g.Duration.Milliseconds(),

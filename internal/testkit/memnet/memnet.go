@@ -461,7 +461,7 @@ func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery)
 }
 
 // Lease implements peer.Peers.
-func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want int64) (peer.Result, peer.LeaseGrant, error) {
+func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want peer.LeaseWant) (peer.Result, peer.LeaseGrant, error) {
 	type answer struct {
 		res   peer.Result
 		grant peer.LeaseGrant

@@ -137,9 +137,9 @@ func (r *Recorder) HandleInspect(ctx context.Context, origin string, _ peer.Insp
 }
 
 // HandleLease implements peer.Handler.
-func (r *Recorder) HandleLease(ctx context.Context, origin string, _ limiter.Request, want int64) (peer.Result, peer.LeaseGrant) {
+func (r *Recorder) HandleLease(ctx context.Context, origin string, _ limiter.Request, want peer.LeaseWant) (peer.Result, peer.LeaseGrant) {
 	r.note(ctx, "Lease", origin)
-	return peer.Result{Owner: r.ID}, peer.LeaseGrant{ID: 1, Hits: want, Duration: 250 * time.Millisecond}
+	return peer.Result{Owner: r.ID}, peer.LeaseGrant{ID: 1, Hits: want.Hits, Duration: want.Duration} // as asked: the test sees both arrive
 }
 
 // HandleSettle implements peer.Handler.
@@ -198,9 +198,9 @@ func everyCall(t *testing.T, tr Transport) {
 	require.NoError(t, err)
 	_, err = a.Inspect(ctx, to, peer.InspectQuery{Key: "k"})
 	require.NoError(t, err)
-	_, g, err := a.Lease(ctx, to, req, 7)
+	_, g, err := a.Lease(ctx, to, req, peer.LeaseWant{Hits: 7, Duration: 1600 * time.Millisecond})
 	require.NoError(t, err)
-	assert.Equal(t, peer.LeaseGrant{ID: 1, Hits: 7, Duration: 250 * time.Millisecond}, g)
+	assert.Equal(t, peer.LeaseGrant{ID: 1, Hits: 7, Duration: 1600 * time.Millisecond}, g, "the hits and the duration asked for arrive")
 	settled, err := a.Settle(ctx, to, []peer.LeaseUse{{ID: 1, Used: 2}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, settled)

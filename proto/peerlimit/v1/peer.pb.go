@@ -1255,7 +1255,12 @@ type LeaseRequest struct {
 	Origin string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
 	Check  *CheckRequest          `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`
 	// How many hits the caller would like to hold.
-	Want          int64 `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
+	Want int64 `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
+	// For how long the caller would like to hold them (ms), from when it
+	// sent the request: about --lease-min-hits checks at the rate it sees
+	// the key. The owner caps it. 0 (a member from before this field):
+	// the owner's --lease-duration.
+	DurationMs    int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1307,6 +1312,13 @@ func (x *LeaseRequest) GetCheck() *CheckRequest {
 func (x *LeaseRequest) GetWant() int64 {
 	if x != nil {
 		return x.Want
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
 	}
 	return 0
 }
@@ -1658,11 +1670,13 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
-	"\x04hits\x18\x04 \x01(\x03R\x04hits\"l\n" +
+	"\x04hits\x18\x04 \x01(\x03R\x04hits\"\x8d\x01\n" +
 	"\fLeaseRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x120\n" +
 	"\x05check\x18\x02 \x01(\v2\x1a.peerlimit.v1.CheckRequestR\x05check\x12\x12\n" +
-	"\x04want\x18\x03 \x01(\x03R\x04want\"\xd5\x01\n" +
+	"\x04want\x18\x03 \x01(\x03R\x04want\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\"\xd5\x01\n" +
 	"\rLeaseResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.peerlimit.v1.CheckResultR\x06result\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +

@@ -1099,6 +1099,11 @@ func (m *LeaseRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DurationMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DurationMs))
+		i--
+		dAtA[i] = 0x20
+	}
 	if m.Want != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Want))
 		i--
@@ -1792,6 +1797,9 @@ func (m *LeaseRequest) SizeVT() (n int) {
 	}
 	if m.Want != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Want))
+	}
+	if m.DurationMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.DurationMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4633,6 +4641,25 @@ func (m *LeaseRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.Want |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DurationMs", wireType)
+			}
+			m.DurationMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.DurationMs |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
