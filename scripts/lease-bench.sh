@@ -2,7 +2,8 @@
 # Budget leases on (--lease-duration 250ms, the default) against off (0), in
 # one run: 3 nodes on loopback (bin/peerlimit-node: make build), single gRPC
 # checks from cmd/loadgen to random nodes (64 workers), for one key and for
-# zipf s=2 over 10,000 keys (WORKLOADS="single zipf uniform"). Prints, per
+# zipf s=2 over 10,000 keys, zipf s=1.1 over 1,000,000 keys
+# (WORKLOADS="single zipf zipf11 uniform"). Prints, per
 # run: checks, forwarded checks per check (from the nodes' metrics),
 # checks admitted from leases, throughput and p99. docs/benchmarks.md,
 # "Budget leases". Nodes are kill -9'd between runs.
@@ -45,7 +46,12 @@ for r in $(seq 1 "$reps"); do
 		for mode in 250ms 0; do
 			start "$mode"
 			c0=$(metric_sum peerlimit_checks_total 'outcome="(allowed|denied)"'); f0=$(metric_sum peerlimit_forwards_total 'result="ok"')
-			case $wl in single) keys=(-keys 1) ;; zipf) keys=(-keys 10000 -dist zipf -zipf-s 2.0) ;; *) keys=(-keys 10000) ;; esac
+			case $wl in
+			single) keys=(-keys 1) ;;
+			zipf) keys=(-keys 10000 -dist zipf -zipf-s 2.0) ;;
+			zipf11) keys=(-keys 1000000 -dist zipf -zipf-s 1.1) ;; # close to real traffic: warm keys, a long tail
+			*) keys=(-keys 10000) ;;
+			esac
 			"$loadgen" -route random -api grpc "${keys[@]}" -duration "$dur" -progress=false -json "$out/r.json" >/dev/null 2>&1
 			c1=$(metric_sum peerlimit_checks_total 'outcome="(allowed|denied)"'); f1=$(metric_sum peerlimit_forwards_total 'result="ok"')
 			l1=$(metric_sum peerlimit_checks_total 'route="leased"')
