@@ -36,6 +36,18 @@ type Plan struct {
 	HotShare         float64
 	// Ops are the shares of the kinds of operation (the rest: checks).
 	BatchShare, AllShare, ReserveShare float64
+	// The newer algorithms' keys, drawn after everything above so that
+	// each seed keeps what it drew before they were: GCRAKeys buckets of
+	// GCRALimit per Window (the windows' keys' window, so that they are
+	// offered about Load × their rate too) and GCRABurst (0: the limit);
+	// SlotKeys concurrency keys of Slots slots, each freed by its release
+	// or SlotWindow after it was taken.
+	GCRAKeys   int
+	GCRALimit  int64
+	GCRABurst  int64
+	SlotKeys   int
+	Slots      int64
+	SlotWindow time.Duration
 	// Steps are the faults, in order; every one is undone by Duration.
 	Steps    []Step
 	Duration time.Duration
@@ -115,6 +127,7 @@ func NewPlan(seed uint64) Plan {
 		p.Clocks = nil
 	}
 	p.Steps = drawSteps(r, p.Nodes, p.Duration)
+	drawAlgorithms(r, &p)
 	if !hunting {
 		return p
 	}
@@ -127,6 +140,17 @@ func NewPlan(seed uint64) Plan {
 	p.Share = rand.New(rand.NewPCG(seed, 0x104)).IntN(2) == 0
 	p.MaxWorst = promise(p.Steps, p.Limit)
 	return p
+}
+
+// drawAlgorithms draws the GCRA and concurrency keys: one or two of
+// each; a bucket's rate around the windows' limit (at least
+// maxReservation, as its burst, so that a reservation fits), its burst
+// the limit, half of it or twice it; 2 to 5 slots lasting 2 s.
+func drawAlgorithms(r *rand.Rand, p *Plan) {
+	p.GCRAKeys, p.SlotKeys = 1+r.IntN(2), 1+r.IntN(2)
+	p.GCRALimit = max(maxReservation, p.Limit/2+r.Int64N(p.Limit))
+	p.GCRABurst = []int64{0, max(maxReservation, p.GCRALimit/2), 2 * p.GCRALimit}[r.IntN(3)]
+	p.Slots, p.SlotWindow = 2+r.Int64N(4), 2*time.Second
 }
 
 // drawJoins slows every start's join, as a real one is slow: a join is
@@ -366,8 +390,9 @@ func (s Step) join() slowJoin { return slowJoin{Delay: s.Delay, Jitter: s.Jitter
 // String is the plan as a story: what a failing seed's report begins with.
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d nodes, %d keys per algorithm of %d per %s at %.1f× their rate, %d workers, %.0f %% on a hot key; replication every %s, leases from %d/s, fallback %s\n",
-		p.Seed, p.Nodes, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, 100*p.HotShare, p.ReplicationInterval, p.LeaseMinRate, map[bool]string{false: "local", true: "share"}[p.Share])
+	fmt.Fprintf(&b, "seed %d: %d nodes, %d keys per window algorithm of %d per %s, %d GCRA of %d per %s burst %d, %d concurrency of %d slots of %s; at %.1f× their rate, %d workers, %.0f %% on a hot key; replication every %s, leases from %d/s, fallback %s\n",
+		p.Seed, p.Nodes, p.KeysPerAlgorithm, p.Limit, p.Window, p.GCRAKeys, p.GCRALimit, p.Window, p.gcraBurst(), p.SlotKeys, p.Slots, p.SlotWindow,
+		p.Load, p.Workers, 100*p.HotShare, p.ReplicationInterval, p.LeaseMinRate, map[bool]string{false: "local", true: "share"}[p.Share])
 	for _, id := range slices.Sorted(maps.Keys(p.Clocks)) {
 		c := p.Clocks[id]
 		fmt.Fprintf(&b, "  clock %s: offset %s, drift %+.3f, step %s after %s\n", id, c.Offset, c.Drift, c.Step, c.StepAfter)
@@ -379,6 +404,14 @@ func (p Plan) String() string {
 		fmt.Fprintf(&b, "  promise: no window over %.2f× its limit\n", p.MaxWorst)
 	}
 	return b.String()
+}
+
+// gcraBurst is the GCRA keys' bucket size.
+func (p Plan) gcraBurst() int64 {
+	if p.GCRABurst == 0 {
+		return p.GCRALimit
+	}
+	return p.GCRABurst
 }
 
 func (s Step) describe() string {

@@ -49,7 +49,7 @@ func Run(seed uint64, logOut io.Writer, level slog.Level) Verdict {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	wl := &workload{w: w, keys: p.keys()}
+	wl := newWorkload(w, p.keys())
 	bg.Go(func() { wl.run(ctx) })
 	bg.Go(func() { sampleViews(ctx, w) })
 	prev := time.Duration(0)

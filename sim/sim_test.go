@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	jepsenlite "github.com/peerlimit/peerlimit/jepsen-lite"
 	"github.com/peerlimit/peerlimit/sim"
 )
 
@@ -75,9 +77,9 @@ func runSeed(t *testing.T, s uint64) bool {
 	synctest.Test(t, func(t *testing.T) { verdict = sim.Run(s, out, level) })
 	if *v {
 		r := verdict.Result
-		t.Logf("%s  ops %d, answered %d, degraded %d, timeouts %d; windows log %d counter %d; worst log %.2f× counter fixed %.2f×",
+		t.Logf("%s  ops %d, answered %d, degraded %d, timeouts %d; windows log %d counter %d, gcra intervals %d, slot instants %d; worst log %.2f× counter fixed %.2f× gcra %.2f× concurrency %.2f×",
 			verdict.Plan, r.All.Ops, r.All.Answered, r.All.Degraded, r.All.Timeouts, r.Log.Windows, r.CounterFixed.Windows,
-			r.Log.Worst, r.CounterFixed.Worst)
+			r.GCRA.Windows, r.Concurrency.Windows, r.Log.Worst, r.CounterFixed.Worst, r.GCRA.Worst, r.Concurrency.Worst)
 	}
 	if !verdict.Failed() {
 		return true
@@ -93,8 +95,8 @@ func runSeed(t *testing.T, s uint64) bool {
 
 // dumpViolations prints the run's steps with when the cluster converged
 // after each, and, for the first violation of each key, the allowed
-// operations in its window: where each came in, who decided it, degraded
-// or not.
+// operations it counted: where each came in, who decided it, degraded
+// or not (for a concurrency key, the acquires and their releases).
 func dumpViolations(t *testing.T, v sim.Verdict) {
 	h := v.Result.History
 	for _, ev := range v.Result.Events {
@@ -106,17 +108,32 @@ func dumpViolations(t *testing.T, v sim.Verdict) {
 			continue
 		}
 		seen[vi.Key] = true
-		k := -1
-		for i, ks := range h.Keys {
-			if ks.Name == vi.Key {
-				k = i
+		k := slices.IndexFunc(h.Keys, func(ks jepsenlite.KeySpec) bool { return ks.Name == vi.Key })
+		from, to := violationSpan(vi, h.Keys[k])
+		t.Logf("%s", vi)
+		slots := map[int]bool{}
+		for _, op := range h.Ops {
+			if op.Key == k && op.Outcome == jepsenlite.Allowed && op.Kind != jepsenlite.ReleaseOp && op.Invoke >= from && op.Invoke < to {
+				t.Logf("  %s %s–%s at %s via %s, decided by %s, degraded %v (worker %d, slot %d)", op.Kind, op.Invoke, op.Complete, op.Node, op.Via, op.Owner, op.Degraded, op.Worker, op.Slot)
+				slots[op.Slot] = op.Slot != 0
 			}
 		}
-		t.Logf("%s", vi)
 		for _, op := range h.Ops {
-			if op.Key == k && op.Outcome == "allowed" && op.Invoke >= vi.From-100*time.Millisecond && op.Invoke < vi.From+h.Keys[k].Window+100*time.Millisecond {
-				t.Logf("  %s–%s at %s via %s, decided by %s, degraded %v (worker %d)", op.Invoke, op.Complete, op.Node, op.Via, op.Owner, op.Degraded, op.Worker)
+			if op.Key == k && op.Kind == jepsenlite.ReleaseOp && slots[op.Slot] {
+				t.Logf("  release of slot %d %s–%s at %s: %s %s", op.Slot, op.Invoke, op.Complete, op.Node, op.Outcome, op.Err)
 			}
 		}
 	}
+}
+
+// violationSpan is when the operations a violation counted were invoked,
+// give or take 100 ms: its window, its GCRA interval, or, for slots held
+// at an instant, from the first acquire to that instant.
+func violationSpan(vi jepsenlite.Violation, ks jepsenlite.KeySpec) (time.Duration, time.Duration) {
+	const margin = 100 * time.Millisecond
+	switch vi.Kind {
+	case jepsenlite.KindInterval, jepsenlite.KindInFlight:
+		return vi.From - margin, vi.To + margin
+	}
+	return vi.From - margin, vi.From + ks.Window + margin
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jepsenlite "github.com/peerlimit/peerlimit/jepsen-lite"
@@ -23,12 +25,35 @@ import (
 // interval of the call that admitted it (for a reservation, its real
 // cost over its RESERVE's interval: a lower bound of what it counted,
 // so that a violation found is certain).
+//
+// A concurrency key takes only ACQUIRE, RELEASE and a peek, so its
+// operation is always a single one: an ACQUIRE, whose slot, once
+// acquired, is held and released as jepsen-lite's workload does it
+// (jepsen-lite/workload.go): held 50–500 ms, then released through a
+// member up, a failed release retried through another; one in twenty
+// never released. Each acquire and each release attempt is recorded
+// (Op.Kind, Op.Slot), so the checker holds each slot from its acquire's
+// answer until its first release was sent (jepsen-lite/concurrency.go).
 
 // clientTimeout is the workload's deadline per call, as jepsen-lite's.
 const clientTimeout = 2 * time.Second
 
-// keys returns the plan's keys: KeysPerAlgorithm of each algorithm, key
-// 0 the hot one.
+// maxReservation is the most hits a reservation reserves.
+const maxReservation = 3
+
+// Slots held by the concurrency keys, as jepsen-lite's workload holds
+// them: how long, how many are never released, how a release is retried.
+const (
+	holdMin, holdMax = 50 * time.Millisecond, 500 * time.Millisecond
+	abandonEvery     = 20
+	releaseAttempts  = 3
+	releaseRetry     = 100 * time.Millisecond
+)
+
+// keys returns the plan's keys: KeysPerAlgorithm of each window
+// algorithm, key 0 the hot one, then the GCRA and concurrency keys. A
+// concurrency key weighs what makes its demand about Load × its slots,
+// as a window key's is about Load × its limit (slotWeight).
 func (p Plan) keys() []jepsenlite.KeySpec {
 	var out []jepsenlite.KeySpec
 	for i := range p.KeysPerAlgorithm {
@@ -36,21 +61,55 @@ func (p Plan) keys() []jepsenlite.KeySpec {
 			jepsenlite.KeySpec{Name: fmt.Sprint("c", i), Algorithm: pb.Algorithm_SLIDING_WINDOW_COUNTER, Limit: p.Limit, Window: p.Window},
 			jepsenlite.KeySpec{Name: fmt.Sprint("l", i), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Limit: p.Limit, Window: p.Window})
 	}
+	for i := range p.GCRAKeys {
+		out = append(out, jepsenlite.KeySpec{Name: fmt.Sprint("g", i), Algorithm: pb.Algorithm_GCRA, Limit: p.GCRALimit, Window: p.Window, Burst: p.GCRABurst})
+	}
+	for i := range p.SlotKeys {
+		out = append(out, jepsenlite.KeySpec{Name: fmt.Sprint("s", i), Algorithm: pb.Algorithm_CONCURRENCY, Limit: p.Slots, Window: p.SlotWindow, Weight: p.slotWeight()})
+	}
 	return out
+}
+
+// slotWeight is a concurrency key's weight: a key of weight 1 is offered
+// about Load × Limit per Window, and a slot is held for meanHold on
+// average, so a weight of Slots ÷ (Limit per Window × meanHold) makes
+// about Load × Slots of them wanted at once.
+func (p Plan) slotWeight() int {
+	meanHold := (holdMin+holdMax)/2*(abandonEvery-1)/abandonEvery + p.SlotWindow/abandonEvery
+	perSecond := float64(p.Limit) / p.Window.Seconds()
+	return max(1, int(math.Ceil(float64(p.Slots)/(perSecond*meanHold.Seconds()))))
 }
 
 // workload runs the workers until ctx ends, and returns what they did.
 type workload struct {
 	w    *World
 	keys []jepsenlite.KeySpec
+	// every lists each key's index as often as its weight; batchable the
+	// same without the concurrency keys, which a batch, an all-or-nothing
+	// batch or a reservation may not hold.
+	every, batchable []int
+	slots            atomic.Int64 // the acquires' Op.Slot
 
 	mu  sync.Mutex
 	ops []jepsenlite.Op
 }
 
+func newWorkload(w *World, keys []jepsenlite.KeySpec) *workload {
+	wl := &workload{w: w, keys: keys}
+	for k, ks := range keys {
+		for range max(ks.Weight, 1) {
+			wl.every = append(wl.every, k)
+			if !ks.IsConcurrency() {
+				wl.batchable = append(wl.batchable, k)
+			}
+		}
+	}
+	return wl
+}
+
 func (wl *workload) run(ctx context.Context) {
 	p := wl.w.plan
-	rate := p.Load * float64(p.Limit) * float64(len(wl.keys)) / p.Window.Seconds()
+	rate := p.Load * float64(p.Limit) * float64(len(wl.every)) / p.Window.Seconds()
 	interval := time.Duration(float64(time.Second) * float64(p.Workers) / rate)
 	var wg sync.WaitGroup
 	for i := range p.Workers {
@@ -62,7 +121,7 @@ func (wl *workload) run(ctx context.Context) {
 func (wl *workload) worker(ctx context.Context, id int, interval time.Duration, r *rand.Rand) {
 	t := time.NewTimer(time.Duration(r.Int64N(int64(interval))))
 	defer t.Stop()
-	var pending sync.WaitGroup // reservations' settles
+	var pending sync.WaitGroup // reservations' settles, slots' releases
 	defer pending.Wait()
 	for {
 		select {
@@ -84,21 +143,26 @@ func (wl *workload) one(ctx context.Context, worker int, r *rand.Rand, pending *
 	}
 	switch x := r.Float64(); {
 	case x < p.BatchShare:
-		wl.batch(ctx, worker, m, wl.draw(r, 2+r.IntN(3)), false)
+		wl.batch(ctx, worker, m, wl.draw(r, 2+r.IntN(3), wl.batchable), false)
 	case x < p.BatchShare+p.AllShare:
-		wl.batch(ctx, worker, m, wl.draw(r, 2), true)
+		wl.batch(ctx, worker, m, wl.draw(r, 2, wl.batchable), true)
 	case x < p.BatchShare+p.AllShare+p.ReserveShare:
-		wl.reserve(ctx, worker, m, wl.draw(r, 1)[0], r, pending)
+		wl.reserve(ctx, worker, m, wl.draw(r, 1, wl.batchable)[0], r, pending)
 	default:
-		wl.batch(ctx, worker, m, wl.draw(r, 1), false)
+		if k := wl.draw(r, 1, wl.every)[0]; wl.keys[k].IsConcurrency() {
+			wl.acquire(ctx, worker, m, k, r, pending)
+		} else {
+			wl.batch(ctx, worker, m, []int{k}, false)
+		}
 	}
 }
 
-// draw picks n distinct keys, the hot one with the plan's share.
-func (wl *workload) draw(r *rand.Rand, n int) []int {
+// draw picks n distinct keys of from (each key's index as often as its
+// weight), the hot one with the plan's share.
+func (wl *workload) draw(r *rand.Rand, n int, from []int) []int {
 	var out []int
 	for len(out) < n {
-		k := r.IntN(len(wl.keys))
+		k := from[r.IntN(len(from))]
 		if r.Float64() < wl.w.plan.HotShare {
 			k = 0
 		}
@@ -120,7 +184,18 @@ func containsInt(s []int, v int) bool {
 
 func (wl *workload) request(k int, hits int64) limiter.Request {
 	ks := wl.keys[k]
-	return limiter.Request{Key: ks.Name, Limit: ks.Limit, Window: ks.Window, Algorithm: limiter.Algorithm(ks.Algorithm), Hits: hits}
+	return limiter.Request{Key: ks.Name, Limit: ks.Limit, Window: ks.Window, Algorithm: limiter.Algorithm(ks.Algorithm), Burst: ks.Burst, Hits: hits}
+}
+
+// call sends req to m as a client would, within clientTimeout; a call to
+// a paused member waits for it to resume.
+func (wl *workload) call(ctx context.Context, m *member, req limiter.Request) peer.Result {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientTimeout)
+	defer cancel()
+	if !wl.w.awaitResumed(cctx, m.id) {
+		return peer.Result{Err: cctx.Err()}
+	}
+	return m.core.Service().Check(cctx, req)
 }
 
 // batch checks keys at m: one at a time (Check), together (CheckBatch),
@@ -179,16 +254,11 @@ func outcome(op *jepsenlite.Op, res peer.Result) {
 // little later, it settles at a cost no higher through a member up
 // (retrying through another on failure), and records the cost.
 func (wl *workload) reserve(ctx context.Context, worker int, m *member, k int, r *rand.Rand, pending *sync.WaitGroup) {
-	estimate := int64(1 + r.IntN(3))
+	estimate := int64(1 + r.IntN(maxReservation))
 	req := wl.request(k, estimate)
 	req.Op = limiter.OpReserve
 	invoke := wl.w.now()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientTimeout)
-	res := peer.Result{Err: context.DeadlineExceeded}
-	if wl.w.awaitResumed(cctx, m.id) {
-		res = m.core.Service().Check(cctx, req)
-	}
-	cancel()
+	res := wl.call(ctx, m, req)
 	op := jepsenlite.Op{Worker: worker, Key: k, Node: m.id, Invoke: invoke, Complete: wl.w.now()}
 	outcome(&op, res)
 	if op.Outcome != jepsenlite.Allowed || res.Decision.Adjust == nil {
@@ -217,15 +287,70 @@ func (wl *workload) settle(k int, token string, cost int64, seed uint64) {
 		if m == nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-		res := peer.Result{Err: context.DeadlineExceeded}
-		if wl.w.awaitResumed(ctx, m.id) {
-			res = m.core.Service().Check(ctx, req)
-		}
-		cancel()
-		if res.Err == nil {
+		if res := wl.call(context.Background(), m, req); res.Err == nil {
 			return
 		}
+	}
+}
+
+// acquire takes a slot of concurrency key k at m and records it; an
+// acquired slot is held and released (release) on a goroutine pending
+// waits for, except one in abandonEvery, never released, which frees
+// itself at its key's window.
+func (wl *workload) acquire(ctx context.Context, worker int, m *member, k int, r *rand.Rand, pending *sync.WaitGroup) {
+	req := wl.request(k, 1)
+	req.Op = limiter.OpAcquire
+	op := jepsenlite.Op{Worker: worker, Key: k, Node: m.id, Kind: jepsenlite.AcquireOp, Slot: int(wl.slots.Add(1)), Invoke: wl.w.now()}
+	res := wl.call(ctx, m, req)
+	op.Complete = wl.w.now()
+	outcome(&op, res)
+	wl.record(op)
+	if op.Outcome != jepsenlite.Allowed || res.Decision.Adjust == nil || res.Decision.Adjust.Reservation == "" {
+		return
+	}
+	if r.IntN(abandonEvery) == 0 {
+		return
+	}
+	hold := holdMin + time.Duration(r.Int64N(int64(holdMax-holdMin)))
+	token, seed := res.Decision.Adjust.Reservation, r.Uint64()
+	pending.Go(func() { wl.release(ctx, op, token, hold, seed) })
+}
+
+// release holds acq's slot for hold, then releases it through members
+// up, retrying a failed or timed-out attempt through another, as
+// jepsen-lite's workload does (each attempt recorded: the first one sent
+// ends the slot's certain hold). A slot still held when ctx ends is
+// abandoned.
+func (wl *workload) release(ctx context.Context, acq jepsenlite.Op, token string, hold time.Duration, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 2))
+	req := wl.request(acq.Key, 0)
+	req.Op, req.Reservation = limiter.OpRelease, token
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	failed := map[string]bool{}
+	for range releaseAttempts {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m := wl.w.target(r.IntN)
+		for i := 0; i < 8 && m != nil && failed[m.id]; i++ {
+			m = wl.w.target(r.IntN)
+		}
+		if m == nil {
+			return
+		}
+		op := jepsenlite.Op{Worker: acq.Worker, Key: acq.Key, Node: m.id, Kind: jepsenlite.ReleaseOp, Slot: acq.Slot, Invoke: wl.w.now()}
+		res := wl.call(ctx, m, req)
+		op.Complete = wl.w.now()
+		outcome(&op, res)
+		wl.record(op)
+		if op.Answered() {
+			return
+		}
+		failed[m.id] = true
+		t.Reset(releaseRetry)
 	}
 }
 
