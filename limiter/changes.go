@@ -196,7 +196,7 @@ func (sh *shard) appendChange(out []KeyState, c *change, now int64) []KeyState {
 		return append(out, ks)
 	case logChange:
 		ks := keyStateOf(k, k.logAlgorithm())
-		ks.Log = c.log.live(now - k.span())
+		ks.Log, ks.Tags = liveOf(k, c.log, now)
 		return append(out, ks)
 	case gcraChange:
 		ks := keyStateOf(k, GCRA)
@@ -219,7 +219,7 @@ func (sh *shard) appendLookup(out []KeyState, k stateKey, now int64) []KeyState 
 	}
 	log := keyStateOf(k, k.logAlgorithm())
 	if st, ok := sh.logs[k]; ok {
-		log.Log = st.live(now - k.span())
+		log.Log, log.Tags = liveOf(k, st, now)
 	}
 	switch {
 	case k.concurrency():

@@ -158,8 +158,8 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 			assert.Equal(t, r.Window, states[0].Window)
 			assert.Len(t, states[0].Log, 2)
 			if via == "journal, 5 ms in transit" {
-				// 5 ms in transit: the slots keep their times
-				// (slotRebaseFloor), and a release from its token finds its own.
+				// Rebased on arrival, each slot lands 5 ms late: a release
+				// from its token finds it by its tag.
 				Rebase(states, now.Add(2*time.Second), now.Add(2*time.Second+5*time.Millisecond))
 			}
 			merged, errs := to.Transfer().Merge(now.Add(2*time.Second), states)
@@ -180,35 +180,58 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 	}
 }
 
-// A slot that travels keeps its time while the two clocks agree within
-// slotRebaseFloor, so that a release from its token finds it exactly;
-// past that it moves as a log entry does, and a release finds nothing
-// rather than take another slot (a slot frees itself at its window).
-func TestASlotTravelsAtItsOwnTime(t *testing.T) {
-	s := newStore(t, 1, nil)
+// A release frees its own slot wherever the slot travelled and however
+// far its time was rebased (by its tag), and a token whose slot was never
+// on this owner frees nothing, not even a slot taken at the same time.
+func TestAReleaseFreesItsOwnSlotWhereverItTravelled(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	r := slots(3)
-	d := acquire(t, s, now, r)
-	tok := d.Adjust.Reservation
-	later := acquire(t, s, now.Add(100*time.Millisecond), r) // another holder's slot, 100 ms later
-	require.True(t, later.Allowed)
+	s := newStore(t, 1, nil)
+	tok := acquire(t, s, now, r).Adjust.Reservation
+	require.True(t, acquire(t, s, now.Add(100*time.Millisecond), r).Allowed) // another holder's slot, 100 ms later
+	other := newStore(t, 1, nil)                                             // the other side of a partition
+	foreign := acquire(t, other, now, r).Adjust.Reservation
 	p := s.Transfer().PartitionOf(r.Key)
 	states := s.Transfer().SnapshotPartition(p, now.Add(100*time.Millisecond))
-	for _, c := range []struct {
-		shift time.Duration
-		freed int64
-	}{{0, 1}, {slotRebaseFloor * time.Millisecond, 1}, {-slotRebaseFloor * time.Millisecond, 1}, {(slotRebaseFloor + 1) * time.Millisecond, 0}, {-100 * time.Millisecond, 1}} {
+	require.Len(t, states[0].Tags, 2, "each slot travels with its tag")
+	for _, shift := range []time.Duration{0, 5 * time.Millisecond, 250 * time.Millisecond, time.Second, -time.Second} {
 		heir := newStore(t, 1, nil)
 		moved := []KeyState{states[0]}
 		moved[0].Log = append([]int64(nil), states[0].Log...)
 		sent := now.Add(time.Second)
-		Rebase(moved, sent, sent.Add(c.shift))
-		_, errs := heir.Transfer().Merge(sent.Add(c.shift), moved)
+		Rebase(moved, sent, sent.Add(shift))
+		_, errs := heir.Transfer().Merge(sent.Add(shift), moved)
 		require.Empty(t, errs)
-		adj := release(t, heir, now.Add(2*time.Second), r, tok)
-		assert.Equal(t, c.freed, adj.Refunded, "clocks %s apart", c.shift)
-		assert.Equal(t, 2-c.freed, inFlight(t, heir, now.Add(2*time.Second), r), "clocks %s apart: no other slot is freed", c.shift)
+		assert.Zero(t, release(t, heir, now.Add(2*time.Second), r, foreign).Refunded, "clocks %s apart: a foreign token frees nothing", shift)
+		assert.EqualValues(t, 2, inFlight(t, heir, now.Add(2*time.Second), r))
+		assert.EqualValues(t, 1, release(t, heir, now.Add(2*time.Second), r, tok).Refunded, "clocks %s apart: its own slot", shift)
+		assert.EqualValues(t, 1, inFlight(t, heir, now.Add(2*time.Second), r), "clocks %s apart: no other slot is freed", shift)
+		assert.Equal(t, SettledBefore, release(t, heir, now.Add(2*time.Second), r, tok).Settled, "a retry repeats the first answer")
+		assert.EqualValues(t, 1, inFlight(t, heir, now.Add(2*time.Second), r), "and frees nothing more")
 	}
+}
+
+// A slot that arrives from two sources counts twice (over-denial) until
+// one source's copy is forgotten, as a log's entries do: dropping the
+// duplicate would lose the slot when that source's copy is taken back.
+func TestASlotFromTwoSourcesOutlivesForgettingOne(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	r := slots(3)
+	s := newStore(t, 1, nil)
+	acquire(t, s, now, r)
+	p := s.Transfer().PartitionOf(r.Key)
+	states := s.Transfer().SnapshotPartition(p, now)
+	heir := newStore(t, 1, nil)
+	replica, errs := heir.Transfer().MergeAdded(now, states) // a replica's copy, promoted
+	require.Empty(t, errs)
+	again := []KeyState{states[0]}
+	again[0].Log = append([]int64(nil), states[0].Log...)
+	Rebase(again, now, now.Add(3*time.Millisecond)) // the handoff's copy of the same slot
+	_, errs = heir.Transfer().Merge(now.Add(3*time.Millisecond), again)
+	require.Empty(t, errs)
+	assert.EqualValues(t, 2, inFlight(t, heir, now.Add(5*time.Millisecond), r), "counted twice: over-denial")
+	heir.Transfer().Forget(now.Add(5*time.Millisecond), replica) // the promotion undone
+	assert.EqualValues(t, 1, inFlight(t, heir, now.Add(5*time.Millisecond), r), "the handoff's copy stays")
 }
 
 // A concurrency limit is never evicted to make room for a new key: its

@@ -33,6 +33,9 @@ type KeyState struct {
 	// GCRA state: the bucket's theoretical arrival time (Unix ns), when it
 	// is full again.
 	TAT int64
+	// Tags are a Concurrency limit's slots' tags, in Log's order
+	// (concurrency.go): nil from an older member.
+	Tags []uint32
 }
 
 // Transfer is a Store's face to the members it moves state to and from,
@@ -82,10 +85,10 @@ func (t *Transfer) SnapshotPartition(i int, now time.Time) []KeyState {
 		}
 	}
 	for k, st := range sh.logs {
-		log := st.live(ms - k.span())
-		if len(log) > 0 {
-			out = append(out, KeyState{Key: k.key, Window: time.Duration(k.span()) * time.Millisecond,
-				Algorithm: k.logAlgorithm(), Log: log})
+		ks := keyStateOf(k, k.logAlgorithm())
+		ks.Log, ks.Tags = liveOf(k, st, ms)
+		if len(ks.Log) > 0 {
+			out = append(out, ks)
 		}
 	}
 	return sh.snapshotGCRAs(out, nanos(now))
@@ -114,6 +117,8 @@ func (t *Transfer) Forget(now time.Time, states []KeyState) {
 		}
 		sh.touch(k)
 		switch {
+		case ks.Algorithm == Concurrency:
+			sh.forgetSlots(k, ms, ks)
 		case ks.Algorithm.Logged():
 			sh.forgetLog(k, ms, ks.Log)
 		case k.window < 0:
@@ -383,6 +388,9 @@ func (t *Transfer) mergeCounter(sh *shard, k stateKey, now int64, ks KeyState) (
 // all of them if |S| ≥ W) may be admitted again: the rebase on arrival,
 // with the sender's clock reading, is what shifts them later.
 func (t *Transfer) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyState, error) {
+	if k.concurrency() {
+		return t.mergeSlots(sh, k, now, ks)
+	}
 	in := placeLog(ks.Log, now, k.span())
 	cur, ok := sh.logs[k]
 	united, c0 := in, 0 // c0: the slots the shard counts for this key's log
@@ -405,7 +413,7 @@ func (t *Transfer) mergeLog(sh *shard, k stateKey, now int64, ks KeyState) (KeyS
 		in = subtractSorted(in, united[:over])
 		united = united[over:]
 	}
-	if err := t.storeLog(sh, k, now, cur, c0, united); err != nil {
+	if err := t.storeLog(sh, k, now, cur, c0, united, nil); err != nil {
 		return KeyState{}, err
 	}
 	if len(in) == 0 {
@@ -429,9 +437,9 @@ func placeLog(log []int64, now, w int64) []int64 {
 }
 
 // storeLog makes entries (sorted, at most MaxLogLimit) the log of k, cur
-// (nil if k has none), whose slots the shard counts as c0. Requires sh.mu
-// held.
-func (t *Transfer) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 int, entries []int64) error {
+// (nil if k has none), whose slots the shard counts as c0; tags are a
+// concurrency limit's slots' (nil for a window log). Requires sh.mu held.
+func (t *Transfer) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 int, entries []int64, tags []uint32) error {
 	if cur == nil {
 		if err := t.room.makeRoom(sh, now); err != nil {
 			return err
@@ -447,7 +455,11 @@ func (t *Transfer) storeLog(sh *shard, k stateKey, now int64, cur *logState, c0 
 		sh.putLog(k, cur)
 	}
 	n0 := cur.n
-	cur.fill(entries)
+	if k.concurrency() {
+		cur.fillSlots(entries, tags)
+	} else {
+		cur.fill(entries)
+	}
 	sh.account(cur, n0, c0)
 	return nil
 }

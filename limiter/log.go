@@ -15,6 +15,9 @@ type logState struct {
 	// mark and slot place the log's record in its shard's journal, as a
 	// counter's.
 	mark, slot uint32
+	// tags are a concurrency limit's slots' tags (concurrency.go), nil for
+	// a window log: a pointer, so that a log pays 8 bytes for them.
+	tags *slotTags
 }
 
 const minLogCap = 4
@@ -143,7 +146,11 @@ func (s *logState) push(t, hits int64) {
 	off := uint32(t - s.base)
 	c := int32(len(s.ring))
 	for i := int64(0); i < hits; i++ {
-		s.ring[(s.head+s.n)%c] = off
+		j := (s.head + s.n) % c
+		s.ring[j] = off
+		if s.tags != nil {
+			s.tags.ring[j] = 0 // untagged until setNewestTag
+		}
 		s.n++
 	}
 }
@@ -168,11 +175,19 @@ func (s *logState) resize(c int) {
 	for i := int32(0); i < s.n; i++ {
 		ring[i] = s.ring[(s.head+i)%old]
 	}
+	if s.tags != nil {
+		tags := make([]uint32, c)
+		for i := int32(0); i < s.n; i++ {
+			tags[i] = s.tags.ring[(s.head+i)%old]
+		}
+		s.tags.ring = tags
+	}
 	s.ring, s.head = ring, 0
 }
 
 // fill replaces s's entries with ts (sorted ascending, spanning less than
-// 2^32 ms) in a ring of exactly len(ts) slots.
+// 2^32 ms) in a ring of exactly len(ts) slots. A concurrency limit's log
+// is filled with fillSlots.
 func (s *logState) fill(ts []int64) {
 	*s = logState{}
 	if len(ts) == 0 {

@@ -68,9 +68,8 @@ func offset(sent, now time.Time) (s, d int64, ok bool) {
 //     window id, its count Curr and the window before's Prev; what fell
 //     in older windows has left every sliding window at now, and is
 //     dropped.
-//   - A concurrency limit's slots: as a log's entries, but only when
-//     |δ| > 250 ms (slotRebaseFloor: a release finds its slot by its
-//     exact time).
+//   - A concurrency limit's slots: as a log's entries; their tags do
+//     not change (a release finds its slot by its tag).
 //   - A GCRA bucket: its TAT moves by δ, as a log's entries do (a TAT
 //     moved before the epoch is 0: the bucket is empty here either way).
 //   - A calendar quota: unchanged. Its window id is a civil period's
@@ -104,9 +103,7 @@ func inRebaseRange(ms int64) bool { return ms > -maxRebaseMS && ms < maxRebaseMS
 func (s *KeyState) rebase(sent, d int64) {
 	switch {
 	case s.Calendar != 0:
-	case s.Algorithm == Concurrency:
-		s.rebaseSlots(d)
-	case s.Algorithm == SlidingWindowLog:
+	case s.Algorithm.Logged():
 		s.rebaseLog(d)
 	case s.Algorithm == SlidingWindowCounter:
 		s.rebaseCounter(sent, d)

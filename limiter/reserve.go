@@ -120,6 +120,9 @@ func (rv *Reservations) Reserve(now time.Time, r Request) (Decision, error) {
 	if err == nil && d.Allowed {
 		t = token{version: tokenVersion, id: rand.Uint64(), at: at, hits: r.Hits, expires: at + ttl.Milliseconds(), hold: r.Op != OpReserve,
 			binding: bindingOf(&r)}
+		if k.concurrency() {
+			sh.logs[k].setNewestTag(slotTag(t.id)) // the slot this acquire just took
+		}
 		sh.remember(t.id, reservation{key: stateKey{strings.Clone(r.Key), k.window}, alg: r.Algorithm, hold: t.hold,
 			hits: t.hits, at: t.at, expires: t.expires, tokenExpires: t.expires, interval: holdInterval(&r)})
 	}

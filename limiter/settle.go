@@ -103,7 +103,14 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms, ns int64, r Requ
 	if r.Algorithm == GCRA {
 		refund = min(refund, undrained(t.at, ns, bucketOf(&r).t, t.hits))
 	}
-	d, refunded, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, refund, max(r.Hits-t.hits, 0))
+	var d Decision
+	var refunded, over int64
+	var err error
+	if k.concurrency() { // a RELEASE: its slot, by its tag
+		d, refunded = rv.releaseSlot(sh, k, ms, r, slotTag(t.id))
+	} else {
+		d, refunded, over, err = rv.adjustLocked(sh, k, ms, ns, r, t.at, refund, max(r.Hits-t.hits, 0))
+	}
 	if err != nil {
 		return Decision{}, Adjustment{}, err
 	}
@@ -125,6 +132,22 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms, ns int64, r Requ
 	b := sh.theBook(rec.expires)
 	rv.unknowns.Add(int64(b.unknown.add(t.id, rec, rv.unknownShare)))
 	return d, adj, nil
+}
+
+// releaseSlot frees the slot tagged tag of the concurrency limit k at ms,
+// if it is there, and returns the peek after it and how many it freed (0
+// or 1). Requires sh.mu held.
+func (rv *Reservations) releaseSlot(sh *shard, k stateKey, ms int64, r Request, tag uint32) (Decision, int64) {
+	var freed int64
+	if st, ok := sh.logs[k]; ok {
+		n0, c0 := st.n, len(st.ring)
+		if st.removeTag(ms, k.span(), tag) {
+			freed = 1
+			sh.journalLog(k, st)
+		}
+		sh.account(st, n0, c0)
+	}
+	return rv.peekLocked(sh, k, ms, 0, r), freed
 }
 
 // adjustLocked settles a reservation's difference on k: it charges
@@ -300,6 +323,9 @@ func (s *logState) removeAt(now, w, at, n int64) int64 {
 	c := int32(len(s.ring))
 	for j := int32(hi); j < s.n; j++ {
 		s.ring[(s.head+j-m)%c] = s.ring[(s.head+j)%c]
+		if s.tags != nil {
+			s.tags.ring[(s.head+j-m)%c] = s.tags.ring[(s.head+j)%c]
+		}
 	}
 	s.n -= m
 	s.prune(now - w) // resets an empty ring, gives memory back

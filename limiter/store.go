@@ -461,7 +461,7 @@ func (s *Store) checkLog(sh *shard, k stateKey, now int64, r Request) (Decision,
 		if err := s.room.makeRoom(sh, now); err != nil {
 			return Decision{}, err
 		}
-		st = new(logState)
+		st = newLogFor(k)
 	}
 	// The ring may grow to what the shard's share leaves after the
 	// other logs (sh.slots counts this one at c0).
@@ -737,13 +737,16 @@ type Stats struct {
 // Per-key heap costs beyond the key string and the log's ring, calibrated
 // with BenchmarkMemoryPerKey (126 B for a counter and 176 B for a log of
 // limit 5, both with a 37-byte key): a map slot at Go's load factor, the
-// key string's size-class rounding, and the log's heap-allocated header.
+// key string's size-class rounding, and the log's heap-allocated header,
+// which the concurrency limits' tag pointer took from 48 to 64 bytes
+// (195 B for a log of limit 5 and 140 B for a counter on 2026-11-29).
+// A concurrency limit's tags are not counted (4 B a slot).
 // A GCRA bucket's slot holds 16 bytes of state where a counter's holds
 // 32: with the map's slack, 25–30 B less per key than a counter in
 // TestEstimateBytesTracksTheHeap, which the estimate takes as 24.
 const (
 	counterKeyOverhead = 88
-	logKeyOverhead     = 112
+	logKeyOverhead     = 128
 	gcraKeyOverhead    = 64
 	logSlotBytes       = 4
 )

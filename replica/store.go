@@ -137,6 +137,9 @@ func (s *Store) Apply(origin string, r peer.Replication) peer.Replicated {
 		pt.origin = from
 		if over := len(ks.Log) - s.maxLog; over > 0 {
 			ks.Log = ks.Log[over:]
+			if len(ks.Tags) > over { // a concurrency limit's slots keep their tags
+				ks.Tags = ks.Tags[over:]
+			}
 		}
 		pt.states = append(pt.states, ks)
 		s.held++

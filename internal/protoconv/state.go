@@ -18,6 +18,7 @@ func ToProtoKeyState(s limiter.KeyState) *pb.KeyState {
 	if len(s.Log) > 0 {
 		out.LogBaseMs, out.LogOffsetsMs = logOffsets(s.Log)
 	}
+	out.LogTags = s.Tags
 	return out
 }
 
@@ -43,6 +44,7 @@ func FromProtoKeyState(s *pb.KeyState) limiter.KeyState {
 			out.Log[i] = s.GetLogBaseMs() + int64(o)
 		}
 	}
+	out.Tags = s.GetLogTags()
 	return out
 }
 
@@ -61,6 +63,7 @@ func ToProtoKeyStates(states []limiter.KeyState) []*pb.KeyState {
 		if len(s.Log) > 0 {
 			m.LogBaseMs, m.LogOffsetsMs = logOffsets(s.Log)
 		}
+		m.LogTags = s.Tags
 		out[i] = m
 	}
 	return out

@@ -361,7 +361,12 @@ type KeyState struct {
 	TimeZone string       `protobuf:"bytes,10,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	// GCRA: the bucket's theoretical arrival time (Unix ns on the sender's
 	// clock; rebased as window_id is). The bucket is full again then.
-	TatNs         int64 `protobuf:"varint,11,opt,name=tat_ns,json=tatNs,proto3" json:"tat_ns,omitempty"`
+	TatNs int64 `protobuf:"varint,11,opt,name=tat_ns,json=tatNs,proto3" json:"tat_ns,omitempty"`
+	// CONCURRENCY: each slot's tag, in log_offsets_ms's order: what a
+	// RELEASE's token names its slot by, wherever the slot travelled and
+	// however its time was rebased. Absent from an older member: its slots
+	// free themselves at their window, a release finds none.
+	LogTags       []uint32 `protobuf:"varint,12,rep,packed,name=log_tags,json=logTags,proto3" json:"log_tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +476,13 @@ func (x *KeyState) GetTatNs() int64 {
 		return x.TatNs
 	}
 	return 0
+}
+
+func (x *KeyState) GetLogTags() []uint32 {
+	if x != nil {
+		return x.LogTags
+	}
+	return nil
 }
 
 type HandoffResponse struct {
@@ -1593,7 +1605,7 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12.\n" +
 	"\x06states\x18\x02 \x03(\v2\x16.peerlimit.v1.KeyStateR\x06states\x12 \n" +
 	"\fsent_unix_ms\x18\x03 \x01(\x03R\n" +
-	"sentUnixMs\"\xe7\x02\n" +
+	"sentUnixMs\"\x82\x03\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\twindow_ms\x18\x02 \x01(\x03R\bwindowMs\x125\n" +
@@ -1606,7 +1618,8 @@ const file_peerlimit_v1_peer_proto_rawDesc = "" +
 	"\bcalendar\x18\t \x01(\x0e2\x1a.peerlimit.v1.CalendarUnitR\bcalendar\x12\x1b\n" +
 	"\ttime_zone\x18\n" +
 	" \x01(\tR\btimeZone\x12\x15\n" +
-	"\x06tat_ns\x18\v \x01(\x03R\x05tatNs\"E\n" +
+	"\x06tat_ns\x18\v \x01(\x03R\x05tatNs\x12\x19\n" +
+	"\blog_tags\x18\f \x03(\rR\alogTags\"E\n" +
 	"\x0fHandoffResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x12\x1a\n" +
 	"\brejected\x18\x02 \x03(\tR\brejected\"L\n" +
