@@ -181,7 +181,7 @@ func leaseKeyOf(r limiter.Request) leaseKey {
 // forget of the unused ones finds part of them drained already. No
 // boundary bounds that, as a counter's fixed window bounds its lease.
 func (b *Book) Leasable(req limiter.Request) bool {
-	if req.Hits <= 0 || req.Limit < 2 || req.Algorithm == limiter.GCRA || req.Algorithm == limiter.Concurrency {
+	if req.Hits <= 0 || req.Limit < maxLeaseShare || req.Algorithm == limiter.GCRA || req.Algorithm == limiter.Concurrency {
 		// A slot is taken by ACQUIRE, with a token, on the owner only; a
 		// bucket's lent hits would drain before the holder admits them
 		// (docs/limiter.md, "GCRA").
@@ -189,6 +189,14 @@ func (b *Book) Leasable(req limiter.Request) bool {
 	}
 	return req.Algorithm != limiter.SlidingWindowLog || req.Window >= minLogWindowLeases*b.cfg.Duration
 }
+
+// maxLeaseShare bounds a lease to 1/maxLeaseShare of its key's limit: the
+// hits a lease holds are kept from every other node until it is settled
+// (over-denial), so no lease may hold more than ~6 % of a limit, and a
+// limit under 16 is not leased at all (a warm key's lease of 8 hits would
+// hold most of a limit of 10 away from the others: an xDS-driven limit of
+// 8 denied its 7th check so).
+const maxLeaseShare = 16
 
 // minLogWindowLeases is how many of a lease's durations a log window must
 // span for it to be lent (see Leasable and logLeaseCap).

@@ -129,15 +129,15 @@ func (ll *lentLease) placeholders() []int64 {
 // with room hits left, and returns the grant (none: a zero ID). It takes
 // the hits from the key at once, with an ordinary decision of that many,
 // so that what this node admits and what it lent never exceed the limit:
-// at most half of room, and none for a limit that may not be leased
-// (Leasable). The duration is capped (leaseFor), and the hits with it.
+// at most half of room and 1/maxLeaseShare of the limit, and none for a
+// limit that may not be leased (Leasable). The duration is capped (leaseFor), and the hits with it.
 func (b *Book) Lend(now time.Time, origin string, req limiter.Request, want peer.LeaseWant, room int64) peer.LeaseGrant {
 	if b == nil || want.Hits < 1 || !b.Leasable(req) { // a nil Book lends nothing: leases off
 		return peer.LeaseGrant{}
 	}
 	ms := max(now.UnixMilli(), 0)
 	dur, hits := b.leaseFor(ms, req, want)
-	if hits = min(hits, room/2); hits < 1 {
+	if hits = min(hits, room/2, req.Limit/maxLeaseShare); hits < 1 {
 		return peer.LeaseGrant{}
 	}
 	ll := &lentLease{origin: clone(origin), key: clone(req.Key), window: req.Window, algo: req.Algorithm, cal: req.Calendar,

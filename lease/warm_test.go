@@ -88,6 +88,15 @@ func TestTheOwnerCapsTheLeaseAskedFor(t *testing.T) {
 	g = b.Lend(t0, "n2", counter, peer.LeaseWant{Hits: 500, Duration: time.Second}, 40)
 	assert.Equal(t, int64(20), g.Hits, "never past half of what the key has left")
 
+	small := counter
+	small.Key, small.Limit = "small", 160
+	g = b.Lend(t0, "n2", small, peer.LeaseWant{Hits: 50, Duration: time.Second}, 160)
+	assert.Equal(t, int64(10), g.Hits, "never past a 16th of the limit: hits held away from the others")
+	tiny := counter
+	tiny.Key, tiny.Limit = "tiny", 15
+	assert.False(t, b.Leasable(tiny), "a limit under 16 is never leased")
+	assert.Zero(t, b.Lend(t0, "n2", tiny, peer.LeaseWant{Hits: 1, Duration: time.Second}, 15).ID)
+
 	second := counter
 	second.Key, second.Window = "s", time.Second
 	g = b.Lend(t0.Add(850*time.Millisecond), "n2", second, peer.LeaseWant{Hits: 16, Duration: 1600 * time.Millisecond}, 999)

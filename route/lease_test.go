@@ -316,7 +316,10 @@ func TestSettlementsCannotUndercount(t *testing.T) {
 func TestAKeyThatGetsNoLeaseIsNotAskedForAgainAtOnce(t *testing.T) {
 	c := newCluster(t, three, withLeases)
 	n1 := c.members["n1"]
-	req := counterReq(c.key(t, "n2", "hot"), askAt-1, time.Hour)
+	req := counterReq(c.key(t, "n2", "hot"), 16, time.Hour) // the smallest limit leased (maxLeaseShare)
+	full := req
+	full.Hits = req.Limit
+	require.True(t, c.members["n2"].svc.Check(bg, full).Decision.Allowed, "the key at its limit on its owner")
 	for range 100 {
 		n1.svc.Check(bg, req)
 	}
