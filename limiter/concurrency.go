@@ -11,8 +11,9 @@ import (
 // W, is a log of the times its slots were taken: a slot is an entry, in
 // flight while it is in the log's window, so a slot never released frees
 // itself W after it was taken, as a log entry leaves its window. OpAcquire
-// is OpHold of one hit under a TTL of W, so OpRelease frees the slot (the
-// hold's refund removes its entry) and a retried release counts once.
+// is OpHold of one hit under a TTL of W, so OpRelease closes that hold,
+// freeing the slot with the token's tag (below), and a retried release
+// counts once.
 // Being a log, the state is replicated, handed off, rebased and persisted
 // as a log is: the replicas carry every slot's time, so a failover frees
 // no slot early. The log's entries are what the limit counts, so it is
