@@ -223,7 +223,7 @@ func (t *Transfer) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks Key
 // forgetCalendar subtracts ks's count from the calendar counter of k, if
 // both are of one period; a count of another period is not there to
 // take. Requires sh.mu held.
-func (sh *shard) forgetCalendar(k stateKey, ks KeyState) {
+func (t *Transfer) forgetCalendar(sh *shard, k stateKey, ks KeyState) {
 	st, ok := sh.counters[k]
 	if !ok || st.window != ks.WindowID {
 		return

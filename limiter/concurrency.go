@@ -210,27 +210,27 @@ func (t *Transfer) mergeSlots(sh *shard, k stateKey, now int64, ks KeyState) (Ke
 }
 
 // forgetSlots removes the slots of sent (by tag; untagged ones by time)
-// from the log of k at now (ms). Requires sh.mu held.
-func (sh *shard) forgetSlots(k stateKey, now int64, sent KeyState) {
+// from the log of k in sh at now (ms). Requires sh.mu held.
+func (t *Transfer) forgetSlots(sh *shard, k stateKey, now int64, sent KeyState) {
 	st, ok := sh.logs[k]
 	if !ok {
 		return
 	}
 	times, tags := st.slots(now - k.span())
 	gone := make(map[slot]int, len(sent.Log))
-	for i, t := range sent.Log {
+	for i, at := range sent.Log {
 		var tag uint32
 		if i < len(sent.Tags) {
 			tag = sent.Tags[i]
 		}
 		if tag != 0 {
-			t = 0 // a tagged slot is known by its tag, wherever its time moved
+			at = 0 // a tagged slot is known by its tag, wherever its time moved
 		}
-		gone[slot{t, tag}]++
+		gone[slot{at, tag}]++
 	}
 	keepT, keepTags := times[:0:0], tags[:0:0]
-	for i, t := range times {
-		id := slot{t, tags[i]}
+	for i, at := range times {
+		id := slot{at, tags[i]}
 		if tags[i] != 0 {
 			id.at = 0
 		}
@@ -238,7 +238,7 @@ func (sh *shard) forgetSlots(k stateKey, now int64, sent KeyState) {
 			gone[id]--
 			continue
 		}
-		keepT, keepTags = append(keepT, t), append(keepTags, tags[i])
+		keepT, keepTags = append(keepT, at), append(keepTags, tags[i])
 	}
 	if len(keepT) == 0 {
 		sh.deleteLog(k, st)

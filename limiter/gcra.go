@@ -343,7 +343,7 @@ func (sh *shard) sweepGCRAs(now int64) int {
 
 // snapshotGCRAs appends the buckets of sh that hold something at now (ns).
 // Requires sh.mu held.
-func (sh *shard) snapshotGCRAs(out []KeyState, now int64) []KeyState {
+func (t *Transfer) snapshotGCRAs(sh *shard, out []KeyState, now int64) []KeyState {
 	for k, st := range sh.gcras {
 		if st.tat > now {
 			out = append(out, KeyState{Key: k.key, Window: ms(k.window), Algorithm: GCRA, TAT: st.tat})
@@ -388,7 +388,7 @@ func (t *Transfer) mergeGCRA(sh *shard, k stateKey, now int64, ks KeyState) (Key
 // forgetGCRA takes the level of sent at now (ns) back out of the bucket
 // of k: TAT = max(now, TAT − max(0, sent.TAT − now)). A bucket left empty
 // is deleted. Requires sh.mu held.
-func (sh *shard) forgetGCRA(k stateKey, now int64, sent KeyState) {
+func (t *Transfer) forgetGCRA(sh *shard, k stateKey, now int64, sent KeyState) {
 	st, ok := sh.gcras[k]
 	if !ok {
 		return

@@ -91,7 +91,7 @@ func (t *Transfer) SnapshotPartition(i int, now time.Time) []KeyState {
 			out = append(out, ks)
 		}
 	}
-	return sh.snapshotGCRAs(out, nanos(now))
+	return t.snapshotGCRAs(sh, out, nanos(now))
 }
 
 // Forget removes from the store what states describe, after they were
@@ -111,20 +111,20 @@ func (t *Transfer) Forget(now time.Time, states []KeyState) {
 		sh := t.shards.of(ks.Key)
 		sh.mu.Lock()
 		if ks.Algorithm == GCRA { // journals its own change
-			sh.forgetGCRA(k, nanos(now), ks)
+			t.forgetGCRA(sh, k, nanos(now), ks)
 			sh.mu.Unlock()
 			continue
 		}
 		sh.touch(k)
 		switch {
 		case ks.Algorithm == Concurrency:
-			sh.forgetSlots(k, ms, ks)
+			t.forgetSlots(sh, k, ms, ks)
 		case ks.Algorithm.Logged():
-			sh.forgetLog(k, ms, ks.Log)
+			t.forgetLog(sh, k, ms, ks.Log)
 		case k.window < 0:
-			sh.forgetCalendar(k, ks)
+			t.forgetCalendar(sh, k, ks)
 		default:
-			sh.forgetCounter(k, ms, ks)
+			t.forgetCounter(sh, k, ms, ks)
 		}
 		sh.mu.Unlock()
 	}
@@ -132,7 +132,7 @@ func (t *Transfer) Forget(now time.Time, states []KeyState) {
 
 // forgetLog removes the entries of sent from the log of k at now (ms).
 // Requires sh.mu held.
-func (sh *shard) forgetLog(k stateKey, now int64, sent []int64) {
+func (t *Transfer) forgetLog(sh *shard, k stateKey, now int64, sent []int64) {
 	st, ok := sh.logs[k]
 	if !ok {
 		return
@@ -155,7 +155,7 @@ func (sh *shard) forgetLog(k stateKey, now int64, sent []int64) {
 // ours), so the key is never rolled past that window. Rolling it onto
 // such an id would shift or zero its own counts and subtract sent's from
 // the wrong window: its own admissions would be lost.
-func (sh *shard) forgetCounter(k stateKey, now int64, ks KeyState) {
+func (t *Transfer) forgetCounter(sh *shard, k stateKey, now int64, ks KeyState) {
 	st, ok := sh.counters[k]
 	if !ok {
 		return
