@@ -354,34 +354,35 @@ func (p *parser) field(pol *Policy, cal *calendarFields, fk, fv *yaml.Node) {
 			pol.Algorithm = a
 		}
 	case "limit":
-		n, msg, ok := yamlconf.Int(fv, "limit", 64)
-		if !ok {
-			p.fail(fv.Line, name, "%s", msg)
-			return
+		if n, ok := p.positive(name, fv, "limit", ""); ok {
+			pol.Limit = n
 		}
-		if n <= 0 {
-			p.fail(fv.Line, name, "limit must be positive, got %d", n)
-			return
-		}
-		pol.Limit = n
 	case "window":
 		if w, ok := p.window(name, fv); ok {
 			pol.Window = w
 		}
 	case "burst":
-		n, msg, ok := yamlconf.Int(fv, "burst", 64)
-		if !ok {
-			p.fail(fv.Line, name, "%s", msg)
-			return
+		if n, ok := p.positive(name, fv, "burst", "; leave it out for a bucket of limit hits"); ok {
+			pol.Burst = n
 		}
-		if n <= 0 {
-			p.fail(fv.Line, name, "burst must be positive, got %d; leave it out for a bucket of limit hits", n)
-			return
-		}
-		pol.Burst = n
 	default:
 		p.fail(fk.Line, name, "unknown field %q; want limit, window (or calendar and time_zone), algorithm and burst", field)
 	}
+}
+
+// positive reads fv as field, a positive integer of policy name, or fails
+// saying why (hint follows the "must be positive" reason).
+func (p *parser) positive(name string, fv *yaml.Node, field, hint string) (int64, bool) {
+	n, msg, ok := yamlconf.Int(fv, field, 64)
+	if !ok {
+		p.fail(fv.Line, name, "%s", msg)
+		return 0, false
+	}
+	if n <= 0 {
+		p.fail(fv.Line, name, "%s must be positive, got %d%s", field, n, hint)
+		return 0, false
+	}
+	return n, true
 }
 
 const algorithmChoice = "SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, GCRA or CONCURRENCY"
