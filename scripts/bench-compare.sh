@@ -32,7 +32,9 @@
 #
 # Environment: BENCH_REPEATS (3), BENCH_DURATION (10s), BENCH_WORKERS (64),
 # BENCH_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_ZIPF_KEYS (1000000),
-# BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), and
+# BENCH_REDIS_PORT (6399), BENCH_OUT, GO (go), BENCH_CASES (an extended
+# regular expression: only the cases whose whole names match, e.g.
+# 'counter-single-(owner|random)'), and
 # BENCH_NODE_ARGS (extra flags for every node, e.g. "--replication-factor 0"),
 # BENCH_PERSIST (1: each node keeps its counts in a data directory of its
 # own under the work directory, --data-dir; docs/benchmarks.md, "Persistence"),
@@ -291,6 +293,12 @@ for tgt in redis owner random http envoy; do
 done
 [ -z "$ratelimit_bin" ] || cases+=(counter-zipf-upstream)
 cases+=(counter-idle-random)
+if [ -n "${BENCH_CASES:-}" ]; then
+	# Only the cases whose names match: a before/after of one path costs
+	# minutes, not the whole table's eleven.
+	mapfile -t cases < <(printf '%s\n' "${cases[@]}" | grep -E -x -- "$BENCH_CASES" || true)
+	[ "${#cases[@]}" -gt 0 ] || die "BENCH_CASES='$BENCH_CASES' matches no case"
+fi
 dur_s=$(duration_seconds "$duration")
 total=$((${#cases[@]} * repeats))
 # Each run costs about 2 s beyond its duration: loadgen's setup and
