@@ -146,7 +146,9 @@ type Decision struct {
 	Limit   int64
 	// Remaining is what is left under the limit after this check.
 	Remaining int64
-	// CurrentCount is the count before this check.
+	// CurrentCount is the count before this check. The answer to a Refund,
+	// Settle or Release carries the count after it instead (a settle
+	// counts no hits of its own), whether it refunded or charged.
 	CurrentCount int64
 	// RetryAfter is zero when allowed; when denied, the earliest time after
 	// which the same check would be allowed if no other traffic came.

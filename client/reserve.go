@@ -94,7 +94,7 @@ type Settlement struct {
 // by Settle with the real cost or by Release. ttl is how long it lasts
 // unsettled: 0 is the nodes' --reservation-ttl (1 minute by default), and
 // it may not exceed their --max-reservation-ttl (1 hour). A denied
-// reservation is not an error: see Reservation.Reserved. Like a check's
+// reservation is not an error: r.Allowed is false. Like a check's
 // hits, a reservation whose answer was lost (the client then asks
 // another node) stays counted: it expires as used.
 func (c *Client) Reserve(ctx context.Context, key string, l Limit, estimate int64, ttl time.Duration) (Reservation, error) {

@@ -14,7 +14,7 @@ import (
 // module proxy refuses github.com/florianl/go-nfqueue here (403), and the
 // part of the protocol a delayer needs (bind a queue, read each packet's
 // id and addresses, send a verdict) is small enough not to add a module
-// for it (README, Dependencies).
+// for it (docs/design.md, "Libraries left out").
 //
 // Read is called by one goroutine; Verdict may be called concurrently with
 // it (a netlink socket's send and receive are independent).

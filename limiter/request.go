@@ -113,7 +113,9 @@ type Decision struct {
 	Remaining int64
 	// CurrentCount is the count before this request: the floored estimate
 	// for the counter, the exact number of hits in the window for the log,
-	// the bucket's level in hits (rounded up) for GCRA.
+	// the bucket's level in hits (rounded up) for GCRA. Refund, Settle and
+	// Release answer with the count after them instead (a peek at the key:
+	// a settle counts no hits of its own), whether they refunded or charged.
 	CurrentCount int64
 	// RetryAfter is zero when allowed. When denied it is the earliest time
 	// after which the same request would be allowed if no other traffic came.

@@ -475,7 +475,9 @@ type CheckResponse struct {
 	// What is left under the limit after this request; never negative.
 	Remaining int64 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// The count before this request: the floored estimate for the counter,
-	// the exact count for the log.
+	// the exact count for the log. A REFUND, SETTLE or RELEASE answers with
+	// the count after it instead (a peek at the key once it is applied: a
+	// settle counts no hits of its own), whether it refunded or charged.
 	CurrentCount int64 `protobuf:"varint,4,opt,name=current_count,json=currentCount,proto3" json:"current_count,omitempty"`
 	// 0 when allowed. When denied, the earliest time after which the same
 	// request would be allowed if no other traffic came.
