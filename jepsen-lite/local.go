@@ -146,13 +146,18 @@ func (b *localBackend) Heal(context.Context) error {
 	return ErrUnsupported
 }
 
-// DelayStats are the delayer's counters, for the report; ok false when
-// the scenario slowed no link.
-func (b *localBackend) DelayStats() (DelayStats, bool) {
+// DelayerReport is what the delayer counted, for the report; ok false
+// when the scenario slowed no link.
+func (b *localBackend) DelayerReport() (DelayerReport, bool) {
 	if b.delay == nil {
-		return DelayStats{}, false
+		return DelayerReport{}, false
 	}
-	return b.delay.Stats(), true
+	r := DelayerReport{DelayStats: b.delay.Stats()}
+	var last error
+	if r.Errors, last = b.delay.Errors(); last != nil {
+		r.LastError = last.Error()
+	}
+	return r, true
 }
 
 func (b *localBackend) Answering(id string) bool  { return b.procs.State(id) == Running }
