@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,10 @@ func Local(bin, baseIP string, args []string, seed uint64) BackendFactory {
 		switch sc.Needs {
 		case NeedNothing:
 		case NeedSlowLink:
-			if b.delay, err = NewDelayer(DefaultDelayerConfig("PLDELAY-"+suffix, seed)); err != nil {
+			// The pid: a chain per process, which a later run may flush
+			// once this process is gone (removeOrphans).
+			chain := fmt.Sprintf("PLDELAY-%s-%d", suffix, os.Getpid())
+			if b.delay, err = NewDelayer(DefaultDelayerConfig(chain, seed)); err != nil {
 				b.fwErr = err
 			}
 		default:
