@@ -18,14 +18,17 @@ import (
 // then skipped, and say so.
 var ErrNoDelayer = errors.New("slow links need root, iptables and the kernel's netfilter queue")
 
-// DelayComment tags every iptables rule a Delayer adds, so that what a
-// killed run left behind can be found and removed.
+// DelayComment tags every iptables rule a Delayer adds. Its jump from
+// OUTPUT adds the run's pid and queue (jumpComment), so that a later run
+// finds what a killed one left, whatever its chain (removeOrphans).
 const DelayComment = "peerlimit-jepsen-delay"
 
 // DelayerConfig sizes a Delayer.
 type DelayerConfig struct {
 	// Chain is the iptables chain of its rules, jumped to from OUTPUT;
-	// one per concurrent run (the Firewall's chain name with a suffix).
+	// one per process (Local adds the pid): a later run flushes a killed
+	// run's chain by its name (removeOrphans), which must be no live
+	// run's.
 	Chain string
 	// Capacity is the most packets held at once; one more is dropped and
 	// counted (DelayStats.Full). At 20 ms, 4096 packets are 200,000
@@ -67,6 +70,7 @@ type Delayer struct {
 	q     *nfqueue
 	queue uint16
 	run   func(args ...string) error
+	list  func(args ...string) (string, error) // what iptables prints
 
 	mu      sync.Mutex
 	hq      *holdQueue
@@ -80,9 +84,10 @@ type Delayer struct {
 	wg   sync.WaitGroup
 }
 
-// NewDelayer removes what a killed run with the same chain left behind,
-// binds a free netfilter queue and creates the chain. Without root,
-// iptables or the queue it returns an error wrapping ErrNoDelayer.
+// NewDelayer removes what killed runs left behind (the jumps of any
+// chain whose run is gone and whose queue nobody reads, and the chain
+// cfg.Chain), binds a free netfilter queue and creates the chain. Without
+// root, iptables or the queue it returns an error wrapping ErrNoDelayer.
 func NewDelayer(cfg DelayerConfig) (*Delayer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -93,9 +98,12 @@ func NewDelayer(cfg DelayerConfig) (*Delayer, error) {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
 	}
-	d := &Delayer{cfg: cfg, run: iptables, hq: newHoldQueue(cfg.Capacity, cfg.Seed),
+	d := &Delayer{cfg: cfg, run: iptables, list: iptablesList, hq: newHoldQueue(cfg.Capacity, cfg.Seed),
 		links: map[[2][4]byte]Link{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	_ = d.remove() // a previous run's leftovers; checked again below
+	// Killed runs' leftovers, best effort: their rules are bypassed
+	// (no reader), they only slow OUTPUT down. Ours is checked below.
+	_ = d.removeOrphans()
+	_ = d.remove()
 	q, num, err := bindFreeQueue(cfg.Chain, uint32(2*cfg.Capacity))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
@@ -116,7 +124,7 @@ func NewDelayer(cfg DelayerConfig) (*Delayer, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
 	}
 	_ = d.run(append([]string{"-D"}, probe...)...)
-	if err := d.run("-I", "OUTPUT", "1", "-m", "comment", "--comment", DelayComment, "-j", cfg.Chain); err != nil {
+	if err := d.run("-I", "OUTPUT", "1", "-m", "comment", "--comment", jumpComment(os.Getpid(), num), "-j", cfg.Chain); err != nil {
 		_ = d.run("-X", cfg.Chain)
 		q.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNoDelayer, err)
@@ -243,7 +251,14 @@ func (d *Delayer) Close() error {
 // remove deletes every jump to the chain, then the chain. Rules that are
 // not there fail and are ignored; what is left is checked at the end.
 func (d *Delayer) remove() error {
-	for range 100 { // a jump per killed run at most; bounded all the same
+	if rules, err := d.list("-S", "OUTPUT"); err == nil {
+		for _, j := range parseDelayJumps(rules) {
+			if j.chain == d.cfg.Chain {
+				_ = d.run("-D", "OUTPUT", "-m", "comment", "--comment", j.comment, "-j", j.chain)
+			}
+		}
+	}
+	for range 100 { // should the listing have failed: an older harness's jump
 		if d.run("-D", "OUTPUT", "-m", "comment", "--comment", DelayComment, "-j", d.cfg.Chain) != nil {
 			break
 		}
@@ -256,7 +271,7 @@ func (d *Delayer) remove() error {
 	_ = d.run("-F", d.cfg.Chain)
 	_ = d.run("-X", d.cfg.Chain)
 	if d.run("-n", "-L", d.cfg.Chain) == nil {
-		return fmt.Errorf("iptables chain %s is still there; remove it by hand: iptables -D OUTPUT -m comment --comment %s -j %[1]s; iptables -F %[1]s; iptables -X %[1]s", d.cfg.Chain, DelayComment)
+		return fmt.Errorf("iptables chain %s is still there; remove it by hand: iptables -D OUTPUT each rule that iptables -S OUTPUT | grep -- '-j %[1]s$' lists, then iptables -F %[1]s; iptables -X %[1]s", d.cfg.Chain)
 	}
 	return nil
 }

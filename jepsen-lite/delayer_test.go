@@ -2,8 +2,10 @@ package jepsenlite
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -172,52 +174,66 @@ func rttWithin(t *testing.T, src string, echo *net.UDPConn, n int, wait time.Dur
 	return best, got
 }
 
+// testAddr is 127.a.b.host, with a and b from the pid as the chaos
+// test's nodes have: concurrent root test runs delay, and clean up, their
+// own addresses and chains.
+func testAddr(host int) string {
+	pid := os.Getpid()
+	return fmt.Sprintf("127.%d.%d.%d", 1+pid/250%250, pid%250, host)
+}
+
+// testChain is the chain name prefix with the pid.
+func testChain(prefix string) string { return fmt.Sprintf("%s-%d", prefix, os.Getpid()) }
+
 // The delayer really delays loopback packets, one way or both, only
 // between the addresses it is given, and leaves no rule when closed.
 func TestDelayerDelaysLoopbackUDP(t *testing.T) {
 	// Registered first, run last: after the echo's cleanup.
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	const chain = "PLDELAY-TEST"
+	chain := testChain("PLDELAY-TEST")
 	d := newTestDelayer(t, chain)
 	defer d.Close()
+	a, b, c := testAddr(61), testAddr(62), testAddr(63)
 
-	echo := udpEcho(t, "127.0.0.62:0")
-	fast, got := rtt(t, "127.0.0.61", echo, 5)
+	echo := udpEcho(t, b+":0")
+	fast, got := rtt(t, a, echo, 5)
 	require.Equal(t, 5, got)
 	require.Less(t, fast, 15*time.Millisecond, "undelayed round trip")
 
 	oneWay := Link{Delay: 30 * time.Millisecond}
-	require.NoError(t, d.Delay([]string{"127.0.0.61"}, []string{"127.0.0.62"}, oneWay))
-	slow, got := rtt(t, "127.0.0.61", echo, 5)
+	require.NoError(t, d.Delay([]string{a}, []string{b}, oneWay))
+	slow, got := rtt(t, a, echo, 5)
 	assert.Equal(t, 5, got)
 	assert.GreaterOrEqual(t, slow, 30*time.Millisecond, "one way delayed")
-	other, _ := rtt(t, "127.0.0.63", echo, 5)
+	other, _ := rtt(t, c, echo, 5)
 	assert.Less(t, other, 15*time.Millisecond, "another address is not delayed")
 
 	// TCP too (the peers' traffic): the SYN waits, so does the connect.
-	ln, err := net.Listen("tcp", "127.0.0.62:0")
+	ln, err := net.Listen("tcp", b+":0")
 	require.NoError(t, err)
 	defer ln.Close()
 	start := time.Now()
-	require.NoError(t, dialFrom("127.0.0.61", ln.Addr().String()))
+	require.NoError(t, dialFrom(a, ln.Addr().String()))
 	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond, "a TCP connect, one way delayed")
 
-	require.NoError(t, d.Delay([]string{"127.0.0.62"}, []string{"127.0.0.61"}, oneWay))
-	both, _ := rtt(t, "127.0.0.61", echo, 5)
+	require.NoError(t, d.Delay([]string{b}, []string{a}, oneWay))
+	both, _ := rtt(t, a, echo, 5)
 	assert.GreaterOrEqual(t, both, 60*time.Millisecond, "both ways delayed")
 
 	require.NoError(t, d.Heal())
-	healed, _ := rtt(t, "127.0.0.61", echo, 5)
+	healed, _ := rtt(t, a, echo, 5)
 	assert.Less(t, healed, 15*time.Millisecond, "healed")
 
-	require.NoError(t, d.Delay([]string{"127.0.0.61"}, []string{"127.0.0.62"}, Link{Loss: 1}))
-	_, got = rttWithin(t, "127.0.0.61", echo, 3, 200*time.Millisecond)
+	require.NoError(t, d.Delay([]string{a}, []string{b}, Link{Loss: 1}))
+	_, got = rttWithin(t, a, echo, 3, 200*time.Millisecond)
 	assert.Zero(t, got, "a link that loses everything")
 	st := d.Stats()
 	assert.GreaterOrEqual(t, st.Held, int64(15), "5 datagrams one way, 5 both ways")
 	assert.GreaterOrEqual(t, st.Lost, int64(3))
 	assert.Zero(t, st.Full)
+	errs, lastErr := d.Errors()
+	assert.Zero(t, errs, "no verdict refused, no overrun: %v", lastErr)
 
 	require.NoError(t, d.Close())
 	out, _ := exec.Command("iptables", "-S", "OUTPUT").CombinedOutput()
@@ -229,15 +245,13 @@ func TestDelayerDelaysLoopbackUDP(t *testing.T) {
 // Rules a killed run left behind are removed, not stacked, and a chain
 // nobody reads lets packets pass (--queue-bypass).
 func TestDelayerRemovesLeftovers(t *testing.T) {
-	const chain = "PLDELAY-LEFT"
+	chain := testChain("PLDELAY-LEFT")
+	a, b := testAddr(64), testAddr(65)
 	first := newTestDelayer(t, chain)
-	require.NoError(t, first.Delay([]string{"127.0.0.64"}, []string{"127.0.0.65"}, Link{Delay: time.Second}))
-	// The run "is killed": its queue goes, its rules stay.
-	close(first.stop)
-	first.wg.Wait()
-	require.NoError(t, first.q.Close())
-	echo := udpEcho(t, "127.0.0.65:0")
-	bypass, got := rtt(t, "127.0.0.64", echo, 3)
+	require.NoError(t, first.Delay([]string{a}, []string{b}, Link{Delay: time.Second}))
+	killTestDelayer(t, first)
+	echo := udpEcho(t, b+":0")
+	bypass, got := rtt(t, a, echo, 3)
 	assert.Equal(t, 3, got, "no reader: the rule is bypassed")
 	assert.Less(t, bypass, 15*time.Millisecond)
 
@@ -245,10 +259,18 @@ func TestDelayerRemovesLeftovers(t *testing.T) {
 	defer second.Close()
 	rules, err := exec.Command("iptables", "-S", chain).CombinedOutput()
 	require.NoError(t, err)
-	assert.NotContains(t, string(rules), "127.0.0.64")
+	assert.NotContains(t, string(rules), a)
 	out, err := exec.Command("iptables", "-S", "OUTPUT").CombinedOutput()
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(out), "-j "+chain), "one jump to the chain: %s", out)
+}
+
+// killTestDelayer stops d as a kill would: its queue goes, its rules stay.
+func killTestDelayer(t *testing.T, d *Delayer) {
+	t.Helper()
+	close(d.stop)
+	d.wg.Wait()
+	require.NoError(t, d.q.Close())
 }
 
 func mustAddrPort(t *testing.T, s string) netip.AddrPort {

@@ -20,7 +20,9 @@ type LinkResult struct {
 	// Answered checks per second over the run, against Offered (the
 	// workload's closed-loop rate: throughput cannot exceed it).
 	Throughput, Offered float64
-	// Latency of the answered checks, as the clients saw it.
+	// Latency of the answered checks, as the clients saw it (checks and
+	// acquisitions; not the releases of concurrency slots, which the
+	// workload sends on top).
 	P50, P99, Max time.Duration
 	// Forward calls to owners, the checks they carried, those that
 	// failed, and of those, the ones that took at least the largest
@@ -30,9 +32,22 @@ type LinkResult struct {
 	// answered by its heir, or by the fallback policy).
 	Fallbacks      float64
 	ForwardTimeout time.Duration
-	Delayer        DelayStats
-	// MaxP99 is the scenario's promise (Scenario.MaxP99); 0: none.
-	MaxP99 time.Duration
+	Delayer        DelayerReport
+	// P99Promised is the scenario's P99WithinForward; MaxP99 is then the
+	// limit, its forward timeout plus P99Slack (0 when the nodes' flags
+	// do not give the timeout: the promise cannot be checked, and fails).
+	P99Promised bool
+	MaxP99      time.Duration
+}
+
+// DelayerReport is what the delayer counted over a run: its hold queue's
+// counters, and the errors of its netfilter queue (verdicts the kernel
+// refused; overruns of the socket's buffer, ENOBUFS, each of which lost
+// packets the delayer never saw), with the last one.
+type DelayerReport struct {
+	DelayStats
+	Errors    int64
+	LastError string
 }
 
 // ChecksPerForward is how many checks a forward call carried on average:
@@ -44,18 +59,26 @@ func (l *LinkResult) ChecksPerForward() float64 {
 	return l.Forwarded / l.Forwards
 }
 
-// OverPromise says how the run broke the scenario's MaxP99, or "".
+// OverPromise says how the run broke the scenario's p99 promise, or "".
 func (l *LinkResult) OverPromise() string {
-	if l == nil || l.MaxP99 <= 0 || l.P99 <= l.MaxP99 {
+	switch {
+	case l == nil || !l.P99Promised:
 		return ""
+	case l.MaxP99 <= 0:
+		return "p99 promised within the forward timeout, but the nodes' flags do not give it (--forward-timeout)"
+	case l.P99 > l.MaxP99:
+		return fmt.Sprintf("p99 of answered checks %s > the promised %s", l.P99.Round(time.Millisecond), l.MaxP99)
 	}
-	return fmt.Sprintf("p99 of answered checks %s > the promised %s", l.P99.Round(time.Millisecond), l.MaxP99)
+	return ""
 }
 
 // linkResult measures a run over slow links from its history and the
 // nodes' metrics before and after it.
-func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Duration, before, after nodeMetrics, st DelayStats) *LinkResult {
-	l := &LinkResult{Offered: offered, ForwardTimeout: forwardTimeout, Delayer: st, MaxP99: sc.MaxP99}
+func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Duration, before, after nodeMetrics, dl DelayerReport) *LinkResult {
+	l := &LinkResult{Offered: offered, ForwardTimeout: forwardTimeout, Delayer: dl, P99Promised: sc.P99WithinForward}
+	if sc.P99WithinForward && forwardTimeout > 0 {
+		l.MaxP99 = forwardTimeout + sc.P99Slack
+	}
 	// The clients' numbers count from the moment the links are slow.
 	var from time.Duration
 	for _, ev := range h.Events {
@@ -64,14 +87,12 @@ func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Dur
 			break
 		}
 	}
+	// Checks only: releases are not offered (the workload sends them on
+	// top of its rate), and the promise is about checks.
 	var lat []time.Duration
-	checks := 0 // releases are not offered: the workload sends them on top of its rate
 	for _, op := range h.Ops {
-		if op.Answered() && op.Invoke >= from {
+		if op.Answered() && op.Invoke >= from && op.Kind != ReleaseOp {
 			lat = append(lat, op.Latency())
-			if op.Kind != ReleaseOp {
-				checks++
-			}
 		}
 	}
 	slices.Sort(lat)
@@ -79,7 +100,7 @@ func linkResult(sc Scenario, h History, offered float64, forwardTimeout time.Dur
 		l.P50, l.P99, l.Max = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]
 	}
 	if h.End > from {
-		l.Throughput = float64(checks) / (h.End - from).Seconds()
+		l.Throughput = float64(len(lat)) / (h.End - from).Seconds()
 	}
 	d := func(name string, labels ...string) float64 {
 		return after.sum(name, labels...) - before.sum(name, labels...)
@@ -200,19 +221,35 @@ func writeLinkTable(b *strings.Builder, results []*Result) {
 		return
 	}
 	b.WriteString("\n## Slow links\n\n" +
-		"| scenario | answered/s (offered) | p50 | p99 (promise) | max | forward calls | checks per call | failed calls | of them ≥ timeout | owner unreachable | delayer: held / lost / full / most queued |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"| scenario | answered/s (offered) | p50 | p99 (promise) | max | forward calls | checks per call | failed calls | of them ≥ timeout | owner unreachable | delayer: held / lost / full / most queued | delayer errors |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	var lastErrs []string
 	for _, r := range rows {
 		l := r.Link
-		promise := "–"
-		if l.MaxP99 > 0 {
-			promise = "≤ " + l.MaxP99.String()
+		fmt.Fprintf(b, "| %s | %.0f (%.0f) | %s | %s (%s) | %s | %.0f | %.2f | %.0f | %.0f (timeout %s) | %.0f | %d / %d / %d / %d | %d |\n",
+			r.Scenario, l.Throughput, l.Offered, ms(l.P50), ms(l.P99), l.p99Promise(), ms(l.Max), l.Forwards, l.ChecksPerForward(),
+			l.ForwardErrors, l.ForwardTimeouts, l.ForwardTimeout, l.Fallbacks,
+			l.Delayer.Held, l.Delayer.Lost, l.Delayer.Full, l.Delayer.MaxQueued, l.Delayer.Errors)
+		if l.Delayer.LastError != "" {
+			lastErrs = append(lastErrs, fmt.Sprintf("- %s: %s\n", r.Scenario, l.Delayer.LastError))
 		}
-		fmt.Fprintf(b, "| %s | %.0f (%.0f) | %s | %s (%s) | %s | %.0f | %.2f | %.0f | %.0f (timeout %s) | %.0f | %d / %d / %d / %d |\n",
-			r.Scenario, l.Throughput, l.Offered, ms(l.P50), ms(l.P99), promise, ms(l.Max), l.Forwards, l.ChecksPerForward(),
-			l.ForwardErrors, l.ForwardTimeouts, l.ForwardTimeout, l.Fallbacks, l.Delayer.Held, l.Delayer.Lost, l.Delayer.Full, l.Delayer.MaxQueued)
 	}
-	b.WriteString("\nLatency is the clients' (checks to random nodes, answered); forward counters are the nodes' /metrics over the run, summed; " +
-		"\"≥ timeout\" counts failed calls slower than the largest duration bucket under the forward timeout.\n")
+	b.WriteString("\nLatency is the clients' (checks to random nodes, answered; releases left out); forward counters are the nodes' /metrics over the run, summed; " +
+		"\"≥ timeout\" counts failed calls slower than the largest duration bucket under the forward timeout. " +
+		"Delayer errors are verdicts the kernel refused and overruns of the queue's socket buffer (each lost packets the delayer never saw, uncounted).\n")
+	if len(lastErrs) > 0 {
+		b.WriteString("\nThe delayer's last error:\n\n" + strings.Join(lastErrs, ""))
+	}
+}
+
+// p99Promise is the report's p99 promise: "≤ 500ms", or "–" for none.
+func (l *LinkResult) p99Promise() string {
+	switch {
+	case !l.P99Promised:
+		return "–"
+	case l.MaxP99 <= 0:
+		return "forward timeout unknown"
+	}
+	return "≤ " + l.MaxP99.String()
 }

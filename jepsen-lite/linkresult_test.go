@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,13 @@ peerlimit_owner_unreachable_total{policy="local"} 1
 			{Invoke: 3 * time.Second, Complete: 3*time.Second + 40*ms, Outcome: Allowed},
 			{Invoke: 4 * time.Second, Complete: 4*time.Second + 60*ms, Outcome: Denied},
 			{Invoke: 5 * time.Second, Complete: 6 * time.Second, Outcome: Timeout},
+			// A release is not a check: neither in the latency nor in
+			// the throughput.
+			{Invoke: 7 * time.Second, Complete: 7*time.Second + 900*ms, Outcome: Allowed, Kind: ReleaseOp},
 		}}
 	args := []string{"--gossip-profile", "local", "--forward-timeout", "250ms"}
-	l := linkResult(Scenario{MaxP99: 50 * ms}, h, 300, flagDuration(args, "forward-timeout", 0), before, after, DelayStats{Held: 7})
+	dl := DelayerReport{DelayStats: DelayStats{Held: 7}, Errors: 2, LastError: "nfqueue read: no buffer space available"}
+	l := linkResult(Scenario{}, h, 300, flagDuration(args, "forward-timeout", 0), before, after, dl)
 
 	assert.Equal(t, 250*ms, l.ForwardTimeout)
 	assert.Equal(t, 200.0, l.Forwards)
@@ -59,10 +64,60 @@ peerlimit_owner_unreachable_total{policy="local"} 1
 	assert.Equal(t, 7.0, l.Fallbacks, "relayed; the local ones were there before")
 	assert.Equal(t, 0.25, l.Throughput, "2 answered in the 8 s since the links slowed")
 	assert.Equal(t, 60*ms, l.P99)
+	assert.Equal(t, 60*ms, l.Max, "the release's 900 ms is left out")
 	assert.Equal(t, int64(7), l.Delayer.Held)
-	assert.Contains(t, l.OverPromise(), "p99 of answered checks 60ms > the promised 50ms")
+	assert.Equal(t, int64(2), l.Delayer.Errors)
+	assert.Empty(t, l.OverPromise(), "no promise")
 	var none *LinkResult
 	assert.Empty(t, none.OverPromise())
+
+	report := &Result{Scenario: "latency", Link: l}
+	var b strings.Builder
+	writeLinkTable(&b, []*Result{report})
+	assert.Contains(t, b.String(), "| 7 / 0 / 0 / 0 | 2 |", "held / lost / full / most queued, then the errors")
+	assert.Contains(t, b.String(), "- latency: nfqueue read: no buffer space available")
+}
+
+// The p99 promise is the forward timeout the nodes run with (the last
+// --forward-timeout, so -node-args moves it) plus the scenario's slack.
+func TestLinkResultP99PromiseFollowsTheForwardTimeout(t *testing.T) {
+	ms := time.Millisecond
+	h := History{End: 10 * time.Second, Events: []Event{{Name: "slow", Fault: true}}}
+	for range 198 {
+		h.Ops = append(h.Ops, Op{Invoke: time.Second, Complete: time.Second + 30*ms, Outcome: Allowed})
+	}
+	// p99 of 200 is the 199th fastest; the slowest is above it.
+	h.Ops = append(h.Ops, Op{Invoke: time.Second, Complete: time.Second + 60*ms, Outcome: Allowed},
+		Op{Invoke: time.Second, Complete: time.Second + 900*ms, Outcome: Allowed})
+	result := func(sc Scenario, args ...string) *LinkResult {
+		return linkResult(sc, h, 300, flagDuration(args, "forward-timeout", 0), nodeMetrics{}, nodeMetrics{}, DelayerReport{})
+	}
+	within := Scenario{P99WithinForward: true}
+
+	l := result(within, "--forward-timeout", "250ms")
+	assert.Equal(t, 60*ms, l.P99)
+	assert.Equal(t, 250*ms, l.MaxP99)
+	assert.Empty(t, l.OverPromise())
+
+	l = result(within, "--forward-timeout", "250ms", "--forward-timeout=50ms")
+	assert.Equal(t, 50*ms, l.MaxP99, "-node-args' timeout, given last, is the promise")
+	assert.Equal(t, "p99 of answered checks 60ms > the promised 50ms", l.OverPromise())
+
+	withSlack := within
+	withSlack.P99Slack = 20 * ms
+	l = result(withSlack, "--forward-timeout=50ms")
+	assert.Equal(t, 70*ms, l.MaxP99, "the timeout and one retransmission")
+	assert.Empty(t, l.OverPromise())
+
+	l = result(within, "--gossip-profile", "local")
+	assert.Contains(t, l.OverPromise(), "do not give it", "a promise that cannot be checked fails")
+	assert.Empty(t, result(within.WithoutPromises(), "--gossip-profile", "local").OverPromise(), "-promises=false")
+}
+
+// -promises=false holds a scenario to its bounds only.
+func TestWithoutPromises(t *testing.T) {
+	sc := Scenario{Name: "x", MaxWorst: 1.2, MaxDegraded: 0.02, P99WithinForward: true, P99Slack: time.Second}
+	assert.Equal(t, Scenario{Name: "x"}, sc.WithoutPromises())
 }
 
 func TestFlagDuration(t *testing.T) {

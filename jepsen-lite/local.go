@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,10 @@ func Local(bin, baseIP string, args []string, seed uint64) BackendFactory {
 		switch sc.Needs {
 		case NeedNothing:
 		case NeedSlowLink:
-			if b.delay, err = NewDelayer(DefaultDelayerConfig("PLDELAY-"+suffix, seed)); err != nil {
+			// The pid: a chain per process, which a later run may flush
+			// once this process is gone (removeOrphans).
+			chain := fmt.Sprintf("PLDELAY-%s-%d", suffix, os.Getpid())
+			if b.delay, err = NewDelayer(DefaultDelayerConfig(chain, seed)); err != nil {
 				b.fwErr = err
 			}
 		default:
@@ -146,13 +150,18 @@ func (b *localBackend) Heal(context.Context) error {
 	return ErrUnsupported
 }
 
-// DelayStats are the delayer's counters, for the report; ok false when
-// the scenario slowed no link.
-func (b *localBackend) DelayStats() (DelayStats, bool) {
+// DelayerReport is what the delayer counted, for the report; ok false
+// when the scenario slowed no link.
+func (b *localBackend) DelayerReport() (DelayerReport, bool) {
 	if b.delay == nil {
-		return DelayStats{}, false
+		return DelayerReport{}, false
 	}
-	return b.delay.Stats(), true
+	r := DelayerReport{DelayStats: b.delay.Stats()}
+	var last error
+	if r.Errors, last = b.delay.Errors(); last != nil {
+		r.LastError = last.Error()
+	}
+	return r, true
 }
 
 func (b *localBackend) Answering(id string) bool  { return b.procs.State(id) == Running }

@@ -60,19 +60,19 @@ func faultScenarios() []Scenario {
 // slowLinkScenarios slow links down for the whole run (the Delayer:
 // netfilter queue, no netem). The promise: a link that is slow but works
 // is not taken for a cut (no storm of degraded answers, no over-admission
-// beyond 1.2×), and checks are answered within the forward timeout (p99),
-// by their owners. Each is measured (LinkResult) for docs/chaos.md.
+// beyond 1.2×), and checks are answered within the forward timeout the
+// nodes run with (p99; -node-args moves it), by their owners. Each is
+// measured (LinkResult) for docs/chaos.md.
 func slowLinkScenarios() []Scenario {
 	jittery := Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond}
 	n1 := func(e *Env) ([]string, []string) { return []string{e.ID(0)}, []string{e.ID(1), e.ID(2)} }
-	const p99 = 250 * time.Millisecond // NodeArgs' --forward-timeout
 	// slowAt leaves the monitor time to see the cluster converge
 	// before the links slow down (the start's convergence is checked).
 	const slowAt = 2 * time.Second
 	return []Scenario{
 		{
 			Name: "latency", About: "20 ms ± 10 ms each way between n1 and the others (n2 – n3 fast), for the whole run",
-			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99,
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, P99WithinForward: true,
 			Steps: []Step{{At: slowAt, Name: "slow n1 ↔ n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.DelayBoth(ctx, a, b, jittery)
@@ -82,7 +82,7 @@ func slowLinkScenarios() []Scenario {
 			Name: "asymmetric", About: "20 ms ± 10 ms from n1 to the others only; their answers come back at once",
 			// In make chaos only: the test command's budget is tight, and
 			// latency covers the delayer (8.5 s there, reliable too).
-			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99, FullOnly: true,
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, P99WithinForward: true, FullOnly: true,
 			Steps: []Step{{At: slowAt, Name: "slow n1 → n2 n3: " + jittery.String(), Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.Delay(ctx, a, b, jittery)
@@ -92,8 +92,15 @@ func slowLinkScenarios() []Scenario {
 			Name: "latency-loss", About: "20 ms ± 10 ms and 2 % loss each way between n1 and the others, for the whole run",
 			// A lost segment waits for TCP's retransmission (≥ 200 ms on
 			// Linux, more than the round trip), so some forwards time out
-			// and their checks are answered degraded: few may be.
-			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.02, FullOnly: true,
+			// and their checks are answered degraded: few may be. A
+			// check whose forward lost a segment waits for its
+			// retransmission (Linux's 200 ms minimum RTO and the 40 ±
+			// 20 ms round trip) within the forward timeout, or is
+			// relayed after it, over a link as lossy: p99 ≤ the timeout
+			// + one retransmission, 250 ms (docs/chaos.md measured 234 ms
+			// at a 250 ms timeout, 307 ms at 1 s).
+			Nodes: 3, Duration: 20 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.02,
+			P99WithinForward: true, P99Slack: 250 * time.Millisecond, FullOnly: true,
 			Steps: []Step{{At: slowAt, Name: "slow, lossy n1 ↔ n2 n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				a, b := n1(e)
 				return e.DelayBoth(ctx, a, b, Link{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Loss: 0.02})
@@ -101,7 +108,7 @@ func slowLinkScenarios() []Scenario {
 		},
 		{
 			Name: "wan", About: "six nodes in three regions of two (n1 n2 | n3 n4 | n5 n6), 40 ms round trip between regions (20 ms ± 2 ms each way), none within",
-			Nodes: 6, Duration: 25 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, MaxP99: p99, FullOnly: true,
+			Nodes: 6, Duration: 25 * time.Second, Needs: NeedSlowLink, MaxWorst: 1.2, MaxDegraded: 0.01, P99WithinForward: true, FullOnly: true,
 			Steps: []Step{{At: slowAt, Name: "three regions 40 ms apart", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error {
 				region := func(i int) []string { return []string{e.ID(2 * i), e.ID(2*i + 1)} }
 				l := Link{Delay: 20 * time.Millisecond, Jitter: 2 * time.Millisecond}
