@@ -38,15 +38,23 @@ func (s *Set) watchTargets() []filewatch.Target {
 	var ts []filewatch.Target
 	if s.policies != nil {
 		ts = append(ts, filewatch.Target{Path: s.cfg.PoliciesFile, Mode: filewatch.File,
-			OnChange: func() { _ = s.reloadPolicies(reloadWatched) }})
+			OnChange: func() { s.onWatched(s.reloadPolicies) }})
 	}
 	if s.rls != nil && s.cfg.EnvoyRLSConfig != "" {
 		t := filewatch.Target{Path: s.cfg.EnvoyRLSConfig, Mode: filewatch.Auto,
-			OnChange: func() { _ = s.reloadEnvoyRLS(reloadWatched) }}
+			OnChange: func() { s.onWatched(s.reloadEnvoyRLS) }}
 		if root := s.cfg.EnvoyRLSWatchRoot; root != "" {
 			t.Path, t.Mode = root, filewatch.Root
 		}
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// onWatched runs a reload the watcher asks for, unless the Set is
+// stopping: Stop does not wait for the watcher to close.
+func (s *Set) onWatched(reload func(reloadCause) error) {
+	if !s.stopping() {
+		_ = reload(reloadWatched)
+	}
 }
