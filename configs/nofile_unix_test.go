@@ -114,6 +114,14 @@ func TestAConfigDirectorySaysWhatItSkipped(t *testing.T) {
 	for path, kind := range skipped {
 		assert.Contains(t, logs.String(), fmt.Sprintf("path=%s why=\"%s, not a regular file\"", path, kind))
 	}
+
+	// At a reload too: a named pipe put there since is skipped and said.
+	later := filepath.Join(dir, "later.yaml")
+	require.NoError(t, syscall.Mkfifo(later, 0o600))
+	write(t, filepath.Join(dir, "edge.yaml"), edgeRules(8))
+	within(t, "the reload", func() { require.NoError(t, s.ReloadEnvoyRLS()) })
+	assert.EqualValues(t, 8, s.edgeLimit())
+	assert.Contains(t, logs.String(), fmt.Sprintf("path=%s why=\"a named pipe (FIFO), not a regular file\"", later))
 }
 
 type syncBuffer struct {
