@@ -46,8 +46,9 @@ var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration"
 // serialises its own, and what they record is the latest read (see
 // reload.go). The configurations in force are read without a lock. New
 // loads; Start starts the watcher, the control plane's subscription and
-// the advertising of digests, once; Shutdown stops them, and may be
-// called more than once.
+// the advertising of digests, once; Stop stops them, Shutdown stops them
+// and waits for them until its context ends; both may be called more
+// than once.
 type Set struct {
 	cfg  Config
 	deps Deps
@@ -198,17 +199,6 @@ func (s *Set) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("configs: a reload under way was left behind: %w", context.Cause(ctx))
-	}
-}
-
-// stopping reports whether Stop was called: the watcher's reloads then
-// start no more.
-func (s *Set) stopping() bool {
-	select {
-	case <-s.stop:
-		return true
-	default:
-		return false
 	}
 }
 

@@ -38,11 +38,11 @@ func (s *Set) watchTargets() []filewatch.Target {
 	var ts []filewatch.Target
 	if s.policies != nil {
 		ts = append(ts, filewatch.Target{Path: s.cfg.PoliciesFile, Mode: filewatch.File,
-			OnChange: func() { s.onWatched(s.reloadPolicies) }})
+			OnChange: whileRunning(s.stop, s.reloadPolicies)})
 	}
 	if s.rls != nil && s.cfg.EnvoyRLSConfig != "" {
 		t := filewatch.Target{Path: s.cfg.EnvoyRLSConfig, Mode: filewatch.Auto,
-			OnChange: func() { s.onWatched(s.reloadEnvoyRLS) }}
+			OnChange: whileRunning(s.stop, s.reloadEnvoyRLS)}
 		if root := s.cfg.EnvoyRLSWatchRoot; root != "" {
 			t.Path, t.Mode = root, filewatch.Root
 		}
@@ -51,10 +51,14 @@ func (s *Set) watchTargets() []filewatch.Target {
 	return ts
 }
 
-// onWatched runs a reload the watcher asks for, unless the Set is
-// stopping: Stop does not wait for the watcher to close.
-func (s *Set) onWatched(reload func(reloadCause) error) {
-	if !s.stopping() {
-		_ = reload(reloadWatched)
+// whileRunning is the watcher's callback of reload: it reloads until stop
+// is closed (Set.Stop, which does not wait for the watcher to close).
+func whileRunning(stop <-chan struct{}, reload func(reloadCause) error) func() {
+	return func() {
+		select {
+		case <-stop:
+		default:
+			_ = reload(reloadWatched)
+		}
 	}
 }
