@@ -39,7 +39,9 @@ const (
 	// was applied again, and the first answer's Refunded and Over repeat.
 	SettledBefore
 	// SettledUnknown: its owner had no record (the key changed owner by
-	// failover or handoff); it was applied from the token.
+	// failover or handoff); it was applied from the token when the
+	// cluster has a secret, which makes tokens authentic; without one,
+	// nothing was refunded and only a cost above its hits was charged.
 	SettledUnknown
 	// SettledExpired: it had expired, counting as used, so only a cost
 	// above its hits was charged.

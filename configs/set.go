@@ -12,6 +12,7 @@
 package configs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,8 +46,9 @@ var ErrNoEnvoyRLSConfig = errors.New("no envoy rate limit service configuration"
 // serialises its own, and what they record is the latest read (see
 // reload.go). The configurations in force are read without a lock. New
 // loads; Start starts the watcher, the control plane's subscription and
-// the advertising of digests, once; Shutdown stops them, and may be
-// called more than once.
+// the advertising of digests, once; Stop stops them, Shutdown stops them
+// and waits for them until its context ends; both may be called more
+// than once.
 type Set struct {
 	cfg  Config
 	deps Deps
@@ -67,9 +69,12 @@ type Set struct {
 	joined atomic.Pointer[Cluster]
 
 	watch    *filewatch.Watcher // nil unless watching; set by Start
-	stop     chan struct{}      // closed by Shutdown
+	stop     chan struct{}      // closed by Stop
 	stopOnce sync.Once
 	wg       sync.WaitGroup // the advertiser and the subscription
+	// stopped is closed once everything Stop stops has ended, the
+	// watcher's reload under way included.
+	stopped chan struct{}
 }
 
 // Deps are what a Set needs of the node that serves its configurations.
@@ -130,7 +135,7 @@ func New(cfg Config, deps Deps) (*Set, error) {
 	if deps.Serving == nil {
 		deps.Serving = func() bool { return true }
 	}
-	s := &Set{cfg: cfg, deps: deps, changes: changes{kick: make(chan struct{}, 1)}, stop: make(chan struct{})}
+	s := &Set{cfg: cfg, deps: deps, changes: changes{kick: make(chan struct{}, 1)}, stop: make(chan struct{}), stopped: make(chan struct{})}
 	var err error
 	if cfg.PoliciesFile != "" {
 		if s.policies, err = policy.Load(cfg.PoliciesFile, deps.Check); err != nil {
@@ -164,14 +169,37 @@ func (s *Set) Start() error {
 	return nil
 }
 
-// Shutdown stops the watcher, the subscription and the advertising, and
-// waits for them and for a reload under way. Safe to call more than once.
-func (s *Set) Shutdown() {
-	s.stopOnce.Do(func() { close(s.stop) })
-	if s.watch != nil {
-		_ = s.watch.Close()
+// Stop stops the watcher, the subscription and the advertising without
+// waiting for them: no reload of the watcher's starts after it, and what
+// is in force stays. Reloads called directly (ReloadPolicies, on SIGHUP)
+// are the caller's. Safe to call more than once, and with Shutdown.
+func (s *Set) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		go func() {
+			if s.watch != nil {
+				_ = s.watch.Close() // waits for the reload under way
+			}
+			s.wg.Wait()
+			close(s.stopped)
+		}()
+	})
+}
+
+// Shutdown is Stop, then waits for what it stopped to end, a reload of
+// the watcher's under way included, until ctx ends. A reload blocked on a
+// file system that hangs must not hold up the node's shutdown: it is left
+// to end on its own (what it reads then goes in force, or not, in a node
+// that no longer serves), and the error says one was left. Safe to call
+// more than once.
+func (s *Set) Shutdown(ctx context.Context) error {
+	s.Stop()
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("configs: a reload under way was left behind: %w", context.Cause(ctx))
 	}
-	s.wg.Wait()
 }
 
 // Policies returns the policies in force, or nil without a policy file.

@@ -1,6 +1,7 @@
 package configs_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,7 +46,7 @@ func startSet(t *testing.T, cfg configs.Config, edit func(*configs.Deps)) set {
 	s, err := configs.New(cfg, deps)
 	require.NoError(t, err)
 	require.NoError(t, s.Start())
-	t.Cleanup(s.Shutdown)
+	t.Cleanup(func() { assert.NoError(t, s.Shutdown(context.Background())) })
 	return set{Set: s, t: t, reg: reg}
 }
 
@@ -82,6 +83,19 @@ func edgeRules(limit int) string {
 func write(t *testing.T, path, src string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
+}
+
+// within fails the test if f has not returned within a generous bound:
+// what it guards against is blocking for ever.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second): // a deadline for the failure, not a wait for success
+		t.Fatalf("%s blocked", what)
+	}
 }
 
 func fileConfig(edit func(*configs.Config)) configs.Config {

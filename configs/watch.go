@@ -38,15 +38,27 @@ func (s *Set) watchTargets() []filewatch.Target {
 	var ts []filewatch.Target
 	if s.policies != nil {
 		ts = append(ts, filewatch.Target{Path: s.cfg.PoliciesFile, Mode: filewatch.File,
-			OnChange: func() { _ = s.reloadPolicies(reloadWatched) }})
+			OnChange: whileRunning(s.stop, s.reloadPolicies)})
 	}
 	if s.rls != nil && s.cfg.EnvoyRLSConfig != "" {
 		t := filewatch.Target{Path: s.cfg.EnvoyRLSConfig, Mode: filewatch.Auto,
-			OnChange: func() { _ = s.reloadEnvoyRLS(reloadWatched) }}
+			OnChange: whileRunning(s.stop, s.reloadEnvoyRLS)}
 		if root := s.cfg.EnvoyRLSWatchRoot; root != "" {
 			t.Path, t.Mode = root, filewatch.Root
 		}
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// whileRunning is the watcher's callback of reload: it reloads until stop
+// is closed (Set.Stop, which does not wait for the watcher to close).
+func whileRunning(stop <-chan struct{}, reload func(reloadCause) error) func() {
+	return func() {
+		select {
+		case <-stop:
+		default:
+			_ = reload(reloadWatched)
+		}
+	}
 }

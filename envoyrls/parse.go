@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 	"github.com/peerlimit/peerlimit/internal/yamlconf"
 	"github.com/peerlimit/peerlimit/limiter"
 )
@@ -212,7 +213,7 @@ func walkDir(root, rel string, above []os.FileInfo, files *[]string, skipped fun
 		default:
 			// A socket, a FIFO, a device is not configuration, and reading
 			// a FIFO would wait for a writer: skipped, but said.
-			skipped(full, yamlconf.Kind(st.Mode())+", not a regular file")
+			skipped(full, regularfile.Kind(st.Mode())+", not a regular file")
 		}
 	}
 	return nil

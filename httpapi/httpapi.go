@@ -682,7 +682,7 @@ func toJSON(r peer.Result) CheckResponse {
 const maxMessage = 1024
 
 func errorOf(err error) *Error {
-	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: logging.ClipTo(err.Error(), maxMessage)}
+	return &Error{Code: peer.CodeOf(err).String(), Field: limiter.Echo(peer.FieldOf(err)), Message: logging.ClipWithin(err.Error(), maxMessage)}
 }
 
 // writeError answers a failed request with the HTTP status its code maps to.

@@ -141,8 +141,11 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	for _, via := range []string{"handoff", "journal", "journal, 5 ms in transit"} {
 		t.Run(via, func(t *testing.T) {
-			from := newStore(t, 4, func(c *Config) { c.TrackChanges = true })
-			to := newStore(t, 4, nil)
+			// A cluster secret: the new owner frees a slot from a token only
+			// when it is authentic.
+			keys := NewTokenKeys([][]byte{clusterSecret}, "test")
+			from := newStore(t, 4, func(c *Config) { c.TrackChanges = true; c.TokenKeys = keys })
+			to := newStore(t, 4, func(c *Config) { c.TokenKeys = keys })
 			r := slots(2)
 			d := acquire(t, from, now, r)
 			require.True(t, acquire(t, from, now.Add(time.Second), r).Allowed)
@@ -186,16 +189,18 @@ func TestConcurrencySlotsTravelWithTheirPartition(t *testing.T) {
 func TestAReleaseFreesItsOwnSlotWhereverItTravelled(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	r := slots(3)
-	s := newStore(t, 1, nil)
+	keys := NewTokenKeys([][]byte{clusterSecret}, "test") // authentic tokens free slots on the heir
+	withKeys := func(c *Config) { c.TokenKeys = keys }
+	s := newStore(t, 1, withKeys)
 	tok := acquire(t, s, now, r).Adjust.Reservation
 	require.True(t, acquire(t, s, now.Add(100*time.Millisecond), r).Allowed) // another holder's slot, 100 ms later
-	other := newStore(t, 1, nil)                                             // the other side of a partition
+	other := newStore(t, 1, withKeys)                                        // the other side of a partition
 	foreign := acquire(t, other, now, r).Adjust.Reservation
 	p := s.Transfer().PartitionOf(r.Key)
 	states := s.Transfer().SnapshotPartition(p, now.Add(100*time.Millisecond))
 	require.Len(t, states[0].Tags, 2, "each slot travels with its tag")
 	for _, shift := range []time.Duration{0, 5 * time.Millisecond, 250 * time.Millisecond, time.Second, -time.Second} {
-		heir := newStore(t, 1, nil)
+		heir := newStore(t, 1, withKeys)
 		moved := []KeyState{states[0]}
 		moved[0].Log = append([]int64(nil), states[0].Log...)
 		sent := now.Add(time.Second)

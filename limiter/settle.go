@@ -27,7 +27,11 @@ import (
 //   - unknown here, not expired: the owner changed (failover, handoff);
 //     the token says what to refund and charge, and it is remembered as
 //     settled (apart from the reservations: Config.MaxUnknownSettles).
-//     SettledUnknown.
+//     SettledUnknown. Only an authenticated token (Config.TokenKeys made
+//     of cluster secrets) refunds so, or frees a concurrency slot:
+//     without a secret anyone can make a token, so one with no record
+//     refunds nothing and frees nothing; a cost above its hits is still
+//     charged, as a CHECK of that cost would be.
 //   - expired: a reservation counts as used at its expiry, so only a cost
 //     above its hits is charged; a hold was released at its expiry, so
 //     the whole cost is. SettledExpired.
@@ -99,16 +103,25 @@ func (rv *Reservations) settleLocked(sh *shard, k stateKey, ms, ns int64, r Requ
 		d, _, over, err := rv.adjustLocked(sh, k, ms, ns, r, t.at, 0, cost)
 		return d, Adjustment{Over: over, Settled: SettledExpired}, err
 	}
+	// Without a record, the token's word is all there is: worth a refund
+	// only if no caller could have made it up.
+	trusted := found || rv.keys.authenticates()
 	refund := max(t.hits-r.Hits, 0)
-	if r.Algorithm == GCRA {
+	switch {
+	case !trusted:
+		refund = 0
+	case r.Algorithm == GCRA:
 		refund = min(refund, undrained(t.at, ns, bucketOf(&r).t, t.hits))
 	}
 	var d Decision
 	var refunded, over int64
 	var err error
-	if k.concurrency() { // a RELEASE: its slot, by its tag
+	switch {
+	case k.concurrency() && !trusted:
+		d = rv.peekLocked(sh, k, ms, ns, r)
+	case k.concurrency(): // a RELEASE: its slot, by its tag
 		d, refunded = rv.releaseSlot(sh, k, ms, r, slotTag(t.id))
-	} else {
+	default:
 		d, refunded, over, err = rv.adjustLocked(sh, k, ms, ns, r, t.at, refund, max(r.Hits-t.hits, 0))
 	}
 	if err != nil {

@@ -27,6 +27,10 @@ import (
 //     key can make one. With the cluster's secret as the key that is
 //     nobody outside the cluster; without one, the key is public
 //     (NewTokenKeys) and the MAC only catches a token damaged in transit.
+//     A token with no record is then taken at its word for nothing: its
+//     settle refunds nothing and frees no slot (Settle), since anyone
+//     with the reserve scope could make one and be refunded, which the
+//     refund scope is there to refuse.
 
 // Token layout, before base64url: version, id, at, hits, expires, flags,
 // binding, then (version 2) the MAC of all that and the limit's identity.
@@ -143,6 +147,9 @@ func decodeToken(s string) (token, error) {
 // use; the zero value is not usable (NewTokenKeys).
 type TokenKeys struct {
 	keys atomic.Pointer[[]*tokenKey]
+	// secret: the keys come from cluster secrets. Without one the key is
+	// public and a token authenticates nothing (authenticates).
+	secret atomic.Bool
 }
 
 // tokenKey is one key, with a pool of its HMACs: keying one costs two
@@ -177,7 +184,13 @@ func (k *TokenKeys) Set(secrets [][]byte, cluster string) {
 		keys = append(keys, newTokenKey([]byte(cluster), publicTokenLabel))
 	}
 	k.keys.Store(&keys)
+	k.secret.Store(len(secrets) > 0)
 }
+
+// authenticates reports whether a token that verifies was made by a
+// member: true with cluster secrets; false with the public key, which
+// anyone who knows the cluster's name can sign with.
+func (k *TokenKeys) authenticates() bool { return k.secret.Load() }
 
 func newTokenKey(secret []byte, label string) *tokenKey {
 	m := hmac.New(sha256.New, secret)

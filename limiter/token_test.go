@@ -133,6 +133,61 @@ func TestAMadeUpTokenFreesNothing(t *testing.T) {
 	}
 }
 
+// Without a cluster secret the token key is public: anyone who knows the
+// cluster's name, a caller with only the reserve scope included, can
+// make a token that verifies. A settle or release of a token this store
+// has no record of then refunds nothing and frees no slot, made up or
+// the heir's, answered SETTLED_UNKNOWN; before, a fresh-id RELEASE
+// refunded the window's count, which the refund scope is there to
+// refuse. A cost above the token's hits is still charged, as a CHECK of
+// it would be. With a secret the heir refunds an authentic token
+// (TestSettleFromATokenOnAnotherStore, TestTheHeirVerifiesTheToken).
+func TestWithoutASecretATokenWithNoRecordRefundsNothing(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000_020)
+	for _, alg := range []Algorithm{SlidingWindowCounter, SlidingWindowLog, GCRA} {
+		t.Run(alg.String()+", made up", func(t *testing.T) {
+			s := newStore(t, 4, nil) // no secret: the public key
+			r := reserveReq(alg, 10, 3)
+			_, err := s.Check(t0, Request{Key: r.Key, Limit: 10, Window: time.Minute, Algorithm: alg, Hits: 10})
+			require.NoError(t, err)
+			made := mint(s.reservations.keys, r, token{id: 42, at: t0.UnixMilli(), hits: 10, expires: t0.Add(time.Minute).UnixMilli()})
+			rel := settleReq(r, made, 0)
+			rel.Op = OpRelease
+			d, err := s.Apply(t0.Add(time.Millisecond), rel)
+			require.NoError(t, err, "it verifies: the key is public")
+			assert.Equal(t, Adjustment{Settled: SettledUnknown}, *d.Adjust)
+			assert.EqualValues(t, 10, peekCount(t, s, t0.Add(time.Millisecond), r), "nothing refunded")
+
+			over := mint(s.reservations.keys, r, token{id: 43, at: t0.UnixMilli(), hits: 1, expires: t0.Add(time.Minute).UnixMilli()})
+			d, err = s.Apply(t0.Add(time.Millisecond), settleReq(r, over, 3))
+			require.NoError(t, err)
+			assert.EqualValues(t, 2, d.Adjust.Over, "a cost above its hits is charged")
+			assert.Zero(t, d.Adjust.Refunded)
+			assert.Zero(t, s.Reservations().Stats().RefundedHits)
+		})
+		t.Run(alg.String()+", on the heir", func(t *testing.T) {
+			owner, heir := newStore(t, 4, nil), newStore(t, 4, nil)
+			r := reserveReq(alg, 100, 40)
+			d, err := owner.Apply(t0, r)
+			require.NoError(t, err)
+			heir.Transfer().Merge(t0, owner.Transfer().SnapshotPartition(owner.Transfer().PartitionOf(r.Key), t0))
+			d, err = heir.Apply(t0.Add(time.Millisecond), settleReq(r, d.Adjust.Reservation, 10))
+			require.NoError(t, err)
+			assert.Equal(t, Adjustment{Settled: SettledUnknown}, *d.Adjust, "authentic, but nobody could tell")
+			assert.EqualValues(t, 40, peekCount(t, heir, t0.Add(time.Millisecond), r), "the reservation counts as used")
+		})
+	}
+	t.Run("a concurrency slot on the heir", func(t *testing.T) {
+		owner, heir := newStore(t, 1, nil), newStore(t, 1, nil)
+		r := slots(2)
+		tok := acquire(t, owner, t0, r).Adjust.Reservation
+		_, errs := heir.Transfer().Merge(t0, owner.Transfer().SnapshotPartition(owner.Transfer().PartitionOf(r.Key), t0))
+		require.Empty(t, errs)
+		assert.Equal(t, Adjustment{Settled: SettledUnknown}, release(t, heir, t0.Add(time.Millisecond), r, tok))
+		assert.EqualValues(t, 1, inFlight(t, heir, t0.Add(time.Millisecond), r), "the slot stays held until its window ends")
+	})
+}
+
 // The heir of a failed owner has no record: it settles an authentic
 // token by its MAC, refuses one of another cluster's secret, and accepts
 // both of a rotation's secrets.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
 
@@ -27,9 +28,10 @@ var (
 // A crash of an owner loses neither a bucket's level nor a slot: its
 // heirs continue from the replicas, with every bucket as full and every
 // slot held, and a slot taken before the crash is freed on the heir by its
-// token.
+// token: authentic, as the members share a cluster secret (without one the
+// heir frees nothing before the slot's window ends).
 func TestKillKeepsBucketsAndSlotsThroughTheReplicas(t *testing.T) {
-	c := testcluster.New(t, 3, nil)
+	c := testcluster.New(t, 3, func(cfg *node.Config) { cfg.Security.ClusterSecrets = [][]byte{[]byte("cluster-secret-0123456789")} })
 	ctx := context.Background()
 	keys := manyKeys(60)
 	tokens := make(map[string][]string)

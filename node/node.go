@@ -137,6 +137,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// The disk's last word comes after the last handoff and the last
 		// call served: whatever this node still holds, it keeps there.
 		errs = append(errs, n.core.CloseDisk())
+		// A watcher's reload under way, last and within ctx: one blocked
+		// on a file system that hangs must hold up nothing above, nor the
+		// exit past the deadline.
+		errs = append(errs, n.configs.Shutdown(ctx))
 		n.stopErr = errors.Join(append(errs, n.halt(), n.stopTracing(ctx))...)
 		n.log.Info("stopped")
 	})
@@ -174,6 +178,7 @@ func (n *Node) Kill() {
 		n.stopLoops()
 		n.grpcSrv.Stop()
 		n.httpSrv.Close()
+		_ = n.configs.Shutdown(context.Background()) // tests and chaos runs: no reload there blocks
 		n.stopErr = n.halt()
 		_ = n.stopTracing(expired()) // as a crash: the spans not yet exported are lost
 		n.core.Halt(true)            // as a crash: what was written to the disk stays, nothing more
@@ -182,11 +187,13 @@ func (n *Node) Kill() {
 }
 
 // stopLoops stops the periodic loops (sweeper, handoff, replication,
-// sampler, leases) and what keeps the configurations current (the
-// files' watcher, the control plane's subscription), and waits for them.
+// sampler, leases), and waits for them, and what keeps the
+// configurations current (the files' watcher, the control plane's
+// subscription), whose reload under way Shutdown waits for last, and
+// only until its context ends.
 func (n *Node) stopLoops() {
 	n.core.StopLoops()
-	n.configs.Shutdown() // no reload while leaving
+	n.configs.Stop() // no reload of the watcher's starts while leaving
 }
 
 // halt stops gossip, peer connections and every goroutine of the node.

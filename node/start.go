@@ -347,6 +347,6 @@ func (n *starter) startConfigs() error {
 	if err := n.configs.Start(); err != nil {
 		return err
 	}
-	n.onUndo(n.configs.Shutdown)
+	n.onUndo(func() { _ = n.configs.Shutdown(context.Background()) })
 	return nil
 }

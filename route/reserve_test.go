@@ -512,9 +512,13 @@ func newReplicated(t *testing.T, ids ...string) *replicated {
 	c := &replicated{cluster: &cluster{net: memnet.New(seed, 500*time.Millisecond), ring: rg, clock: fakeclock.AtMilli(t0),
 		members: map[string]*member{}}, senders: map[string]*replica.Replicator{}}
 	t.Cleanup(c.net.Close)
+	// The members share a cluster secret: without one, an heir refunds
+	// nothing from a token it has no record of (limiter's Settle).
+	keys := limiter.NewTokenKeys([][]byte{[]byte("the members' cluster secret")}, "test")
 	for _, id := range ids {
 		lc := limiter.DefaultConfig()
 		lc.TrackChanges = true
+		lc.TokenKeys = keys
 		store, err := limiter.New(lc, partition.DefaultCount)
 		require.NoError(t, err)
 		m := &member{id: id, store: store, peers: c.net.Join(id), logs: testlog.NewCapture(), reg: prometheus.NewRegistry()}

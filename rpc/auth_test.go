@@ -265,9 +265,10 @@ func TestGuardPeerStreamOnOpenAndEveryBatch(t *testing.T) {
 		return s
 	}
 
-	// No token: refused when the stream opens.
+	// No token: refused when the stream opens. Send may find the stream
+	// ended already (io.EOF, as grpc-go says); Recv has the status.
 	s := open(grpcapi.OriginKey, "n2")
-	require.NoError(t, s.Send(batch(1)))
+	_ = s.Send(batch(1))
 	_, err := s.Recv()
 	assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 

@@ -72,7 +72,7 @@ func NewCredentials(cfg Config, deps CredentialsDeps) (*Credentials, error) {
 	}
 	if cfg.TLSOn() {
 		if c.tls, err = LoadTLS(cfg.tlsFiles()); err != nil {
-			return nil, err
+			return nil, c.in(err)
 		}
 	}
 	tokens, err := c.tokens()
@@ -125,6 +125,15 @@ func (c *Credentials) field(name string) string {
 		return name
 	}
 	return c.path + "." + name
+}
+
+// in puts err's fields (TLS's "TLSCertFile") where Config sits in the
+// caller's configuration.
+func (c *Credentials) in(err error) error {
+	if c.path == "" {
+		return err
+	}
+	return field.In(c.path, err)
 }
 
 // tokens returns the API tokens, or nil without any. The file's lines
@@ -285,7 +294,7 @@ func (c *Credentials) reloadTLS() (string, error) {
 	if c.tls == nil {
 		return "", nil
 	}
-	return "tls", c.tls.Reload()
+	return "tls", c.in(c.tls.Reload())
 }
 
 func (c *Credentials) reloadTokens() (string, error) {

@@ -5,9 +5,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
+
+// MaxFileBytes bounds a credentials file (tokens, secrets, gossip keys):
+// thousands of lines; past it the path is a mistake (a log, a device).
+const MaxFileBytes = 1 << 20
 
 // MinSecretBytes is the shortest bearer token or cluster secret accepted:
 // 16 random bytes (128 bits) put guessing out of reach; a shorter value is
@@ -16,9 +21,11 @@ const MinSecretBytes = 16
 
 // ReadLines reads a credentials file: one value per line, surrounding
 // whitespace trimmed, blank lines and lines starting with # skipped. The
-// file must hold at least one value. Errors name the file, never a value.
+// file must hold at least one value, and be a regular file (after
+// symlinks) of at most MaxFileBytes: a named pipe there would hold the
+// start, or the reload, up. Errors name the file, never a value.
 func ReadLines(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := regularfile.Read(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
+
+	"github.com/peerlimit/peerlimit/internal/field"
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
 
 // TLSFiles names a node's TLS material, PEM files all.
@@ -67,23 +69,31 @@ func LoadTLS(files TLSFiles) (*TLS, error) {
 	return t, nil
 }
 
-// Reload re-reads every file. On error the material in use stays.
+// Reload re-reads every file. On error the material in use stays. An
+// error about reading a file names its field of Config (field.Wrap:
+// "TLSCertFile"), and a file that is not a regular file is refused
+// (internal/regularfile): a named pipe would hold the start or the
+// reload up.
 func (t *TLS) Reload() error {
 	f := t.files
-	server, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	server, err := loadKeyPair("server", "TLSCertFile", f.CertFile, "TLSKeyFile", f.KeyFile)
 	if err != nil {
-		return fmt.Errorf("tls: server certificate %s / key %s: %w", f.CertFile, f.KeyFile, err)
+		return err
 	}
-	peer, err := tls.LoadX509KeyPair(f.PeerCertFile, f.PeerKeyFile)
+	peerCertField, peerKeyField := "PeerCertFile", "PeerKeyFile"
+	if f.PeerCertFile == f.CertFile && f.PeerKeyFile == f.KeyFile { // the default, or set so
+		peerCertField, peerKeyField = "TLSCertFile", "TLSKeyFile"
+	}
+	peer, err := loadKeyPair("peer", peerCertField, f.PeerCertFile, peerKeyField, f.PeerKeyFile)
 	if err != nil {
-		return fmt.Errorf("tls: peer certificate %s / key %s: %w", f.PeerCertFile, f.PeerKeyFile, err)
+		return err
 	}
 	if err := checkPeerCert(peer, f.PeerServerName); err != nil {
 		return fmt.Errorf("tls: peer certificate %s: %w", f.PeerCertFile, err)
 	}
 	// Each CA file is read once: the pools made from it then hold the same
 	// certificates even if the file is rewritten during the reload.
-	peerCA, err := readCA(f.PeerCAFile)
+	peerCA, err := readCA("PeerCAFile", f.PeerCAFile)
 	if err != nil {
 		return err
 	}
@@ -93,7 +103,7 @@ func (t *TLS) Reload() error {
 	}
 	var clientCA caFile // none without ClientCAFile
 	if f.ClientCAFile != "" {
-		if clientCA, err = readCA(f.ClientCAFile); err != nil {
+		if clientCA, err = readCA("ClientCAFile", f.ClientCAFile); err != nil {
 			return err
 		}
 	}
@@ -160,10 +170,39 @@ type caFile struct {
 	pem  []byte
 }
 
-func readCA(name string) (caFile, error) {
-	b, err := os.ReadFile(name)
+// MaxPEMBytes bounds a TLS file: a bundle of every public root CA is
+// about 250 KiB; past the bound the path is a mistake.
+const MaxPEMBytes = 4 << 20
+
+// readPEM reads one TLS file, its errors naming fieldName, its field of
+// Config.
+func readPEM(fieldName, path string) ([]byte, error) {
+	b, err := regularfile.Read(path, MaxPEMBytes)
+	return b, field.Wrap(fieldName, err)
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with readPEM's reads; what
+// ("server", "peer") says which pair a bad one is.
+func loadKeyPair(what, certField, certFile, keyField, keyFile string) (tls.Certificate, error) {
+	cert, err := readPEM(certField, certFile)
 	if err != nil {
-		return caFile{}, fmt.Errorf("tls: CA file: %w", err)
+		return tls.Certificate{}, err
+	}
+	key, err := readPEM(keyField, keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	kp, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("tls: %s certificate %s / key %s: %w", what, certFile, keyFile, err)
+	}
+	return kp, nil
+}
+
+func readCA(fieldName, name string) (caFile, error) {
+	b, err := readPEM(fieldName, name)
+	if err != nil {
+		return caFile{}, err
 	}
 	return caFile{name: name, pem: b}, nil
 }
@@ -184,7 +223,7 @@ func newPool(cas ...caFile) (*x509.CertPool, error) {
 
 // readPool reads one CA file into a pool (what the tests trust).
 func readPool(name string) (*x509.CertPool, error) {
-	ca, err := readCA(name)
+	ca, err := readCA("CAFile", name)
 	if err != nil {
 		return nil, err
 	}

@@ -224,7 +224,7 @@ func TestLoadTLSErrors(t *testing.T) {
 		{func(f *TLSFiles) { f.PeerCertFile, f.PeerKeyFile = noName.CertFile, noName.KeyFile }, "does not carry the peer server name"},
 		{func(f *TLSFiles) { f.PeerCertFile, f.PeerKeyFile = serverOnly.CertFile, serverOnly.KeyFile }, "both the TLS server and TLS client"},
 		{func(f *TLSFiles) { f.ClientCAFile = notPEM }, "holds no PEM certificate"},
-		{func(f *TLSFiles) { f.PeerCAFile = "/nonexistent" }, "CA file"},
+		{func(f *TLSFiles) { f.PeerCAFile = "/nonexistent" }, "PeerCAFile: stat /nonexistent"},
 	} {
 		f := p.files()
 		c.edit(&f)

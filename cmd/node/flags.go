@@ -233,7 +233,9 @@ func defineSecurityFlags(fs *flag.FlagSet, sc *security.Config, raw *rawFlags) {
 	fs.DurationVar(&sc.PeerGrace, "peer-grace", sc.PeerGrace, "how long a member that left or failed may still forward and hand off")
 	fs.BoolVar(&sc.OpenPeers, "insecure-open-peers", false, "INSECURE: serve node-to-node (Peer) calls to anyone who reaches --grpc-addr, without a cluster secret or peer TLS "+
 		"(beyond loopback a node needs one of the three); logged as a warning")
-	fs.StringVar(&sc.APITokenFile, "api-token-file", "", "bearer tokens of the public APIs, one per line (16+ bytes; any is accepted); or PEERLIMIT_API_TOKEN")
+	fs.StringVar(&sc.APITokenFile, "api-token-file", "", "bearer tokens of the public APIs, one per line (16+ bytes; any is accepted), each optionally followed by its scopes "+
+		"(check,reserve,refund,charge,reset,inspect, or application = check,reserve, operator = refund,charge,reset,inspect; none: every scope); "+
+		"or PEERLIMIT_API_TOKEN (every scope)")
 	fs.BoolVar(&sc.AuthMetrics, "auth-metrics", false, "GET /metrics needs the public API's credentials too")
 	fs.StringVar(&sc.GossipKeyringFile, "gossip-keyring-file", "", "base64 gossip keys, one per line, the first encrypting; SIGHUP re-reads it (key rotation). Instead of --gossip-key")
 }

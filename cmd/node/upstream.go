@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
 
 // The ratelimit mode: peerlimit-node started as /bin/ratelimit (the
@@ -350,11 +352,17 @@ func (u *upstream) responseTimeInMilliseconds() bool {
 	return ms
 }
 
+// maxMapperBytes bounds PROMETHEUS_MAPPER_YAML, as the other
+// configuration files are bounded (policy.MaxFileBytes).
+const maxMapperBytes = 4 << 20
+
 // mapperScalesToMilliseconds reads a statsd_exporter mapping file and
 // reports whether its ratelimit_server.*.response_time mapping leaves
 // upstream's milliseconds unscaled (none: seconds, as upstream's default).
+// The file must be a regular file (regularfile.Read): a named pipe would
+// hold the start up.
 func mapperScalesToMilliseconds(path string) (bool, error) {
-	b, err := os.ReadFile(path)
+	b, err := regularfile.Read(path, maxMapperBytes)
 	if err != nil {
 		return false, err
 	}

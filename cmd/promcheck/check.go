@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
 
 // result is the outcome of one round of checks: what failed, and for the
@@ -80,7 +81,7 @@ func checkRules(ctx context.Context, p prom, names []string) []string {
 
 // alertNames reads the names of the alerts of a Prometheus rule file.
 func alertNames(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, maxFileBytes)
 	if err != nil {
 		return nil, err
 	}

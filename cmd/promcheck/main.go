@@ -38,7 +38,13 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
+
+// maxFileBytes bounds the dashboard and the rule file, read as the node
+// reads its files (regularfile.Read): a pipe or a device is refused.
+const maxFileBytes = 16 << 20
 
 type config struct {
 	prometheus, dashboard, label, rules string
@@ -108,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 // run checks until all pass or cfg.within runs out, and prints the result;
 // it returns the exit status.
 func run(ctx context.Context, cfg config, out io.Writer) int {
-	data, err := os.ReadFile(cfg.dashboard)
+	data, err := regularfile.Read(cfg.dashboard, maxFileBytes)
 	if err != nil {
 		fmt.Fprintln(out, "promcheck:", err)
 		return 2

@@ -14,7 +14,8 @@ import (
 	"github.com/peerlimit/peerlimit/peer"
 )
 
-// MaxMessage caps the message of an error answered to a caller.
+// MaxMessage caps the message of an error answered to a caller, in bytes,
+// "…" included.
 const MaxMessage = 1024
 
 // Code is err's gRPC code: peer.CodeOf's, whose values are gRPC's. An
@@ -35,7 +36,7 @@ func Code(err error) codes.Code {
 // The message is capped at MaxMessage bytes: each value it repeats of the
 // caller's is capped already (limiter.Echo); this bounds the rest.
 func Status(err error) *status.Status {
-	msg := logging.ClipTo(err.Error(), MaxMessage)
+	msg := logging.ClipWithin(err.Error(), MaxMessage)
 	st := status.New(Code(err), msg)
 	if f := peer.FieldOf(err); f != "" {
 		if d, derr := st.WithDetails(&errdetails.BadRequest{

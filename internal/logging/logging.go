@@ -32,6 +32,15 @@ func (g *Gate) AllowAt(now time.Time) bool {
 // for a log line or a message, so a huge one costs nothing downstream.
 func Clip(s string) string { return ClipTo(s, 64) }
 
+// ClipWithin is ClipTo with the mark counted: the result is at most n
+// bytes, for a bound stated as the answer's size (an error message's).
+func ClipWithin(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return ClipTo(s, n-len("…"))
+}
+
 // ClipTo returns s cut to n bytes, at a rune boundary, and marked "…"
 // when it is longer.
 func ClipTo(s string, n int) string {

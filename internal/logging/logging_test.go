@@ -36,4 +36,7 @@ func TestClip(t *testing.T) {
 	assert.Equal(t, "short", Clip("short"))
 	long := strings.Repeat("k", 100)
 	assert.Equal(t, strings.Repeat("k", 64)+"…", Clip(long))
+	assert.Equal(t, long, ClipWithin(long, 100))
+	assert.Equal(t, strings.Repeat("k", 96)+"…", ClipWithin(long, 99), "the mark counts")
+	assert.Equal(t, strings.Repeat("é", 48)+"…", ClipWithin(strings.Repeat("é", 50), 99), "cut at a character's start")
 }

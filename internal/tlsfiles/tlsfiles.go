@@ -7,18 +7,25 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
+
+// MaxPEMBytes bounds each file: a bundle of every public root CA is
+// about 250 KiB; past the bound the path is a mistake.
+const MaxPEMBytes = 4 << 20
 
 // Client builds a client's TLS configuration. caFile verifies the
 // servers' certificates (empty: the system's roots); certFile and keyFile,
 // both or neither, are the client certificate for mutual TLS; serverName,
-// if not empty, is the name verified instead of the address dialed. The
-// errors name the file; callers add whose files they are.
+// if not empty, is the name verified instead of the address dialed. Each
+// file must be a regular file (after symlinks) of at most MaxPEMBytes: a
+// named pipe would hold the caller up. The errors name the file; callers
+// add whose files they are.
 func Client(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile != "" {
-		b, err := os.ReadFile(caFile)
+		b, err := regularfile.Read(caFile, MaxPEMBytes)
 		if err != nil {
 			return nil, fmt.Errorf("CA file: %w", err)
 		}
@@ -31,11 +38,24 @@ func Client(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 		return nil, errors.New("a client certificate and its key go together")
 	}
 	if certFile != "" {
-		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+		kp, err := keyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate: %w", err)
 		}
 		c.Certificates = []tls.Certificate{kp}
 	}
 	return c, nil
+}
+
+// keyPair is tls.LoadX509KeyPair, the files read by regularfile.Read.
+func keyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := regularfile.Read(certFile, MaxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := regularfile.Read(keyFile, MaxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("key: %w", err)
+	}
+	return tls.X509KeyPair(cert, key)
 }

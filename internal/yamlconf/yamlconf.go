@@ -9,87 +9,29 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/peerlimit/peerlimit/internal/regularfile"
 )
 
 // MaxErrors bounds the errors one load reports: enough to fix a file in
 // one go, not a wall of text for a file that is not YAML at all.
 const MaxErrors = 20
 
-// ReadFile reads path, refusing one larger than limit bytes: a mistaken
-// path (a log file, a device) must not be read whole. prefix starts
-// every error ("policies").
-//
-// path must be a regular file, after symlinks: a named pipe would block
-// the open until a writer came (and a reload with it, and the shutdown
-// that waits for the reload), a device such as /dev/zero never ends. It
-// is checked before the open, and again on what was opened, opened
-// without blocking, since the path may be replaced in between.
+// ReadFile reads path, refusing one larger than limit bytes or that is
+// not a regular file after symlinks (internal/regularfile says why).
+// prefix starts every error ("policies").
 func ReadFile(prefix, path string, limit int) ([]byte, error) {
-	st, err := os.Stat(path)
+	data, err := regularfile.Read(path, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	if err := regular(path, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	defer f.Close()
-	if st, err = f.Stat(); err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	if err := regular(path, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: reading %s: %w", prefix, path, err)
-	}
-	if len(data) > limit {
-		return nil, fmt.Errorf("%s: %s is larger than %d bytes", prefix, path, limit)
 	}
 	return data, nil
-}
-
-// regular refuses st, path's, unless it is a regular file, saying what it
-// is instead.
-func regular(path string, st os.FileInfo) error {
-	if st.Mode().IsRegular() {
-		return nil
-	}
-	return fmt.Errorf("%s is %s, not a regular file", path, Kind(st.Mode()))
-}
-
-// Kind names what a file of mode m is, for an error or a log line.
-func Kind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m&os.ModeSymlink != 0:
-		return "a symlink"
-	case m.IsRegular():
-		return "a regular file"
-	}
-	return "an irregular file"
 }
 
 // BadText finds the first byte of data that yaml.v3 refuses before
