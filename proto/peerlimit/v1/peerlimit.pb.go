@@ -249,7 +249,10 @@ const (
 	// refunded and over repeated.
 	Settled_SETTLED_BEFORE Settled = 2
 	// Its owner had no record (the key changed owner: failover or
-	// handoff): applied from the token, which carries what it reserved.
+	// handoff). With a cluster secret the token is authenticated and is
+	// applied from what it carries; without one nobody can tell it from a
+	// made-up token, so it refunds nothing (a cost above its hits is still
+	// charged).
 	Settled_SETTLED_UNKNOWN Settled = 3
 	// It had expired, counting as used (a HOLD: released), so only a cost
 	// above its hits (a HOLD: the whole cost) was charged.
