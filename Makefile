@@ -40,6 +40,7 @@ fuzz:
 	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./xdsconfig -run '^$$' -fuzz '^FuzzResource$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./persist -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.

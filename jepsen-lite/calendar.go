@@ -48,7 +48,9 @@ func (r *Result) calendar(a *Admission, start time.Time, ks KeySpec, ops []Op) {
 		from := max(time.UnixMilli(p).Sub(start), 0)
 		to := min(ends[p].Sub(start), r.Duration)
 		in := byPeriod[p]
-		r.check(a, ks, from, to, in, 1, r.lost(in))
+		lost := r.lost(in)
+		a.Allowance += lost
+		r.check(a, ks, from, to, in, 1, lost)
 		if n := len(in); n > int(ks.Limit) {
 			a.Excess += n - int(ks.Limit)
 			if _, calm := r.bound(from, to); calm {

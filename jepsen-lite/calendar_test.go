@@ -64,6 +64,7 @@ func TestCheckerAllowsWhatAKillMayLose(t *testing.T) {
 	r := Analyze(dayHistory(start, "", ops, kill))
 	assert.Empty(t, r.Violations(), "4 of 3, one of them perhaps lost by the kill")
 	assert.Equal(t, 1, r.Calendar.Excess)
+	assert.Equal(t, 1, r.Calendar.Allowance, "the admission in the kill's last 40 ms")
 	r.MaxWorst = 1.1
 	assert.Contains(t, r.OverPromise(), "calendar worst 1.33×", "the promise counts every admission")
 

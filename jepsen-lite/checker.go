@@ -87,7 +87,11 @@ type Admission struct {
 	Excess     int `json:"excess"`
 	ExcessCalm int `json:"excess_calm"`
 	// Raised counts windows whose bound fallback decisions raised.
-	Raised     int         `json:"raised"`
+	Raised int `json:"raised"`
+	// Allowance counts the admissions a kill may have lost (decided within
+	// its Step.Loses before it) that the checker let the windows hold on
+	// top of their bounds: the persistence bound's allowance, used or not.
+	Allowance  int         `json:"allowance,omitempty"`
 	Violations []Violation `json:"violations,omitempty"`
 }
 
@@ -175,6 +179,9 @@ type Result struct {
 	Concurrency Admission
 	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
 	MaxWorst float64 `json:"max_worst,omitempty"`
+	// ReportedWorst is the promised worst of a scenario held to its
+	// bounds only (Scenario.ReportedWorst): reported, not held.
+	ReportedWorst float64 `json:"reported_worst,omitempty"`
 	// MaxDegraded is its Scenario.MaxDegraded; 0: none.
 	MaxDegraded float64 `json:"max_degraded,omitempty"`
 	// Defect is its Scenario.Defect: a known defect, not fixed yet.

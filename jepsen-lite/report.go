@@ -73,6 +73,7 @@ func writeScenario(b *strings.Builder, r *Result) {
 	if r.Defect != "" {
 		fmt.Fprintf(b, "Known defect of the node, not fixed yet (docs/chaos.md): %s.\n\n", r.Defect)
 	}
+	writePromise(b, r)
 	b.WriteString("| step | at | took | converged after |\n|---|---|---|---|\n")
 	for _, ev := range r.Events {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(ev.Name), fmtDur(ev.Begin), fmtDur(ev.End-ev.Begin), convergedText(ev))
@@ -100,6 +101,35 @@ func writeScenario(b *strings.Builder, r *Result) {
 		fmt.Fprintf(b, "\n- ERROR %s", e)
 	}
 	b.WriteString("\n")
+}
+
+// writePromise states what the run was held to beyond the checker's
+// bounds (Scenario.MaxWorst, MaxDegraded), and the allowance of a step
+// that kills nodes with their data directories (Step.Loses): a report
+// says what it promised whether or not the run kept it.
+func writePromise(b *strings.Builder, r *Result) {
+	switch {
+	case r.ReportedWorst > 0:
+		fmt.Fprintf(b, "Promise: worst ≤ %.2f× the limit, reported and not held in this run (-promises=false)", r.ReportedWorst)
+	case r.MaxWorst > 0:
+		fmt.Fprintf(b, "Promise: worst ≤ %.2f× the limit in every log window, fixed counter window and calendar period "+
+			"(every admission counted), GCRA interval (of one decider's bound) and concurrency instant, whatever the fault", r.MaxWorst)
+	default:
+		b.WriteString("Promise: none beyond the checker's bounds (limit × deciders; over one decider's limit only if marked degraded)")
+	}
+	if r.MaxDegraded > 0 {
+		fmt.Fprintf(b, "; at most %.2f %% of answers degraded", 100*r.MaxDegraded)
+	}
+	b.WriteString(".")
+	for _, ev := range r.Events {
+		if ev.Loses > 0 {
+			fmt.Fprintf(b, " Allowance: %q kills nodes with their data directories, which may lose what they counted in the %s before it "+
+				"(two --replication-interval rounds: a hit counted just after a round's take waits a full interval for the next round's write; docs/operations.md, \"Persistence\"); "+
+				"a calendar period may hold the admissions decided then over its bound, unmarked: %d in this run.",
+				ev.Name, fmtDur(ev.Loses), r.Calendar.Allowance)
+		}
+	}
+	b.WriteString("\n\n")
 }
 
 // writeChartFile writes r's chart to path.

@@ -306,10 +306,14 @@ func restartScenarios() []Scenario {
 		{
 			Name: "full-restart", About: "kill -9 every node at once, and start them all again 3 s later from their data directories; calendar-day keys (UTC, Paris, Kiritimati) beside the sliding ones",
 			// 1.1×: the promise with the defaults (#36). What a
-			// kill loses is what its owner admitted in its last round,
-			// not yet written (--replication-interval, 20 ms; each round
-			// goes to the page cache), or in the round being written:
-			// the checker lets a day hold those admissions over its
+			// kill loses is what its owner counted after the take of the
+			// last round it wrote: a hit counted just after a take waits
+			// a full --replication-interval (20 ms) for the next round,
+			// which writes it to the page cache (that outlives the
+			// process) before it replicates. So one interval plus a
+			// round's write, two intervals at most while a write keeps
+			// within one (docs/operations.md, "Persistence"): the checker
+			// lets a day hold the admissions of those 40 ms over its
 			// limit (Step.Loses), about one per key at the profile's 25
 			// checks/s, and no more.
 			// The first node back decides the others' keys from the
@@ -348,5 +352,6 @@ func restartScenarios() []Scenario {
 }
 
 // replicationRound is the nodes' --replication-interval (its default):
-// how often a node writes what changed to its data directory.
+// how often a node takes what changed and writes it to its data
+// directory.
 const replicationRound = 20 * time.Millisecond

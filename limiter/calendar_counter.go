@@ -186,7 +186,7 @@ func (s *counterState) refundCalendarAt(c cal, now, at, n int64) int64 {
 // to the counter of k at now (ms), and returns what it added (ks as
 // placed here), the zero KeyState if nothing. Requires sh.mu held.
 //
-// The counts of one period are summed; otherwise the later period's
+// A full shard never refuses it (room.keepCalendar). The counts of one period are summed; otherwise the later period's
 // count is kept and the earlier one's dropped, since its period is over.
 // A state whose period ended by this node's clock adds nothing. ks's
 // window id is on its sender's clock: a sender ahead by a skew S that has
@@ -195,18 +195,16 @@ func (s *counterState) refundCalendarAt(c cal, now, at, n int64) int64 {
 // start, as for a clock that stepped back); one behind sends, for up to S
 // after the boundary, a period that has ended here. Either way a boundary
 // moves by at most the skew.
-func (t *Transfer) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks KeyState) (KeyState, error) {
+func (t *Transfer) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks KeyState) KeyState {
 	cur, ok := sh.calendarState(k)
 	in := counterState{window: ks.WindowID, curr: ks.Curr}
 	current := c.periodAt(min(now, maxCalendarMS)).start
 	if in.curr == 0 || in.window < max(current, cur.window) {
-		return KeyState{}, nil // nothing, or a period over here
+		return KeyState{} // nothing, or a period over here
 	}
 	switch {
 	case !ok:
-		if err := t.room.makeRoom(sh, now); err != nil {
-			return KeyState{}, err
-		}
+		t.room.keepCalendar(sh, now) // never refused: a spent quota has nowhere else to go
 		sh.putCounter(k, in)
 	case in.window == cur.window:
 		cur.curr = satAdd(cur.curr, in.curr)
@@ -217,7 +215,7 @@ func (t *Transfer) mergeCalendar(sh *shard, k stateKey, c cal, now int64, ks Key
 	}
 	added := ks
 	added.Prev, added.Log = 0, nil
-	return added, nil
+	return added
 }
 
 // forgetCalendar subtracts ks's count from the calendar counter of k, if

@@ -351,6 +351,58 @@ func TestCalendarKeysAreNeverEvicted(t *testing.T) {
 	assert.EqualValues(t, 1, s.Stats().Evictions)
 }
 
+// A calendar count that arrives by a restore, a handoff or a promotion
+// (Merge, MergeAdded) is never dropped for room: a full partition first
+// frees or evicts as for a new key, and past that keeps the state over
+// its cap, counted. Any other state is refused there, as a new key is.
+func TestCalendarStatesAreKeptPastTheKeyCap(t *testing.T) {
+	now := local(t, "UTC", "2025-06-15T12:00:00.000")
+	june := local(t, "UTC", "2025-06-01T00:00:00.000").UnixMilli()
+	month := func(key string) Request {
+		return Request{Key: key, Limit: 50, Calendar: mustCalendar(t, CalendarMonth, "UTC"), Hits: 1}
+	}
+	state := func(key string, curr int64) KeyState {
+		return KeyState{Key: key, Algorithm: SlidingWindowCounter, Calendar: mustCalendar(t, CalendarMonth, "UTC"), WindowID: june, Curr: curr}
+	}
+	sliding := KeyState{Key: "s", Window: time.Minute, Algorithm: SlidingWindowCounter, WindowID: now.UnixMilli() / 60_000, Curr: 1}
+	for _, overflow := range []OverflowPolicy{OverflowReject, OverflowEvict} {
+		t.Run(overflow.String(), func(t *testing.T) {
+			s := newStore(t, 1, func(c *Config) { c.MaxKeys, c.Overflow = 2, overflow })
+			check(t, s, now, month("a"))
+			check(t, s, now, month("b"))
+
+			merged, errs := s.Transfer().Merge(now, []KeyState{state("c", 30), sliding})
+			assert.Equal(t, 1, merged)
+			require.Len(t, errs, 1, "the sliding state is refused as a new key is")
+			assert.ErrorIs(t, errs[0], ErrCapacity)
+			added, errs := s.Transfer().MergeAdded(now, []KeyState{state("d", 40)})
+			require.Empty(t, errs)
+			require.Len(t, added, 1)
+
+			assert.EqualValues(t, 30, peekCount(t, s, now, month("c")), "restored past the cap, not dropped")
+			assert.EqualValues(t, 40, peekCount(t, s, now, month("d")))
+			st := s.Stats()
+			assert.EqualValues(t, 2, st.CalendarOverCap)
+			assert.Equal(t, 4, st.CounterKeys, "two past a cap of two")
+			assert.EqualValues(t, 1, st.Rejections, "the sliding state's")
+			_, err := s.Check(now, month("e"))
+			assert.ErrorIs(t, err, ErrCapacity, "a new key is still refused")
+		})
+	}
+
+	// Where a sliding key can be evicted, it is, and the cap holds.
+	s := newStore(t, 1, func(c *Config) { c.MaxKeys, c.Overflow = 2, OverflowEvict })
+	check(t, s, now, month("a"))
+	check(t, s, now, Request{Key: "s", Limit: 5, Window: time.Minute, Hits: 1})
+	_, errs := s.Transfer().Merge(now, []KeyState{state("c", 30)})
+	require.Empty(t, errs)
+	st := s.Stats()
+	assert.EqualValues(t, 1, st.Evictions)
+	assert.Zero(t, st.CalendarOverCap)
+	assert.Equal(t, 2, st.CounterKeys)
+	assert.EqualValues(t, 30, peekCount(t, s, now, month("c")))
+}
+
 func TestCalendarSweepAndInspect(t *testing.T) {
 	s := newStore(t, 4, nil)
 	r := calReq(t, CalendarDay, "Europe/Paris", 10, 3)

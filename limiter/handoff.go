@@ -205,7 +205,9 @@ func subtractSorted(a, b []int64) []int64 {
 // costs).
 //
 // Invalid states are skipped with an error each; a state that does not fit
-// (OverflowReject at capacity) is skipped too. Merge returns how many it
+// (OverflowReject at capacity) is skipped too, except a calendar
+// counter's, which a full partition keeps past its cap
+// (Stats.CalendarOverCap): a spent quota is never dropped for room. Merge returns how many it
 // merged and the errors of the others, so the caller can report them.
 func (t *Transfer) Merge(now time.Time, states []KeyState) (merged int, errs []error) {
 	return t.merge(now, states, nil)
@@ -270,7 +272,7 @@ func (t *Transfer) mergeOne(now, ns int64, ks KeyState) (KeyState, error) {
 	switch {
 	case ks.Calendar != 0:
 		c, _ := ks.Calendar.cal() // validated
-		return t.mergeCalendar(sh, k, c, now, ks)
+		return t.mergeCalendar(sh, k, c, now, ks), nil
 	case ks.Algorithm == SlidingWindowCounter:
 		return t.mergeCounter(sh, k, now, ks)
 	default:

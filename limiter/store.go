@@ -525,6 +525,9 @@ type room struct {
 	logEvictions  atomic.Uint64
 	logRejections atomic.Uint64
 	expired       atomic.Uint64
+	// calendarOver counts calendar states another member or the disk
+	// brought into a full shard, kept past the cap (keepCalendar).
+	calendarOver atomic.Uint64
 }
 
 // evictionSample is how many keys of each map a full shard looks at, as
@@ -532,10 +535,43 @@ type room struct {
 // expired key cheaply, without a per-key list.
 const evictionSample = 8
 
-// makeRoom ensures sh can take one more key. Requires sh.mu held.
+// makeRoom ensures sh can take one more key, or refuses it (counted in
+// rejections). Requires sh.mu held.
 func (rm *room) makeRoom(sh *shard, now int64) error {
-	if sh.len() < rm.perShard {
+	if rm.freeOne(sh, now) {
 		return nil
+	}
+	rm.rejections.Add(1)
+	if rm.overflow == OverflowEvict {
+		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar or concurrency limits, which are never evicted: %w",
+			sh.len(), rm.maxKeys, ErrCapacity)
+	}
+	return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",
+		sh.len(), rm.maxKeys, ErrCapacity)
+}
+
+// keepCalendar makes room for a calendar counter's state that arrives
+// from the disk (a restore), the previous owner (a handoff) or a replica
+// (a promotion), as makeRoom does for a new key, but never refuses it:
+// the count is a quota spent, which no other member holds any more, and
+// dropping it would give the budget back until the period ends (a month
+// at most). Past the cap, the shard keeps it and counts it
+// (Stats.CalendarOverCap). What that adds is bounded by what the member
+// that sent it held under its own cap, or by what this node held before
+// its restart. Requires sh.mu held.
+func (rm *room) keepCalendar(sh *shard, now int64) {
+	if !rm.freeOne(sh, now) {
+		rm.calendarOver.Add(1)
+	}
+}
+
+// freeOne reports whether sh can take one more key, once it has freed
+// the expired keys of a sample or, under OverflowEvict, evicted the
+// sampled key that expires soonest (never a calendar or concurrency
+// limit). Requires sh.mu held.
+func (rm *room) freeOne(sh *shard, now int64) bool {
+	if sh.len() < rm.perShard {
+		return true
 	}
 	// Map iteration starts at a random position, which makes this a sample.
 	var (
@@ -574,16 +610,10 @@ func (rm *room) makeRoom(sh *shard, now int64) error {
 	victimG, victimGS, isG, droppedGCRAs := sh.sampleGCRAs(now, soonest)
 	if dropped += droppedLogs + droppedGCRAs; dropped > 0 {
 		rm.expired.Add(uint64(dropped))
-		return nil
+		return true
 	}
 	if rm.overflow == OverflowReject || (victimLog == nil && victimC == nil && !isG) {
-		rm.rejections.Add(1)
-		if rm.overflow == OverflowEvict {
-			return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys), and the keys sampled to evict were calendar or concurrency limits, which are never evicted: %w",
-				sh.len(), rm.maxKeys, ErrCapacity)
-		}
-		return fmt.Errorf("new key refused: its shard holds %d keys, its share of the node's maximum of %d (--max-keys); --overflow=reject keeps the keys held exact: %w",
-			sh.len(), rm.maxKeys, ErrCapacity)
+		return false
 	}
 	switch {
 	case isG: // empties sooner than any sampled log or counter
@@ -594,7 +624,7 @@ func (rm *room) makeRoom(sh *shard, now int64) error {
 		sh.deleteCounter(*victimC, victimS)
 	}
 	rm.evictions.Add(1)
-	return nil
+	return true
 }
 
 // calendarSample bounds the counters a full shard looks at for sliding
@@ -732,6 +762,10 @@ type Stats struct {
 	LogEvictions  uint64 // live log keys dropped for another log's growth at the log budget (OverflowEvict)
 	LogRejections uint64 // requests refused at the log budget
 	Expired       uint64 // empty keys freed by Sweep or by a full partition
+	// CalendarOverCap counts calendar counters kept past the key cap: a
+	// restore, a handoff or a promotion brought their count into a full
+	// partition, and a spent quota is never dropped for room.
+	CalendarOverCap uint64
 }
 
 // Per-key heap costs beyond the key string and the log's ring, calibrated
@@ -764,7 +798,8 @@ func (st Stats) EstimateBytes() int64 {
 // the cost is one lock per partition, however many keys the store holds.
 func (s *Store) Stats() Stats {
 	st := Stats{Evictions: s.room.evictions.Load(), Rejections: s.room.rejections.Load(),
-		LogEvictions: s.room.logEvictions.Load(), LogRejections: s.room.logRejections.Load(), Expired: s.room.expired.Load()}
+		LogEvictions: s.room.logEvictions.Load(), LogRejections: s.room.logRejections.Load(), Expired: s.room.expired.Load(),
+		CalendarOverCap: s.room.calendarOver.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

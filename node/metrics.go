@@ -17,6 +17,7 @@ type storeCollector struct {
 	store                          *limiter.Store
 	keys, entries, slots, bytes    *prometheus.Desc
 	evictions, rejections, expired *prometheus.Desc
+	calendarOverCap                *prometheus.Desc
 	// Reservations, refunds and debt (limiter.ReservationStats).
 	resvOpen, resvClosed, resvHits *prometheus.Desc
 	resvUnknown                    *prometheus.Desc
@@ -37,7 +38,9 @@ func newStoreCollector(s *limiter.Store) *storeCollector {
 			"log_entries: --max-log-entries, a growing log) under --overflow=evict: each such key restarts from zero.", "cap"),
 		rejections: d("rejections_total", "Checks refused with RESOURCE_EXHAUSTED because a cap was reached (keys: a new key at --max-keys; "+
 			"log_entries: a log at --max-log-entries), under --overflow=reject or when eviction found no room.", "cap"),
-		expired:  d("expired_keys_total", "Keys freed because their state had expired."),
+		expired: d("expired_keys_total", "Keys freed because their state had expired."),
+		calendarOverCap: d("calendar_keys_over_cap_total", "Calendar quotas a restore from the data directory, a handoff or a promotion brought into a partition "+
+			"already at its share of --max-keys, kept past it: a spent quota is never dropped for room. Each is a key the member that sent it (or this node, before its restart) held."),
 		resvOpen: d("reservations", "Reservations this node remembers as their owner: open ones and settled ones kept until their expiry so that a retried settle counts once; --max-reservations bounds it."),
 		resvUnknown: d("reservations_unknown_settled", "Settles of reservations this node had no record of (SETTLED_UNKNOWN: the key changed owner) that it remembers "+
 			"so that their retries count once; apart from --max-reservations, at most 65,536, the oldest forgotten first."),
@@ -72,6 +75,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	n(c.rejections, st.Rejections, capKeys)
 	n(c.rejections, st.LogRejections, capLogEntries)
 	n(c.expired, st.Expired)
+	n(c.calendarOverCap, st.CalendarOverCap)
 	rs := c.store.Reservations().Stats()
 	g(c.resvOpen, float64(rs.Remembered))
 	g(c.resvUnknown, float64(rs.RememberedUnknown))
@@ -139,17 +143,21 @@ type capacityReport struct {
 func (r *capacityReport) report(st limiter.Stats) {
 	ev, rej := st.Evictions-r.last.Evictions, st.Rejections-r.last.Rejections
 	logEv, logRej := st.LogEvictions-r.last.LogEvictions, st.LogRejections-r.last.LogRejections
+	over := st.CalendarOverCap - r.last.CalendarOverCap
 	r.last = st
-	if ev+rej+logEv+logRej == 0 {
+	if ev+rej+logEv+logRej+over == 0 {
 		return
 	}
 	msg := "store at capacity: evicted live keys, whose counts restart from zero"
-	if r.cfg.Overflow == limiter.OverflowReject || ev+logEv == 0 {
+	switch {
+	case ev+rej+logEv+logRej == 0:
+		msg = "store at capacity: kept calendar quotas that arrived (restore, handoff, promotion) past --max-keys"
+	case r.cfg.Overflow == limiter.OverflowReject || ev+logEv == 0:
 		msg = "store at capacity: refused checks with RESOURCE_EXHAUSTED"
 	}
 	r.log.Warn(msg, "evicted_keys", ev, "rejected_keys", rej, "evicted_logs", logEv, "rejected_logs", logRej,
-		"keys", st.CounterKeys+st.LogKeys+st.GCRAKeys, "max_keys", r.cfg.MaxKeys, "log_slots", st.LogSlots,
-		"max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
+		"calendar_keys_over_cap", over, "keys", st.CounterKeys+st.LogKeys+st.GCRAKeys, "max_keys", r.cfg.MaxKeys,
+		"log_slots", st.LogSlots, "max_log_entries", r.cfg.MaxLogEntries, "overflow", r.cfg.Overflow.String())
 }
 
 // registerMembers exposes the members this node sees. Ring changes are

@@ -93,9 +93,19 @@ func (s diskSource) Replicas(yield func(origin string, r peer.Replication) error
 }
 
 // changes takes what changed in the store once a round
-// (limiter.Changes.TakeAll) and gives it to the backups and the
-// disk alike. round runs on one loop; flush once, at a graceful stop,
-// after the loops have stopped.
+// (limiter.Changes.TakeAll) and gives it to the disk and the backups
+// alike. round runs on one loop; flush once, at a graceful stop, after
+// the loops have stopped.
+//
+// The disk comes first: writing a round is an append to the page cache
+// (microseconds), sending it waits for every backup, up to its call's
+// timeout when one stalls. A hit counted just after a round's take is
+// written with the next round's, so a kill -9 loses what was counted in
+// at most one interval (--replication-interval) plus the time between
+// that round's take and its write, which is only the write's this way,
+// while the rounds keep to their interval. A round that a stalled backup
+// holds past its interval delays the next take by as much: the bound
+// grows with it (docs/operations.md, "Persistence").
 type changes struct {
 	store *limiter.Store
 	repl  *replica.Replicator // nil: replication off
@@ -105,13 +115,13 @@ type changes struct {
 	flat  []limiter.KeyState
 }
 
-// round replicates and persists what changed since the last.
+// round persists and replicates what changed since the last.
 func (c *changes) round() {
 	c.bufs = c.store.Changes().TakeAll(c.bufs, c.now())
+	c.persist()
 	if c.repl != nil {
 		c.repl.RoundWith(context.Background(), c.bufs)
 	}
-	c.persist()
 }
 
 // flush persists what changed since the last round: a leaving node's

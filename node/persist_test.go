@@ -3,15 +3,20 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/testcluster"
+	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
+	"github.com/peerlimit/peerlimit/internal/testkit/wait"
 	"github.com/peerlimit/peerlimit/node"
 	pb "github.com/peerlimit/peerlimit/proto/peerlimit/v1"
 )
@@ -149,4 +154,70 @@ func TestNodesBackBeforeTheOthersDecideFromTheReplicasTheyRestored(t *testing.T)
 	c.Restart(2)
 	c.WaitConverged()
 	assert.Equal(t, before, counts(t, c), "node-2 back from its disk: once, not twice")
+}
+
+// A node restarted from its disk with a smaller --max-keys than its
+// calendar quotas fill keeps every one: a spent quota is never dropped
+// for room. It counts them and says so; new keys are refused meanwhile.
+func TestARestoreKeepsEveryCalendarQuotaPastMaxKeys(t *testing.T) {
+	logs := testlog.NewCapture()
+	dirs, maxKeys := dataDirs(t), 1000
+	c := testcluster.New(t, 1, func(cfg *node.Config) {
+		dirs(cfg)
+		cfg.Partitions, cfg.Limiter.MaxKeys = 7, maxKeys
+		cfg.SweepInterval = sweepInterval // the capacity warning comes with the sweep
+		cfg.Logger = slog.New(logs)
+	})
+	var quotas []*pb.CheckRequest
+	for _, r := range persistKeys {
+		if r.Calendar != pb.CalendarUnit_CALENDAR_NONE {
+			quotas = append(quotas, r)
+		}
+	}
+	cl := apiClient(t, c.Node(0))
+	for i, r := range quotas {
+		r = proto.Clone(r).(*pb.CheckRequest)
+		h := int64(i%3 + 1)
+		r.Hits = &h
+		resp, err := cl.Check(context.Background(), r)
+		require.NoError(t, err)
+		require.True(t, resp.Allowed, "%s", r.Key)
+	}
+	before := counts(t, c)
+	for _, err := range c.StopAll() {
+		require.NoError(t, err)
+	}
+
+	maxKeys = 7 // a key per partition: far fewer than the quotas
+	c.RestartAll()
+	assert.Equal(t, before, counts(t, c), "every quota restored")
+	over := scrape(t, c.Node(0), "peerlimit_calendar_keys_over_cap_total")
+	assert.GreaterOrEqual(t, over, float64(len(quotas)-7), "the quotas past a partition's share are counted")
+	restored := logs.Find("restored counts from the data directory")
+	require.NotEmpty(t, restored)
+	assert.NotContains(t, restored[len(restored)-1].Attrs, "refused", "no state refused at the restore")
+	wait.For(t, 5*time.Second, func() (bool, string) {
+		return len(logs.Find("kept calendar quotas")) > 0, "a capacity warning"
+	})
+	assert.Equal(t, fmt.Sprint(over), logs.Find("kept calendar quotas")[0].Attrs["calendar_keys_over_cap"])
+
+	_, err := apiClient(t, c.Node(0)).Check(context.Background(), &pb.CheckRequest{Key: "new", Limit: 10, Calendar: pb.CalendarUnit_DAY})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a new key is still refused: %v", err)
+}
+
+// Without --data-dir a node says once, at start, that its counts die with
+// the cluster; with one it does not.
+func TestWithoutADataDirectoryTheNodeSaysCountsDieWithTheCluster(t *testing.T) {
+	const msg = "no --data-dir: counts are kept in memory only"
+	logs := testlog.NewCapture()
+	testcluster.New(t, 1, func(cfg *node.Config) { cfg.Logger = slog.New(logs) })
+	got := logs.Find(msg)
+	require.Len(t, got, 1)
+	assert.Contains(t, got[0].Msg, "a restart of the whole cluster forgets them")
+
+	logs = testlog.NewCapture()
+	dirs := dataDirs(t)
+	testcluster.New(t, 1, func(cfg *node.Config) { dirs(cfg); cfg.Logger = slog.New(logs) })
+	assert.Empty(t, logs.Find(msg))
+	assert.NotEmpty(t, logs.Find("restored counts from the data directory"))
 }

@@ -13,9 +13,11 @@
 // record, and returns the last state of every key.
 //
 // The bounds (docs/operations.md, "Persistence"): a process killed loses
-// what was changed since the last round was written (the node writes
-// each round, every --replication-interval); a machine that loses power
-// loses at most SyncInterval more; a graceful stop loses nothing. A
+// what was changed since the take of the last round it wrote: the node
+// takes and writes a round every --replication-interval, so at most two
+// intervals (a hit counted just after a take waits a full interval for
+// the next round's write); a machine that loses power loses at most
+// SyncInterval more; a graceful stop loses nothing. A
 // restored state is one that was written, never more than was counted.
 package persist
 

@@ -20,8 +20,14 @@ func FuzzRestore(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	month, err := limiter.NewCalendar(limiter.CalendarMonth, "Europe/Paris")
+	if err != nil {
+		f.Fatal(err)
+	}
 	l.Own([]limiter.KeyState{counter("a", 1), {Key: "l", Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: []int64{5, 6}},
-		{Key: "g", Window: time.Second, Algorithm: limiter.GCRA, TAT: 1_750_000_000_123_456_789}})
+		{Key: "g", Window: time.Second, Algorithm: limiter.GCRA, TAT: 1_750_000_000_123_456_789},
+		// A month's quota: its calendar (unit and zone) is on disk too.
+		{Key: "c", Algorithm: limiter.SlidingWindowCounter, Calendar: month, WindowID: 1_748_728_800_000, Curr: 7}})
 	l.Replicated("n2", peer.Replication{Whole: []int{1}, States: []limiter.KeyState{counter("r", 2)}})
 	l.Dropped([]int{1})
 	_ = l.Close()

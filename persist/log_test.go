@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/peerlimit/peerlimit/internal/testkit/crashfs"
+	"github.com/peerlimit/peerlimit/internal/testkit/metrictest"
 	"github.com/peerlimit/peerlimit/internal/testkit/testlog"
 	"github.com/peerlimit/peerlimit/limiter"
 	"github.com/peerlimit/peerlimit/peer"
@@ -274,7 +276,18 @@ func lastFile(t *testing.T, fs *crashfs.FS, prefix string) string {
 func TestAFullDiskStopsTheAppendsUntilASnapshotSucceeds(t *testing.T) {
 	fs := crashfs.New()
 	src := newSource()
-	l, _ := open(t, fs, src, me)
+	reg := prometheus.NewRegistry()
+	m, err := persist.NewMetrics(reg)
+	require.NoError(t, err)
+	logs := testlog.NewCapture()
+	cfg := persist.DefaultConfig()
+	cfg.Dir = "/data"
+	l, _, err := persist.Open(cfg, me, persist.Deps{FS: fs, Source: src, Logger: slog.New(logs), Metrics: m})
+	require.NoError(t, err)
+	failing := func() float64 { return metrictest.Value(t, reg, "peerlimit_persist_failing") }
+	const cannot, again = "persist: cannot write the data directory", "persist: writing the data directory again"
+	assert.Zero(t, failing())
+
 	full := true
 	var mu sync.Mutex
 	fs.Inject(func(op crashfs.Op) error {
@@ -288,21 +301,35 @@ func TestAFullDiskStopsTheAppendsUntilASnapshotSucceeds(t *testing.T) {
 	a := counter("a", 5)
 	src.set(a)
 	l.Own([]limiter.KeyState{a})
-	err := l.Sync()
+	err = l.Sync()
 	require.Error(t, err)
 	assert.True(t, persist.IsNoSpace(err), "%v", err)
 	assert.True(t, errors.Is(l.Snapshot(), syscall.ENOSPC), "no snapshot while the disk is full")
+	a = counter("a", 6)
+	src.set(a)
+	l.Own([]limiter.KeyState{a}) // dropped: appends stopped
+	assert.Equal(t, 1.0, failing(), "raised while the disk is full")
+	assert.Equal(t, 2.0, metrictest.Value(t, reg, "peerlimit_persist_dropped_records_total"))
+	warned := logs.Find(cannot)
+	require.Len(t, warned, 1, "said once, however many appends and snapshots fail")
+	assert.Equal(t, slog.LevelWarn, warned[0].Level)
+	assert.Equal(t, "true", warned[0].Attrs["disk_full"])
+	assert.Equal(t, "/data", warned[0].Attrs["dir"])
+	assert.Empty(t, logs.Find(again))
 
 	mu.Lock()
 	full = false
 	mu.Unlock()
 	require.NoError(t, l.Snapshot())
+	assert.Zero(t, failing(), "cleared once a snapshot succeeds")
+	require.Len(t, logs.Find(again), 1)
+	assert.Equal(t, slog.LevelInfo, logs.Find(again)[0].Level)
 	b := counter("b", 1)
 	src.set(b)
 	l.Own([]limiter.KeyState{b})
 	require.NoError(t, l.Close())
 	_, r := open(t, fs, newSource(), me)
-	assert.Equal(t, map[string]int64{"a": 5, "b": 1}, byKey(r), "the snapshot holds what the full disk refused")
+	assert.Equal(t, map[string]int64{"a": 6, "b": 1}, byKey(r), "the snapshot holds what the full disk refused")
 }
 
 // A data directory is one node's: another node's, another cluster's, or
@@ -379,4 +406,18 @@ func TestOnTheMachinesDisk(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	assert.Equal(t, map[string]int64{"a": 3, "b": 1}, byKey(r))
+}
+
+// A calendar quota comes back with its calendar (unit and zone) and its
+// period: restored, it counts against the same month in the same zone.
+func TestACalendarStateComesBackWithItsCalendar(t *testing.T) {
+	fs := crashfs.New()
+	month, err := limiter.NewCalendar(limiter.CalendarMonth, "Europe/Paris")
+	require.NoError(t, err)
+	quota := limiter.KeyState{Key: "tenant:7", Algorithm: limiter.SlidingWindowCounter, Calendar: month, WindowID: 1_748_728_800_000, Curr: 7}
+	l, _ := open(t, fs, newSource(), me)
+	l.Own([]limiter.KeyState{quota})
+	require.NoError(t, l.Close())
+	_, r := open(t, fs, newSource(), me)
+	assert.Equal(t, []limiter.KeyState{quota}, r.Own)
 }

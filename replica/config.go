@@ -33,7 +33,8 @@ type Config struct {
 	// MaxKeys caps the key states a backup holds for others, to bound its
 	// memory whatever the owners send, split evenly over the partitions
 	// as the store's MaxKeys is: past its share, a partition keeps the keys
-	// replicated last, and the others are refused and counted. Between
+	// replicated last, and the others are refused and counted; a
+	// calendar quota's state is kept past it, never refused. Between
 	// compactions a partition's list may hold repeats of a key, at most
 	// about twice its share (see Store). Default 1,048,576, as the store's.
 	MaxKeys int

@@ -294,6 +294,30 @@ func TestStoreIsBoundedAndSwept(t *testing.T) {
 	assert.Zero(t, s.Len(), "a whole partition starts from nothing")
 }
 
+// A calendar quota's replica is never refused for the share: a promotion
+// must find the month's count. It takes its place first, the sliding
+// states replicated longest ago are refused in its stead.
+func TestStoreKeepsCalendarStatesPastItsShare(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := replica.NewMetrics(reg)
+	require.NoError(t, err)
+	s := replica.NewStore(1, 2, 3, m, nil)
+	month, err := limiter.NewCalendar(limiter.CalendarMonth, "")
+	require.NoError(t, err)
+	quota := func(key string, curr int64) limiter.KeyState {
+		return limiter.KeyState{Key: key, Algorithm: limiter.SlidingWindowCounter, Calendar: month, WindowID: t0 - t0%1000, Curr: curr}
+	}
+	sliding := limiter.KeyState{Key: "s", Window: time.Second, Algorithm: limiter.SlidingWindowLog, Log: []int64{t0}}
+	s.Apply("n1", peer.Replication{States: []limiter.KeyState{sliding, quota("a", 1), quota("b", 2), quota("c", 3)}})
+	got, _ := s.Take(0)
+	keys := map[string]int64{}
+	for _, ks := range got {
+		keys[ks.Key] = ks.Curr
+	}
+	assert.Equal(t, map[string]int64{"a": 1, "b": 2, "c": 3}, keys, "every quota, past a share of 2")
+	assert.Equal(t, 1.0, metrictest.Value(t, reg, "peerlimit_replica_refused_total"), "the sliding state, replicated first")
+}
+
 // However many rounds a backup receives, it holds one state per key, the
 // last it received, and a bounded list of what it received since its
 // last compaction.

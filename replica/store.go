@@ -184,7 +184,10 @@ const noExpiry = math.MinInt64
 // received: it drops superseded states, tombstones (with what they
 // supersede), the states expired at now (Unix ms), and the states
 // replicated longest ago past the partition's share, which it returns
-// as refused. Requires s.mu held.
+// as refused. A calendar counter's state is never refused: it is a
+// quota spent, which a promotion must find, and its owner held it (past
+// its own cap if need be: limiter.Stats.CalendarOverCap), so what it adds
+// past the share is bounded by what the owner holds. Requires s.mu held.
 func (s *Store) compact(pt *part, now int64) (expired, refused int) {
 	n := len(pt.states)
 	if n == pt.live && now == noExpiry {
@@ -203,7 +206,7 @@ func (s *Store) compact(pt *part, now int64) (expired, refused int) {
 		case empty(ks):
 		case now != noExpiry && expiry(ks) <= now:
 			expired++
-		case n-w >= s.share:
+		case n-w >= s.share && ks.Calendar == 0:
 			refused++
 		default:
 			w--

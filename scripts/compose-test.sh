@@ -473,7 +473,7 @@ persist_check "$h2" "$persist_day" 5 >/dev/null
 persist_check "$h3" "$persist_hour" 5 >/dev/null
 before=$(persist_remaining)
 [ "$before" = "day=86 hour=83" ] || fail "5 more hits each: remaining $before, want day=86 hour=83"
-sleep 1 # a --persist-interval: every round written and synced (the bound of a kill is one round, 20 ms)
+sleep 1 # a --persist-interval: every round written and synced (the bound of a kill is two rounds, 40 ms)
 step "docker compose kill (SIGKILL to every node at once), then start: $before before"
 dc kill n1 n2 n3 2>&1 | sed 's/^/   /'
 dc start n1 n2 n3 2>&1 | sed 's/^/   /'

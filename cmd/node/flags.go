@@ -133,7 +133,7 @@ func defineClusterFlags(fs *flag.FlagSet, c *node.Config, raw *rawFlags) {
 	fs.DurationVar(&c.Replication.Interval, "replication-interval", c.Replication.Interval, "how often an owner sends its partitions' changes to their backups: what a crash can lose")
 	fs.IntVar(&c.Replication.MaxKeys, "replica-max-keys", c.Replication.MaxKeys, "cap on the key states this node keeps as other members' backup")
 	fs.StringVar(&c.Persist.Dir, "data-dir", c.Persist.Dir, "directory (one node's, existing) where this node keeps its counts and the replicas it holds, restored at start: a restart of the whole cluster forgets nothing; empty: memory only")
-	fs.DurationVar(&c.Persist.SyncInterval, "persist-interval", c.Persist.SyncInterval, "with --data-dir: how often what was written is synced to disk, the most a power loss loses (a killed process loses at most one --replication-interval)")
+	fs.DurationVar(&c.Persist.SyncInterval, "persist-interval", c.Persist.SyncInterval, "with --data-dir: how often what was written is synced to disk, the most a power loss loses (a killed process loses at most two --replication-interval rounds: a hit counted just after a round's take waits a full interval for the next round's write)")
 	fs.DurationVar(&c.Persist.SnapshotInterval, "snapshot-interval", c.Persist.SnapshotInterval, "with --data-dir: how often every count is written to a new snapshot and the log before it deleted")
 	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "the cluster's name, kept in the data directory: a node refuses a --data-dir of another cluster")
 }
