@@ -205,7 +205,15 @@ func (hl *heldLease) use(now time.Time, req limiter.Request) limiter.Decision {
 	hl.left -= req.Hits
 	hl.used += req.Hits
 	if hl.algo == limiter.SlidingWindowLog {
+		// In whole milliseconds, rounded up, as the wire and the owner take
+		// it (peer.LeaseUse): the owner places the hit at its grant's
+		// millisecond (its clock's, truncated) plus this, and a truncated
+		// offset too put it up to 2 ms before the hit, 1 ms earlier than
+		// the owner stamps its own admissions: a window could admit one
+		// more as the hit left it (the simulation's seed 103, a leased
+		// log key 245 of 244).
 		at := max(now.Sub(hl.asked), 0)
+		at = (at + time.Millisecond - 1).Truncate(time.Millisecond)
 		for range req.Hits {
 			hl.offsets = append(hl.offsets, at)
 		}

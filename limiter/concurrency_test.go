@@ -294,3 +294,21 @@ func TestConcurrencyIsExactUnderConcurrency(t *testing.T) {
 	assert.LessOrEqual(t, peak.Load(), int64(n))
 	assert.Equal(t, held.Load(), inFlight(t, s, now, r), "every unreleased slot is counted, every released one freed")
 }
+
+// A slot never released frees itself window_ms after it was taken, and
+// only itself: its hold's expiry (the node's sweep, Reservations.Expire)
+// finds its entry already out of the window and gives nothing back, so
+// it frees no other holder's slot, not even one taken just after it
+// (the simulation's plain seeds found such a hold taking a later slot,
+// 2af7b81).
+func TestAnExpiredSlotFreesNoOtherSlot(t *testing.T) {
+	s := newStore(t, 1, nil)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	r := slots(3)
+	require.True(t, acquire(t, s, t0, r).Allowed)
+	require.True(t, acquire(t, s, t0.Add(100*time.Millisecond), r).Allowed)
+	at := t0.Add(r.Window)
+	assert.Equal(t, 1, s.Reservations().Expire(at), "the first slot's hold expires")
+	assert.EqualValues(t, 1, inFlight(t, s, at, r), "the second slot is held until its own window ends")
+	assert.EqualValues(t, 0, inFlight(t, s, at.Add(100*time.Millisecond), r))
+}

@@ -34,6 +34,13 @@ type Plan struct {
 	Load             float64
 	Workers          int
 	HotShare         float64
+	// HotKey is the hot key's index among the keys (Plan.keys): 0, the
+	// counter c0, or 1, the log l0. HotLimit, if set, is its own limit
+	// per Window, large enough that budget leases are lent on it (a
+	// limit under 16 is never leased, and a lease holds at most 1/16 of
+	// its limit: drawLeases).
+	HotKey   int
+	HotLimit int64
 	// Ops are the shares of the kinds of operation (the rest: checks).
 	BatchShare, AllShare, ReserveShare float64
 	// The newer algorithms' keys, drawn after everything above so that
@@ -54,10 +61,12 @@ type Plan struct {
 	// Settle is the calm after the last step, in which the cluster must
 	// converge and answer undegraded again.
 	Settle time.Duration
-	// MaxWorst is the plan's promise beyond the checker's bounds, as a
-	// jepsen-lite scenario's (Scenario.MaxWorst): no window of any key
-	// admits more than MaxWorst × its limit; 0: none (promise).
-	MaxWorst float64
+	// MaxWorst and MaxDegraded are the plan's promise beyond the
+	// checker's bounds, as the jepsen-lite scenarios' of its faults
+	// (Scenario.MaxWorst, MaxDegraded; promise): no window of any key
+	// admits more than MaxWorst × its limit, and no more than MaxDegraded
+	// of the answers are degraded; 0: none.
+	MaxWorst, MaxDegraded float64
 }
 
 // Step is one fault, or its end, at At.
@@ -128,19 +137,55 @@ func NewPlan(seed uint64) Plan {
 	}
 	p.Steps = drawSteps(r, p.Nodes, p.Duration)
 	drawAlgorithms(r, &p)
-	if !hunting {
-		p.SlotKeys = plainSlotKeys(p)
-		return p
-	}
 	// What follows is drawn from streams of its own, so that the rest of
 	// each seed's plan is what it was before they were drawn.
-	drawJoins(rand.New(rand.NewPCG(seed, 0x101)), p.Steps)
-	p.Window = drawWindow(rand.New(rand.NewPCG(seed, 0x102)), p.Steps)
-	wholeWindows(p.Clocks, p.Window)
-	drawHeals(rand.New(rand.NewPCG(seed, 0x103)), p.Steps)
-	p.Share = rand.New(rand.NewPCG(seed, 0x104)).IntN(2) == 0
-	p.MaxWorst = promise(p.Steps, p.Limit)
+	if hunting {
+		drawJoins(rand.New(rand.NewPCG(seed, 0x101)), p.Steps)
+		p.Window = drawWindow(rand.New(rand.NewPCG(seed, 0x102)), p.Steps)
+		wholeWindows(p.Clocks, p.Window)
+		drawHeals(rand.New(rand.NewPCG(seed, 0x103)), p.Steps)
+		p.Share = rand.New(rand.NewPCG(seed, 0x104)).IntN(2) == 0
+	} else {
+		p.SlotKeys = plainSlotKeys(p)
+	}
+	drawLeases(rand.New(rand.NewPCG(seed, 0x105)), &p)
+	if hunting {
+		p.MaxWorst, p.MaxDegraded = promise(p)
+	}
 	return p
+}
+
+// Leased hot keys (drawLeases): their limits, how far the workload
+// offers them past it, and the lease thresholds of their plans.
+const (
+	minHotLimit, maxHotLimit = 64, 400
+	minHotLoad, maxHotLoad   = 0.75, 2.5
+)
+
+// drawLeases gives half the plans a hot key whose limit budget leases
+// are lent on, as they are on a real hot key: the other limits (5–20)
+// are never leased (under 16), or in leases of one hit. Its limit is
+// what the hot key's share of the workload offers in a window, divided
+// by 1.5–3, within 64–400 (about hotLoad × its limit is offered: the
+// limit binds, with leases out), so the workload makes no more calls
+// than it did. The hot key takes 30–50 % of the checks, and the members
+// ask for a lease from 1 check a second (the default) or 10 (jepsen-lite's
+// hot scenarios), so that a member forwarding a few tens of checks a
+// second of it asks. The hot key is the log l0 in half the plans whose
+// windows are 5 s or more (a log's lease needs 20 lease durations in
+// its window), the counter c0 otherwise.
+func drawLeases(r *rand.Rand, p *Plan) {
+	if r.IntN(2) == 0 {
+		return
+	}
+	p.HotShare = 0.3 + 0.2*r.Float64()
+	p.LeaseMinRate = []int{1, 10}[r.IntN(2)]
+	if p.Window >= 5*time.Second && r.IntN(2) == 0 {
+		p.HotKey = 1
+	}
+	load := minHotLoad + r.Float64()*(maxHotLoad-minHotLoad)
+	perWindow := p.offered() * p.hotShareOfChecks() * p.Window.Seconds()
+	p.HotLimit = min(max(int64(perWindow/load), minHotLimit), maxHotLimit)
 }
 
 // drawAlgorithms draws the GCRA and concurrency keys: one or two of
@@ -259,39 +304,114 @@ func wholeWindows(clocks map[string]faultclock.Config, w time.Duration) {
 	}
 }
 
-// nodeFaultPromise is what a plan whose faults are crashes, power
-// losses and pauses of one member at a time promises: each member's
-// keys have a heir holding their replica (replication is on in every
-// plan), which decides them from it while the member is out, and hands
-// them back when it returns; what is lost is the replication's lag. The
-// checker's bound allows such a run limit × deciders, since the heir's
-// answers are degraded; jepsen-lite's kill, crash and pause scenarios
-// promise 1.2–1.5× (Scenario.MaxWorst). A small limit gets
-// nodeFaultSlack admissions over it instead, if more: a crash of a key's
-// owner cost up to 4 admissions over a limit of 7 on main (docs/chaos.md,
-// "Simulation"), 1.57×.
+// The promises of jepsen-lite's scenarios (jepsen-lite/scenarios.go),
+// per kind of fault: a crash, a kill and restart, a join or a leave
+// (scale), a partition under the share fallback (partition-share)
+// 1.5×; a slow link (latency) 1.2× and 1 % of the answers degraded; a
+// lossy link 1.2× and 2 % degraded; a bridge, a wrong clock 1.2×. A pause
+// has none there, and the crash's here (its heir decides from the
+// replica, as a crash's does). A small limit gets promiseSlack
+// admissions over it instead of 1.5×, if more: a crash of a key's owner
+// cost up to 4 admissions over a limit of 7 on main (docs/chaos.md,
+// "Simulation"), 1.57×; and linkSlack instead of 1.2× (one admission
+// over a limit of 5 is 1.2× already).
 const (
 	nodeFaultPromise = 1.5
-	nodeFaultSlack   = 5
+	linkPromise      = 1.2
+	promiseSlack     = 5
+	linkSlack        = 1
+	slowDegraded     = 0.01
+	lossyDegraded    = 0.02
+	// lossyLink is the most loss a link may have for lossyDegraded to be
+	// promised: jepsen-lite's lossy-link drops 5 %, the plans up to 32 %.
+	lossyLink = 0.05
 )
 
-// promise returns the plan's MaxWorst for keys of limit: nodeFaultPromise
-// (or nodeFaultSlack over the limit) when its every step is a crash, a
-// power loss or a pause of one member, or their end; none otherwise (a
-// partition decides each key once per side, a full stop or kill has no
-// heir up).
-func promise(steps []Step, limit int64) float64 {
-	if len(steps) == 0 {
-		return 0
+// promise returns the plan's MaxWorst and MaxDegraded: those of
+// jepsen-lite's scenarios of its faults (stepPromise), the loosest of
+// them, and none when one of its faults promises none (a partition under
+// the local fallback, which decides each key once per side; a full stop
+// or kill, with no heir up; a rolling restart, which no scenario runs).
+// A wrong clock promises linkPromise, and leaves the degraded share a
+// slow link promises (jepsen-lite's clock scenarios promise none, but
+// then nothing in them is unreachable: a member's clock is not what
+// tells it a peer is gone). A small limit gets promiseSlack admissions
+// over it (linkSlack for a promise of 1.2×), if that is more than
+// MaxWorst × it.
+func promise(p Plan) (worst, degraded float64) {
+	if len(p.Steps) == 0 {
+		return 0, 0
 	}
-	for _, st := range steps {
-		switch st.Kind {
-		case Crash, PowerLoss, Restart, Pause, Resume:
-		default:
-			return 0
+	degradedBound := true
+	for _, st := range p.Steps {
+		w, d, ok := stepPromise(st, p.Share, p.Window)
+		if !ok {
+			return 0, 0
 		}
+		worst, degraded = max(worst, w), max(degraded, d)
+		degradedBound = degradedBound && (d > 0 || w == 0)
 	}
-	return max(nodeFaultPromise, float64(limit+nodeFaultSlack)/float64(limit))
+	if len(p.Clocks) > 0 {
+		worst = max(worst, linkPromise)
+	}
+	if !degradedBound {
+		degraded = 0
+	}
+	if worst == 0 {
+		return 0, degraded
+	}
+	slack := int64(promiseSlack)
+	if worst < nodeFaultPromise {
+		slack = linkSlack
+	}
+	return max(worst, float64(p.Limit+slack)/float64(p.Limit)), degraded
+}
+
+// stepPromise is what step st promises in windows of w, as jepsen-lite's
+// scenario of its kind does: the most a window may admit × its limit (0:
+// the step adds no bound of its own, as the end of a fault), and the most
+// of the answers that may be degraded (0: none promised); ok false: no
+// promise at all.
+func stepPromise(st Step, share bool, w time.Duration) (worst, degraded float64, ok bool) {
+	switch st.Kind {
+	case Heal, Resume:
+		return 0, 0, true
+	case Crash, PowerLoss, Restart, Pause, Join, Leave:
+		return nodeFaultPromise, 0, true
+	case Partition:
+		return sharePromise(st.Groups, w), 0, share
+	case Bridge:
+		return linkPromise, 0, true
+	case Latency:
+		return linkPromise, slowDegraded, true
+	case Loss:
+		if st.Loss <= lossyLink {
+			return linkPromise, lossyDegraded, true
+		}
+		return linkPromise, 0, true
+	}
+	return 0, 0, false
+}
+
+// sharePromise is what a partition into groups promises under the share
+// fallback in windows of w: jepsen-lite's partition-share promise
+// (1.5×) in windows of a second, as its scenario's; in longer ones, a
+// limit and the other sides' shares. A side decides a key it does not
+// own against its share (its members ÷ all) from what it holds, nothing
+// if the owner's replica is on the other side, only once it has dropped
+// the others, 2 s or so after the cut: by then a second's window has no
+// admission from before the cut left, but a longer one still holds the
+// owner's, up to a whole limit (seed 251: 10 of 10 before the cut and
+// 6 after it on the side of 3 of 5, 1.6×, in 10 s windows).
+func sharePromise(groups [][]string, w time.Duration) float64 {
+	if w <= time.Second {
+		return nodeFaultPromise
+	}
+	all, largest := 0, 0
+	for _, g := range groups {
+		all, largest = all+len(g), max(largest, len(g))
+	}
+	return max(nodeFaultPromise, 1+float64(largest)/float64(all))
 }
 
 // drawClocks gives a few members a wrong clock: offsets and steps of whole
@@ -432,8 +552,15 @@ func (p Plan) String() string {
 	for _, s := range p.Steps {
 		fmt.Fprintf(&b, "  %6s %s\n", s.At, s.describe())
 	}
+	if p.HotLimit > 0 {
+		fmt.Fprintf(&b, "  hot key %s: %d per %s, leased\n", p.keys()[p.HotKey].Name, p.HotLimit, p.Window)
+	}
 	if p.MaxWorst > 0 {
-		fmt.Fprintf(&b, "  promise: no window over %.2f× its limit\n", p.MaxWorst)
+		fmt.Fprintf(&b, "  promise: no window over %.2f× its limit", p.MaxWorst)
+		if p.MaxDegraded > 0 {
+			fmt.Fprintf(&b, ", at most %.0f %% of the answers degraded", 100*p.MaxDegraded)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -470,17 +597,22 @@ func (s Step) describe() string {
 var noClocks = false
 
 // hunting: plans draw slowed joins, windows up to 10 s, heals one member
-// at a time, the share fallback and a promise for node faults (Hunt).
+// at a time, the share fallback and the scenarios' promises (Hunt).
 var hunting = false
 
 // Hunt(true) makes every plan drawn from now on a hunting plan: the joins
 // slowed as real ones are, windows up to 10 s, partitions healed one
-// member at a time, the share fallback in half the plans, and a promise
-// for plans of node faults. They catch two of the three defects of the
-// mutation test that the plain plans miss, and find rare failures on
-// main that are not fixed yet (docs/chaos.md, "Simulation"): make sim
-// hunts; the test command's seeds are the plain plans, which pass.
+// member at a time, the share fallback in half the plans, and the
+// promises of jepsen-lite's scenarios of its faults (promise). They catch
+// two of the three defects of the mutation test that the plain plans
+// miss, and find rare failures on main that are not fixed yet
+// (docs/chaos.md, "Simulation"): make sim hunts; the test command runs
+// 70 plain seeds and 30 hunting ones.
 func Hunt(on bool) { hunting = on }
 
-// NoClocks turns the clock faults off, for investigating the others.
-func NoClocks() { noClocks = true }
+// Clocks(false) turns the clock faults off in every plan drawn from now
+// on, for investigating the others; Clocks(true) draws them again.
+func Clocks(on bool) { noClocks = !on }
+
+// NoClocks turns the clock faults off: Clocks(false).
+func NoClocks() { Clocks(false) }

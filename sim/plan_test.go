@@ -13,13 +13,16 @@ import (
 // TestPlanKeepsWhatTheCheckerNeeds checks what NewPlan promises of every
 // plan, over many seeds: clock offsets and steps in whole windows (the
 // counter's fixed windows are the epoch's on every clock), 1 s windows
-// with a full stop or kill, a promise exactly for plans of node faults,
-// and a heal one member at a time only of the partition before it.
+// with a full stop or kill, a promise exactly for plans whose every fault
+// has one in jepsen-lite's scenarios, a degraded share promised only for
+// slow links, a heal one member at a time only of the partition before
+// it, and leased hot keys of 64–400 in about half the plans.
 func TestPlanKeepsWhatTheCheckerNeeds(t *testing.T) {
 	sim.Hunt(true)
 	defer sim.Hunt(*hunt)
-	nodeFaults := []sim.Kind{sim.Crash, sim.PowerLoss, sim.Restart, sim.Pause, sim.Resume}
-	var promised, long, byMember, slowed int
+	none := []sim.Kind{sim.Rolling, sim.FullStop, sim.FullKill} // and a partition without the share fallback
+	slow := []sim.Kind{sim.Latency, sim.Loss, sim.Heal}
+	var promised, degraded, long, byMember, slowed, leased int
 	for seed := uint64(1); seed <= 2000; seed++ {
 		p := sim.NewPlan(seed)
 		for id, c := range p.Clocks {
@@ -33,10 +36,24 @@ func TestPlanKeepsWhatTheCheckerNeeds(t *testing.T) {
 		if p.Window > time.Second {
 			long++
 		}
-		onlyNode := len(p.Steps) > 0 && !slices.ContainsFunc(p.Steps, func(st sim.Step) bool { return !slices.Contains(nodeFaults, st.Kind) })
-		assert.Equal(t, onlyNode, p.MaxWorst > 0, "seed %d: a promise exactly for plans of node faults", seed)
+		unpromised := slices.ContainsFunc(p.Steps, func(st sim.Step) bool {
+			return slices.Contains(none, st.Kind) || st.Kind == sim.Partition && !p.Share
+		})
+		assert.Equal(t, !unpromised, p.MaxWorst > 0, "seed %d: a promise exactly for plans of faults with one", seed)
+		assert.True(t, p.MaxWorst == 0 || p.MaxWorst >= 1.2 && p.MaxWorst <= 2, "seed %d: %.2f", seed, p.MaxWorst)
+		onlySlow := !slices.ContainsFunc(p.Steps, func(st sim.Step) bool { return !slices.Contains(slow, st.Kind) })
+		if p.MaxDegraded > 0 {
+			degraded++
+			assert.True(t, onlySlow, "seed %d: a degraded share promised only for slow links", seed)
+		}
 		if p.MaxWorst > 0 {
 			promised++
+		}
+		if p.HotLimit > 0 {
+			leased++
+			assert.GreaterOrEqual(t, p.HotLimit, int64(64), "seed %d", seed)
+			assert.LessOrEqual(t, p.HotLimit, int64(400), "seed %d", seed)
+			assert.True(t, p.HotKey == 0 || p.Window >= 5*time.Second, "seed %d: a log is leased from 5 s windows", seed)
 		}
 		for i, st := range p.Steps {
 			if st.Kind == sim.Heal && st.Delay > 0 {
@@ -52,8 +69,11 @@ func TestPlanKeepsWhatTheCheckerNeeds(t *testing.T) {
 	}
 	// Each feature is drawn often enough to matter (counts of 2,000).
 	assert.Greater(t, promised, 150)
+	assert.Greater(t, degraded, 100)
 	assert.Greater(t, long, 600)
 	assert.Greater(t, byMember, 150)
 	assert.Greater(t, slowed, 500)
-	t.Logf("of 2,000 plans: %d promise, %d longer windows, %d heals by member, %d slowed starts", promised, long, byMember, slowed)
+	assert.Greater(t, leased, 800)
+	t.Logf("of 2,000 plans: %d promise (%d a degraded share), %d longer windows, %d heals by member, %d slowed starts, %d leased hot keys",
+		promised, degraded, long, byMember, slowed, leased)
 }

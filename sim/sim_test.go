@@ -18,14 +18,53 @@ import (
 	"github.com/peerlimit/peerlimit/sim"
 )
 
+// options are the test's flags (register): which seeds, and which plans
+// they draw.
+type options struct {
+	seed, from   *uint64
+	seeds        *int
+	v            *bool
+	clocks, hunt *bool // these select the plan a seed draws (replayCommand)
+}
+
+// register defines the test's flags on fs.
+func register(fs *flag.FlagSet) options {
+	return options{
+		seed:   fs.Uint64("sim.seed", 0, "replay one seed, with its logs and its violations' operations on failure"),
+		seeds:  fs.Int("sim.seeds", defaultSeeds, "how many seeds to run, from -sim.from"),
+		from:   fs.Uint64("sim.from", 1, "the first seed"),
+		v:      fs.Bool("sim.v", false, "print every seed's plan and what the checker counted"),
+		clocks: fs.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)"),
+		hunt:   fs.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, the scenarios' promises (sim.Hunt; make sim hunts)"),
+	}
+}
+
+var opts = register(flag.CommandLine)
+
+// The flags by their old names, for the tests that read them.
 var (
-	seed   = flag.Uint64("sim.seed", 0, "replay one seed, with its logs and its violations' operations on failure")
-	seeds  = flag.Int("sim.seeds", defaultSeeds, "how many seeds to run, from -sim.from")
-	from   = flag.Uint64("sim.from", 1, "the first seed")
-	v      = flag.Bool("sim.v", false, "print every seed's plan and what the checker counted")
-	clocks = flag.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)")
-	hunt   = flag.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, a promise for node faults (sim.Hunt; make sim hunts)")
+	seed, hunt, v = opts.seed, opts.hunt, opts.v
 )
+
+// apply makes the plans drawn from now on those o selects.
+func (o options) apply() {
+	sim.Hunt(*o.hunt)
+	sim.Clocks(*o.clocks)
+}
+
+// replayCommand is the one command that replays seed s under o: the
+// same seed with every flag that selects its plan (sim.Hunt, sim.Clocks),
+// so that it draws the plan that failed.
+func replayCommand(o options, s uint64) string {
+	cmd := fmt.Sprintf("go test -count=1 -run 'TestSimulation$' ./sim -sim.seed %d", s)
+	if *o.hunt {
+		cmd += " -sim.hunt"
+	}
+	if !*o.clocks {
+		cmd += " -sim.clocks=false"
+	}
+	return cmd
+}
 
 // TestSimulation runs seeds of the whole cluster on simulated time: each
 // seed draws a cluster, a workload and faults (sim.NewPlan), runs them on
@@ -34,40 +73,52 @@ var (
 // checker judges the history. The seeds are shared out over GOMAXPROCS
 // shards. A failing seed says how to replay it.
 func TestSimulation(t *testing.T) {
-	if !*clocks {
-		sim.NoClocks()
-	}
-	if *hunt {
-		sim.Hunt(true)
-	}
+	opts.apply()
 	list := []uint64{*seed}
 	if *seed == 0 {
 		list = list[:0]
-		for s := *from; s < *from+uint64(*seeds); s++ {
+		for s := *opts.from; s < *opts.from+uint64(*opts.seeds); s++ {
 			list = append(list, s)
 		}
 	}
 	start := time.Now()
-	var failed atomic.Int32
+	var tally tally
 	shards := min(runtime.GOMAXPROCS(0), len(list))
 	t.Run("seeds", func(t *testing.T) {
 		for sh := range shards {
 			t.Run(fmt.Sprint("shard", sh), func(t *testing.T) {
 				t.Parallel()
 				for i := sh; i < len(list); i += shards {
-					if !runSeed(t, list[i]) {
-						failed.Add(1)
-					}
+					tally.add(runSeed(t, list[i]))
 				}
 			})
 		}
 	})
-	t.Logf("%d seeds in %s on %d shards, %d failed", len(list), time.Since(start).Round(time.Millisecond), shards, failed.Load())
+	t.Logf("%d seeds in %s on %d shards, %d failed; %d admissions through a lease (in %d seeds) of %d allowed",
+		len(list), time.Since(start).Round(time.Millisecond), shards, tally.failed.Load(), tally.leased.Load(),
+		tally.leasing.Load(), tally.allowed.Load())
 }
 
-// runSeed runs one seed and reports whether it passed; a failure says
-// what broke and how to replay it.
-func runSeed(t *testing.T, s uint64) bool {
+// tally is what the seeds of a run add up to.
+type tally struct {
+	failed, leasing atomic.Int32
+	leased, allowed atomic.Int64
+}
+
+func (ta *tally) add(v sim.Verdict) {
+	if v.Failed() {
+		ta.failed.Add(1)
+	}
+	if v.Leased > 0 {
+		ta.leasing.Add(1)
+	}
+	ta.leased.Add(int64(v.Leased))
+	ta.allowed.Add(int64(v.Allowed))
+}
+
+// runSeed runs one seed and returns its verdict; a failure says what
+// broke and how to replay it.
+func runSeed(t *testing.T, s uint64) sim.Verdict {
 	var logs strings.Builder
 	out, level := io.Writer(&logs), slog.LevelWarn
 	if *seed == 0 {
@@ -77,20 +128,20 @@ func runSeed(t *testing.T, s uint64) bool {
 	synctest.Test(t, func(t *testing.T) { verdict = sim.Run(s, out, level) })
 	if *v {
 		r := verdict.Result
-		t.Logf("%s  ops %d, answered %d, degraded %d, timeouts %d; windows log %d counter %d, gcra intervals %d, slot instants %d; worst log %.2f× counter fixed %.2f× gcra %.2f× concurrency %.2f×",
-			verdict.Plan, r.All.Ops, r.All.Answered, r.All.Degraded, r.All.Timeouts, r.Log.Windows, r.CounterFixed.Windows,
+		t.Logf("%s  ops %d, answered %d, allowed %d (%d through a lease), degraded %d, timeouts %d; windows log %d counter %d, gcra intervals %d, slot instants %d; worst log %.2f× counter fixed %.2f× gcra %.2f× concurrency %.2f×",
+			verdict.Plan, r.All.Ops, r.All.Answered, verdict.Allowed, verdict.Leased, r.All.Degraded, r.All.Timeouts, r.Log.Windows, r.CounterFixed.Windows,
 			r.GCRA.Windows, r.Concurrency.Windows, r.Log.Worst, r.CounterFixed.Worst, r.GCRA.Worst, r.Concurrency.Worst)
 	}
 	if !verdict.Failed() {
-		return true
+		return verdict
 	}
-	t.Errorf("seed %d failed:\n%s\n%s\nreplay: go test ./sim -run TestSimulation -sim.seed %d", s, verdict.Plan,
-		strings.Join(append(verdict.Errors, verdict.Problems...), "\n"), s)
+	t.Errorf("seed %d failed:\n%s\n%s\nreplay: %s", s, verdict.Plan,
+		strings.Join(append(verdict.Errors, verdict.Problems...), "\n"), replayCommand(opts, s))
 	if *seed != 0 {
 		fmt.Fprintln(os.Stderr, logs.String())
 		dumpViolations(t, verdict)
 	}
-	return false
+	return verdict
 }
 
 // dumpViolations prints the run's steps with when the cluster converged
@@ -103,7 +154,7 @@ func dumpViolations(t *testing.T, v sim.Verdict) {
 		t.Logf("event %q at %s, converged %s, steady %d, expect %v", ev.Name, ev.Begin, ev.Converged, ev.Steady, ev.Expect)
 	}
 	seen := map[string]bool{}
-	for _, vi := range v.Result.Violations() {
+	for _, vi := range append(v.Result.Violations(), overPromise(v.Result)...) {
 		if seen[vi.Key] {
 			continue
 		}
@@ -124,6 +175,20 @@ func dumpViolations(t *testing.T, v sim.Verdict) {
 			}
 		}
 	}
+}
+
+// overPromise returns the worst window of each algorithm over the plan's
+// promise as a violation of it, for dumpViolations (a concurrency key's
+// worst instant taken as a window of its slots' life from its first
+// acquire: violationSpan).
+func overPromise(r *jepsenlite.Result) []jepsenlite.Violation {
+	var out []jepsenlite.Violation
+	for _, a := range []jepsenlite.Admission{r.Log, r.CounterFixed, r.GCRA, r.Concurrency} {
+		if r.MaxWorst > 0 && a.Worst > r.MaxWorst {
+			out = append(out, jepsenlite.Violation{Key: a.WorstKey, From: a.WorstAt, PerDecider: "the plan's promise"})
+		}
+	}
+	return out
 }
 
 // violationSpan is when the operations a violation counted were invoked,

@@ -51,15 +51,19 @@ const (
 )
 
 // keys returns the plan's keys: KeysPerAlgorithm of each window
-// algorithm, key 0 the hot one, then the GCRA and concurrency keys. A
-// concurrency key weighs what makes its demand about Load × its slots,
-// as a window key's is about Load × its limit (slotWeight).
+// algorithm (c0, l0, c1, l1, …; the hot one is HotKey, of HotLimit if
+// set), then the GCRA and concurrency keys. A concurrency key weighs what
+// makes its demand about Load × its slots, as a window key's is about
+// Load × its limit (slotWeight).
 func (p Plan) keys() []jepsenlite.KeySpec {
 	var out []jepsenlite.KeySpec
 	for i := range p.KeysPerAlgorithm {
 		out = append(out,
 			jepsenlite.KeySpec{Name: fmt.Sprint("c", i), Algorithm: pb.Algorithm_SLIDING_WINDOW_COUNTER, Limit: p.Limit, Window: p.Window},
 			jepsenlite.KeySpec{Name: fmt.Sprint("l", i), Algorithm: pb.Algorithm_SLIDING_WINDOW_LOG, Limit: p.Limit, Window: p.Window})
+	}
+	if p.HotLimit > 0 {
+		out[p.HotKey].Limit = p.HotLimit
 	}
 	for i := range p.GCRAKeys {
 		out = append(out, jepsenlite.KeySpec{Name: fmt.Sprint("g", i), Algorithm: pb.Algorithm_GCRA, Limit: p.GCRALimit, Window: p.Window, Burst: p.GCRABurst})
@@ -78,6 +82,28 @@ func (p Plan) slotWeight() int {
 	meanHold := (holdMin+holdMax)/2*(abandonEvery-1)/abandonEvery + p.SlotWindow/abandonEvery
 	perSecond := float64(p.Limit) / p.Window.Seconds()
 	return max(1, int(math.Ceil(float64(p.Slots)/(perSecond*meanHold.Seconds()))))
+}
+
+// weights is how many shares of the workload's draws the keys take in
+// all: each key its weight (a window or GCRA key 1).
+func (p Plan) weights() int {
+	n := 0
+	for _, ks := range p.keys() {
+		n += max(ks.Weight, 1)
+	}
+	return n
+}
+
+// offered is the workload's rate, operations per second: Load × the
+// window keys' rate for each share of the draws (weights).
+func (p Plan) offered() float64 {
+	return p.Load * float64(p.Limit) * float64(p.weights()) / p.Window.Seconds()
+}
+
+// hotShareOfChecks is about what share of the single checks go to the
+// hot key: HotShare of them, and its share of the others.
+func (p Plan) hotShareOfChecks() float64 {
+	return p.HotShare + (1-p.HotShare)/float64(p.weights())
 }
 
 // workload runs the workers until ctx ends, and returns what they did.
@@ -109,27 +135,39 @@ func newWorkload(w *World, keys []jepsenlite.KeySpec) *workload {
 
 func (wl *workload) run(ctx context.Context) {
 	p := wl.w.plan
-	rate := p.Load * float64(p.Limit) * float64(len(wl.every)) / p.Window.Seconds()
-	interval := time.Duration(float64(time.Second) * float64(p.Workers) / rate)
+	interval := time.Duration(float64(time.Second) * float64(p.Workers) / p.offered())
 	var wg sync.WaitGroup
 	for i := range p.Workers {
-		wg.Go(func() { wl.worker(ctx, i, interval, rand.New(rand.NewPCG(p.Seed, uint64(i)+1))) })
+		wg.Go(func() { wl.worker(ctx, i, interval) })
 	}
 	wg.Wait()
 }
 
-func (wl *workload) worker(ctx context.Context, id int, interval time.Duration, r *rand.Rand) {
-	t := time.NewTimer(time.Duration(r.Int64N(int64(interval))))
+// opStream is the stream of the seed's generator (PCG's second word)
+// that worker's k-th operation draws from (k 0: when the worker starts).
+// Each operation has its own, so that what it draws does not depend on
+// what the ones before it drew, which depends on their answers (an
+// admitted reservation draws its settle, a denied one does not). The
+// high word keeps them apart from the plan's streams (NewPlan).
+func opStream(worker, k int) uint64 { return 0x0b<<56 | uint64(worker)<<32 | uint64(uint32(k)) }
+
+// worker does one operation every interval after the one before ended
+// (a closed loop, as a client's), each drawn from its own stream of the
+// seed (opStream), until ctx ends.
+func (wl *workload) worker(ctx context.Context, id int, interval time.Duration) {
+	seed := wl.w.plan.Seed
+	first := rand.New(rand.NewPCG(seed, opStream(id, 0)))
+	t := time.NewTimer(time.Duration(first.Int64N(int64(interval))))
 	defer t.Stop()
 	var pending sync.WaitGroup // reservations' settles, slots' releases
 	defer pending.Wait()
-	for {
+	for k := 1; ; k++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		wl.one(ctx, id, r, &pending)
+		wl.one(ctx, id, rand.New(rand.NewPCG(seed, opStream(id, k))), &pending)
 		t.Reset(interval)
 	}
 }
@@ -158,13 +196,13 @@ func (wl *workload) one(ctx context.Context, worker int, r *rand.Rand, pending *
 }
 
 // draw picks n distinct keys of from (each key's index as often as its
-// weight), the hot one with the plan's share.
+// weight), the hot one (Plan.HotKey) with the plan's share.
 func (wl *workload) draw(r *rand.Rand, n int, from []int) []int {
 	var out []int
 	for len(out) < n {
 		k := from[r.IntN(len(from))]
 		if r.Float64() < wl.w.plan.HotShare {
-			k = 0
+			k = wl.w.plan.HotKey
 		}
 		if !containsInt(out, k) {
 			out = append(out, k)

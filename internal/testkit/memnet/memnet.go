@@ -3,8 +3,11 @@
 // in theirs. Each member's Peers delivers calls straight to the other
 // member's peer.Handler, through faults a test injects: a link cut one
 // way or both, requests or replies dropped with a probability, a delay,
-// a paused member, a member gone. A seeded generator decides every
-// probabilistic fault, and Network.Seed names it for the failure message.
+// a paused member, a member gone. Seeded generators decide every
+// probabilistic fault, one for each link and kind of traffic (calls,
+// gossip), so that what one link draws does not depend on how the
+// traffic over the others interleaves with it; Network.Seed names the
+// seed for the failure message.
 //
 // A call behaves as one over gRPC would, as far as the request path can
 // tell:
@@ -28,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -57,7 +61,7 @@ type Network struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	rng     *rand.Rand
+	rngs    map[stream]*rand.Rand // each link's, per kind of traffic (rng)
 	members map[string]*Peers
 	faults  map[link]Faults
 	paused  map[string]chan struct{} // closed when the member resumes
@@ -69,10 +73,37 @@ type Network struct {
 
 type link struct{ from, to string }
 
+// stream names one generator of a Network: a link's, for its calls or
+// its gossip.
+type stream struct {
+	link
+	gossip bool
+}
+
+// rng is the generator of the link from one member to another, for
+// calls or gossip: its own stream of the network's seed, from a hash of
+// its names. Requires n.mu held.
+func (n *Network) rng(from, to string, gossip bool) *rand.Rand {
+	k := stream{link{from, to}, gossip}
+	r := n.rngs[k]
+	if r == nil {
+		h := fnv.New64a()
+		h.Write([]byte(from))
+		h.Write([]byte{0})
+		h.Write([]byte(to))
+		if gossip {
+			h.Write([]byte{1})
+		}
+		r = rand.New(rand.NewPCG(n.seed, h.Sum64()))
+		n.rngs[k] = r
+	}
+	return r
+}
+
 // New returns an empty network whose calls time out after timeout, with
 // its probabilistic faults drawn from seed.
 func New(seed uint64, timeout time.Duration) *Network {
-	return &Network{seed: seed, timeout: timeout, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	return &Network{seed: seed, timeout: timeout, rngs: map[stream]*rand.Rand{},
 		members: map[string]*Peers{}, faults: map[link]Faults{}, paused: map[string]chan struct{}{}, calls: map[link]int{}}
 }
 
@@ -212,13 +243,13 @@ type fate struct {
 	replyLost bool
 }
 
-// delayOf draws a call's delay over a link with faults f. Requires n.mu
-// held.
-func (n *Network) delayOf(f Faults) time.Duration {
+// delayOf draws, from r, a call's delay over a link with faults f.
+// Requires n.mu held.
+func (n *Network) delayOf(r *rand.Rand, f Faults) time.Duration {
 	if f.Jitter <= 0 {
 		return f.Delay
 	}
-	return max(f.Delay+time.Duration(n.rng.Int64N(int64(2*f.Jitter)+1))-f.Jitter, 0)
+	return max(f.Delay+time.Duration(r.Int64N(int64(2*f.Jitter)+1))-f.Jitter, 0)
 }
 
 // Gossip decides the fate of a gossip packet or connection from one
@@ -234,10 +265,11 @@ func (n *Network) Gossip(from, to string) (deliver bool, delay time.Duration) {
 		return false, 0
 	}
 	f := n.faults[link{from, to}]
-	if f.Cut || n.rng.Float64() < f.DropRequests {
+	r := n.rng(from, to, true)
+	if f.Cut || r.Float64() < f.DropRequests {
 		return false, 0
 	}
-	return true, n.delayOf(f)
+	return true, n.delayOf(r, f)
 }
 
 func (n *Network) fate(from, to string) fate {
@@ -249,14 +281,15 @@ func (n *Network) fate(from, to string) fate {
 		return fate{refused: fmt.Errorf("memnet: %s is not on the network: %w", to, ErrRefused)}
 	}
 	f := n.faults[link{from, to}]
-	if f.Cut || n.rng.Float64() < f.DropRequests {
+	r := n.rng(from, to, false)
+	if f.Cut || r.Float64() < f.DropRequests {
 		return fate{lost: true}
 	}
 	wait := n.paused[to]
 	if wait == nil {
 		wait = n.paused[from] // a paused member sends nothing either, until it resumes
 	}
-	out := fate{h: m.handler(), wait: wait, delay: n.delayOf(f), replyLost: n.rng.Float64() < f.DropReplies}
+	out := fate{h: m.handler(), wait: wait, delay: n.delayOf(r, f), replyLost: r.Float64() < f.DropReplies}
 	if out.later = out.wait != nil || out.delay > 0; out.later {
 		n.late.Add(1) // under mu, so that Close, once it holds mu, waits for it
 	}
