@@ -24,6 +24,7 @@ var (
 	from   = flag.Uint64("sim.from", 1, "the first seed")
 	v      = flag.Bool("sim.v", false, "print every seed's plan and what the checker counted")
 	clocks = flag.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)")
+	long   = flag.Bool("sim.longstops", false, "plans with a full stop draw windows and slots as the others, not 1 s (sim.LongFullStops; investigation)")
 	hunt   = flag.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, a promise for node faults (sim.Hunt; make sim hunts)")
 )
 
@@ -39,6 +40,9 @@ func TestSimulation(t *testing.T) {
 	}
 	if *hunt {
 		sim.Hunt(true)
+	}
+	if *long {
+		sim.LongFullStops()
 	}
 	list := []uint64{*seed}
 	if *seed == 0 {
