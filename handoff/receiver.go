@@ -19,6 +19,7 @@ import (
 type Receiver struct {
 	self     string
 	store    *limiter.Transfer
+	leaving  func() bool
 	replicas Replicas
 	now      func() time.Time
 	log      *slog.Logger
@@ -32,6 +33,9 @@ type ReceiverDeps struct {
 	// Store is the node's state: its store's Transfer
 	// (limiter.Store.Transfer), all a Receiver uses of it. Required.
 	Store *limiter.Transfer
+	// Leaving reports whether this node is leaving the cluster: it then
+	// takes no handoffs (Receive). Nil: never.
+	Leaving func() bool
 	// Replicas, if set, is told of every handoff before it is merged
 	// (Replicas.Supersede). Nil: replication is off.
 	Replicas Replicas
@@ -52,7 +56,10 @@ func NewReceiver(d ReceiverDeps) (*Receiver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Receiver{self: d.Self, store: d.Store, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics}, nil
+	if d.Leaving == nil {
+		d.Leaving = func() bool { return false }
+	}
+	return &Receiver{self: d.Self, store: d.Store, leaving: d.Leaving, replicas: d.Replicas, now: d.Now, log: log, metrics: d.Metrics}, nil
 }
 
 // Receive merges states origin handed this node into its store, and
@@ -61,7 +68,18 @@ func NewReceiver(d ReceiverDeps) (*Receiver, error) {
 // call's request id, which the sender logs too. The states are on this
 // node's clock already: the node's peer.Handler rebased them from
 // origin's as they arrived (limiter.Rebase).
-func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string) {
+//
+// A node that is leaving takes nothing (peer.ErrLeaving): the sender
+// keeps the states, and if it is leaving too, on its own disk, where its
+// next start finds them. Taken, they could only be passed on; when every
+// member leaves at once (a stop of the whole cluster) the pass fails and
+// they stay on this node's disk, where their owner does not look: back
+// first, it decides them from its own disk without them, unmarked, until
+// this node is back and hands them over (docs/chaos.md, "full-stop").
+func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.KeyState) (merged int, rejected []string, err error) {
+	if r.leaving() {
+		return 0, nil, peer.ErrLeaving
+	}
 	if r.replicas != nil {
 		r.replicas.Supersede(origin, states)
 	}
@@ -77,5 +95,5 @@ func (r *Receiver) Receive(ctx context.Context, origin string, states []limiter.
 		}
 		r.log.Warn("refused handed-off keys", attrs...)
 	}
-	return merged, rejected
+	return merged, rejected, nil
 }

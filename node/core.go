@@ -183,8 +183,8 @@ func (c *Core) initRequestPath(d CoreDeps) (err error) {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	deps := route.Deps{NodeID: c.cfg.ID, Store: c.store, Now: c.cfg.Now, Cluster: c.own, Peers: c.peers, Policies: d.Policies,
-		Samples: d.Samples, Metrics: routeMetrics, HandoffMetrics: handoffMetrics, Logger: c.log, Tracer: d.Tracer}
+	deps := route.Deps{NodeID: c.cfg.ID, Store: c.store, Now: c.cfg.Now, Cluster: c.own, Peers: c.peers, Leaving: c.leaving,
+		Policies: d.Policies, Samples: d.Samples, Metrics: routeMetrics, HandoffMetrics: handoffMetrics, Logger: c.log, Tracer: d.Tracer}
 	var replicas handoff.Replicas // nil unless replication is on: a nil *Failover in the interface would not be nil
 	if c.repl.failover != nil {
 		deps.Failover, replicas = c.repl.failover, c.repl.failover
@@ -202,7 +202,7 @@ func (c *Core) initRequestPath(d CoreDeps) (err error) {
 		}
 	}
 	c.handoff, err = handoff.New(handoff.Deps{Self: c.cfg.ID, Store: c.store.Transfer(), Peers: c.peers, Ring: c.Ring,
-		Leaving: func() bool { return c.own.View().Leaving() }, Now: c.cfg.Now, Logger: c.log, Metrics: handoffMetrics, Replicas: replicas})
+		Leaving: c.leaving, Now: c.cfg.Now, Logger: c.log, Metrics: handoffMetrics, Replicas: replicas})
 	if err != nil {
 		return err
 	}
@@ -301,9 +301,12 @@ func (c *Core) Start(samples sampler) {
 // caller hands off.
 func (c *Core) StopLoops() { c.loops.Stop() }
 
-// Leaving gives up ownership: from now on this node owns nothing, and
-// what reaches it is forwarded to the heirs.
+// Leaving gives up ownership: from now on this node owns nothing, what
+// reaches it is forwarded to the heirs, and it takes no handoffs.
 func (c *Core) Leaving() { c.own.Leaving() }
+
+// leaving reports whether Leaving was called.
+func (c *Core) leaving() bool { return c.own.View().Leaving() }
 
 // HandOff hands every partition this node holds but does not own to its
 // owner, and returns how many keys it could not.

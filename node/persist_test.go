@@ -101,6 +101,32 @@ func TestAFullStopKeepsEveryCount(t *testing.T) {
 	assert.Equal(t, before, counts(t, c), "after a full stop and start")
 }
 
+// A whole cluster stopped at once and started again one node at a time:
+// with two of three back every count is there, as after a full kill
+// (TestNodesBackBeforeTheOthersDecideFromTheReplicasTheyRestored). Each
+// leaver keeps its own keys on its own disk: the others, leaving too,
+// refuse its handoffs. A leaver that took them would have kept them on its
+// disk, and a node back before it would have decided their keys from its
+// own disk without them, unmarked (the simulation's full-stop seeds).
+func TestAFullStopKeepsEachCountWhereItsOwnerFindsIt(t *testing.T) {
+	c := testcluster.New(t, 3, dataDirs(t))
+	admitAll(t, c, func(i int) int64 { return int64(i%6 + 1) })
+	before := counts(t, c)
+	// Ten rounds of the local profile's 20 ms: every change replicated.
+	// A leaver's last round goes to its disk, not to its backups, which
+	// are leaving too: node-2's heirs would lack it until it is back.
+	time.Sleep(200 * time.Millisecond)
+	c.StopAll()
+
+	c.Restart(0)
+	c.Restart(1)
+	c.WaitConverged()
+	assert.Equal(t, before, counts(t, c), "node-2 absent: every other count on its owner's disk, node-2's on its heirs'")
+	c.Restart(2)
+	c.WaitConverged()
+	assert.Equal(t, before, counts(t, c), "node-2 back from its disk: once, not twice")
+}
+
 // A whole cluster killed at once (a power cut to the process, kill -9)
 // loses at most what changed within a round of the kill: waited out
 // here, it loses nothing.

@@ -99,6 +99,12 @@ var ErrOwnerUnreachable = NewError(Unavailable, "owner unreachable")
 // (its replication factor is 0).
 var ErrNoReplicas = NewError(FailedPrecondition, "this node keeps no replicas (its replication factor is 0)")
 
+// ErrLeaving refuses a handoff to a node that is leaving: it owns
+// nothing, so it could only pass the states on, and when every member is
+// leaving (a stop of the whole cluster) it would keep them on its disk,
+// where their owner, back first, does not look.
+var ErrLeaving = NewError(Unavailable, "this node is leaving: it takes no handoffs")
+
 // NewError returns an *Error with code and message, for the sentinel
 // errors of the request path (route.ErrTooManyForwards, say): their
 // code then travels with them, and CodeOf needs no table of them.

@@ -102,8 +102,9 @@ type Handler interface {
 	// HandleHandoff merges h's states into this node's, moved first onto
 	// this node's clock (Handoff.Sent). h is the Handler's own: a
 	// transport passes states no one else holds (decoded, or copied), and
-	// the Handler may change them in place.
-	HandleHandoff(ctx context.Context, origin string, h Handoff) (merged int, rejected []string)
+	// the Handler may change them in place. ErrLeaving, and nothing
+	// merged, if this node is leaving: the sender keeps the states.
+	HandleHandoff(ctx context.Context, origin string, h Handoff) (merged int, rejected []string, err error)
 	// HandleHandoffDone notes that origin holds nothing of partitions it
 	// has not handed this node.
 	HandleHandoffDone(ctx context.Context, origin string, partitions []int)

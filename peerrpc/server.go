@@ -74,7 +74,10 @@ func (s *Server) Handoff(ctx context.Context, in *pb.HandoffRequest) (*pb.Handof
 	if err := checkSent(in.GetSentUnixMs()); err != nil {
 		return nil, err
 	}
-	merged, rejected := s.h.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoHandoff(in))
+	merged, rejected, err := s.h.HandleHandoff(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoHandoff(in))
+	if err != nil {
+		return nil, grpcapi.Status(err).Err()
+	}
 	return &pb.HandoffResponse{Merged: uint32(merged), Rejected: rejected}, nil
 }
 

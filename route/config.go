@@ -99,6 +99,10 @@ type Deps struct {
 	// whose owner cannot be reached goes to the fallback policy at once,
 	// and this node refuses replication (peer.ErrNoReplicas).
 	Failover Failover
+	// Leaving reports whether this node is leaving the cluster: it then
+	// refuses handoffs (peer.ErrLeaving; handoff.ReceiverDeps.Leaving).
+	// Nil: never.
+	Leaving func() bool
 	// Leases are this node's budget leases (package lease), both as the
 	// holder of hot keys it forwards and as their owner. Nil: off (a nil
 	// *lease.Book lends and holds nothing).

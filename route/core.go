@@ -45,7 +45,7 @@ func newCore(cfg Config, deps Deps) (*core, error) {
 		inflight: &slots{limit: int64(cfg.MaxInflightForwards)}}
 	var err error
 	if c.handoffs, err = handoff.NewReceiver(handoff.ReceiverDeps{Self: deps.NodeID, Store: deps.Store.Transfer(), Replicas: deps.Failover,
-		Now: deps.Now, Logger: deps.Logger, Metrics: deps.HandoffMetrics}); err != nil {
+		Leaving: deps.Leaving, Now: deps.Now, Logger: deps.Logger, Metrics: deps.HandoffMetrics}); err != nil {
 		return nil, err
 	}
 	if c.resets, err = reset.New(rd); err != nil {

@@ -107,8 +107,8 @@ func (s *Handler) refusedForward(ctx context.Context, origin, key string, err er
 
 // HandleHandoff implements peer.Handler: the states, rebased onto this
 // node's clock, go to the handoff receiver, which merges them into the
-// store.
-func (s *Handler) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string) {
+// store, unless this node is leaving (peer.ErrLeaving).
+func (s *Handler) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string, error) {
 	return s.handoffs.Receive(ctx, origin, s.rebase(h.Sent, h.States))
 }
 

@@ -194,16 +194,16 @@ func drawLeases(r *rand.Rand, p *Plan) {
 // the limit, half of it or twice it; 2 to 5 slots lasting 2 s, or 1 s in
 // a plan with a full kill or a full stop, for the windows' reasons
 // (drawWindow): a full kill loses the slots no member had written, which
-// the checker allows a calendar key only, and slots that outlive a full
-// stop over-admitted unmarked in 1 of 100 plain seeds (seed 18 at
-// 5be6a6d), the windows' unexplained full-stop failure (docs/chaos.md,
-// "Found and not fixed").
+// the checker allows a calendar key only, and slots that outlive a
+// restart of every member one at a time are decided, unmarked, by
+// members back before the slots' owner and heir (seed 18 at 5be6a6d, 1
+// in 100 plain seeds; docs/chaos.md, "Found and not fixed").
 func drawAlgorithms(r *rand.Rand, p *Plan) {
 	p.GCRAKeys, p.SlotKeys = 1+r.IntN(2), 1+r.IntN(2)
 	p.GCRALimit = max(maxReservation, p.Limit/2+r.Int64N(p.Limit))
 	p.GCRABurst = []int64{0, max(maxReservation, p.GCRALimit/2), 2 * p.GCRALimit}[r.IntN(3)]
 	p.Slots, p.SlotWindow = 2+r.Int64N(4), 2*time.Second
-	if slices.ContainsFunc(p.Steps, func(st Step) bool { return st.Kind == FullKill || st.Kind == FullStop }) {
+	if slices.ContainsFunc(p.Steps, shortened) {
 		p.SlotWindow = time.Second
 	}
 }
@@ -279,12 +279,18 @@ func drawHeals(r *rand.Rand, steps []Step) {
 // keeps a second: a full kill loses what every member had not yet
 // written, admissions no member knows of, which jepsen-lite's checker
 // allows only a calendar key (Step.Loses), and a longer window holds
-// them and their repeats after the restart; with a full stop, longer
-// windows over-admitted by 1 to 5 unmarked in 6 of 500 seeds, not
-// explained yet (docs/chaos.md, "Simulation").
+// them and their repeats after the restart. Both restart the members one
+// at a time (World.full), and a key whose owner and heir are both not
+// back yet is decided from what the members up hold, unmarked once the
+// first is no longer alone (docs/operations.md, "A restart of the whole
+// cluster"): a longer window holds its admissions before the stop and
+// those after. With a full stop, 3–10 s windows over-admitted by 1 to 5
+// unmarked in 6 of 500 seeds; part of that was leavers handing their keys
+// to leavers, fixed (a leaving member takes no handoff), and the rest is
+// that gap (docs/chaos.md, "Found and not fixed"; LongFullStops shows it).
 func drawWindow(r *rand.Rand, steps []Step) time.Duration {
 	w := []time.Duration{time.Second, time.Second, 3 * time.Second, 5 * time.Second, 10 * time.Second}[r.IntN(5)]
-	if slices.ContainsFunc(steps, func(st Step) bool { return st.Kind == FullKill || st.Kind == FullStop }) {
+	if slices.ContainsFunc(steps, shortened) {
 		return time.Second
 	}
 	return w
@@ -592,6 +598,19 @@ func (s Step) describe() string {
 	}
 	return fmt.Sprintf("%s %v", s.Kind, s.Nodes)
 }
+
+// shortened reports whether st keeps its plan's windows and slots at 1 s
+// (drawWindow, drawAlgorithms).
+func shortened(st Step) bool { return st.Kind == FullKill || (st.Kind == FullStop && !longFullStops) }
+
+// longFullStops: plans with a full stop draw their windows and slots as
+// the others do (LongFullStops).
+var longFullStops = false
+
+// LongFullStops makes every plan drawn from now on with a full stop draw
+// its windows and slots as the others do, not 1 s: for investigating what
+// the shortening hides (drawWindow).
+func LongFullStops() { longFullStops = true }
 
 // noClocks turns the clock faults off (investigation only).
 var noClocks = false

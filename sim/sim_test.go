@@ -25,17 +25,19 @@ type options struct {
 	seeds        *int
 	v            *bool
 	clocks, hunt *bool // these select the plan a seed draws (replayCommand)
+	longStops    *bool // so does this (investigation only)
 }
 
 // register defines the test's flags on fs.
 func register(fs *flag.FlagSet) options {
 	return options{
-		seed:   fs.Uint64("sim.seed", 0, "replay one seed, with its logs and its violations' operations on failure"),
-		seeds:  fs.Int("sim.seeds", defaultSeeds, "how many seeds to run, from -sim.from"),
-		from:   fs.Uint64("sim.from", 1, "the first seed"),
-		v:      fs.Bool("sim.v", false, "print every seed's plan and what the checker counted"),
-		clocks: fs.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)"),
-		hunt:   fs.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, the scenarios' promises (sim.Hunt; make sim hunts)"),
+		seed:      fs.Uint64("sim.seed", 0, "replay one seed, with its logs and its violations' operations on failure"),
+		seeds:     fs.Int("sim.seeds", defaultSeeds, "how many seeds to run, from -sim.from"),
+		from:      fs.Uint64("sim.from", 1, "the first seed"),
+		v:         fs.Bool("sim.v", false, "print every seed's plan and what the checker counted"),
+		clocks:    fs.Bool("sim.clocks", true, "draw clock faults (false: investigate the others)"),
+		longStops: fs.Bool("sim.longstops", false, "plans with a full stop draw windows and slots as the others, not 1 s (sim.LongFullStops; investigation)"),
+		hunt:      fs.Bool("sim.hunt", false, "hunting plans: slowed joins, windows up to 10 s, heals one member at a time, the scenarios' promises (sim.Hunt; make sim hunts)"),
 	}
 }
 
@@ -50,6 +52,9 @@ var (
 func (o options) apply() {
 	sim.Hunt(*o.hunt)
 	sim.Clocks(*o.clocks)
+	if o.longStops != nil && *o.longStops {
+		sim.LongFullStops()
+	}
 }
 
 // replayCommand is the one command that replays seed s under o: the
@@ -62,6 +67,9 @@ func replayCommand(o options, s uint64) string {
 	}
 	if !*o.clocks {
 		cmd += " -sim.clocks=false"
+	}
+	if o.longStops != nil && *o.longStops {
+		cmd += " -sim.longstops"
 	}
 	return cmd
 }

@@ -413,12 +413,17 @@ func (p *Peers) Handoff(ctx context.Context, to peer.Route, ho peer.Handoff) (in
 	type answer struct {
 		merged   int
 		rejected []string
+		err      error
 	}
 	ho.States = copyStates(ho.States)
-	a, err := call(p.net, ctx, p.self, to.ID, peer.RequestIDForCall(ctx), func(ctx context.Context, h peer.Handler) answer {
-		m, r := h.HandleHandoff(ctx, p.self, ho)
-		return answer{m, r}
+	id := peer.RequestIDForCall(ctx)
+	a, err := call(p.net, ctx, p.self, to.ID, id, func(ctx context.Context, h peer.Handler) answer {
+		m, r, err := h.HandleHandoff(ctx, p.self, ho)
+		return answer{m, r, err}
 	})
+	if err == nil && a.err != nil {
+		err = &peer.CallError{ID: id, Err: fmt.Errorf("hand off to %s: %w", to.ID, a.err)}
+	}
 	return a.merged, a.rejected, err
 }
 

@@ -76,10 +76,10 @@ func (r *Recorder) HandleReset(ctx context.Context, origin string, q peer.ResetR
 }
 
 // HandleHandoff implements peer.Handler.
-func (r *Recorder) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string) {
+func (r *Recorder) HandleHandoff(ctx context.Context, origin string, h peer.Handoff) (int, []string, error) {
 	r.note(ctx, "Handoff", origin)
 	r.stamped(h.Sent)
-	return len(h.States), nil
+	return len(h.States), nil, nil
 }
 
 func (r *Recorder) stamped(sent time.Time) {
