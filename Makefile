@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare bench-scale chaos sim image compose-test
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare bench-scale bench-hop chaos sim image compose-test
 
 all: build
 
@@ -87,6 +87,14 @@ bench-compare:
 # BENCH_OUT tune it.
 bench-scale:
 	GO=$(GO) ./scripts/bench-scale.sh
+
+# The hop between two processes: two nodes pinned to a core each, the hop
+# per forwarded message and per forwarded check beside a raw TCP, a gRPC
+# stream and a unary gRPC round trip, and where it goes (profiles);
+# docs/benchmarks.md, "The hop between two processes". About 3 min;
+# BENCH_WORKERS, BENCH_REPEATS, BENCH_DURATION, BENCH_PIN and BENCH_OUT.
+bench-hop:
+	GO=$(GO) ./scripts/hop-bench.sh
 
 # jepsen-lite: every chaos scenario against real node processes on
 # 127.0.0.11.., with kills, pauses, iptables partitions (needs root;
