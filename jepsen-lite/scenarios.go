@@ -154,7 +154,9 @@ func linkScenarios() []Scenario {
 		},
 		{
 			Name: "link-stall", About: "every packet between n1 and n3 dropped for 2 s, then the link recovers",
-			Nodes: 3, Duration: 25 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2,
+			// FullOnly: the test command's budget; lossy-link keeps a link
+			// fault in it, and the simulation cuts links in most seeds.
+			Nodes: 3, Duration: 25 * time.Second, Needs: NeedLinkCut, MaxWorst: 1.2, FullOnly: true,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "stall n1 – n3", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.Cut(ctx, e.ID(0), e.ID(2)) }},
 				{At: 12 * time.Second, Name: "recover", Steady: 1, Do: func(ctx context.Context, e *Env) error { return e.Heal(ctx) }},
@@ -175,14 +177,18 @@ func clockScenarios() []Scenario {
 		},
 		{
 			Name: "clock-drift", About: "n3's clock runs 1 % fast for the whole run",
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01,
+			// FullOnly: the test command's budget; the simulation's seeds
+			// draw drifting clocks (make test's hundred among them).
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: 0.01, FullOnly: true,
 			NodeArgs: map[string][]string{"n3": {"--fault-clock-drift", "0.01"}},
 		},
 		{
 			Name: "clock-step-back", About: "n2's clock steps 5 s back 6 s after it starts (an NTP step): its keys' entries lie in its future",
 			// The node's clock never steps (internal/wallclock): it slews
 			// back at 1 %, a clock 1 % slow while it lasts.
-			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: -0.01,
+			// FullOnly: the test command's budget; clock-step keeps a step
+			// in it, and the simulation's seeds draw steps both ways.
+			Nodes: 3, Duration: 20 * time.Second, MaxWorst: 1.2, ClockRate: -0.01, FullOnly: true,
 			NodeArgs: map[string][]string{"n2": {"--fault-clock-step", "-5s", "--fault-clock-step-after", "6s"}},
 		},
 		{
