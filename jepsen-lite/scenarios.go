@@ -347,7 +347,13 @@ func restartScenarios() []Scenario {
 			// checker's bound (limit × deciders while the members leave,
 			// and no unmarked over-admission): issue 36 asked for
 			// exactly 1.00×, which this does not meet.
-			Defect: "after a stop of the whole cluster a calendar-day key admitted 63 of its 60, no answer degraded (compose-test in docker mode, 1 of 2 runs on 2026-11-29; a leaver kept 25 keys on its disk when its handoff to a member already stopped failed); the local short profile passed it in 3 of 3 runs that day; not explained (docs/chaos.md, \"Found and not fixed\")",
+			// After the fix of one cause (a leaving member takes no
+			// handoff, 2026-11-29), three local full-profile runs: log
+			// 1.20–1.40×, calendar 1.05–1.08×, every excess answer
+			// degraded. The other cause stays (a member back first
+			// deciding for an owner and heir still down, undegraded once
+			// it is not alone), so the defect stands.
+			Defect: "after a stop of the whole cluster a calendar-day key admitted 63 of its 60, no answer degraded (compose-test in docker mode, 1 of 2 runs on 2026-11-29; a leaver kept 25 keys on its disk when its handoff to a member already stopped failed: leavers handing keys to leavers, since fixed); a second cause, a member back first deciding keys whose owner and heir are still down, is not fixed (docs/chaos.md, \"Found and not fixed\")",
 			Nodes:  3, Duration: 30 * time.Second, DayKeys: 6, DaySpends: days,
 			Steps: []Step{
 				{At: 10 * time.Second, Name: "stop n1 n2 n3 (SIGTERM)", Steady: 1, Fault: true, Do: func(ctx context.Context, e *Env) error { return e.StopAll(ctx, all(e)...) }},
