@@ -76,8 +76,9 @@ func (s *Set) reloadPolicies(why reloadCause) error {
 	log := s.deps.Logger
 	old := s.policies.Current().Digest
 	set, err := s.policies.Reload()
+	recorded := s.files.latest(sourcePolicies, why, s.policies.LastReload, err)
 	if err != nil {
-		if !s.files.failed(sourcePolicies, why, err, s.latestReload(sourcePolicies, why, err)) {
+		if !s.files.failed(sourcePolicies, why, err, recorded) {
 			log.Debug("policy file still unusable; the policies in force are kept", "file", s.policies.Path(), "err", err)
 			return err
 		}
@@ -85,7 +86,7 @@ func (s *Set) reloadPolicies(why reloadCause) error {
 		log.Error("policy reload failed; the policies in force are kept", "file", s.policies.Path(), "err", err, "by", why.String())
 		return err
 	}
-	if !s.files.succeeded(sourcePolicies, why, set.Digest != old, s.latestReload(sourcePolicies, why, nil), "file", set.File, "digest", set.Digest) {
+	if !s.files.succeeded(sourcePolicies, why, set.Digest != old, recorded, "file", set.File, "digest", set.Digest) {
 		return nil
 	}
 	s.policyReloads.WithLabelValues("ok").Inc()
@@ -132,8 +133,15 @@ func (s *Set) reloadEnvoyRLS(why reloadCause) error {
 	// Every attempt, as upstream counts every reload its watcher makes;
 	// peerlimit_envoy_rls_config_reloads_total counts only the news.
 	rls.metrics.ConfigLoaded(err)
+	last := func() reloads.Result {
+		if rls.rules.Path() == "" {
+			return reloads.Result{} // rules from a control plane are not numbered here
+		}
+		return rls.rules.LastReload()
+	}
+	recorded := s.files.latest(sourceEnvoyRLS, why, last, err)
 	if err != nil {
-		if !s.files.failed(sourceEnvoyRLS, why, err, s.latestReload(sourceEnvoyRLS, why, err)) {
+		if !s.files.failed(sourceEnvoyRLS, why, err, recorded) {
 			log.Debug("envoy rls config still unusable; the configuration in force is kept", "path", rls.rules.Path(), "err", err)
 			return err
 		}
@@ -141,7 +149,7 @@ func (s *Set) reloadEnvoyRLS(why reloadCause) error {
 		log.Error("envoy rls config reload failed; the configuration in force is kept", "path", rls.rules.Path(), "err", err, "by", why.String())
 		return err
 	}
-	if !s.files.succeeded(sourceEnvoyRLS, why, cfg.Digest != old, s.latestReload(sourceEnvoyRLS, why, nil), "path", cfg.Source, "digest", cfg.Digest) {
+	if !s.files.succeeded(sourceEnvoyRLS, why, cfg.Digest != old, recorded, "path", cfg.Source, "digest", cfg.Digest) {
 		return nil
 	}
 	rls.reloads.WithLabelValues("ok").Inc()
@@ -155,28 +163,23 @@ func (s *Set) reloadEnvoyRLS(why reloadCause) error {
 // Reloads run concurrently (SIGHUP beside the watcher) and record their
 // outcomes after the registry's lock is released, so they may record in
 // another order than they read the files. What is recorded is therefore
-// the registry's latest reload, numbered (latestReload), and never one
+// the registry's latest reload, numbered (outcomes.latest), and never one
 // older than recorded already: a watched reload that read a file before
 // it was fixed cannot report it broken after a SIGHUP that read the fix.
 
-// latestReload returns the outcome to record for src after one of its
-// reloads, started for why, returned own (nil: success): its registry's
-// latest, numbered; own, unnumbered (Seq 0), for a source read otherwise.
-func (s *Set) latestReload(src string, why reloadCause, own error) reloads.Result {
-	if h := s.files.testHookRecord; h != nil {
+// latest returns the outcome to record for src after one of its reloads,
+// started for why, which returned own (nil: success): its registry's
+// latest (last, read now: another reload may have been recorded since
+// this one read its file), numbered; own, unnumbered (Seq 0), for a
+// source read otherwise.
+func (o *outcomes) latest(src string, why reloadCause, last func() reloads.Result, own error) reloads.Result {
+	if h := o.testHookRecord; h != nil {
 		h(src, why)
 	}
-	var r reloads.Result
-	switch {
-	case src == sourceEnvoyRLS && s.rls != nil && s.rls.rules.Path() != "":
-		r = s.rls.rules.LastReload()
-	case src == sourcePolicies && s.policies != nil:
-		r = s.policies.LastReload()
+	if r := last(); r.Seq != 0 {
+		return r
 	}
-	if r.Seq == 0 {
-		return reloads.Result{Err: own}
-	}
-	return r
+	return reloads.Result{Err: own}
 }
 
 // outcomes is how the last reload of each configuration file went.
@@ -205,7 +208,7 @@ type outcomes struct {
 }
 
 // failed records that a reload of src failed with err, latest being what
-// to record (latestReload), and reports whether that is news, to be
+// to record (outcomes.latest), and reports whether that is news, to be
 // logged as an error and counted (see reloadCause).
 func (f *outcomes) failed(src string, why reloadCause, err error, latest reloads.Result) bool {
 	f.mu.Lock()
@@ -225,7 +228,7 @@ func (f *outcomes) failed(src string, why reloadCause, err error, latest reloads
 }
 
 // succeeded records that a reload of src read valid files, latest being
-// what to record (latestReload), and reports whether what it read is to
+// what to record (outcomes.latest), and reports whether what it read is to
 // be put in force, logged and counted: always when asked, only when
 // changed when watched. attrs describe the configuration, for the log.
 func (f *outcomes) succeeded(src string, why reloadCause, changed bool, latest reloads.Result, attrs ...any) bool {
