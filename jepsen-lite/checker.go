@@ -179,6 +179,12 @@ type Result struct {
 	Concurrency Admission
 	// MaxWorst is the scenario's promise (Scenario.MaxWorst); 0: none.
 	MaxWorst float64 `json:"max_worst,omitempty"`
+	// MaxWorstGCRA and MaxWorstConcurrency, above 0, are the promise for
+	// the GCRA and the concurrency keys instead of MaxWorst: a promise
+	// with a slack of admissions for small limits is looser on a key
+	// with fewer (2 slots, a burst of 3) than on the windows' keys.
+	MaxWorstGCRA        float64 `json:"max_worst_gcra,omitempty"`
+	MaxWorstConcurrency float64 `json:"max_worst_concurrency,omitempty"`
 	// ReportedWorst is the promised worst of a scenario held to its
 	// bounds only (Scenario.ReportedWorst): reported, not held.
 	ReportedWorst float64 `json:"reported_worst,omitempty"`
@@ -218,12 +224,20 @@ func (r *Result) OverPromise() string {
 		return fmt.Sprintf("counter fixed worst %.2f× > the promised %.2f×", r.CounterFixed.Worst, r.MaxWorst)
 	case r.Calendar.Worst > r.MaxWorst:
 		return fmt.Sprintf("calendar worst %.2f× > the promised %.2f×", r.Calendar.Worst, r.MaxWorst)
-	case r.GCRA.Worst > r.MaxWorst:
-		return fmt.Sprintf("gcra worst %.2f× > the promised %.2f×", r.GCRA.Worst, r.MaxWorst)
-	case r.Concurrency.Worst > r.MaxWorst:
-		return fmt.Sprintf("concurrency worst %.2f× > the promised %.2f×", r.Concurrency.Worst, r.MaxWorst)
+	case r.GCRA.Worst > promised(r.MaxWorstGCRA, r.MaxWorst):
+		return fmt.Sprintf("gcra worst %.2f× > the promised %.2f×", r.GCRA.Worst, promised(r.MaxWorstGCRA, r.MaxWorst))
+	case r.Concurrency.Worst > promised(r.MaxWorstConcurrency, r.MaxWorst):
+		return fmt.Sprintf("concurrency worst %.2f× > the promised %.2f×", r.Concurrency.Worst, promised(r.MaxWorstConcurrency, r.MaxWorst))
 	}
 	return ""
+}
+
+// promised is a kind of key's own promise (above 0), else the run's.
+func promised(own, run float64) float64 {
+	if own > 0 {
+		return own
+	}
+	return run
 }
 
 // Settle is how long after the cluster converged degraded answers may

@@ -159,3 +159,18 @@ func TestGCRAWorstIsHeldToThePromise(t *testing.T) {
 	r.MaxWorst = 1.05
 	assert.Equal(t, "gcra worst 1.10× > the promised 1.05×", r.OverPromise())
 }
+
+// A kind of key's own promise, where given, holds it instead of the run's:
+// a slack of admissions for small limits is looser on 2 slots or a burst
+// of 3 than on the windows' keys.
+func TestAKindOfKeysOwnPromise(t *testing.T) {
+	r := &Result{MaxWorst: 1.5}
+	r.Concurrency.Worst, r.GCRA.Worst = 2.0, 1.0
+	assert.Contains(t, r.OverPromise(), "concurrency worst 2.00× > the promised 1.50×")
+	r.MaxWorstConcurrency = 3.5
+	assert.Empty(t, r.OverPromise(), "2 slots held of 1 is within 1 + 5 admissions over it")
+	r.GCRA.Worst, r.MaxWorstGCRA = 2.1, 2.0
+	assert.Contains(t, r.OverPromise(), "gcra worst 2.10× > the promised 2.00×")
+	r.Log.Worst = 1.6
+	assert.Contains(t, r.OverPromise(), "log worst 1.60× > the promised 1.50×", "the windows keep the run's")
+}

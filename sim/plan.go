@@ -67,6 +67,11 @@ type Plan struct {
 	// admits more than MaxWorst × its limit, and no more than MaxDegraded
 	// of the answers are degraded; 0: none.
 	MaxWorst, MaxDegraded float64
+	// MaxWorstGCRA and MaxWorstSlots are MaxWorst for the GCRA and the
+	// concurrency keys: the same promise, with its slack for small
+	// limits (promiseSlack) reckoned on their own burst and slots, which
+	// are the plan's smallest (one slot over 2 is already 1.5×).
+	MaxWorstGCRA, MaxWorstSlots float64
 }
 
 // Step is one fault, or its end, at At.
@@ -150,7 +155,11 @@ func NewPlan(seed uint64) Plan {
 	}
 	drawLeases(rand.New(rand.NewPCG(seed, 0x105)), &p)
 	if hunting {
-		p.MaxWorst, p.MaxDegraded = promise(p)
+		var worst float64
+		worst, p.MaxDegraded = promise(p)
+		p.MaxWorst = withSlack(worst, p.Limit)
+		p.MaxWorstGCRA = withSlack(worst, p.gcraBurst())
+		p.MaxWorstSlots = withSlack(worst, p.Slots)
 	}
 	return p
 }
@@ -343,7 +352,7 @@ const (
 // then nothing in them is unreachable: a member's clock is not what
 // tells it a peer is gone). A small limit gets promiseSlack admissions
 // over it (linkSlack for a promise of 1.2×), if that is more than
-// MaxWorst × it.
+// MaxWorst × it (withSlack, applied by the caller to each kind of key).
 func promise(p Plan) (worst, degraded float64) {
 	if len(p.Steps) == 0 {
 		return 0, 0
@@ -363,14 +372,21 @@ func promise(p Plan) (worst, degraded float64) {
 	if !degradedBound {
 		degraded = 0
 	}
-	if worst == 0 {
-		return 0, degraded
+	return worst, degraded
+}
+
+// withSlack is promise worst for a key of limit: promiseSlack admissions
+// over it (linkSlack for a promise under nodeFaultPromise) where that is
+// more than worst × limit; 0 (no promise) stays 0.
+func withSlack(worst float64, limit int64) float64 {
+	if worst == 0 || limit <= 0 {
+		return worst
 	}
 	slack := int64(promiseSlack)
 	if worst < nodeFaultPromise {
 		slack = linkSlack
 	}
-	return max(worst, float64(p.Limit+slack)/float64(p.Limit)), degraded
+	return max(worst, float64(limit+slack)/float64(limit))
 }
 
 // stepPromise is what step st promises in windows of w, as jepsen-lite's
@@ -562,7 +578,7 @@ func (p Plan) String() string {
 		fmt.Fprintf(&b, "  hot key %s: %d per %s, leased\n", p.keys()[p.HotKey].Name, p.HotLimit, p.Window)
 	}
 	if p.MaxWorst > 0 {
-		fmt.Fprintf(&b, "  promise: no window over %.2f× its limit", p.MaxWorst)
+		fmt.Fprintf(&b, "  promise: no window over %.2f× its limit (GCRA %.2f×, concurrency %.2f×)", p.MaxWorst, p.MaxWorstGCRA, p.MaxWorstSlots)
 		if p.MaxDegraded > 0 {
 			fmt.Fprintf(&b, ", at most %.0f %% of the answers degraded", 100*p.MaxDegraded)
 		}

@@ -81,6 +81,7 @@ func Run(seed uint64, logOut io.Writer, level slog.Level) Verdict {
 		Nodes: w.everyone(), Keys: wl.keys, Ops: wl.ops, Views: w.views, Events: w.events, Up: w.up, ClockRate: p.clockRate()}
 	v.Result = jepsenlite.Analyze(h)
 	v.Result.MaxWorst, v.Result.MaxDegraded = p.MaxWorst, p.MaxDegraded
+	v.Result.MaxWorstGCRA, v.Result.MaxWorstConcurrency = p.MaxWorstGCRA, p.MaxWorstSlots
 	v.Problems = judge(v.Result)
 	v.Allowed, v.Leased = admissions(wl.ops)
 	return v

@@ -191,8 +191,15 @@ func dumpViolations(t *testing.T, v sim.Verdict) {
 // acquire: violationSpan).
 func overPromise(r *jepsenlite.Result) []jepsenlite.Violation {
 	var out []jepsenlite.Violation
-	for _, a := range []jepsenlite.Admission{r.Log, r.CounterFixed, r.GCRA, r.Concurrency} {
-		if r.MaxWorst > 0 && a.Worst > r.MaxWorst {
+	own := func(w float64) float64 { // a kind of key's own promise, else the plan's
+		if w > 0 {
+			return w
+		}
+		return r.MaxWorst
+	}
+	for i, a := range []jepsenlite.Admission{r.Log, r.CounterFixed, r.GCRA, r.Concurrency} {
+		promised := []float64{r.MaxWorst, r.MaxWorst, own(r.MaxWorstGCRA), own(r.MaxWorstConcurrency)}[i]
+		if promised > 0 && a.Worst > promised {
 			out = append(out, jepsenlite.Violation{Key: a.WorstKey, From: a.WorstAt, PerDecider: "the plan's promise"})
 		}
 	}
