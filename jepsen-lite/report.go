@@ -44,7 +44,7 @@ func writeSummary(b *strings.Builder, p Profile, results []*Result, command, doc
 		"%d keys (%d per algorithm), limit %d per %s, offered at %.1f× the limit's rate by %d clients to random nodes; client deadline %s. "+
 		"%d GCRA keys (%d per %s, burst %d; the last offered %d× as much) and %d concurrency keys (%d slots, freed by a release after %s–%s or, one in %d never released, after %s), offered the same per key.\n\n",
 		command, nodes, 2*p.KeysPerAlgorithm, p.KeysPerAlgorithm, p.Limit, p.Window, p.Load, p.Workers, p.ClientTimeout,
-		p.GCRAKeys, gcraLimit, gcraWindow, gcraBurst, hotWeight, p.ConcurrencyKeys, concurrencyLimit, holdMin, holdMax, abandonEvery, concurrencyWindow)
+		p.GCRAKeys, gcraLimit, gcraWindow, gcraBurst, hotWeight, p.ConcurrencyKeys, concurrencyLimit, HoldMin, HoldMax, AbandonEvery, concurrencyWindow)
 	b.WriteString("| scenario | checks | answered | ≤ 100 ms | to up nodes: answered | degraded | log worst (bound) | counter fixed worst | counter rolling worst | calendar worst | gcra worst | concurrency worst | excess log / counter / calendar / gcra / concurrency | converged after | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {

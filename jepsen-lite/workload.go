@@ -150,9 +150,9 @@ func TotalWeight(keys []KeySpec) int {
 // a random key (by the keys' weights) at a random target node.
 //
 // A concurrency key's operation is an acquire. An admitted one holds its
-// slot for a random time between holdMin and holdMax, then releases it
+// slot for a random time between HoldMin and HoldMax, then releases it
 // through a random node (on a goroutine of its own: the worker goes on),
-// retrying a failed release through another node; one in abandonEvery
+// retrying a failed release through another node; one in AbandonEvery
 // is never released, so that its slot frees itself at the key's window.
 // A slot still held when the run ends is abandoned too.
 type Workload struct {
@@ -240,14 +240,6 @@ func (c *Clients) Close() {
 	c.targets = nil
 }
 
-// Slots held by the workload's concurrency keys: how long, and how many
-// are never released.
-const (
-	holdMin, holdMax = 50 * time.Millisecond, 500 * time.Millisecond
-	abandonEvery     = 20
-	releaseAttempts  = 3
-)
-
 // run is one Run's shared state: the history, the slots' numbers, and the
 // goroutines that hold and release slots.
 type run struct {
@@ -333,43 +325,29 @@ func (rn *run) operate(ctx context.Context, cl pb.RateLimiterClient, worker, k i
 	if op.Kind != AcquireOp || op.Outcome != Allowed || resp.GetReservation() == "" {
 		return
 	}
-	if r.IntN(abandonEvery) == 0 {
+	hold, held := DrawHold(r)
+	if !held {
 		return // never released: the slot frees itself at the key's window
 	}
-	hold := holdMin + time.Duration(r.Int64N(int64(holdMax-holdMin)))
 	rr := rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))
 	rn.holds.Go(func() { rn.releaseAfter(ctx, hold, op, ks.release(resp.GetReservation()), rr) })
 }
 
 // releaseAfter holds acq's slot for hold, then releases it through random
-// nodes, retrying a failed or timed-out attempt through another node, as
-// a client would. A slot still held when ctx ends is abandoned.
+// nodes (HoldThenRelease), each attempt recorded.
 func (rn *run) releaseAfter(ctx context.Context, hold time.Duration, acq Op, req *pb.CheckRequest, r *rand.Rand) {
-	t := time.NewTimer(hold)
-	defer t.Stop()
-	failed := map[string]bool{}
-	for range releaseAttempts {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	HoldThenRelease(ctx, hold, func() (string, func() bool) {
 		node, cl := rn.clients.pick(r)
-		for i := 0; i < 8 && failed[node]; i++ {
-			node, cl = rn.clients.pick(r)
-		}
 		if cl == nil {
-			return
+			return node, nil
 		}
-		op := Op{Worker: acq.Worker, Key: acq.Key, Node: node, Kind: ReleaseOp, Slot: acq.Slot}
-		rn.call(ctx, cl, req, &op)
-		rn.record(op)
-		if op.Answered() {
-			return
+		return node, func() bool {
+			op := Op{Worker: acq.Worker, Key: acq.Key, Node: node, Kind: ReleaseOp, Slot: acq.Slot}
+			rn.call(ctx, cl, req, &op)
+			rn.record(op)
+			return op.Answered()
 		}
-		failed[node] = true
-		t.Reset(100 * time.Millisecond)
-	}
+	})
 }
 
 // call sends req and fills in op's times and outcome.

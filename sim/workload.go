@@ -41,15 +41,6 @@ const clientTimeout = 2 * time.Second
 // maxReservation is the most hits a reservation reserves.
 const maxReservation = 3
 
-// Slots held by the concurrency keys, as jepsen-lite's workload holds
-// them: how long, how many are never released, how a release is retried.
-const (
-	holdMin, holdMax = 50 * time.Millisecond, 500 * time.Millisecond
-	abandonEvery     = 20
-	releaseAttempts  = 3
-	releaseRetry     = 100 * time.Millisecond
-)
-
 // keys returns the plan's keys: KeysPerAlgorithm of each window
 // algorithm (c0, l0, c1, l1, …; the hot one is HotKey, of HotLimit if
 // set), then the GCRA and concurrency keys. A concurrency key weighs what
@@ -79,7 +70,8 @@ func (p Plan) keys() []jepsenlite.KeySpec {
 // average, so a weight of Slots ÷ (Limit per Window × meanHold) makes
 // about Load × Slots of them wanted at once.
 func (p Plan) slotWeight() int {
-	meanHold := (holdMin+holdMax)/2*(abandonEvery-1)/abandonEvery + p.SlotWindow/abandonEvery
+	const every = jepsenlite.AbandonEvery
+	meanHold := (jepsenlite.HoldMin+jepsenlite.HoldMax)/2*(every-1)/every + p.SlotWindow/every
 	perSecond := float64(p.Limit) / p.Window.Seconds()
 	return max(1, int(math.Ceil(float64(p.Slots)/(perSecond*meanHold.Seconds()))))
 }
@@ -333,7 +325,7 @@ func (wl *workload) settle(k int, token string, cost int64, seed uint64) {
 
 // acquire takes a slot of concurrency key k at m and records it; an
 // acquired slot is held and released (release) on a goroutine pending
-// waits for, except one in abandonEvery, never released, which frees
+// waits for, except one in jepsenlite.AbandonEvery, never released, which frees
 // itself at its key's window.
 func (wl *workload) acquire(ctx context.Context, worker int, m *member, k int, r *rand.Rand, pending *sync.WaitGroup) {
 	req := wl.request(k, 1)
@@ -346,50 +338,35 @@ func (wl *workload) acquire(ctx context.Context, worker int, m *member, k int, r
 	if op.Outcome != jepsenlite.Allowed || res.Decision.Adjust == nil || res.Decision.Adjust.Reservation == "" {
 		return
 	}
-	if r.IntN(abandonEvery) == 0 {
+	hold, held := jepsenlite.DrawHold(r)
+	if !held {
 		return
 	}
-	hold := holdMin + time.Duration(r.Int64N(int64(holdMax-holdMin)))
 	token, seed := res.Decision.Adjust.Reservation, r.Uint64()
 	pending.Go(func() { wl.release(ctx, op, token, hold, seed) })
 }
 
 // release holds acq's slot for hold, then releases it through members
-// up, retrying a failed or timed-out attempt through another, as
-// jepsen-lite's workload does (each attempt recorded: the first one sent
-// ends the slot's certain hold). A slot still held when ctx ends is
-// abandoned.
+// up, as jepsen-lite's workload does (jepsenlite.HoldThenRelease; each
+// attempt recorded: the first one sent ends the slot's certain hold).
 func (wl *workload) release(ctx context.Context, acq jepsenlite.Op, token string, hold time.Duration, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 2))
 	req := wl.request(acq.Key, 0)
 	req.Op, req.Reservation = limiter.OpRelease, token
-	t := time.NewTimer(hold)
-	defer t.Stop()
-	failed := map[string]bool{}
-	for range releaseAttempts {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	jepsenlite.HoldThenRelease(ctx, hold, func() (string, func() bool) {
 		m := wl.w.target(r.IntN)
-		for i := 0; i < 8 && m != nil && failed[m.id]; i++ {
-			m = wl.w.target(r.IntN)
-		}
 		if m == nil {
-			return
+			return "", nil
 		}
-		op := jepsenlite.Op{Worker: acq.Worker, Key: acq.Key, Node: m.id, Kind: jepsenlite.ReleaseOp, Slot: acq.Slot, Invoke: wl.w.now()}
-		res := wl.call(ctx, m, req)
-		op.Complete = wl.w.now()
-		outcome(&op, res)
-		wl.record(op)
-		if op.Answered() {
-			return
+		return m.id, func() bool {
+			op := jepsenlite.Op{Worker: acq.Worker, Key: acq.Key, Node: m.id, Kind: jepsenlite.ReleaseOp, Slot: acq.Slot, Invoke: wl.w.now()}
+			res := wl.call(ctx, m, req)
+			op.Complete = wl.w.now()
+			outcome(&op, res)
+			wl.record(op)
+			return op.Answered()
 		}
-		failed[m.id] = true
-		t.Reset(releaseRetry)
-	}
+	})
 }
 
 func (wl *workload) record(op jepsenlite.Op) {
