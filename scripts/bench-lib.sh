@@ -1,6 +1,7 @@
 # Shell functions the benchmark scripts share (bench-compare.sh,
-# bench-scale.sh): logging, starting and stopping the processes they own,
-# the CPU time of processes, the nodes' forwarding counters. Sourced, not
+# bench-scale.sh, hop-bench.sh): logging, starting and stopping the processes they own,
+# the CPU time of processes, the nodes' forwarding counters, what a run
+# was measured on (write_env). Sourced, not
 # run; the sourcing script sets `work` (its scratch directory) first.
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
@@ -137,4 +138,18 @@ wait_converged() {
 # Seconds in a Go duration ("10s", "500ms", "1m"), rounded up.
 duration_seconds() {
 	python3 -c 'import sys,re; m=re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", sys.argv[1]); print(int(float(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]] + 0.999))' "$1"
+}
+
+# write_env FILE SETTINGS writes what a run was measured on: the host, Go,
+# the commit (and whether the tree had local changes), when it started and
+# how busy the machine was, and "settings: SETTINGS"; the summaries print
+# it beside their tables. Uses the sourcing script's $go.
+write_env() {
+	{
+		echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+		echo "go: $("$go" version)"
+		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+		echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
+		echo "settings: $2"
+	} >"$1"
 }

@@ -78,13 +78,7 @@ log "building bin/peerlimit-node and bin/loadgen"
 mkdir -p bin
 CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 "$go" build -o bin/loadgen ./cmd/loadgen
-{
-	echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-	echo "go: $("$go" version)"
-	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
-	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "settings: sizes=$sizes repeats=$repeats duration=$duration workers=$workers keys=$nkeys dists=$dists zipf_s=$zipf_s zipf_keys=$zipf_keys node_gomaxprocs=$node_gomaxprocs node_args=${BENCH_NODE_ARGS:-}"
-} >"$out/env.txt"
+write_env "$out/env.txt" "sizes=$sizes repeats=$repeats duration=$duration workers=$workers keys=$nkeys dists=$dists zipf_s=$zipf_s zipf_keys=$zipf_keys node_gomaxprocs=$node_gomaxprocs node_args=${BENCH_NODE_ARGS:-}"
 cat "$out/env.txt"
 
 # start_cluster N starts nodes 1..N on loopback: HTTP 8080+, gRPC 9090+,

@@ -77,13 +77,7 @@ mkdir -p bin
 CGO_ENABLED=0 "$go" build -trimpath -o bin/peerlimit-node ./cmd/node
 "$go" build -o bin/loadgen ./cmd/loadgen
 "$go" build -o bin/rttbench ./cmd/rttbench
-{
-	echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-	echo "go: $("$go" version)"
-	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
-	echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
-	echo "settings: repeats=$repeats duration=$duration workers=$workers floor_workers=$floor_workers keys=$nkeys size=$size pin=$pin"
-} >"$out/env.txt"
+write_env "$out/env.txt" "repeats=$repeats duration=$duration workers=$workers floor_workers=$floor_workers keys=$nkeys size=$size pin=$pin"
 cat "$out/env.txt"
 
 log "starting node1 (CPU 0) and node2 (CPU 1)"
