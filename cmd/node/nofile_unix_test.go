@@ -85,15 +85,7 @@ func TestAConfigPathThatBecomesNoFileWedgesNothing(t *testing.T) {
 		require.NoError(t, os.Remove(policies))
 		require.NoError(t, os.Remove(rls))
 	}
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "exit status after SIGTERM")
-	case <-time.After(20 * time.Second): // a deadline for the failure, not a wait for success
-		t.Fatal("the node did not exit within 20s of SIGTERM")
-	}
+	exitsOnSIGTERM(t, p.cmd)
 }
 
 // credentialFiles writes, in dir, a file for every credential flag a node
@@ -200,15 +192,7 @@ func TestACredentialFileThatBecomesNoFileWedgesNothing(t *testing.T) {
 	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	waitForLog(t, p.lines, "security reloaded")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "exit status after SIGTERM")
-	case <-time.After(20 * time.Second): // a deadline for the failure, not a wait for success
-		t.Fatal("the node did not exit within 20s of SIGTERM")
-	}
+	exitsOnSIGTERM(t, p.cmd)
 }
 
 // The ratelimit mode's PROMETHEUS_MAPPER_YAML, read at start, refuses a
@@ -232,5 +216,20 @@ func TestAMapperFileThatIsNoFileIsRefused(t *testing.T) {
 			}
 			t.Fatalf("PROMETHEUS_MAPPER_YAML at a %s: the read blocked", which)
 		}
+	}
+}
+
+// exitsOnSIGTERM sends cmd SIGTERM and requires it to exit with status 0
+// within 20 s.
+func exitsOnSIGTERM(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "exit status after SIGTERM")
+	case <-time.After(20 * time.Second): // a deadline for the failure, not a wait for success
+		t.Fatal("the node did not exit within 20s of SIGTERM")
 	}
 }
