@@ -5,7 +5,7 @@ PROTO_DIR := proto
 PROTOS    := $(shell find $(PROTO_DIR) -name '*.proto')
 BIN       := bin/peerlimit-node
 
-.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare bench-scale bench-hop chaos sim image compose-test
+.PHONY: all build test bench fuzz proto proto-check fmt-check run tools clean bench-compare bench-scale bench-hop bench-replica chaos sim image compose-test
 
 all: build
 
@@ -43,6 +43,7 @@ fuzz:
 	$(GO) test ./envoyrls -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./xdsconfig -run '^$$' -fuzz '^FuzzResource$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./persist -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/protoconv -run '^$$' -fuzz '^FuzzDecodeReplicateMatchesVT$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.
@@ -95,6 +96,14 @@ bench-scale:
 # BENCH_WORKERS, BENCH_REPEATS, BENCH_DURATION, BENCH_PIN and BENCH_OUT.
 bench-hop:
 	GO=$(GO) ./scripts/hop-bench.sh
+
+# What replication costs: 3 nodes with --replication-factor 0 against 1,
+# interleaved, owner-routed checks over uniform keys, the nodes' CPU per
+# check; BENCH_BINS="base=/path/to/old head=bin/peerlimit-node" compares
+# builds (docs/benchmarks.md, "Replicas: what a round costs"). About 2 min
+# per build; BENCH_COALESCE, BENCH_REPEATS, BENCH_DURATION, BENCH_OUT.
+bench-replica:
+	GO=$(GO) ./scripts/replica-bench.sh
 
 # jepsen-lite: every chaos scenario against real node processes on
 # 127.0.0.11.., with kills, pauses, iptables partitions (needs root;

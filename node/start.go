@@ -191,7 +191,7 @@ func (n *starter) initGRPC() error {
 	api := rpc.NewServer(n.svc)
 	api.MembersFunc, api.Drain, api.Console = n.membersProto, n.drain, n.consoleView()
 	pb.RegisterRateLimiterServer(n.grpcSrv, api)
-	pb.RegisterPeerServer(n.grpcSrv, n.peerServer())
+	peerrpc.Register(n.grpcSrv, n.peerServer()) // Replicate decoded without a message per state
 	if err := n.configs.RegisterEnvoyRLS(n.grpcSrv, envoyrls.ServerDeps{Checker: n.svc, Validate: n.core.store.Validate,
 		MaxKeyBytes: n.core.store.Config().MaxKeyBytes, Logger: n.log,
 		Tracer: n.traces.Tracer(envoyRLSTracer), Propagator: tracing.Propagator()}); err != nil {

@@ -65,8 +65,8 @@ func (p *Peers) ForwardBatch(ctx context.Context, to peer.Route, reqs []limiter.
 // or to a member that has no ForwardStream.
 func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequest) ([]*pb.CheckResult, string, error) {
 	start := time.Now()
-	results, id, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) ([]*pb.CheckResult, error) {
-		resp, err := c.Forward(ctx, &pb.ForwardRequest{Origin: p.self, Checks: reqs})
+	results, id, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) ([]*pb.CheckResult, error) {
+		resp, err := c.client.Forward(ctx, &pb.ForwardRequest{Origin: p.self, Checks: reqs})
 		if err == nil && len(resp.GetResults()) != len(reqs) {
 			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
 		}
@@ -82,8 +82,8 @@ func (p *Peers) forward(ctx context.Context, to peer.Route, reqs []*pb.CheckRequ
 func (p *Peers) Handoff(ctx context.Context, to peer.Route, h peer.Handoff) (int, []string, error) {
 	req := protoconv.ToProtoHandoff(p.self, h)
 	// A partition's state is bigger than a check: four timeouts.
-	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.HandoffResponse, error) {
-		return c.Handoff(ctx, req)
+	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.HandoffResponse, error) {
+		return c.client.Handoff(ctx, req)
 	}, "hand off %d keys to %s", len(h.States), to.ID)
 	return int(resp.GetMerged()), resp.GetRejected(), err
 }
@@ -95,8 +95,8 @@ func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int
 	for i, q := range partitions {
 		req.Partitions[i] = uint32(q)
 	}
-	_, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.HandoffDoneResponse, error) {
-		return c.HandoffDone(ctx, req)
+	_, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.HandoffDoneResponse, error) {
+		return c.client.HandoffDone(ctx, req)
 	}, "tell %s its %d partitions are handed over", to.ID, len(partitions))
 	return err
 }
@@ -104,9 +104,10 @@ func (p *Peers) HandoffDone(ctx context.Context, to peer.Route, partitions []int
 // Replicate gives to, the backup of the partitions r's states belong to,
 // their owner's current state, and returns what it kept.
 func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication) (peer.Replicated, error) {
-	req := protoconv.ToProtoReplicate(p.self, r)
-	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.ReplicateResponse, error) {
-		return c.Replicate(ctx, req)
+	req := &replicateMessage{origin: p.self, r: r}
+	resp, _, err := call(p, ctx, to, 4*p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.ReplicateResponse, error) {
+		out := new(pb.ReplicateResponse)
+		return out, c.cc.Invoke(ctx, pb.Peer_Replicate_FullMethodName, req, out)
 	}, "replicate %d keys to %s", len(r.States), to.ID)
 	return protoconv.FromProtoReplicated(resp), err
 }
@@ -121,8 +122,8 @@ func (p *Peers) Replicate(ctx context.Context, to peer.Route, r peer.Replication
 func (p *Peers) Relay(ctx context.Context, via peer.Route, reqs []limiter.Request) ([]peer.Result, error) {
 	req := &pb.ForwardRequest{Origin: p.self, Checks: protoconv.ToProtoRequests(reqs),
 		Traces: sharedParents(len(reqs), sampledParent(trace.SpanFromContext(ctx)))}
-	results, id, err := call(p, ctx, via, 2*p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) ([]*pb.CheckResult, error) {
-		resp, err := c.Relay(ctx, req)
+	results, id, err := call(p, ctx, via, 2*p.cfg.Timeout, func(ctx context.Context, c *conn) ([]*pb.CheckResult, error) {
+		resp, err := c.client.Relay(ctx, req)
 		if err == nil && len(resp.GetResults()) != len(reqs) {
 			err = fmt.Errorf("relay answered %d of %d checks", len(resp.GetResults()), len(reqs))
 		}
@@ -148,8 +149,8 @@ func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (
 	req := &pb.PeerResetRequest{Origin: p.self, Key: r.Key, WindowMs: r.Window.Milliseconds(), Algorithm: pb.Algorithm(r.Algorithm),
 		AllWindows: r.AllWindows}
 	req.Calendar, req.TimeZone = protoconv.CalendarToProto(r.Calendar)
-	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.PeerResetResponse, error) {
-		return c.Reset(ctx, req)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.PeerResetResponse, error) {
+		return c.client.Reset(ctx, req)
 	}, "reset on %s", to.ID)
 	return int(resp.GetCleared()), err
 }
@@ -157,8 +158,8 @@ func (p *Peers) Reset(ctx context.Context, to peer.Route, r peer.ResetRequest) (
 // Report asks to for its console report.
 func (p *Peers) Report(ctx context.Context, to peer.Route, r peer.ReportRequest) (peer.Report, error) {
 	req := protoconv.ToProtoReportRequest(p.self, r)
-	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.ReportResponse, error) {
-		return c.Report(ctx, req)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.ReportResponse, error) {
+		return c.client.Report(ctx, req)
 	}, "report from %s", to.ID)
 	if err != nil {
 		return peer.Report{}, err
@@ -169,8 +170,8 @@ func (p *Peers) Report(ctx context.Context, to peer.Route, r peer.ReportRequest)
 // Inspect asks to for a key's state.
 func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery) (peer.OwnerView, error) {
 	req := &pb.PeerInspectRequest{Origin: p.self, Key: q.Key, Limit: q.Limit, Hits: q.Hits}
-	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.InspectResponse, error) {
-		return c.Inspect(ctx, req)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.InspectResponse, error) {
+		return c.client.Inspect(ctx, req)
 	}, "inspect on %s", to.ID)
 	if err != nil {
 		return peer.OwnerView{}, err
@@ -183,8 +184,8 @@ func (p *Peers) Inspect(ctx context.Context, to peer.Route, q peer.InspectQuery)
 func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, want peer.LeaseWant) (peer.Result, peer.LeaseGrant, error) {
 	in := &pb.LeaseRequest{Origin: p.self, Check: protoconv.ToProtoRequest(req), Want: want.Hits, DurationMs: want.Duration.Milliseconds()}
 	start := time.Now()
-	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.LeaseResponse, error) {
-		return c.Lease(ctx, in)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.LeaseResponse, error) {
+		return c.client.Lease(ctx, in)
 	}, "lease from %s", to.ID)
 	p.observer.ForwardCall(start, 1, err)
 	if err != nil {
@@ -197,8 +198,8 @@ func (p *Peers) Lease(ctx context.Context, to peer.Route, req limiter.Request, w
 // Settle reports to what this node used of the leases it holds from it.
 func (p *Peers) Settle(ctx context.Context, to peer.Route, uses []peer.LeaseUse) (int, error) {
 	req := &pb.SettleRequest{Origin: p.self, Uses: protoconv.ToProtoLeaseUses(uses)}
-	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c pb.PeerClient) (*pb.SettleResponse, error) {
-		return c.Settle(ctx, req)
+	resp, _, err := call(p, ctx, to, p.cfg.Timeout, func(ctx context.Context, c *conn) (*pb.SettleResponse, error) {
+		return c.client.Settle(ctx, req)
 	}, "settle %d leases with %s", len(uses), to.ID)
 	return int(resp.GetSettled()), err
 }

@@ -185,7 +185,7 @@ func (p *Peers) Close() {
 // was asked (whatf and args, formatted only then). A member's refusal
 // keeps its code and field (refusal).
 func call[Resp any](p *Peers, ctx context.Context, to peer.Route, timeout time.Duration,
-	do func(context.Context, pb.PeerClient) (Resp, error), whatf string, args ...any) (Resp, string, error) {
+	do func(context.Context, *conn) (Resp, error), whatf string, args ...any) (Resp, string, error) {
 	id := peer.RequestIDForCall(ctx)
 	var zero Resp
 	c, err := p.get(to)
@@ -193,7 +193,7 @@ func call[Resp any](p *Peers, ctx context.Context, to peer.Route, timeout time.D
 		ctx, cancel := context.WithTimeout(grpcapi.Outgoing(ctx, id), timeout)
 		defer cancel()
 		var resp Resp
-		if resp, err = do(ctx, c.client); err == nil {
+		if resp, err = do(ctx, c); err == nil {
 			return resp, id, nil
 		}
 	}

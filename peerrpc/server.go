@@ -104,11 +104,18 @@ func (s *Server) HandoffDone(ctx context.Context, in *pb.HandoffDoneRequest) (*p
 // Replicate implements pb.PeerServer: keep the owner's states as this
 // node's replicas of them, apart from its own; FAILED_PRECONDITION if it
 // keeps none.
+// (Register's servers decode the request with DecodeReplicate instead,
+// and go on in keepReplicas as this does.)
 func (s *Server) Replicate(ctx context.Context, in *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
-	if err := checkSent(in.GetSentUnixMs()); err != nil {
+	return s.keepReplicas(ctx, in.GetOrigin(), protoconv.FromProtoReplicate(in))
+}
+
+// keepReplicas hands a received replication to the Handler.
+func (s *Server) keepReplicas(ctx context.Context, origin string, r peer.Replication) (*pb.ReplicateResponse, error) {
+	if err := checkSent(protoconv.SentToProto(r.Sent)); err != nil {
 		return nil, err
 	}
-	done, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), in.GetOrigin(), protoconv.FromProtoReplicate(in))
+	done, err := s.h.HandleReplicate(grpcapi.Incoming(ctx), origin, r)
 	if err != nil {
 		return nil, grpcapi.Status(err).Err()
 	}

@@ -37,7 +37,9 @@ func sampledParent(span trace.Span) *trace.SpanContext {
 	if !sc.IsSampled() {
 		return nil
 	}
-	return &sc
+	p := new(trace.SpanContext) // not &sc: that moved sc to the heap for every check, sampled or not
+	*p = sc
+	return p
 }
 
 // traceParents lists the traced checks of a batch for its ForwardRequest;
