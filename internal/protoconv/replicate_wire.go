@@ -26,7 +26,10 @@ import (
 // it is stricter on malformed groups, which no member sends. An error
 // names the field it stopped at.
 func DecodeReplicate(data []byte) (origin string, r peer.Replication, err error) {
-	r.States = make([]limiter.KeyState, 0, countField(data, 2))
+	// Sized once for what a sender's chunk holds; an empty state costs 2
+	// bytes on the wire and ~140 here, so the count is capped (append
+	// grows past it) lest a few bytes claim a large allocation at once.
+	r.States = make([]limiter.KeyState, 0, min(countField(data, 2), maxPresized))
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
@@ -61,6 +64,10 @@ func DecodeReplicate(data []byte) (origin string, r peer.Replication, err error)
 	}
 	return origin, r, nil
 }
+
+// maxPresized caps the states DecodeReplicate allocates before reading
+// them: a chunk under limiter.ChunkBytes of counters holds fewer.
+const maxPresized = 1 << 15
 
 // replicateFields names ReplicateRequest's fields by number, for errors.
 var replicateFields = []string{"replicate", "origin", "states", "whole", "boot", "sent_unix_ms", "replicate"}
