@@ -1,8 +1,10 @@
 # Shell functions the benchmark scripts share (bench-compare.sh,
-# bench-scale.sh, hop-bench.sh): logging, starting and stopping the processes they own,
-# the CPU time of processes, the nodes' forwarding counters, what a run
-# was measured on (write_env). Sourced, not
-# run; the sourcing script sets `work` (its scratch directory) first.
+# bench-scale.sh, hop-bench.sh, replica-bench.sh): their scratch and results
+# directories and exit traps (bench_setup), logging, starting and stopping
+# the processes they own, the CPU time of processes, the nodes' forwarding
+# counters, what a run was measured on (write_env). Sourced, not run; the
+# sourcing script calls bench_setup, or sets `work` (its scratch
+# directory) and `out` itself.
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 die() { log "error: $*" >&2; exit 1; }
@@ -152,4 +154,26 @@ write_env() {
 		echo "started: $(date -u +%FT%TZ); uptime: $(uptime)"
 		echo "settings: $2"
 	} >"$1"
+}
+
+# bench_setup NAME: `work`, a new scratch directory (with logs/), and
+# `out`, BENCH_OUT or NAME-results in work, made absolute; and the traps
+# that stop every process the script started on any exit (finish) and
+# turn Ctrl-C and TERM into an exit. For a script with nothing else to
+# clean up.
+bench_setup() {
+	work=$(mktemp -d -t "$1.XXXXXX")
+	out=${BENCH_OUT:-$work/$1-results}
+	mkdir -p "$out" "$work/logs"
+	out=$(cd "$out" && pwd)
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+bench_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	set +e
+	finish "$rc" "node logs"
 }

@@ -47,23 +47,10 @@ go=${GO:-go}
 clk_tck=$(getconf CLK_TCK)
 limit=1000000000000 # never reached: every check takes the path of an allowed one
 
-work=$(mktemp -d -t bench-scale.XXXXXX)
-out=${BENCH_OUT:-$work/scale-results}
-mkdir -p "$out" "$work/logs"
-out=$(cd "$out" && pwd)
 # shellcheck source=scripts/bench-lib.sh
 . scripts/bench-lib.sh
-
+bench_setup scale
 node_pids=()
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	set +e
-	finish "$rc" "node logs"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 command -v python3 >/dev/null || die "python3 is needed for the summary"
 command -v curl >/dev/null || die "curl is needed to see when the cluster is ready and to read its metrics"
