@@ -44,6 +44,7 @@ fuzz:
 	$(GO) test ./xdsconfig -run '^$$' -fuzz '^FuzzResource$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./persist -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/protoconv -run '^$$' -fuzz '^FuzzDecodeReplicateMatchesVT$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/protoconv -run '^$$' -fuzz '^FuzzDecodeForwardResponseMatchesVT$$' -fuzztime $(FUZZTIME)
 
 # protoc comes from Debian (protobuf-compiler); the Go plugins are pinned as
 # tools in go.mod, so regeneration is reproducible.

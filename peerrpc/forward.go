@@ -37,9 +37,29 @@ type fwdItem struct {
 // fwdResult is the owner's answer to one check and the request id and
 // size of the batch that carried it.
 type fwdResult struct {
-	res *pb.CheckResult
+	res *peer.Result // in its batch's answer: a batcher's result stays small
 	id  string
 	n   int
+}
+
+// forwardAnswer is a ForwardResponse as the stream receives it, decoded
+// straight into the results (protoconv.DecodeForwardResponse) through
+// the methods internal/wire's codec asks of a message: no message object
+// per check.
+type forwardAnswer struct {
+	seq     uint64
+	results []peer.Result
+}
+
+func (a *forwardAnswer) UnmarshalVT(b []byte) (err error) {
+	a.seq, a.results, err = protoconv.DecodeForwardResponse(b)
+	return err
+}
+
+func (a *forwardAnswer) SizeVT() int { return 0 }
+
+func (a *forwardAnswer) MarshalToSizedBufferVT([]byte) (int, error) {
+	return 0, errors.New("forward: a received answer is never marshalled")
 }
 
 // forwardLink carries the checks forwarded to one member: a Batcher groups
@@ -51,7 +71,7 @@ type forwardLink struct {
 	p       *Peers
 	c       *conn
 	batcher *batch.Batcher[fwdItem, fwdResult]
-	pipe    *pipeline.Pipeline[pb.ForwardRequest, pb.ForwardResponse]
+	pipe    *pipeline.Pipeline[pb.ForwardRequest, forwardAnswer]
 	unary   atomic.Bool // the member answered ForwardStream with UNIMPLEMENTED
 	waitMS  uint32      // how long a batch waits for its answer (Config.Timeout), as the owner is told
 }
@@ -59,12 +79,12 @@ type forwardLink struct {
 func newForwardLink(p *Peers, c *conn) (*forwardLink, error) {
 	l := &forwardLink{p: p, c: c, waitMS: uint32(min(p.cfg.Timeout.Milliseconds(), math.MaxUint32))}
 	var err error
-	l.pipe, err = pipeline.New(pipeline.Config[pb.ForwardRequest, pb.ForwardResponse]{
-		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.ForwardRequest, pb.ForwardResponse], error) {
-			return c.client.ForwardStream(metadata.AppendToOutgoingContext(ctx, grpcapi.OriginKey, p.self))
+	l.pipe, err = pipeline.New(pipeline.Config[pb.ForwardRequest, forwardAnswer]{
+		Open: func(ctx context.Context) (grpc.BidiStreamingClient[pb.ForwardRequest, forwardAnswer], error) {
+			return openForwardStream(metadata.AppendToOutgoingContext(ctx, grpcapi.OriginKey, p.self), c.cc)
 		},
 		SetSeq:  func(r *pb.ForwardRequest, seq uint64) { r.Seq = seq },
-		SeqOf:   (*pb.ForwardResponse).GetSeq,
+		SeqOf:   func(a *forwardAnswer) uint64 { return a.seq },
 		Timeout: p.cfg.Timeout,
 	})
 	if err != nil {
@@ -93,9 +113,9 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 	}
 	start := time.Now()
 	msg := &pb.ForwardRequest{Origin: l.p.self, Checks: reqs, RequestId: id, WaitMs: l.waitMS, Traces: traceParents(items)}
-	l.pipe.Send(msg, func(resp *pb.ForwardResponse, err error) {
-		if err == nil && len(resp.GetResults()) != len(reqs) {
-			err = fmt.Errorf("peer answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	l.pipe.Send(msg, func(resp *forwardAnswer, err error) {
+		if err == nil && len(resp.results) != len(reqs) {
+			err = fmt.Errorf("peer answered %d of %d checks", len(resp.results), len(reqs))
 		}
 		l.p.observer.ForwardCall(start, len(reqs), err)
 		if status.Code(err) == codes.Unimplemented {
@@ -109,8 +129,28 @@ func (l *forwardLink) send(items []fwdItem, done func([]fwdResult, error)) {
 			done(nil, &peer.CallError{ID: id, Err: err})
 			return
 		}
-		done(withID(resp.GetResults(), id), nil)
+		done(withID(resp.results, id), nil)
 	})
+}
+
+// forwardStreamDesc is the generated code's ForwardStream.
+var forwardStreamDesc = func() *grpc.StreamDesc {
+	for i, d := range pb.Peer_ServiceDesc.Streams {
+		if d.StreamName == "ForwardStream" {
+			return &pb.Peer_ServiceDesc.Streams[i]
+		}
+	}
+	panic("peerrpc: the generated Peer service has no ForwardStream")
+}()
+
+// openForwardStream opens a ForwardStream as the generated client does,
+// its answers received as forwardAnswers.
+func openForwardStream(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[pb.ForwardRequest, forwardAnswer], error) {
+	s, err := cc.NewStream(ctx, forwardStreamDesc, pb.Peer_ForwardStream_FullMethodName, grpc.StaticMethod())
+	if err != nil {
+		return nil, err
+	}
+	return &grpc.GenericClientStream[pb.ForwardRequest, forwardAnswer]{ClientStream: s}, nil
 }
 
 // batchID is the request id of a batch: its checks' request's, when they
@@ -131,7 +171,15 @@ func batchID(items []fwdItem) string {
 // sendUnary sends a batch as one Forward call carrying request id id.
 func (l *forwardLink) sendUnary(reqs []*pb.CheckRequest, id string, done func([]fwdResult, error)) {
 	results, _, err := l.p.forward(peer.WithRequestID(context.Background(), id), l.c.route, reqs)
-	done(withID(results, id), err)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	out := make([]peer.Result, len(results))
+	for i, r := range results {
+		out[i] = protoconv.FromProtoResult(r)
+	}
+	done(withID(out, id), nil)
 }
 
 // forwardOne sends req through the batcher and returns its answer and the
@@ -143,7 +191,7 @@ func (l *forwardLink) forwardOne(ctx context.Context, req limiter.Request) (peer
 		return peer.Result{}, peer.CallID(err), asCallError(err, "forward to %s", l.c.route.ID)
 	}
 	noteBatch(span, res.n, res.id)
-	return protoconv.FromProtoResult(res.res), res.id, nil
+	return *res.res, res.id, nil
 }
 
 // forwardAll sends reqs through the batcher, in as few batches as its
@@ -168,7 +216,7 @@ func (l *forwardLink) forwardAll(ctx context.Context, reqs []*pb.CheckRequest) (
 			out[i].Err = asCallError(errs[i], "forward to %s", l.c.route.ID)
 			continue
 		}
-		out[i], id, size = protoconv.FromProtoResult(res[i].res), res[i].id, max(size, res[i].n)
+		out[i], id, size = *res[i].res, res[i].id, max(size, res[i].n)
 	}
 	noteBatch(span, size, id)
 	return out, id, nil
@@ -184,13 +232,13 @@ func asCallError(err error, whatf string, args ...any) error {
 	return &peer.CallError{Err: fmt.Errorf("%s: %w", fmt.Sprintf(whatf, args...), err)}
 }
 
-func withID(results []*pb.CheckResult, id string) []fwdResult {
+func withID(results []peer.Result, id string) []fwdResult {
 	if results == nil {
 		return nil
 	}
 	out := make([]fwdResult, len(results))
-	for i, r := range results {
-		out[i] = fwdResult{res: r, id: id, n: len(results)}
+	for i := range results {
+		out[i] = fwdResult{res: &results[i], id: id, n: len(results)}
 	}
 	return out
 }

@@ -77,3 +77,46 @@ func BenchmarkAppendReplicate(b *testing.B) {
 	}
 	_ = buf
 }
+
+// benchAnswer is a forwarded batch's answer of 4 checks, as a busy link
+// carries (docs/benchmarks.md: 2.7 to 3 checks per message).
+func benchAnswer(b *testing.B) []byte {
+	in := &pb.ForwardResponse{Seq: 7}
+	for range 4 {
+		in.Results = append(in.Results, &pb.CheckResult{Result: &pb.CheckResult_Response{Response: &pb.CheckResponse{
+			Allowed: true, Limit: 1000, Remaining: 420, ResetAfterMs: 59_000, Owner: "node2"}}})
+	}
+	data, err := in.MarshalVT()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
+}
+
+// BenchmarkForwardAnswerVT and BenchmarkDecodeForwardResponse are one
+// forwarded check's share of decoding its batch's answer, before and after
+// DecodeForwardResponse (b.N checks).
+func BenchmarkForwardAnswerVT(b *testing.B) {
+	data := benchAnswer(b)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += 4 {
+		var in pb.ForwardResponse
+		if err := in.UnmarshalVT(data); err != nil {
+			b.Fatal(err)
+		}
+		out := make([]peer.Result, len(in.Results))
+		for j, r := range in.Results {
+			out[j] = FromProtoResult(r)
+		}
+	}
+}
+
+func BenchmarkDecodeForwardResponse(b *testing.B) {
+	data := benchAnswer(b)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += 4 {
+		if _, _, err := DecodeForwardResponse(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
