@@ -98,6 +98,11 @@ func (n *Node) Ring() *ring.Ring { return n.core.Ring() }
 // answers are marked degraded meanwhile.
 func (n *Node) HandoffsWaiting() int { return n.core.Waiting() }
 
+// AnswersDegraded reports whether this node marks every answer it decides
+// degraded, whatever the key: a member out of its ring on its evidence
+// alone, back alone from its data directory, or cut off (its probes fail).
+func (n *Node) AnswersDegraded() bool { return n.core.AllContested() }
+
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
 

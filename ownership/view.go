@@ -109,6 +109,12 @@ func (v *View) Contested(key string) bool {
 	return v.contested || v.Settling(key)
 }
 
+// AllContested reports whether every answer decided here is marked
+// degraded, whatever its key: a member is out of the ring on this node's
+// evidence alone, or the node is back alone from its data directory, or
+// it is cut off. A cluster has converged only once no member says so.
+func (v *View) AllContested() bool { return v.contested }
+
 // Changed returns a channel closed when a newer view replaces this one:
 // a check that waits for its partition to settle waits on it, then reads
 // the newer view. Nil for a view no Tracker published (it never changes).

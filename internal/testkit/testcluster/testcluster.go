@@ -196,7 +196,8 @@ func (c *Cluster) markStopped(i int) *node.Node {
 }
 
 // WaitConverged waits until every live node sees exactly the live nodes
-// as members and all hold the same ring over them.
+// as members, all hold the same ring over them, none waits for a handoff,
+// and none marks every answer degraded.
 func (c *Cluster) WaitConverged() {
 	c.t.Helper()
 	c.Eventually(15*time.Second, func() (bool, string) {
@@ -226,6 +227,12 @@ func (c *Cluster) WaitConverged() {
 			}
 			if w := n.HandoffsWaiting(); w > 0 {
 				return false, fmt.Sprintf("%s waits for the handoff of %d partitions", n.ID(), w)
+			}
+			// A node whose probes failed under load (memberlist's timeouts on
+			// a busy machine) marks every answer degraded until they succeed
+			// again: the same members, but not converged yet.
+			if n.AnswersDegraded() {
+				return false, fmt.Sprintf("%s marks every answer degraded (a member out of its ring on its evidence alone, alone, or cut off)", n.ID())
 			}
 		}
 		return true, ""
