@@ -238,10 +238,6 @@ func (c *Core) Ring() *ring.Ring { return c.own.View().Ring() }
 // handed them over (ownership.View.Waiting).
 func (c *Core) Waiting() int { return c.own.View().Waiting() }
 
-// AllContested reports whether this node marks every answer degraded
-// (ownership.View.AllContested).
-func (c *Core) AllContested() bool { return c.own.View().AllContested() }
-
 // Restored reports whether the node restored counts from its data
 // directory at this start: it advertises so (cluster.Config.Restored).
 func (c *Core) Restored() bool { return len(c.restored.Files) > 0 }

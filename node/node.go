@@ -101,7 +101,7 @@ func (n *Node) HandoffsWaiting() int { return n.core.Waiting() }
 // AnswersDegraded reports whether this node marks every answer it decides
 // degraded, whatever the key: a member out of its ring on its evidence
 // alone, back alone from its data directory, or cut off (its probes fail).
-func (n *Node) AnswersDegraded() bool { return n.core.AllContested() }
+func (n *Node) AnswersDegraded() bool { return n.core.own.View().AllContested() }
 
 // Members returns the live members this node sees.
 func (n *Node) Members() []cluster.Member { return n.members.Members() }
