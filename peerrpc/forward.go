@@ -44,8 +44,8 @@ type fwdResult struct {
 
 // forwardAnswer is a ForwardResponse as the stream receives it, decoded
 // straight into the results (protoconv.DecodeForwardResponse) through
-// the methods internal/wire's codec asks of a message: no message object
-// per check.
+// the one method internal/wire's codec asks of a message it receives: no
+// message object per check.
 type forwardAnswer struct {
 	seq     uint64
 	results []peer.Result
@@ -56,11 +56,6 @@ func (a *forwardAnswer) UnmarshalVT(b []byte) (err error) {
 	return err
 }
 
-func (a *forwardAnswer) SizeVT() int { return 0 }
-
-func (a *forwardAnswer) MarshalToSizedBufferVT([]byte) (int, error) {
-	return 0, errors.New("forward: a received answer is never marshalled")
-}
 
 // forwardLink carries the checks forwarded to one member: a Batcher groups
 // them, and each batch goes as one message on the member's ForwardStream

@@ -2,7 +2,6 @@ package peerrpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -21,7 +20,8 @@ import (
 // the same ReplicateRequest, so members of either kind interoperate.
 
 // replicateMessage is a ReplicateRequest as the caller sends it, marshalled
-// by internal/wire's codec through the two methods it asks of a message.
+// by internal/wire's codec through the two methods it asks of a message
+// it sends.
 type replicateMessage struct {
 	origin string
 	r      peer.Replication
@@ -34,10 +34,6 @@ func (m *replicateMessage) MarshalToSizedBufferVT(b []byte) (int, error) {
 		return 0, fmt.Errorf("replicate: marshalled %d bytes of %d", len(out), len(b))
 	}
 	return len(b), nil
-}
-
-func (m *replicateMessage) UnmarshalVT([]byte) error {
-	return errors.New("replicate: a sent request is never decoded")
 }
 
 // replicateRequest is a ReplicateRequest as Register's server receives it.
@@ -53,12 +49,6 @@ type replicateRequest struct {
 func (m *replicateRequest) UnmarshalVT(b []byte) error {
 	m.origin, m.r, m.err = protoconv.DecodeReplicate(b)
 	return nil
-}
-
-func (m *replicateRequest) SizeVT() int { return 0 }
-
-func (m *replicateRequest) MarshalToSizedBufferVT([]byte) (int, error) {
-	return 0, errors.New("replicate: a received request is never marshalled")
 }
 
 // GetOrigin is the origin the request claims, which the peer guard checks

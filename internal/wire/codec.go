@@ -30,11 +30,16 @@ import (
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// vtMessage is what vtprotobuf generates with features
-// marshal+unmarshal+size.
-type vtMessage interface {
+// vtMarshaler and vtUnmarshaler are what vtprotobuf generates with
+// features marshal+size and unmarshal; each direction asks only for its
+// own, so a type that is only ever sent (or only received) need not
+// pretend to the other (peerrpc's replication and forward answers).
+type vtMarshaler interface {
 	SizeVT() int
 	MarshalToSizedBufferVT([]byte) (int, error)
+}
+
+type vtUnmarshaler interface {
 	UnmarshalVT([]byte) error
 }
 
@@ -50,7 +55,7 @@ type codec struct{ fallback encoding.CodecV2 }
 func (codec) Name() string { return "proto" }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(vtMessage)
+	m, ok := v.(vtMarshaler)
 	if !ok {
 		return c.fallback.Marshal(v)
 	}
@@ -75,7 +80,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(vtMessage)
+	m, ok := v.(vtUnmarshaler)
 	if !ok {
 		return c.fallback.Unmarshal(data, v)
 	}
