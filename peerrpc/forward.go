@@ -56,7 +56,6 @@ func (a *forwardAnswer) UnmarshalVT(b []byte) (err error) {
 	return err
 }
 
-
 // forwardLink carries the checks forwarded to one member: a Batcher groups
 // them, and each batch goes as one message on the member's ForwardStream
 // (one stream per pair of members, batches pipelined, answers matched by
