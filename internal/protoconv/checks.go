@@ -8,7 +8,6 @@ package protoconv
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/peerlimit/peerlimit/internal/grpcapi"
 	"github.com/peerlimit/peerlimit/limiter"
@@ -191,25 +190,12 @@ func FromProtoResult(r *pb.CheckResult) peer.Result {
 		return peer.Result{Err: FromProtoError(e)}
 	}
 	resp := r.GetResponse()
-	res := peer.Result{
-		Decision: limiter.Decision{
-			Allowed:      resp.GetAllowed(),
-			Limit:        resp.GetLimit(),
-			Remaining:    resp.GetRemaining(),
-			CurrentCount: resp.GetCurrentCount(),
-			RetryAfter:   time.Duration(resp.GetRetryAfterMs()) * time.Millisecond,
-			ResetAfter:   time.Duration(resp.GetResetAfterMs()) * time.Millisecond,
-			RefillAfter:  time.Duration(resp.GetRefillAfterMs()) * time.Millisecond,
-		},
-		Owner:    resp.GetOwner(),
-		Degraded: resp.GetDegraded(),
-	}
-	if resp.GetReservation() != "" || resp.GetRefunded() != 0 || resp.GetOver() != 0 || resp.GetSettled() != 0 {
-		res.Decision.Adjust = &limiter.Adjustment{Reservation: resp.GetReservation(),
-			ExpiresIn: limiter.WindowFromMS(resp.GetExpiresInMs()), Refunded: resp.GetRefunded(), Over: resp.GetOver(),
-			Settled: limiter.SettleOutcome(min(max(resp.GetSettled(), 0), 255))}
-	}
-	return res
+	w := wireResponse{allowed: resp.GetAllowed(), limit: resp.GetLimit(), remaining: resp.GetRemaining(),
+		current: resp.GetCurrentCount(), retryMS: resp.GetRetryAfterMs(), resetMS: resp.GetResetAfterMs(),
+		refillMS: resp.GetRefillAfterMs(), owner: resp.GetOwner(), degraded: resp.GetDegraded(),
+		reservation: resp.GetReservation(), expiresMS: resp.GetExpiresInMs(), refunded: resp.GetRefunded(),
+		over: resp.GetOver(), settled: int32(resp.GetSettled())}
+	return w.result()
 }
 
 // ErrorResult is the wire result of a check refused with err.
@@ -226,7 +212,7 @@ func ErrorProto(err error) *pb.Error {
 // FromProtoError converts a per-check error another member sent into a
 // *peer.Error with its code, field and message as they came.
 func FromProtoError(e *pb.Error) error {
-	return &peer.Error{Code: peer.Code(e.GetCode()), Field: e.GetField(), Message: e.GetMessage()}
+	return wireErr{code: e.GetCode(), field: e.GetField(), message: e.GetMessage()}.err()
 }
 
 // Batch is a batch of wire checks converted for the request path: the

@@ -57,7 +57,8 @@ func DecodeForwardResponse(data []byte) (seq uint64, results []peer.Result, err 
 	return seq, results, nil
 }
 
-// wireResponse is a CheckResponse's fields as the wire has them.
+// wireResponse is a CheckResponse's fields as the wire has them, read by
+// FromProtoResult from a message or by DecodeForwardResponse from bytes.
 type wireResponse struct {
 	allowed, degraded                     bool
 	limit, remaining, current             int64
@@ -119,12 +120,19 @@ func decodeCheckResult(b []byte, owner *string) (peer.Result, error) {
 		b = b[n:]
 	}
 	if kind == 2 {
-		return peer.Result{Err: &peer.Error{Code: peer.Code(e.code), Field: e.field, Message: e.message}}, nil
+		return peer.Result{Err: e.err()}, nil
 	}
 	return resp.result(), nil
 }
 
-// result converts a response as FromProtoResult does.
+// err is a per-check error another member sent, as a *peer.Error with
+// its code, field and message as they came.
+func (e wireErr) err() error {
+	return &peer.Error{Code: peer.Code(e.code), Field: e.field, Message: e.message}
+}
+
+// result converts a response: FromProtoResult's rules, for it and for
+// DecodeForwardResponse.
 func (w *wireResponse) result() peer.Result {
 	res := peer.Result{
 		Decision: limiter.Decision{Allowed: w.allowed, Limit: w.limit, Remaining: w.remaining, CurrentCount: w.current,

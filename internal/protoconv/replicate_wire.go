@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -132,17 +131,7 @@ func consumeKeyState(typ protowire.Type, data []byte) (limiter.KeyState, int, er
 		}
 		b = b[n:]
 	}
-	ks.Algorithm = limiter.Algorithm(min(max(algo, 0), 255))
-	if windowMS > 0 && windowMS <= math.MaxInt64/int64(time.Millisecond) {
-		ks.Window = time.Duration(windowMS) * time.Millisecond
-	}
-	ks.Calendar = calendarFromMember(pb.CalendarUnit(unit), zone)
-	if len(offsets) > 0 {
-		for i := range offsets {
-			offsets[i] += base
-		}
-		ks.Log = offsets
-	}
+	setKeyState(&ks, windowMS, algo, pb.CalendarUnit(unit), zone, base, offsets)
 	return ks, size, nil
 }
 

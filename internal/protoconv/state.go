@@ -33,19 +33,35 @@ func logOffsets(log []int64) (base int64, offs []uint32) {
 
 // FromProtoKeyState converts a received key state; the store validates it.
 func FromProtoKeyState(s *pb.KeyState) limiter.KeyState {
-	out := limiter.KeyState{Key: s.GetKey(), Algorithm: limiter.Algorithm(min(max(s.GetAlgorithm(), 0), 255)),
-		WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr(), TAT: s.GetTatNs(), Calendar: calendarFromMember(s.GetCalendar(), s.GetTimeZone())}
-	if ms := s.GetWindowMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
-		out.Window = time.Duration(ms) * time.Millisecond
-	}
+	out := limiter.KeyState{Key: s.GetKey(), WindowID: s.GetWindowId(), Prev: s.GetPrev(), Curr: s.GetCurr(), TAT: s.GetTatNs(),
+		Tags: s.GetLogTags()}
+	var log []int64
 	if offs := s.GetLogOffsetsMs(); len(offs) > 0 {
-		out.Log = make([]int64, len(offs))
+		log = make([]int64, len(offs))
 		for i, o := range offs {
-			out.Log[i] = s.GetLogBaseMs() + int64(o)
+			log[i] = int64(o)
 		}
 	}
-	out.Tags = s.GetLogTags()
+	setKeyState(&out, s.GetWindowMs(), int32(s.GetAlgorithm()), s.GetCalendar(), s.GetTimeZone(), s.GetLogBaseMs(), log)
 	return out
+}
+
+// setKeyState sets what a received state's fields convert to: the
+// algorithm (an unknown one kept for the store to refuse), the window,
+// the calendar, and the log, its offsets (in place) moved onto its base.
+// FromProtoKeyState's rules, for it and for DecodeReplicate.
+func setKeyState(ks *limiter.KeyState, windowMS int64, algo int32, unit pb.CalendarUnit, zone string, base int64, offsets []int64) {
+	ks.Algorithm = limiter.Algorithm(min(max(algo, 0), 255))
+	if windowMS > 0 && windowMS <= math.MaxInt64/int64(time.Millisecond) {
+		ks.Window = time.Duration(windowMS) * time.Millisecond
+	}
+	ks.Calendar = calendarFromMember(unit, zone)
+	if len(offsets) > 0 {
+		for i := range offsets {
+			offsets[i] += base
+		}
+		ks.Log = offsets
+	}
 }
 
 // ToProtoKeyStates converts states for the wire, in one allocation: a
